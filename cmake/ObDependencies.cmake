@@ -1,0 +1,33 @@
+# Finds every dependency once, so targets below only name them.
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(yaml-cpp REQUIRED)
+
+# LibTorch: Debian's libtorch-dev (1.13, CPU) or a CUDA LibTorch 2.x given
+# through CMAKE_PREFIX_PATH (e.g. the PyTorch wheel's share/cmake).
+find_package(Torch REQUIRED)
+# TorchConfig appends its flags (the C++11 ABI define) to CMAKE_CXX_FLAGS.
+message(STATUS "ob: LibTorch ${Torch_VERSION}")
+
+set(OB_HAVE_CUDA OFF)
+if(OB_CUDA STREQUAL "ON" OR (OB_CUDA STREQUAL "AUTO" AND TARGET torch_cuda))
+  if(NOT TARGET torch_cuda)
+    message(FATAL_ERROR "ob: OB_CUDA=ON but LibTorch ${Torch_VERSION} was built without CUDA")
+  endif()
+  find_path(OB_NCCL_INCLUDE_DIR nccl.h
+    HINTS $ENV{NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(OB_NCCL_LIBRARY NAMES nccl libnccl.so.2
+    HINTS $ENV{NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(NOT OB_NCCL_INCLUDE_DIR OR NOT OB_NCCL_LIBRARY)
+    message(FATAL_ERROR "ob: CUDA LibTorch found but no NCCL; set NCCL_ROOT")
+  endif()
+  file(STRINGS ${OB_NCCL_INCLUDE_DIR}/nccl.h _nccl_ver REGEX "#define NCCL_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*NCCL_MINOR ([0-9]+).*NCCL_PATCH ([0-9]+).*" "\\1.\\2.\\3"
+         OB_NCCL_VERSION "${_nccl_ver}")
+  set(OB_HAVE_CUDA ON)
+  message(STATUS "ob: CUDA paths on, NCCL ${OB_NCCL_VERSION} at ${OB_NCCL_LIBRARY}")
+else()
+  set(OB_NCCL_VERSION "")
+  message(STATUS "ob: CPU only (LibTorch without CUDA)")
+endif()

@@ -1,0 +1,131 @@
+#include "ob/cli/cli.h"
+
+#include <google/protobuf/stubs/common.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <sstream>
+
+#include "ob/build_info.h"
+#include "ob/io/file.h"
+#include "ob/log.h"
+
+namespace ob::cli {
+namespace {
+
+std::string ProtobufVersion() {
+  int v = GOOGLE_PROTOBUF_VERSION;  // e.g. 3021012
+  return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "." +
+         std::to_string(v % 1000);
+}
+
+void UsageError(const std::string& bin, const std::string& message) {
+  std::cerr << bin << ": " << message << "\nTry '" << bin << " --help' for more information.\n";
+}
+
+}  // namespace
+
+std::string VersionLine(const std::string& name) {
+  std::string line = "ob-" + name + " " OB_VERSION;
+  std::string git = OB_GIT_DESCRIBE;
+  if (!git.empty()) line += " (" + git + ")";
+  return line;
+}
+
+std::string VersionDetails() {
+  std::ostringstream os;
+  std::string nccl = OB_NCCL_VERSION;
+  std::string cuda = OB_CUDA_VERSION;
+  os << "libtorch: " OB_TORCH_VERSION "\n"
+     << "cuda: " << (nccl.empty() ? "none (CPU build)" : (cuda.empty() ? "yes" : cuda)) << "\n"
+     << "nccl: " << (nccl.empty() ? "none (CPU build)" : nccl) << "\n"
+     << "gloo: yes\n"
+     << "protobuf: " << ProtobufVersion() << "\n"
+     << "compiler: " OB_COMPILER "\n"
+     << "build: " OB_BUILD_TYPE "\n";
+  return os.str();
+}
+
+int Main(int argc, char** argv, const Tool& tool) {
+  const std::string bin = "ob-" + tool.name;
+  CLI::App app(tool.description, bin);
+  app.get_formatter()->column_width(34);
+  CommonOptions common;
+  app.add_option("-o,--output", common.output, "Write to FILE ('-' is stdout, the default)")
+      ->option_text("FILE");
+  app.add_flag("--json", common.json, "Write protobuf's JSON mapping instead of binary");
+  app.add_flag("-v,--verbose", common.verbose, "More log output (repeatable)");
+  app.add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+  app.add_option("--log-file", common.log_file, "Also append log lines to FILE")->option_text("FILE");
+  app.add_flag("--version", common.version, "Print the version (with -v: library versions) and exit");
+  tool.setup(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    UsageError(bin, e.what());
+    return static_cast<int>(Code::kUsage);
+  }
+
+  if (common.version) {
+    std::cout << VersionLine(tool.name) << "\n";
+    if (common.verbose > 0) std::cout << VersionDetails();
+    return 0;
+  }
+  log::Init(tool.name);
+  log::SetLevel(common.quiet ? log::Level::kError
+                             : (common.verbose > 0 ? log::Level::kDebug : log::Level::kInfo));
+  if (!log::SetFile(common.log_file)) {
+    std::cerr << bin << ": " << common.log_file << ": cannot open log file\n";
+    return static_cast<int>(Code::kIoErr);
+  }
+
+  Status st;
+  try {
+    st = tool.run(common);
+  } catch (const std::exception& e) {
+    // One line: LibTorch appends a backtrace to what().
+    std::string what = e.what();
+    st = Status::Internal("internal error: " + what.substr(0, what.find('\n')));
+  }
+  if (st.ok()) return 0;
+  if (st.code() == Code::kUsage) {
+    UsageError(bin, st.message());
+  } else {
+    std::cerr << bin << ": " << st.message() << "\n";
+  }
+  return st.exit_code();
+}
+
+Result<std::string> InputPath(const std::string& given, const std::string& what) {
+  if (!given.empty()) return given;
+  if (!io::StdinIsTerminal()) return std::string("-");
+  return Status::Usage("no input: give a " + what + " FILE or pipe one in");
+}
+
+Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      int v = std::stoi(item, &used);
+      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return Status::Usage(flag + ": '" + item + "' is not a positive integer");
+    }
+  }
+  if (out.empty()) return Status::Usage(flag + ": empty list");
+  return out;
+}
+
+}  // namespace ob::cli

@@ -1,0 +1,50 @@
+// Behaviour shared by every ob tool (STYLE "Tools people enjoy"):
+// common flags declared once, --help to stdout (exit 0), usage errors as one
+// line plus "Try 'ob-x --help'" (exit 64), --version [-v], Status → exit code,
+// and exceptions caught at the door (exit 70).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ob/status.h"
+
+namespace ob::cli {
+
+struct CommonOptions {
+  std::string output = "-";   // -o FILE; "-" is stdout
+  bool json = false;          // --json: protobuf's JSON mapping instead of binary
+  int verbose = 0;            // -v (repeatable)
+  bool quiet = false;         // -q
+  bool version = false;       // --version
+  std::string log_file;       // --log-file FILE
+};
+
+struct Tool {
+  std::string name;           // "profile" → binary ob-profile
+  std::string description;    // one line for --help
+  // Declares the tool's own options on `app` (common ones already exist).
+  std::function<void(CLI::App& app)> setup;
+  // Runs after a successful parse.
+  std::function<Status(const CommonOptions&)> run;
+};
+
+// Parses argv, handles help/version/usage errors, runs the tool, reports a
+// failed Status as "ob-NAME: message" on stderr, returns the exit code.
+int Main(int argc, char** argv, const Tool& tool);
+
+// "ob-NAME 0.1.0 (git describe)"
+std::string VersionLine(const std::string& name);
+// Multi-line build details: LibTorch, CUDA, NCCL, protobuf, compiler.
+std::string VersionDetails();
+
+// The input to read: `given` if set; "-" when stdin is not a terminal;
+// otherwise kUsage "no input: give FILE or pipe one in" (with `what`).
+Result<std::string> InputPath(const std::string& given, const std::string& what);
+
+// Splits "1,2,4" into positive integers; kUsage naming `flag` on bad input.
+Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag);
+
+}  // namespace ob::cli

@@ -1,0 +1,53 @@
+#include "ob/log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace ob::log {
+namespace {
+
+std::atomic<Level> g_level{Level::kInfo};
+std::string g_prefix = "ob";   // written once by Init before threads start
+int g_file_fd = -1;
+
+const char* LevelName(Level l) {
+  switch (l) {
+    case Level::kError: return "error";
+    case Level::kWarn: return "warning";
+    case Level::kInfo: return "info";
+    case Level::kDebug: return "debug";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void Init(const std::string& role, int rank) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '?';
+  g_prefix = std::string(host) + ":" + std::to_string(getpid()) + ":" + role;
+  if (rank >= 0) g_prefix += "[" + std::to_string(rank) + "]";
+}
+
+void SetLevel(Level level) { g_level = level; }
+Level GetLevel() { return g_level; }
+
+bool SetFile(const std::string& path) {
+  if (g_file_fd >= 0) close(g_file_fd);
+  g_file_fd = -1;
+  if (path.empty()) return true;
+  g_file_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  return g_file_fd >= 0;
+}
+
+void Write(Level level, const std::string& message) {
+  std::string line = g_prefix + ": " + LevelName(level) + ": " + message + "\n";
+  ssize_t unused = write(STDERR_FILENO, line.data(), line.size());
+  if (g_file_fd >= 0) unused = write(g_file_fd, line.data(), line.size());
+  (void)unused;
+}
+
+}  // namespace ob::log

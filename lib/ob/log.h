@@ -1,0 +1,41 @@
+// Logging to stderr, prefixed `host:pid:role[rank]` (SPEC §1), with levels.
+//
+// Thread-safe: each line is written with one write(2). The prefix and level
+// are process-wide and set once at start-up by the tool's main.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace ob::log {
+
+enum class Level { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+// role: "profile", "master", "agent", "worker"; rank < 0 omits "[rank]".
+void Init(const std::string& role, int rank = -1);
+void SetLevel(Level level);
+Level GetLevel();
+// Also append every line to this file (in addition to stderr); "" disables.
+bool SetFile(const std::string& path);
+
+void Write(Level level, const std::string& message);
+
+class Line {
+ public:
+  explicit Line(Level level) : level_(level) {}
+  ~Line() { Write(level_, os_.str()); }
+  template <typename T>
+  Line& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+
+ private:
+  Level level_;
+  std::ostringstream os_;
+};
+
+}  // namespace ob::log
+
+#define OB_LOG(level) \
+  if (::ob::log::Level::k##level > ::ob::log::GetLevel()) {} else ::ob::log::Line(::ob::log::Level::k##level)
