@@ -1,0 +1,207 @@
+// GptConfig presets, config files and the SPEC §8 shape formulas.
+#include "ob/model/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace ob::model {
+namespace {
+
+struct PresetShape {
+  const char* name;
+  int n_layer, n_embd, n_head, n_positions, vocab_size;
+};
+
+// GPT-2 shapes are the released checkpoints'; GPT-3 shapes follow Table 2.1
+// of Brown et al. 2020 (2048 context, GPT-2's 50257-token vocabulary).
+constexpr int kGpt2Vocab = 50257;
+constexpr PresetShape kPresets[] = {
+    // Byte vocabulary, small enough for unit tests on two cores.
+    {"gpt-tiny", 4, 128, 4, 64, 256},
+    {"gpt2", 12, 768, 12, 1024, kGpt2Vocab},
+    {"gpt2-medium", 24, 1024, 16, 1024, kGpt2Vocab},
+    {"gpt2-large", 36, 1280, 20, 1024, kGpt2Vocab},
+    {"gpt2-xl", 48, 1600, 25, 1024, kGpt2Vocab},
+    {"gpt3-350m", 24, 1024, 16, 2048, kGpt2Vocab},
+    // The paper lists 24 heads of 128 for d_model 2048, which cannot both
+    // hold; we keep d_head 128, hence 16 heads.
+    {"gpt3-1.3b", 24, 2048, 16, 2048, kGpt2Vocab},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, kGpt2Vocab},
+    {"gpt3-6.7b", 32, 4096, 32, 2048, kGpt2Vocab},
+    // The paper's d_model 5140 is not divisible by its 40 heads; 5120 = 40 x 128.
+    {"gpt3-13b", 40, 5120, 40, 2048, kGpt2Vocab},
+    {"gpt3-175b", 96, 12288, 96, 2048, kGpt2Vocab},
+};
+
+GptConfig FromShape(const PresetShape& p) {
+  GptConfig c;
+  c.name = p.name;
+  c.n_layer = p.n_layer;
+  c.n_embd = p.n_embd;
+  c.n_head = p.n_head;
+  c.n_positions = p.n_positions;
+  c.vocab_size = p.vocab_size;
+  return c;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Reads one positive integer field; `keys` are accepted spellings, first wins.
+Status ReadField(const YAML::Node& root, const std::string& path,
+                 std::initializer_list<const char*> keys, int* out) {
+  const char* field = *keys.begin();
+  YAML::Node node;
+  for (const char* k : keys) {
+    if (root[k]) {
+      node = root[k];
+      field = k;
+      break;
+    }
+  }
+  if (!node || node.IsNull()) {
+    return Status::Config(path + ": field '" + field + "' is missing");
+  }
+  const std::string where = path + ":" + std::to_string(node.Mark().line + 1) +
+                            ": field '" + field + "'";
+  if (!node.IsScalar()) return Status::Config(where + " is not an integer");
+  long long v = 0;
+  try {
+    v = node.as<long long>();
+  } catch (const YAML::Exception&) {
+    return Status::Config(where + " is not an integer: '" + node.Scalar() + "'");
+  }
+  if (v <= 0) {
+    return Status::Config(where + " must be positive, got " + node.Scalar());
+  }
+  if (v > std::numeric_limits<int>::max()) {
+    return Status::Config(where + " is too large: " + node.Scalar());
+  }
+  *out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+}  // namespace
+
+pb::ModelConfig GptConfig::ToProto() const {
+  pb::ModelConfig p;
+  p.set_name(name);
+  p.set_n_layer(n_layer);
+  p.set_n_embd(n_embd);
+  p.set_n_head(n_head);
+  p.set_n_positions(n_positions);
+  p.set_vocab_size(vocab_size);
+  return p;
+}
+
+GptConfig GptConfig::FromProto(const pb::ModelConfig& p) {
+  GptConfig c;
+  c.name = p.name();
+  c.n_layer = static_cast<int>(p.n_layer());
+  c.n_embd = static_cast<int>(p.n_embd());
+  c.n_head = static_cast<int>(p.n_head());
+  c.n_positions = static_cast<int>(p.n_positions());
+  c.vocab_size = static_cast<int>(p.vocab_size());
+  return c;
+}
+
+Status GptConfig::Validate() const {
+  const std::string who = name.empty() ? std::string("model") : name;
+  const std::pair<const char*, int> fields[] = {
+      {"n_layer", n_layer}, {"n_embd", n_embd}, {"n_head", n_head},
+      {"n_positions", n_positions}, {"vocab_size", vocab_size}};
+  for (const auto& [field, value] : fields) {
+    if (value <= 0) {
+      return Status::Config(who + ": field '" + field + "' must be positive, got " +
+                            std::to_string(value));
+    }
+  }
+  if (n_embd % n_head != 0) {
+    return Status::Config(who + ": field 'n_embd' (" + std::to_string(n_embd) +
+                          ") is not divisible by 'n_head' (" + std::to_string(n_head) + ")");
+  }
+  return Status::Ok();
+}
+
+const std::vector<std::string>& PresetNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& p : kPresets) v.emplace_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+Result<GptConfig> Preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) return FromShape(p);
+  }
+  std::string known;
+  for (const auto& n : PresetNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::Config("unknown model '" + name + "' (known: " + known +
+                        "; or a .json/.yaml config file)");
+}
+
+Result<GptConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
+
+  // yaml-cpp reads JSON too (JSON is, for these files, a subset of YAML).
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::Exception& e) {
+    return Status::Config(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) {
+    return Status::Config(path + ": expected a mapping of model fields (n_layer, n_embd, ...)");
+  }
+  GptConfig c;
+  c.name = path;
+  OB_RETURN_IF_ERROR(ReadField(root, path, {"n_layer"}, &c.n_layer));
+  OB_RETURN_IF_ERROR(ReadField(root, path, {"n_embd"}, &c.n_embd));
+  OB_RETURN_IF_ERROR(ReadField(root, path, {"n_head"}, &c.n_head));
+  OB_RETURN_IF_ERROR(ReadField(root, path, {"n_positions", "n_ctx"}, &c.n_positions));
+  OB_RETURN_IF_ERROR(ReadField(root, path, {"vocab_size"}, &c.vocab_size));
+  OB_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+Result<GptConfig> ResolveModel(const std::string& name_or_path) {
+  const bool looks_like_file = EndsWith(name_or_path, ".json") ||
+                               EndsWith(name_or_path, ".yaml") ||
+                               EndsWith(name_or_path, ".yml") ||
+                               name_or_path.find('/') != std::string::npos;
+  if (looks_like_file) return LoadConfigFile(name_or_path);
+  return Preset(name_or_path);
+}
+
+int64_t BlockParams(const GptConfig& c) {
+  const int64_t h = c.n_embd;
+  return 12 * h * h + 13 * h;
+}
+
+int64_t EmbeddingParams(const GptConfig& c) {
+  return static_cast<int64_t>(c.vocab_size) * c.n_embd +
+         static_cast<int64_t>(c.n_positions) * c.n_embd;
+}
+
+int64_t HeadOwnParams(const GptConfig& c) { return 2 * static_cast<int64_t>(c.n_embd); }
+
+int64_t FormulaParams(const GptConfig& c) {
+  return EmbeddingParams(c) + c.n_layer * BlockParams(c);
+}
+
+int64_t ExactParams(const GptConfig& c) { return FormulaParams(c) + HeadOwnParams(c); }
+
+}  // namespace ob::model

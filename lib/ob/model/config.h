@@ -1,0 +1,64 @@
+// GptConfig: the shape of a GPT (SPEC §2), from a preset name or a
+// HuggingFace-style config.json / YAML file, and the SPEC §8 formulas that
+// depend only on the shape. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ob/model.pb.h"
+#include "ob/status.h"
+
+namespace ob::model {
+
+struct GptConfig {
+  std::string name;         // preset name or source file
+  int n_layer = 0;          // L
+  int n_embd = 0;           // h
+  int n_head = 0;           // a
+  int n_positions = 0;      // s (context length)
+  int vocab_size = 0;       // V
+
+  // Planner layers: embed, block 0..L-1, head.
+  int num_layers() const { return n_layer + 2; }
+  int head_dim() const { return n_embd / n_head; }
+
+  pb::ModelConfig ToProto() const;
+  static GptConfig FromProto(const pb::ModelConfig& p);
+  // Checks the shape: every field positive, n_embd divisible by n_head.
+  Status Validate() const;
+};
+
+// Names of all presets in SPEC §2 order: gpt-tiny, the GPT-2 family, then the
+// GPT-3 family, each family by size.
+const std::vector<std::string>& PresetNames();
+
+// A preset by name ("gpt-tiny", "gpt2", ..., "gpt3-175b"); kConfig if unknown,
+// with the list of known names in the message.
+Result<GptConfig> Preset(const std::string& name);
+
+// Parses a config.json (n_layer, n_embd, n_head, n_positions, vocab_size;
+// HuggingFace's GPT-2 key names) or YAML file with the same keys. A missing,
+// non-integer, zero or negative field is kConfig naming file and field; an
+// unreadable file is kNoInput.
+Result<GptConfig> LoadConfigFile(const std::string& path);
+
+// Preset name or path to a .json/.yaml/.yml file.
+Result<GptConfig> ResolveModel(const std::string& name_or_path);
+
+// --- SPEC §8 shape formulas -------------------------------------------------
+
+// 12h^2 + 13h.
+int64_t BlockParams(const GptConfig& c);
+// V*h + s*h (token and position tables).
+int64_t EmbeddingParams(const GptConfig& c);
+// Final LayerNorm: 2h (the LM head weight is tied to the token table).
+int64_t HeadOwnParams(const GptConfig& c);
+// SPEC §8 total: V*h + s*h + L*(12h^2 + 13h).
+int64_t FormulaParams(const GptConfig& c);
+// Exact count of unique parameters of the model ob builds: the formula plus
+// the final LayerNorm; the tied embedding is counted once.
+int64_t ExactParams(const GptConfig& c);
+
+}  // namespace ob::model

@@ -1,0 +1,240 @@
+// TokenSource: mmapped token files and deterministic window sampling.
+#include "ob/model/data.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+namespace ob::model {
+namespace {
+
+// llm.c's token file header: 256 int32 words, then the ids.
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int TokenBytes(TokenFormat f) {
+  switch (f) {
+    case TokenFormat::kU16: return 2;
+    case TokenFormat::kU32: return 4;
+    default: return 1;
+  }
+}
+
+}  // namespace
+
+struct TokenSource::Mapping {
+  void* addr = nullptr;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (addr != nullptr) munmap(addr, bytes);
+  }
+};
+
+uint64_t Mix64(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t h = SplitMix64(a ^ 0x6a09e667f3bcc908ULL);
+  h = SplitMix64(h ^ b);
+  return SplitMix64(h ^ SplitMix64(c + 0xbb67ae8584caa73bULL));
+}
+
+const char* TokenFormatName(TokenFormat f) {
+  switch (f) {
+    case TokenFormat::kAuto: return "auto";
+    case TokenFormat::kU16: return "u16";
+    case TokenFormat::kU32: return "u32";
+    case TokenFormat::kText: return "text";
+    case TokenFormat::kSynthetic: return "synthetic";
+  }
+  return "?";
+}
+
+Result<TokenFormat> ParseTokenFormat(const std::string& name) {
+  for (TokenFormat f : {TokenFormat::kAuto, TokenFormat::kU16, TokenFormat::kU32,
+                        TokenFormat::kText, TokenFormat::kSynthetic}) {
+    if (name == TokenFormatName(f)) return f;
+  }
+  return Status::Usage("unknown data format '" + name +
+                       "' (known: auto, u16, u32, text, synthetic)");
+}
+
+Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat format) {
+  if (format == TokenFormat::kSynthetic) {
+    return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
+  }
+  if (format == TokenFormat::kAuto) {
+    format = EndsWith(path, ".bin")   ? TokenFormat::kU16
+             : EndsWith(path, ".u32") ? TokenFormat::kU32
+                                      : TokenFormat::kText;
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Status::NoInput(path + ": cannot stat: " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::NoInput(path + ": not a regular file");
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  if (bytes == 0) {
+    ::close(fd);
+    return Status::DataErr(path + ": empty data file");
+  }
+  void* addr = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (addr == MAP_FAILED) {
+    return Status::NoInput(path + ": cannot map: " + std::strerror(map_errno));
+  }
+  auto map = std::make_shared<Mapping>();
+  map->addr = addr;
+  map->bytes = bytes;
+
+  TokenSource src;
+  src.path_ = path;
+  src.map_ = map;
+  const auto* base = static_cast<const unsigned char*>(addr);
+  size_t offset = 0;
+  size_t payload = bytes;
+
+  int32_t header[3] = {0, 0, 0};
+  if (format == TokenFormat::kU16 && bytes >= kLlmcHeaderBytes) {
+    std::memcpy(header, base, sizeof(header));
+  }
+  if (header[0] == kLlmcMagic) {
+    if (header[1] != 1 && header[1] != 2) {
+      return Status::DataErr(path + ": llm.c token file version " + std::to_string(header[1]) +
+                             " is not supported (1 = uint16, 2 = uint32)");
+    }
+    format = header[1] == 1 ? TokenFormat::kU16 : TokenFormat::kU32;
+    offset = kLlmcHeaderBytes;
+    payload = bytes - kLlmcHeaderBytes;
+    const uint64_t declared = static_cast<uint32_t>(header[2]);
+    if (declared * TokenBytes(format) != payload) {
+      return Status::DataErr(path + ": llm.c header declares " + std::to_string(declared) +
+                             " tokens but the file holds " + std::to_string(payload) +
+                             " bytes of tokens (truncated?)");
+    }
+  }
+  src.format_ = format;
+  const int width = TokenBytes(format);
+  if (payload % width != 0) {
+    return Status::DataErr(path + ": size " + std::to_string(payload) +
+                           " bytes is not a multiple of " + std::to_string(width) + " (" +
+                           TokenFormatName(format) + " tokens; truncated?)");
+  }
+  src.tokens_ = base + offset;
+  src.size_ = payload / width;
+  if (src.size_ == 0) return Status::DataErr(path + ": no tokens");
+
+  // Largest id, once, so a model with too small a vocabulary can be refused.
+  uint64_t max_id = 0;
+  if (format == TokenFormat::kU16) {
+    for (size_t i = 0; i < src.size_; ++i) {
+      uint16_t v;
+      std::memcpy(&v, src.tokens_ + 2 * i, 2);
+      max_id = std::max<uint64_t>(max_id, v);
+    }
+  } else if (format == TokenFormat::kU32) {
+    for (size_t i = 0; i < src.size_; ++i) {
+      uint32_t v;
+      std::memcpy(&v, src.tokens_ + 4 * i, 4);
+      max_id = std::max<uint64_t>(max_id, v);
+    }
+    if (max_id > 0x7fffffffULL) {
+      return Status::DataErr(path + ": token id " + std::to_string(max_id) + " is out of range");
+    }
+  } else {
+    for (size_t i = 0; i < src.size_; ++i) max_id = std::max<uint64_t>(max_id, src.tokens_[i]);
+  }
+  src.max_token_ = static_cast<int>(max_id);
+  return src;
+}
+
+TokenSource TokenSource::Synthetic(int vocab_size, uint64_t seed, size_t size) {
+  assert(vocab_size > 0 && size >= 2);
+  TokenSource src;
+  src.format_ = TokenFormat::kSynthetic;
+  src.path_ = "synthetic";
+  src.size_ = size;
+  src.max_token_ = vocab_size - 1;
+  src.synthetic_seed_ = seed;
+  src.synthetic_vocab_ = vocab_size;
+  return src;
+}
+
+Status TokenSource::Check(int seq_len, int vocab_size) const {
+  if (seq_len <= 0 || size_ < static_cast<size_t>(seq_len) + 1) {
+    return Status::DataErr(path_ + ": " + std::to_string(size_) +
+                           " tokens is too short for sequences of " + std::to_string(seq_len) +
+                           " (needs at least " + std::to_string(seq_len + 1) + ")");
+  }
+  if (max_token_ >= vocab_size) {
+    return Status::DataErr(path_ + ": token id " + std::to_string(max_token_) +
+                           " does not fit the model's vocabulary of " +
+                           std::to_string(vocab_size));
+  }
+  return Status::Ok();
+}
+
+int64_t TokenSource::at(size_t p) const {
+  assert(p < size_);
+  switch (format_) {
+    case TokenFormat::kU16: {
+      uint16_t v;
+      std::memcpy(&v, tokens_ + 2 * p, 2);
+      return v;
+    }
+    case TokenFormat::kU32: {
+      uint32_t v;
+      std::memcpy(&v, tokens_ + 4 * p, 4);
+      return v;
+    }
+    case TokenFormat::kSynthetic:
+      return static_cast<int64_t>(Mix64(synthetic_seed_, p) %
+                                  static_cast<uint64_t>(synthetic_vocab_));
+    default:
+      return tokens_[p];
+  }
+}
+
+size_t TokenSource::Offset(uint64_t seed, uint64_t step, uint64_t sample_index,
+                           int seq_len) const {
+  assert(seq_len > 0 && size_ >= static_cast<size_t>(seq_len) + 1);
+  const uint64_t windows = size_ - static_cast<size_t>(seq_len);  // starts 0..size-seq_len-1
+  return static_cast<size_t>(Mix64(seed, step, sample_index) % windows);
+}
+
+void TokenSource::Sample(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len,
+                         int64_t* x, int64_t* y) const {
+  const size_t off = Offset(seed, step, sample_index, seq_len);
+  int64_t prev = at(off);
+  for (int i = 0; i < seq_len; ++i) {
+    const int64_t next = at(off + i + 1);
+    x[i] = prev;
+    y[i] = next;
+    prev = next;
+  }
+}
+
+}  // namespace ob::model

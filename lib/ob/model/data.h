@@ -1,0 +1,90 @@
+// TokenSource: the training data, a read-only sequence of token ids sampled
+// deterministically (SPEC §2). Torch-free.
+//
+// Formats:
+//   kU16       flat little-endian uint16 ids (nanoGPT's train.bin), or llm.c's
+//              .bin: a 256 x int32 header (magic 20240520, version 1 = uint16,
+//              version 2 = uint32, token count) followed by the ids.
+//   kU32       flat little-endian uint32 ids.
+//   kText      any file, read as bytes (vocabulary 256).
+//   kSynthetic no file: token p is a hash of (seed, p) in [0, vocab).
+//   kAuto      kU16 for ".bin", kU32 for ".u32", kText otherwise.
+//
+// Sampling: sample i of global step k starts at an offset chosen by a 64-bit
+// mix of (seed, k, i) alone, so the same sample is drawn whatever the number
+// of pipelines, micro-batch split or restarts.
+//
+// Ownership: the file is mmapped read-only; copies of a TokenSource share the
+// mapping, which is released with the last copy. Thread-safety: const methods
+// may be called concurrently. Failure: Open returns kNoInput for a missing or
+// unreadable file and kDataErr (naming the file) for an empty, truncated or
+// malformed one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ob/status.h"
+
+namespace ob::model {
+
+enum class TokenFormat { kAuto, kU16, kU32, kText, kSynthetic };
+
+// "auto", "u16", "u32", "text", "synthetic".
+const char* TokenFormatName(TokenFormat f);
+// Parses the names above; kUsage on anything else.
+Result<TokenFormat> ParseTokenFormat(const std::string& name);
+
+class TokenSource {
+ public:
+  // Maps `path`. kUsage for format kSynthetic (use Synthetic below).
+  static Result<TokenSource> Open(const std::string& path,
+                                  TokenFormat format = TokenFormat::kAuto);
+  // A file-less source of `size` pseudo-random tokens in [0, vocab_size).
+  // REQUIRES: vocab_size > 0, size >= 2.
+  static TokenSource Synthetic(int vocab_size, uint64_t seed,
+                               size_t size = size_t{1} << 30);
+
+  // Checks that windows of seq_len + 1 tokens fit and that every id is below
+  // vocab_size: kDataErr naming the file otherwise.
+  Status Check(int seq_len, int vocab_size) const;
+
+  // Writes x = tokens[off, off+seq_len) and y = tokens[off+1, off+seq_len+1),
+  // off = a hash of (seed, step, sample_index). REQUIRES: seq_len + 1 <= size().
+  void Sample(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len,
+              int64_t* x, int64_t* y) const;
+
+  // The window start Sample uses (exposed for tests and data-position logs).
+  size_t Offset(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len) const;
+
+  // Token at position p. REQUIRES: p < size().
+  int64_t at(size_t p) const;
+
+  size_t size() const { return size_; }
+  // Largest id present (computed once at open); vocab_size - 1 for synthetic.
+  int max_token() const { return max_token_; }
+  TokenFormat format() const { return format_; }
+  // The file, or "synthetic".
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Mapping;
+  TokenSource() = default;
+
+  std::shared_ptr<const Mapping> map_;
+  const unsigned char* tokens_ = nullptr;  // first token, inside map_
+  size_t size_ = 0;                         // number of tokens
+  int max_token_ = 0;
+  TokenFormat format_ = TokenFormat::kText;
+  std::string path_;
+  uint64_t synthetic_seed_ = 0;
+  int synthetic_vocab_ = 0;
+};
+
+// A strong 64-bit mix of up to three values (splitmix64 chained); used for
+// data offsets and per-layer initialisation seeds.
+uint64_t Mix64(uint64_t a, uint64_t b = 0, uint64_t c = 0);
+
+}  // namespace ob::model

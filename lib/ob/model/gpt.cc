@@ -1,0 +1,173 @@
+// GPT planner layers: embed, pre-LN blocks, tied head (see gpt.h for shapes).
+#include "ob/model/gpt.h"
+
+#include <cassert>
+#include <cmath>
+#include <unordered_set>
+
+#include "ob/model/data.h"
+#include "ob/torch_compat.h"
+
+namespace ob::model {
+namespace {
+
+// GPT-2's initialisation scale for weights.
+constexpr double kInitStd = 0.02;
+
+// Layer i's own generator: initialisation does not depend on the stage layout.
+at::Generator LayerGenerator(uint64_t seed, int global_index) {
+  return compat::MakeCpuGenerator(Mix64(seed, static_cast<uint64_t>(global_index)));
+}
+
+void InitNormal(const torch::Tensor& w, double std, at::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  w.normal_(0.0, std, gen);
+}
+
+void InitLinear(const torch::nn::Linear& l, double std, at::Generator& gen) {
+  InitNormal(l->weight, std, gen);
+  torch::NoGradGuard no_grad;
+  l->bias.zero_();
+}
+
+// The token table [V,h], drawn first from layer 0's stream by both the embed
+// and a stand-alone head, so the two copies start equal.
+void InitTokenTable(const torch::Tensor& w, at::Generator& gen) { InitNormal(w, kInitStd, gen); }
+
+}  // namespace
+
+EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed)
+    : PlannerLayerImpl(pb::LAYER_EMBED, 0, "embed") {
+  wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg.n_positions, cfg.n_embd));
+  auto gen = LayerGenerator(seed, 0);
+  InitTokenTable(wte->weight, gen);
+  InitNormal(wpe->weight, kInitStd, gen);
+}
+
+torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Tensor&) {
+  const int64_t t = ids.size(1);
+  auto pos = torch::arange(t, ids.options().dtype(torch::kLong));
+  return wte->forward(ids) + wpe->forward(pos).unsqueeze(0);  // [b,t,h]
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head) : n_head(n_head) {
+  c_attn = register_module("c_attn", torch::nn::Linear(n_embd, 3 * n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(n_embd, n_embd));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1), h = x.size(2);
+  const int64_t d = h / n_head;
+  auto qkv = c_attn->forward(x).split(h, /*dim=*/2);  // 3 x [b,t,h]
+  auto heads = [&](const torch::Tensor& z) { return z.view({b, t, n_head, d}).transpose(1, 2); };
+  auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));  // [b,a,t,d]
+  return c_proj->forward(y.transpose(1, 2).contiguous().view({b, t, h}));
+}
+
+MlpImpl::MlpImpl(int n_embd) {
+  c_fc = register_module("c_fc", torch::nn::Linear(n_embd, 4 * n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * n_embd, n_embd));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return c_proj->forward(at::gelu(c_fc->forward(x), "tanh"));
+}
+
+BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed)
+    : PlannerLayerImpl(pb::LAYER_BLOCK, block + 1, "block." + std::to_string(block)) {
+  const int64_t h = cfg.n_embd;
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+  attn = register_module("attn", CausalSelfAttention(cfg.n_embd, cfg.n_head));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+  mlp = register_module("mlp", Mlp(cfg.n_embd));
+  // Residual projections are scaled down by sqrt(2L) (GPT-2 paper, §2.3).
+  const double residual_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
+  auto gen = LayerGenerator(seed, index());
+  InitLinear(attn->c_attn, kInitStd, gen);
+  InitLinear(attn->c_proj, residual_std, gen);
+  InitLinear(mlp->c_fc, kInitStd, gen);
+  InitLinear(mlp->c_proj, residual_std, gen);
+}
+
+torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
+  auto y = x + attn->forward(ln_1->forward(x));
+  return y + mlp->forward(ln_2->forward(y));
+}
+
+LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {
+  weight = register_parameter("weight", torch::empty({vocab_size, n_embd}));
+}
+
+HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied)
+    : PlannerLayerImpl(pb::LAYER_HEAD, cfg.n_layer + 1, "head") {
+  const int64_t h = cfg.n_embd;
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+  if (tied.defined()) {
+    // Not registered: the stage already holds it as the embed's wte.weight.
+    lm_weight_ = std::move(tied);
+    tied_ = true;
+  } else {
+    lm_head = register_module("lm_head", LmHead(cfg.vocab_size, cfg.n_embd));
+    lm_weight_ = lm_head->weight;
+    auto gen = LayerGenerator(seed, 0);
+    InitTokenTable(lm_weight_, gen);
+  }
+}
+
+torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  auto logits = torch::matmul(ln_f->forward(x), lm_weight_.t());  // [b,t,V]
+  if (!targets.defined()) return logits;
+  const int64_t v = logits.size(-1);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
+}
+
+PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed) {
+  assert(global_index >= 0 && global_index < cfg.num_layers());
+  if (global_index == 0) return std::make_shared<EmbedLayerImpl>(cfg, seed);
+  if (global_index == cfg.num_layers() - 1) return std::make_shared<HeadLayerImpl>(cfg, seed);
+  return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed);
+}
+
+GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed)
+    : cfg_(cfg), first_(first), last_(last) {
+  assert(0 <= first && first <= last && last < cfg.num_layers());
+  for (int i = first; i <= last; ++i) {
+    PlannerLayer layer;
+    if (i == cfg.num_layers() - 1 && first == 0) {
+      auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_.front());
+      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table());
+    } else {
+      layer = MakeLayer(cfg, i, seed);
+    }
+    layers_.push_back(register_module(std::to_string(i), layer));
+  }
+}
+
+torch::Tensor GptStageImpl::forward(const torch::Tensor& input, const torch::Tensor& targets) {
+  torch::Tensor x = input;
+  for (auto& layer : layers_) x = layer->forward(x, targets);
+  return x;
+}
+
+std::vector<torch::Tensor> GptStageImpl::tied_weights() const {
+  std::vector<torch::Tensor> out;
+  if (has_embed()) {
+    out.push_back(std::static_pointer_cast<EmbedLayerImpl>(layers_.front())->token_table());
+  }
+  if (has_head() && !has_embed()) {
+    out.push_back(std::static_pointer_cast<HeadLayerImpl>(layers_.back())->lm_weight());
+  }
+  return out;
+}
+
+int64_t CountUniqueParameters(const torch::nn::Module& module) {
+  std::unordered_set<const void*> seen;
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) {
+    if (seen.insert(p.data_ptr()).second) n += p.numel();
+  }
+  return n;
+}
+
+}  // namespace ob::model

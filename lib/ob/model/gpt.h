@@ -1,0 +1,171 @@
+// The GPT (SPEC §2) as an ordered list of planner layers, each buildable alone:
+//
+//   global index 0          embed   ids [b,t] int64      -> x [b,t,h]
+//   global index 1..L       block   x [b,t,h]            -> x [b,t,h]   (block i-1)
+//   global index L+1        head    x [b,t,h], y [b,t]   -> scalar mean cross-entropy
+//
+// Pre-LN blocks (x + attn(ln_1(x)); x + mlp(ln_2(x))), tanh-GELU MLP, learned
+// positions, LM head tied to the token table.
+//
+// Initialisation is deterministic and independent of which other layers exist:
+// layer i draws from a CPU generator seeded with Mix64(seed, i) (GPT-2 init:
+// N(0, 0.02) weights, N(0, 0.02/sqrt(2L)) for residual projections, zero
+// biases, LayerNorm 1/0). A stand-alone head draws its LM weight from layer 0's
+// stream, so it equals the embed's token table. Modules are built on CPU; move
+// them with ->to(device) so CPU and CUDA start from the same weights.
+//
+// Parameter names (stable; checkpoints key on them), relative to a layer:
+//   embed: wte.weight [V,h], wpe.weight [s,h]
+//   block: ln_1.{weight,bias}, attn.c_attn.{weight,bias} [3h,h],[3h],
+//          attn.c_proj.{weight,bias}, ln_2.{weight,bias},
+//          mlp.c_fc.{weight,bias} [4h,h],[4h], mlp.c_proj.{weight,bias} [h,4h],[h]
+//          (Linear weights are [out, in], i.e. HF GPT-2's Conv1D transposed)
+//   head:  ln_f.{weight,bias}, lm_head.weight [V,h] -- the last only when the
+//          head does not share its stage with the embed; when it does, the tied
+//          tensor is registered once, as the embed's wte.weight.
+// A GptStage prefixes each with the layer's global index: "0.wte.weight",
+// "3.attn.c_attn.weight" (block 2), "13.ln_f.weight" (gpt2's head).
+//
+// Thread-safety: like any torch::nn::Module, not safe for concurrent mutation.
+// Failure: shape mismatches throw c10::Error (callers catch at their boundary).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ob/model.pb.h"
+#include "ob/model/config.h"
+
+namespace ob::model {
+
+// One planner layer. forward(input, targets): embed and blocks ignore targets;
+// the head returns the mean loss, or the logits [b,t,V] if targets is undefined.
+class PlannerLayerImpl : public torch::nn::Module {
+ public:
+  PlannerLayerImpl(pb::LayerKind kind, int index, std::string name)
+      : kind_(kind), index_(index), name_(std::move(name)) {}
+  virtual torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) = 0;
+
+  pb::LayerKind kind() const { return kind_; }
+  int index() const { return index_; }          // global index
+  const std::string& name() const { return name_; }  // "embed", "block.3", "head"
+
+ private:
+  pb::LayerKind kind_;
+  int index_;
+  std::string name_;
+};
+using PlannerLayer = std::shared_ptr<PlannerLayerImpl>;
+
+// Token + position embedding.
+class EmbedLayerImpl : public PlannerLayerImpl {
+ public:
+  EmbedLayerImpl(const GptConfig& cfg, uint64_t seed);
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets) override;
+  torch::Tensor token_table() const { return wte->weight; }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  CausalSelfAttentionImpl(int n_embd, int n_head);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int n_head;
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(int n_embd);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Transformer block `block` (0-based; global index block + 1).
+class BlockLayerImpl : public PlannerLayerImpl {
+ public:
+  BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets) override;
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+
+// Final LayerNorm + tied LM head + loss. With `tied` defined (the embed's
+// token table, same stage) the head uses that tensor and registers no
+// lm_head.weight of its own; otherwise it owns a copy initialised like it.
+// The LM head's own weight [V,h], a module so that it is named lm_head.weight.
+class LmHeadImpl : public torch::nn::Module {
+ public:
+  LmHeadImpl(int vocab_size, int n_embd);
+  torch::Tensor weight;
+};
+TORCH_MODULE(LmHead);
+
+class HeadLayerImpl : public PlannerLayerImpl {
+ public:
+  HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied = {});
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets) override;
+  // The LM weight [V,h]: the stage's own copy, or the tied embed table.
+  torch::Tensor lm_weight() const { return lm_weight_; }
+  bool tied() const { return tied_; }
+
+  torch::nn::LayerNorm ln_f{nullptr};
+  LmHead lm_head{nullptr};  // null when tied
+
+ private:
+  torch::Tensor lm_weight_;
+  bool tied_ = false;
+};
+
+// Builds planner layer `global_index` (0 .. cfg.num_layers()-1) alone.
+// REQUIRES: cfg.Validate().ok(), 0 <= global_index < cfg.num_layers().
+PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed);
+
+// The layers [first, last] (global indices, inclusive) a pipeline stage owns,
+// run in order. When it holds both embed and head they share one LM tensor.
+// Submodules are registered under their global index ("0", "1", ...), so
+// named_parameters() yields "<global index>.<layer parameter name>".
+class GptStageImpl : public torch::nn::Module {
+ public:
+  // REQUIRES: 0 <= first <= last < cfg.num_layers().
+  GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed);
+
+  // input: ids [b,t] if the stage holds the embed, else activations [b,t,h].
+  // Returns activations [b,t,h], or the scalar loss if it holds the head
+  // (logits [b,t,V] if targets is undefined).
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets = {});
+
+  int first() const { return first_; }
+  int last() const { return last_; }
+  const std::vector<PlannerLayer>& layers() const { return layers_; }
+  // REQUIRES: first() <= global_index <= last().
+  const PlannerLayer& layer(int global_index) const { return layers_[global_index - first_]; }
+  bool has_embed() const { return first_ == 0; }
+  bool has_head() const { return last_ == cfg_.num_layers() - 1; }
+  // The LM weights whose gradients a pipeline sums between first and last
+  // stage (SPEC §2): the embed's wte.weight and/or the head's lm_head.weight.
+  std::vector<torch::Tensor> tied_weights() const;
+  const GptConfig& config() const { return cfg_; }
+
+ private:
+  GptConfig cfg_;
+  int first_, last_;
+  std::vector<PlannerLayer> layers_;
+};
+TORCH_MODULE(GptStage);
+
+// Parameters counted once per distinct storage (tied weights count once).
+int64_t CountUniqueParameters(const torch::nn::Module& module);
+
+}  // namespace ob::model

@@ -1,0 +1,66 @@
+// Single-process reference training (SPEC §2): the whole GPT as one GptStage,
+// AdamW, global-norm clipping, warm-up + cosine learning rate, gradient
+// accumulation over micro-batches. Pipeline and data-parallel runs are
+// checked against these loss curves, so every choice here (sample order, loss
+// scaling, schedule) is the definition the distributed runtime must match.
+//
+// Thread-safety: train_steps uses only its own model and optimizer (LibTorch's
+// intra-op thread pool aside). Failure: data that does not fit the model is
+// kDataErr; LibTorch errors are caught and returned as kSoftware.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/model/data.h"
+#include "ob/status.h"
+
+namespace ob::model {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // global L2 norm before clipping
+  double lr = 0;         // learning rate used for this step
+  double seconds = 0;    // wall time of the step
+};
+
+struct TrainOptions {
+  int64_t steps = 10;
+  int global_batch = 8;    // samples per optimizer step
+  int microbatch = 8;      // samples per forward/backward; REQUIRES divides global_batch
+  int seq_len = 0;         // 0: cfg.n_positions
+  double lr = 1e-3;        // peak learning rate
+  double min_lr = 0.0;     // floor of the cosine decay
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;  // on >= 2-D weights only
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // <= 0: no clipping (the norm is still reported)
+  uint64_t seed = 0;       // model initialisation and data sampling
+  torch::Device device = torch::kCPU;
+  std::function<void(const StepRecord&)> on_step;  // optional progress callback
+};
+
+// Learning rate at `step` (0-based): linear warm-up to opts.lr over
+// warmup_steps, then cosine decay to min_lr at opts.steps.
+double LearningRate(const TrainOptions& opts, int64_t step);
+
+// Samples [first, first + count) of global step `step`: {x, y}, each [count,
+// seq_len] int64 on CPU. REQUIRES: data.Check(seq_len, ...) ok.
+std::pair<torch::Tensor, torch::Tensor> MakeBatch(const TokenSource& data, uint64_t seed,
+                                                  int64_t step, int64_t first, int64_t count,
+                                                  int seq_len);
+
+// Trains a fresh model (GptStage [0, L+1] seeded with opts.seed) for
+// opts.steps steps; step k uses samples (seed, k, i), i in [0, global_batch).
+Result<std::vector<StepRecord>> train_steps(const GptConfig& cfg, const TokenSource& data,
+                                            const TrainOptions& opts);
+
+}  // namespace ob::model

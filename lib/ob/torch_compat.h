@@ -1,0 +1,79 @@
+// torch_compat: the one place where ob's code differs between the LibTorch
+// versions it builds against (Debian's 1.13 CPU build and 2.x with CUDA).
+// Everything else calls these shims and stays version-free. Add a shim here,
+// with the version test in torch_compat.cc, rather than #if-ing elsewhere.
+//
+// Thread-safety: stateless functions. Failure: LibTorch exceptions
+// (c10::Error) propagate to the caller, which catches them at its boundary.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <string>
+
+#define OB_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||     \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if OB_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+namespace ob::compat {
+
+// Causal scaled-dot-product attention: softmax(QK^T / sqrt(d) + mask) V with
+// the upper triangle masked. q, k, v: [b, a, t, d]; returns [b, a, t, d].
+// Fused (at::scaled_dot_product_attention) on LibTorch >= 2.0.
+torch::Tensor CausalSelfAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v);
+
+// The LibTorch version compiled against, e.g. "1.13.0".
+std::string TorchVersion();
+
+// A CPU random generator seeded with `seed`, for deterministic initialisation.
+at::Generator MakeCpuGenerator(uint64_t seed);
+
+// --- c10d ------------------------------------------------------------------
+// What a Gloo/NCCL group object is: c10d::Backend since 2.0, ProcessGroup before.
+#if OB_TORCH_AT_LEAST(2, 0)
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
+// An in-memory store for groups whose ranks are threads of this process.
+c10::intrusive_ptr<c10d::Store> MakeHashStore();
+
+// A communication group: Gloo over loopback for CPU tensors, NCCL for CUDA
+// (REQUIRES: a CUDA build). Blocks until all `size` ranks joined via `store`.
+c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                             int size, const torch::Device& device,
+                                             std::chrono::milliseconds timeout);
+
+// --- devices -----------------------------------------------------------------
+// Waits for queued work on `device` (no-op on CPU).
+void Synchronize(const torch::Device& device);
+int CudaDeviceCount();                  // 0 in a CPU build
+int64_t CudaAllocatedBytes(int device); // live bytes of the caching allocator
+uint64_t CudaTotalMemory(int device);
+std::string CudaDeviceName(int device);
+
+// Scoped bf16 autocast on CUDA; does nothing when !enable or on CPU.
+class AutocastGuard {
+ public:
+  AutocastGuard(const torch::Device& device, bool enable);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kHalf;
+};
+
+}  // namespace ob::compat

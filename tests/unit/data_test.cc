@@ -1,0 +1,215 @@
+// TokenSource: token file formats, deterministic sampling, bad files.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ob/model/data.h"
+
+using ob::Code;
+using ob::model::TokenFormat;
+using ob::model::TokenSource;
+
+namespace {
+
+struct TempData {
+  std::string path;
+  TempData(const std::string& name, const void* bytes, size_t n) {
+    path = "/tmp/ob_data_test_" + std::to_string(getpid()) + "_" + name;
+    std::ofstream out(path, std::ios::binary);
+    out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  }
+  ~TempData() { std::remove(path.c_str()); }
+};
+
+template <typename T>
+std::vector<T> Ramp(size_t n, T mod) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>((i * 7 + 3) % mod);
+  return v;
+}
+
+// Every window must be a contiguous slice of the source, y shifted by one.
+void CheckWindow(const TokenSource& src, uint64_t seed, uint64_t step, uint64_t i, int s) {
+  std::vector<int64_t> x(s), y(s);
+  src.Sample(seed, step, i, s, x.data(), y.data());
+  const size_t off = src.Offset(seed, step, i, s);
+  REQUIRE(off + s < src.size());
+  for (int j = 0; j < s; ++j) {
+    CHECK(x[j] == src.at(off + j));
+    CHECK(y[j] == src.at(off + j + 1));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("u16 u32 and text files round trip", "[data]") {
+  auto u16 = Ramp<uint16_t>(1000, 50257);
+  u16[500] = 50256;
+  TempData f16("tokens.bin", u16.data(), u16.size() * 2);
+  auto a = TokenSource::Open(f16.path);
+  REQUIRE(a.ok());
+  CHECK(a->format() == TokenFormat::kU16);
+  REQUIRE(a->size() == 1000);
+  for (size_t i = 0; i < u16.size(); ++i) REQUIRE(a->at(i) == u16[i]);
+  CHECK(a->max_token() == 50256);
+  CheckWindow(*a, 1, 2, 3, 16);
+
+  auto u32 = Ramp<uint32_t>(300, 100000);
+  TempData f32("tokens.u32", u32.data(), u32.size() * 4);
+  auto b = TokenSource::Open(f32.path);
+  REQUIRE(b.ok());
+  CHECK(b->format() == TokenFormat::kU32);
+  REQUIRE(b->size() == 300);
+  for (size_t i = 0; i < u32.size(); ++i) REQUIRE(b->at(i) == u32[i]);
+  CHECK(b->max_token() == 299 * 7 + 3);
+  CheckWindow(*b, 9, 0, 0, 8);
+
+  const std::string text = "the quick brown fox jumps over the lazy dog\n";
+  TempData ft("notes.txt", text.data(), text.size());
+  auto c = TokenSource::Open(ft.path);
+  REQUIRE(c.ok());
+  CHECK(c->format() == TokenFormat::kText);
+  REQUIRE(c->size() == text.size());
+  CHECK(c->at(4) == 'q');
+  CHECK(c->max_token() == 'z');
+  CheckWindow(*c, 0, 5, 1, 10);
+  CHECK(c->Check(10, 256).ok());
+
+  // A .bin can be forced to text: two bytes per uint16.
+  auto d = TokenSource::Open(f16.path, TokenFormat::kText);
+  REQUIRE(d.ok());
+  CHECK(d->size() == 2000);
+}
+
+TEST_CASE("llm.c token files with a header are read", "[data]") {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 100;
+  auto toks = Ramp<uint16_t>(100, 1000);
+  std::vector<char> bytes(1024 + 200);
+  std::memcpy(bytes.data(), header.data(), 1024);
+  std::memcpy(bytes.data() + 1024, toks.data(), 200);
+  TempData f("llmc_train.bin", bytes.data(), bytes.size());
+  auto s = TokenSource::Open(f.path);
+  REQUIRE(s.ok());
+  REQUIRE(s->size() == 100);
+  for (size_t i = 0; i < toks.size(); ++i) REQUIRE(s->at(i) == toks[i]);
+
+  // Declared count disagrees with the payload: truncated.
+  TempData cut("llmc_cut.bin", bytes.data(), bytes.size() - 20);
+  auto t = TokenSource::Open(cut.path);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.status().code() == Code::kDataErr);
+  CHECK(t.status().message().find(cut.path) != std::string::npos);
+}
+
+TEST_CASE("sampling depends only on seed and step and sample index", "[data]") {
+  auto toks = Ramp<uint16_t>(5000, 65521);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint16_t>(i);  // unique ids
+  TempData f("det.bin", toks.data(), toks.size() * 2);
+  auto a = TokenSource::Open(f.path);
+  auto b = TokenSource::Open(f.path);  // an independent open sees the same windows
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const int s = 32;
+  std::vector<int64_t> x1(s), y1(s), x2(s), y2(s);
+  a->Sample(7, 3, 5, s, x1.data(), y1.data());
+  b->Sample(7, 3, 5, s, x2.data(), y2.data());
+  CHECK(x1 == x2);
+  CHECK(y1 == y2);
+
+  // Changing any one of seed, step, index moves the window.
+  std::set<size_t> offsets;
+  for (uint64_t seed : {0, 1}) {
+    for (uint64_t step : {0, 1, 2}) {
+      for (uint64_t i : {0, 1, 2, 3}) offsets.insert(a->Offset(seed, step, i, s));
+    }
+  }
+  CHECK(offsets.size() >= 23);  // 24 draws over 4968 windows: at most a rare collision
+
+  // Windows stay in range for every start and cover the file.
+  size_t lo = toks.size(), hi = 0;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const size_t off = a->Offset(1, 0, i, s);
+    REQUIRE(off + s < a->size());
+    lo = std::min(lo, off);
+    hi = std::max(hi, off);
+  }
+  CHECK(lo < 100);
+  CHECK(hi > toks.size() - s - 100);
+}
+
+TEST_CASE("synthetic tokens are seeded and within the vocabulary", "[data]") {
+  auto a = TokenSource::Synthetic(50, 11);
+  auto b = TokenSource::Synthetic(50, 11);
+  auto c = TokenSource::Synthetic(50, 12);
+  CHECK(a.format() == TokenFormat::kSynthetic);
+  CHECK(a.max_token() == 49);
+  CHECK(a.Check(1024, 50).ok());
+  const int s = 64;
+  std::vector<int64_t> xa(s), ya(s), xb(s), yb(s), xc(s), yc(s);
+  a.Sample(0, 4, 2, s, xa.data(), ya.data());
+  b.Sample(0, 4, 2, s, xb.data(), yb.data());
+  c.Sample(0, 4, 2, s, xc.data(), yc.data());
+  CHECK(xa == xb);
+  CHECK(xa != xc);
+  std::set<int64_t> seen;
+  for (int j = 0; j < s; ++j) {
+    CHECK(xa[j] >= 0);
+    CHECK(xa[j] < 50);
+    if (j + 1 < s) CHECK(ya[j] == xa[j + 1]);
+    seen.insert(xa[j]);
+  }
+  CHECK(seen.size() > 20);
+}
+
+TEST_CASE("missing or empty or odd or short data files are rejected naming the file", "[data]") {
+  auto missing = TokenSource::Open("/nonexistent/train.bin");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == Code::kNoInput);
+  CHECK(missing.status().message().find("/nonexistent/train.bin") != std::string::npos);
+
+  TempData empty("empty.txt", "", 0);
+  auto e = TokenSource::Open(empty.path);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().code() == Code::kDataErr);
+  CHECK(e.status().message().find(empty.path) != std::string::npos);
+
+  const char odd[] = {1, 0, 2, 0, 3};
+  TempData o("odd.bin", odd, sizeof(odd));
+  auto r = TokenSource::Open(o.path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kDataErr);
+  CHECK(r.status().message().find(o.path) != std::string::npos);
+
+  const char six[] = {1, 0, 0, 0, 2, 0};
+  TempData q("six.u32", six, sizeof(six));  // not a multiple of 4
+  CHECK(TokenSource::Open(q.path).status().code() == Code::kDataErr);
+
+  const std::string text = "short";
+  TempData sh("short.txt", text.data(), text.size());
+  auto s = TokenSource::Open(sh.path);
+  REQUIRE(s.ok());
+  CHECK(s->Check(4, 256).ok());
+  const auto too_short = s->Check(5, 256);  // needs 6 tokens
+  CHECK(too_short.code() == Code::kDataErr);
+  CHECK(too_short.message().find(sh.path) != std::string::npos);
+  // Vocabulary too small for the ids present.
+  const auto small_vocab = s->Check(4, 100);  // 't' = 116
+  CHECK(small_vocab.code() == Code::kDataErr);
+  CHECK(small_vocab.message().find("116") != std::string::npos);
+}
+
+TEST_CASE("data format names parse", "[data]") {
+  CHECK(*ob::model::ParseTokenFormat("u16") == TokenFormat::kU16);
+  CHECK(*ob::model::ParseTokenFormat("synthetic") == TokenFormat::kSynthetic);
+  CHECK(ob::model::ParseTokenFormat("utf8").status().code() == Code::kUsage);
+}
