@@ -1,0 +1,147 @@
+#include "ob/profile/analytic.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ob/build_info.h"
+#include "ob/io/message.h"
+
+namespace ob::profile {
+namespace {
+
+constexpr double kRingStepLatency = 5e-6;  // seconds per ring step (NVLink, NCCL)
+
+std::string LayerName(pb::LayerKind kind, int index) {
+  switch (kind) {
+    case pb::LAYER_EMBED: return "embed";
+    case pb::LAYER_HEAD: return "head";
+    default: return "block." + std::to_string(index - 1);
+  }
+}
+
+}  // namespace
+
+double TrainingFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len) {
+  const double h = c.n_embd, V = c.vocab_size;
+  switch (kind) {
+    case pb::LAYER_EMBED: return 0.0;
+    case pb::LAYER_BLOCK: return 6.0 * static_cast<double>(model::BlockParams(c)) + 12.0 * h * seq_len;
+    case pb::LAYER_HEAD: return 6.0 * (V * h + 2.0 * h);
+    default: return 0.0;
+  }
+}
+
+uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, int s,
+                         int elem_bytes, bool fused_attention) {
+  const uint64_t sbh = static_cast<uint64_t>(s) * b * c.n_embd;
+  switch (kind) {
+    case pb::LAYER_EMBED: return static_cast<uint64_t>(s) * b * 8;
+    case pb::LAYER_BLOCK: {
+      // SPEC §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
+      double per = 34.0 + (fused_attention ? 0.0 : 5.0 * c.n_head * s / static_cast<double>(c.n_embd));
+      return static_cast<uint64_t>(static_cast<double>(sbh) * per * elem_bytes / 2.0);
+    }
+    case pb::LAYER_HEAD:
+      return sbh * elem_bytes + static_cast<uint64_t>(s) * b * c.vocab_size * 4;
+    default: return 0;
+  }
+}
+
+double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps) {
+  if (group <= 1) return 0.0;
+  const double d = group;
+  return 2.0 * (d - 1) / d * static_cast<double>(bytes) / (bus_gbps * 1e9) +
+         2.0 * (d - 1) * kRingStepLatency;
+}
+
+Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOptions& o) {
+  OB_RETURN_IF_ERROR(c.Validate());
+  const GpuSpec& g = o.gpu;
+  if (!(g.peak_tflops > 0)) return Status::Config("--peak-tflops must be positive");
+  if (g.memory_bytes == 0) return Status::Config("--mem-gib must be positive");
+  if (!(g.efficiency > 0 && g.efficiency <= 1)) return Status::Config("--efficiency must be in (0, 1]");
+  if (!(g.memory_gbps > 0) || !(g.allreduce_gbps > 0))
+    return Status::Config("GPU '" + g.name + "' lacks memory or all-reduce bandwidth");
+  const int s = o.seq_len > 0 ? o.seq_len : c.n_positions;
+  if (s > c.n_positions)
+    return Status::Config("--seq-len " + std::to_string(s) + " exceeds the model's context " +
+                          std::to_string(c.n_positions));
+  const int e = o.fp32 ? 4 : 2;                   // bytes per weight/activation element
+  const int opt_bytes_per_param = o.fp32 ? 8 : 12;
+  const int max_group = o.max_group > 0 ? o.max_group : g.gpus_per_node;
+  const double flops_per_s = g.peak_tflops * 1e12 * g.efficiency;
+  const double bytes_per_s = g.memory_gbps * 1e9;
+
+  pb::Profile p;
+  p.set_mode(pb::PROFILE_ANALYTIC);
+  *p.mutable_model() = c.ToProto();
+  auto* dev = p.mutable_device();
+  dev->set_kind(g.name);
+  dev->set_name(g.description);
+  dev->set_peak_tflops(g.peak_tflops);
+  dev->set_memory_bytes(g.memory_bytes);
+  dev->set_efficiency(g.efficiency);
+  dev->set_devices_per_node(g.gpus_per_node);
+  dev->set_allreduce_gbps(g.allreduce_gbps);
+  p.set_dtype(o.fp32 ? "float32" : "bfloat16");
+  p.set_sequence_length(s);
+  for (int b : o.microbatches) {
+    if (b < 1) return Status::Config("micro-batch sizes must be positive");
+    p.add_microbatch_sizes(b);
+  }
+  p.set_fused_attention(o.fused_attention);
+  p.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  p.set_ob_version(OB_VERSION);
+
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const pb::LayerKind kind =
+        i == 0 ? pb::LAYER_EMBED : (i == c.num_layers() - 1 ? pb::LAYER_HEAD : pb::LAYER_BLOCK);
+    auto* l = p.add_layers();
+    l->set_index(i);
+    l->set_kind(kind);
+    l->set_name(LayerName(kind, i));
+    uint64_t params = 0, tied = 0;
+    switch (kind) {
+      case pb::LAYER_EMBED: params = model::EmbeddingParams(c); break;
+      case pb::LAYER_BLOCK: params = model::BlockParams(c); break;
+      default:
+        tied = static_cast<uint64_t>(c.vocab_size) * c.n_embd;
+        params = model::HeadOwnParams(c) + tied;
+    }
+    l->set_parameter_count(params);
+    l->set_tied_parameter_count(tied);
+    l->set_parameter_bytes(params * e);
+    l->set_gradient_bytes(params * e);
+    l->set_optimizer_state_bytes(params * opt_bytes_per_param);
+
+    for (int b : o.microbatches) {
+      const double tokens = static_cast<double>(b) * s;
+      const double flops = TrainingFlopsPerToken(c, kind, s) * tokens;
+      const uint64_t act = ActivationBytes(c, kind, b, s, e, o.fused_attention);
+      const uint64_t out = kind == pb::LAYER_HEAD ? 4 : static_cast<uint64_t>(tokens) * c.n_embd * e;
+      // Roofline: weights are read once per pass and activations written
+      // forward and read backward; embed is only that memory traffic.
+      const double fwd_bytes = static_cast<double>(params * e + act + out);
+      const double bwd_bytes = static_cast<double>(2 * params * e + act + out);
+      auto* cost = l->add_costs();
+      cost->set_microbatch(b);
+      cost->set_forward_flops(flops / 3.0);
+      cost->set_backward_flops(flops * 2.0 / 3.0);
+      cost->set_forward_seconds(std::max(flops / 3.0 / flops_per_s, fwd_bytes / bytes_per_s));
+      cost->set_backward_seconds(std::max(flops * 2.0 / 3.0 / flops_per_s, bwd_bytes / bytes_per_s));
+      cost->set_activation_bytes(act);
+      cost->set_output_bytes(out);
+    }
+    for (int d = 1; d <= max_group; d *= 2) {
+      auto* ar = l->add_allreduce();
+      ar->set_group_size(d);
+      ar->set_bytes(l->gradient_bytes());
+      ar->set_seconds(RingAllReduceSeconds(l->gradient_bytes(), d, g.allreduce_gbps));
+    }
+  }
+  return p;
+}
+
+}  // namespace ob::profile

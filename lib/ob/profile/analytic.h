@@ -1,0 +1,55 @@
+// Analytic layer costs from FLOPs and bytes (SPEC §8), for hardware we do not
+// have. Torch-free and pure: the same inputs always give the same Profile.
+//
+// Conventions, per planner layer and per micro-batch of b sequences of s
+// tokens (h hidden, a heads, V vocabulary, L blocks, e bytes per element of
+// the training dtype):
+//   block  params 12h²+13h; training FLOPs per token 6·(12h²+13h) + 12·h·s
+//          (the 6N rule plus attention), one third forward, two thirds backward;
+//          activations kept s·b·h·(34 + 5·a·s/h)·e/2 (the 5as/h term dropped
+//          with fused attention); output s·b·h·e.
+//   embed  params V·h + s·h; table lookups, no FLOPs: time is the bytes moved
+//          (gather forward, scatter-add backward) at HBM bandwidth; keeps the
+//          token ids (8 bytes each) for backward.
+//   head   params 2h (final LayerNorm) + the tied V·h weight it holds a copy of;
+//          FLOPs per token 6·(V·h + 2h); keeps its LayerNorm input and the fp32
+//          logits s·b·V·4; outputs the loss.
+// Summed, the FLOPs equal 6·N + 12·L·h·s of SPEC §8 less the 6·s·h of the
+// position table, which is a lookup. Model state is 16 bytes per parameter:
+// e weights + e gradients + 12 (fp32 master, two Adam moments) under bf16,
+// 4 + 4 + 8 under fp32. A layer's time is max(FLOPs / (peak·efficiency),
+// bytes / HBM bandwidth). Gradient all-reduce over a group of d GPUs is a
+// ring: 2(d−1)/d · bytes / bus bandwidth + 2(d−1) · 5 µs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/profile.pb.h"
+#include "ob/profile/gpus.h"
+
+namespace ob::profile {
+
+struct AnalyticOptions {
+  GpuSpec gpu;                       // peak, memory, bandwidths, efficiency
+  std::vector<int> microbatches{1};  // sequences per micro-batch
+  int seq_len = 0;                   // 0: the model's context length
+  bool fused_attention = false;      // drop the 5as/h activation term
+  bool fp32 = false;                 // fp32 training instead of bf16 mixed precision
+  int max_group = 0;                 // all-reduce group sizes up to this; 0: gpus_per_node
+};
+
+// Per-token training FLOPs of one planner layer (forward + backward).
+double TrainingFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len);
+// Activation bytes one layer keeps from forward to backward, per micro-batch.
+uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, int s,
+                         int elem_bytes, bool fused_attention);
+// Time of a ring all-reduce of `bytes` over `group` devices at `bus_gbps`.
+double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps);
+
+// The whole analytic profile. kConfig when the options are unusable
+// (non-positive peak, memory, efficiency outside (0, 1], micro-batch < 1).
+Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOptions& opts);
+
+}  // namespace ob::profile

@@ -1,0 +1,72 @@
+#include "ob/profile/collective.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "ob/torch_compat.h"
+
+namespace ob::profile {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kGroupTimeout = std::chrono::seconds(60);
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, int group_size,
+                                          const std::string& device, int warmup, int repeats) {
+  if (group_size < 1 || repeats < 1) return Status::Config("all-reduce: group size and repeats must be positive");
+  torch::Device dev(device);
+  if (dev.is_cuda() && group_size > compat::CudaDeviceCount())
+    return Status::Unavailable("all-reduce group of " + std::to_string(group_size) + " needs " +
+                               std::to_string(group_size) + " GPUs, this node has " +
+                               std::to_string(compat::CudaDeviceCount()));
+  auto store = compat::MakeHashStore();
+  std::vector<double> medians(bytes.size(), 0.0);  // written by rank 0 only
+  std::vector<std::string> errors(group_size);
+
+  auto rank_main = [&](int rank) {
+    try {
+      torch::Device rank_dev = dev.is_cuda() ? torch::Device(torch::kCUDA, rank) : dev;
+      auto pg = compat::MakeProcessGroup(store, rank, group_size, rank_dev, kGroupTimeout);
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes[i] / sizeof(float)));
+        std::vector<torch::Tensor> buf{torch::ones({n}, torch::TensorOptions().device(rank_dev))};
+        std::vector<double> samples;
+        for (int k = 0; k < warmup + repeats; ++k) {
+          pg->barrier()->wait();
+          compat::Synchronize(rank_dev);
+          auto t0 = Clock::now();
+          pg->allreduce(buf)->wait();
+          compat::Synchronize(rank_dev);
+          if (k >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        if (rank == 0) medians[i] = Median(samples);
+      }
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < group_size; ++r) ranks.emplace_back(rank_main, r);
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < group_size; ++r) {
+    if (!errors[r].empty()) {
+      std::string first = errors[r].substr(0, errors[r].find('\n'));
+      return Status::Unavailable("all-reduce group of " + std::to_string(group_size) +
+                                 " failed on rank " + std::to_string(r) + ": " + first);
+    }
+  }
+  return medians;
+}
+
+}  // namespace ob::profile

@@ -1,0 +1,58 @@
+#include "ob/profile/gpus.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ob::profile {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// Peak and bandwidth figures are the vendors' published dense numbers;
+// all-reduce bus bandwidths are what nccl-tests reach on 8-GPU NVLink nodes.
+const std::vector<GpuSpec>& Table() {
+  static const std::vector<GpuSpec> kGpus = {
+      {"v100", "NVIDIA V100 SXM2 32GB", 125, 32768 * kMiB, 900, 130, 0.40, 8},
+      {"a100-40gb", "NVIDIA A100 SXM4 40GB", 312, 40960 * kMiB, 1555, 230, 0.45, 8},
+      {"a100-80gb", "NVIDIA A100 SXM4 80GB", 312, 81920 * kMiB, 2039, 230, 0.45, 8},
+      {"l40s", "NVIDIA L40S 48GB", 362, 46068 * kMiB, 864, 24, 0.40, 8},
+      {"h100", "NVIDIA H100 SXM5 80GB", 989, 81559 * kMiB, 3350, 370, 0.40, 8},
+      {"h200", "NVIDIA H200 SXM 141GB", 989, 143771 * kMiB, 4800, 370, 0.40, 8},
+      {"b200", "NVIDIA B200 180GB", 2250, 183359 * kMiB, 8000, 700, 0.40, 8},
+  };
+  return kGpus;
+}
+
+struct Alias {
+  const char* alias;
+  const char* name;
+};
+constexpr Alias kAliases[] = {{"a100", "a100-80gb"}, {"h100-sxm", "h100"}, {"h200-sxm", "h200"}};
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> GpuNames() {
+  std::vector<std::string> names;
+  for (const auto& g : Table()) names.push_back(g.name);
+  for (const auto& a : kAliases) names.push_back(a.alias);
+  return names;
+}
+
+Result<GpuSpec> FindGpu(const std::string& name) {
+  std::string want = Lower(name);
+  for (const auto& a : kAliases)
+    if (want == a.alias) want = a.name;
+  for (const auto& g : Table())
+    if (g.name == want) return g;
+  std::string known;
+  for (const auto& n : GpuNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::Config("unknown GPU '" + name + "' (known: " + known +
+                        "; or give --peak-tflops and --mem-gib)");
+}
+
+}  // namespace ob::profile

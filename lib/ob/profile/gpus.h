@@ -1,0 +1,31 @@
+// Published figures of GPUs the analytic profile can model (SPEC §3).
+// Torch-free; the table is constant and safe to read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ob/status.h"
+
+namespace ob::profile {
+
+struct GpuSpec {
+  std::string name;             // canonical, e.g. "h100"
+  std::string description;      // e.g. "NVIDIA H100 SXM5 80GB"
+  double peak_tflops = 0;       // dense bf16/fp16 tensor-core peak
+  uint64_t memory_bytes = 0;    // device memory as the driver reports it
+  double memory_gbps = 0;       // HBM bandwidth, GB/s
+  double allreduce_gbps = 0;    // intra-node all-reduce bus bandwidth, GB/s (NVLink)
+  double efficiency = 0.45;     // default fraction of peak reached by real training
+  int gpus_per_node = 8;
+};
+
+// Names and aliases accepted by --gpu.
+std::vector<std::string> GpuNames();
+
+// Looks a GPU up by name or alias (case-insensitive); kConfig naming the
+// known GPUs when it is not in the table.
+Result<GpuSpec> FindGpu(const std::string& name);
+
+}  // namespace ob::profile

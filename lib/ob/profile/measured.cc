@@ -1,0 +1,276 @@
+// Shapes: embed takes token ids [b, s] (int64) and gives [b, s, h]; a block
+// maps [b, s, h] to [b, s, h]; the head takes [b, s, h] and targets [b, s]
+// and gives the scalar mean cross-entropy loss.
+#include "ob/profile/measured.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "ob/build_info.h"
+#include "ob/model/gpt.h"
+#include "ob/profile/analytic.h"
+#include "ob/profile/collective.h"
+#include "ob/torch_compat.h"
+
+namespace ob::profile {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Samples {
+  std::vector<double> v;
+  double Median() const {
+    auto s = v;
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  }
+  // (max − min) / median: how far the samples spread.
+  double Spread() const {
+    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    double m = Median();
+    return m > 0 ? (*hi - *lo) / m : 0.0;
+  }
+};
+
+// Bytes of memory currently in use on `dev`: the CUDA caching allocator's
+// count, or on CPU glibc's in-use heap (all arenas) plus mmapped blocks,
+// which is where LibTorch's CPU allocator gets its memory.
+int64_t InUseBytes(const torch::Device& dev) {
+  if (dev.is_cuda()) return compat::CudaAllocatedBytes(dev.index());
+  struct mallinfo2 mi = mallinfo2();
+  return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
+}
+
+uint64_t TensorBytes(const torch::Tensor& t) {
+  return static_cast<uint64_t>(t.numel()) * t.element_size();
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// "model name" from /proc/cpuinfo, or the machine type.
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  }
+  return "cpu";
+}
+
+struct LayerInputs {
+  torch::Tensor input;    // ids for embed, activations otherwise
+  torch::Tensor targets;  // ids (used by the head only)
+};
+
+LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int s,
+                       const torch::Device& dev) {
+  auto ids = torch::TensorOptions().dtype(torch::kInt64).device(dev);
+  LayerInputs in;
+  in.targets = torch::randint(c.vocab_size, {b, s}, ids);
+  if (kind == pb::LAYER_EMBED) {
+    in.input = torch::randint(c.vocab_size, {b, s}, ids);
+  } else {
+    in.input = torch::randn({b, s, c.n_embd}, torch::TensorOptions().device(dev)).requires_grad_(true);
+  }
+  return in;
+}
+
+// Runs warm-ups and timed repetitions of forward and backward of one layer at
+// one micro-batch size, and counts the bytes the forward leaves alive.
+pb::LayerCost MeasureCost(const model::GptConfig& c, model::PlannerLayer& layer, int b, int s,
+                          const torch::Device& dev, const MeasureOptions& o) {
+  const pb::LayerKind kind = layer->kind();
+  Samples fwd, bwd;
+  int64_t activation = -1;
+  uint64_t output_bytes = 0;
+  for (int k = 0; k < o.warmup + o.repeats; ++k) {
+    LayerInputs in = MakeInputs(c, kind, b, s, dev);
+    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+    compat::Synchronize(dev);
+    const int64_t before = InUseBytes(dev);
+    auto t0 = Clock::now();
+    torch::Tensor out;
+    {
+      compat::AutocastGuard autocast(dev, o.bf16);
+      out = layer->forward(in.input, in.targets);
+    }
+    compat::Synchronize(dev);
+    const double f = Seconds(t0);
+    if (activation < 0 && k >= o.warmup) {
+      output_bytes = TensorBytes(out);
+      activation = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes));
+    }
+    auto grad_out = kind == pb::LAYER_HEAD ? torch::Tensor() : torch::randn_like(out);
+    auto t1 = Clock::now();
+    if (grad_out.defined()) {
+      out.backward(grad_out);
+    } else {
+      out.backward();
+    }
+    compat::Synchronize(dev);
+    const double bw = Seconds(t1);
+    if (k >= o.warmup) {
+      fwd.v.push_back(f);
+      bwd.v.push_back(bw);
+    }
+  }
+  pb::LayerCost cost;
+  cost.set_microbatch(b);
+  cost.set_forward_seconds(fwd.Median());
+  cost.set_backward_seconds(bwd.Median());
+  cost.set_forward_spread(fwd.Spread());
+  cost.set_backward_spread(bwd.Spread());
+  cost.set_activation_bytes(static_cast<uint64_t>(activation));
+  cost.set_output_bytes(output_bytes);
+  return cost;
+}
+
+// Optimizer state measured, not assumed: one AdamW step on the layer's
+// gradients, then the bytes of every state tensor it created.
+uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
+  std::vector<torch::Tensor> params;
+  for (auto& p : layer->parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    params.push_back(p);
+  }
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-4));
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> saved;
+    for (auto& p : params) saved.push_back(p.detach().clone());
+    opt.step();
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(saved[i]);  // leave weights as built
+  }
+  uint64_t state = 0;
+  for (const auto& kv : opt.state()) {
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*kv.second);
+    state += TensorBytes(st.exp_avg()) + TensorBytes(st.exp_avg_sq());
+    if (st.max_exp_avg_sq().defined()) state += TensorBytes(st.max_exp_avg_sq());
+  }
+  return state;
+}
+
+}  // namespace
+
+Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptions& o) {
+  OB_RETURN_IF_ERROR(c.Validate());
+  if (o.warmup < 0 || o.repeats < 1) return Status::Config("--warmup must be >= 0 and --repeats >= 1");
+  if (o.max_group < 1) return Status::Config("--allreduce-max must be >= 1");
+  const int s = o.seq_len > 0 ? o.seq_len : c.n_positions;
+  if (s > c.n_positions)
+    return Status::Config("--seq-len " + std::to_string(s) + " exceeds the model's context " +
+                          std::to_string(c.n_positions));
+  torch::Device dev(torch::kCPU);
+  try {
+    dev = torch::Device(o.device);
+  } catch (const std::exception&) {
+    return Status::Config("unknown device '" + o.device + "' (use cpu or cuda[:N])");
+  }
+  if (dev.is_cuda()) {
+#ifndef OB_WITH_CUDA
+    return Status::Config("this ob was built without CUDA (LibTorch " OB_TORCH_VERSION " CPU); use --device cpu");
+#endif
+    if (compat::CudaDeviceCount() == 0) return Status::Unavailable("--device cuda: no CUDA device visible");
+    if (!dev.has_index()) dev = torch::Device(torch::kCUDA, 0);
+  } else if (o.bf16) {
+    return Status::Config("--dtype bfloat16 is measured on CUDA only; CPU training is fp32");
+  }
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+
+  pb::Profile p;
+  p.set_mode(pb::PROFILE_MEASURED);
+  *p.mutable_model() = c.ToProto();
+  auto* d = p.mutable_device();
+  d->set_kind(dev.is_cuda() ? "cuda" : "cpu");
+  d->set_name(dev.is_cuda() ? compat::CudaDeviceName(dev.index())
+                            : CpuModelName() + ", " + std::to_string(torch::get_num_threads()) +
+                                  " threads");
+  d->set_threads(torch::get_num_threads());
+  d->set_devices_per_node(dev.is_cuda() ? compat::CudaDeviceCount() : 1);
+  if (dev.is_cuda()) d->set_memory_bytes(compat::CudaTotalMemory(dev.index()));
+  else d->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+  p.set_dtype(o.bf16 ? "bfloat16" : "float32");
+  p.set_sequence_length(s);
+  for (int b : o.microbatches) {
+    if (b < 1) return Status::Config("micro-batch sizes must be positive");
+    p.add_microbatch_sizes(b);
+  }
+  p.set_warmup(o.warmup);
+  p.set_repeats(o.repeats);
+  p.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count());
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  p.set_host(host);
+  p.set_ob_version(OB_VERSION);
+  p.set_torch_version(compat::TorchVersion());
+
+  for (int i = 0; i < c.num_layers(); ++i) {
+    model::PlannerLayer layer = model::MakeLayer(c, i, o.seed);
+    layer->to(dev);
+    auto* l = p.add_layers();
+    l->set_index(i);
+    l->set_kind(layer->kind());
+    l->set_name(layer->name());
+    uint64_t count = 0, bytes = 0;
+    for (const auto& t : layer->parameters()) {
+      count += static_cast<uint64_t>(t.numel());
+      bytes += TensorBytes(t);
+    }
+    l->set_parameter_count(count);
+    if (layer->kind() == pb::LAYER_HEAD)
+      l->set_tied_parameter_count(static_cast<uint64_t>(c.vocab_size) * c.n_embd);
+    l->set_parameter_bytes(bytes);
+    l->set_gradient_bytes(bytes);  // fp32 gradients, one per weight
+    auto t0 = Clock::now();
+    for (int b : o.microbatches) *l->add_costs() = MeasureCost(c, layer, b, s, dev, o);
+    l->set_optimizer_state_bytes(OptimizerStateBytes(layer));
+    if (o.progress)
+      o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(c.num_layers()) + " " +
+                 layer->name() + ": " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+  }
+
+  // Gradient all-reduce: every distinct gradient size, each group size once.
+  std::vector<uint64_t> sizes;
+  for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int g = 1; g <= o.max_group; g *= 2) {
+    auto t0 = Clock::now();
+    auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats);
+    if (!times.ok()) return times.status();
+    std::map<uint64_t, double> by_size;
+    for (size_t i = 0; i < sizes.size(); ++i) by_size[sizes[i]] = (*times)[i];
+    for (auto& l : *p.mutable_layers()) {
+      auto* ar = l.add_allreduce();
+      ar->set_group_size(g);
+      ar->set_bytes(l.gradient_bytes());
+      ar->set_seconds(by_size[l.gradient_bytes()]);
+    }
+    if (o.progress)
+      o.progress("all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) +
+                 " sizes in " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+  }
+  // FLOPs per micro-batch are a property of the shapes, not the device.
+  for (auto& l : *p.mutable_layers()) {
+    for (auto& cost : *l.mutable_costs()) {
+      double flops = TrainingFlopsPerToken(c, l.kind(), s) * cost.microbatch() * s;
+      cost.set_forward_flops(flops / 3.0);
+      cost.set_backward_flops(flops * 2.0 / 3.0);
+    }
+  }
+  return p;
+}
+
+}  // namespace ob::profile

@@ -1,0 +1,38 @@
+// Measured layer costs (SPEC §3): every planner layer is built alone on the
+// local device and timed; memory is counted by the allocator, not estimated.
+//
+// The header is torch-free so tools can call it without LibTorch headers.
+// Not thread-safe: measuring installs a counting CPU allocator for the
+// process and sets the intra-op thread count; run one measurement at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/profile.pb.h"
+#include "ob/status.h"
+
+namespace ob::profile {
+
+struct MeasureOptions {
+  std::string device = "cpu";        // "cpu" or "cuda" / "cuda:N"
+  std::vector<int> microbatches{1};  // sequences per micro-batch
+  int seq_len = 0;                   // 0: the model's context length
+  int warmup = 2;                    // untimed runs before timing
+  int repeats = 5;                   // timed runs; the median is kept
+  int max_group = 4;                 // all-reduce group sizes 1, 2, 4, ... up to this
+  int threads = 0;                   // CPU intra-op threads; 0: LibTorch's default
+  bool bf16 = false;                 // CUDA: bf16 autocast over fp32 weights
+  uint64_t seed = 1234;              // weights and inputs
+  std::function<void(const std::string&)> progress;  // one line per step of work
+};
+
+// Measures every layer of `c`. kConfig for unusable options (no CUDA in this
+// build, sequence longer than the context, ...); kUnavailable when the device
+// or a communication group cannot be set up.
+Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptions& opts);
+
+}  // namespace ob::profile

@@ -1,0 +1,114 @@
+#include "ob/profile/table.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+#include <ctime>
+#include <string>
+
+namespace ob::profile {
+namespace {
+
+std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+double MiB(uint64_t b) { return static_cast<double>(b) / (1 << 20); }
+
+std::string FormatLayers(const pb::Profile& p) {
+  std::string out;
+  out += Fmt("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s\n", "layer", "mb", "params",
+             "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce");
+  out += Fmt("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s\n", "", "", "", "(MiB)", "(MiB)",
+             "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)");
+  double fwd = 0, bwd = 0;
+  uint64_t params = 0;
+  const uint32_t first_mb = p.microbatch_sizes_size() > 0 ? p.microbatch_sizes(0) : 0;
+  for (const auto& l : p.layers()) {
+    params += l.parameter_count() - l.tied_parameter_count();
+    double ar = l.allreduce_size() > 0 ? l.allreduce(l.allreduce_size() - 1).seconds() * 1e3 : 0;
+    for (const auto& c : l.costs()) {
+      out += Fmt("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f\n",
+                 l.name().c_str(), c.microbatch(),
+                 static_cast<unsigned long long>(l.parameter_count()), MiB(l.parameter_bytes()),
+                 MiB(l.optimizer_state_bytes()), c.forward_seconds() * 1e3,
+                 c.backward_seconds() * 1e3, MiB(c.activation_bytes()), MiB(c.output_bytes()), ar);
+      if (c.microbatch() == first_mb) {
+        fwd += c.forward_seconds();
+        bwd += c.backward_seconds();
+      }
+    }
+  }
+  out += Fmt("# total parameters: %llu (tied embedding counted once)\n",
+             static_cast<unsigned long long>(params));
+  out += Fmt("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms\n",
+             first_mb, fwd * 1e3, bwd * 1e3);
+  return out;
+}
+
+std::string FormatNetwork(const pb::NetworkMatrix& n) {
+  std::string out = Fmt("#\n# bandwidth (MB/s), row = from, column = to; %u parallel rounds\n",
+                        n.rounds());
+  out += Fmt("# %-14s", "");
+  for (const auto& h : n.hosts()) out += Fmt(" %12.12s", h.c_str());
+  out += "\n";
+  const int hosts = n.hosts_size();
+  std::vector<double> bw(hosts * hosts, 0), lat(hosts * hosts, 0);
+  for (const auto& l : n.links()) {
+    bw[l.src() * hosts + l.dst()] = l.bandwidth_bytes_per_s();
+    lat[l.src() * hosts + l.dst()] = l.latency_seconds();
+  }
+  for (int i = 0; i < hosts; ++i) {
+    out += Fmt("  %-14.14s", n.hosts(i).c_str());
+    for (int j = 0; j < hosts; ++j)
+      out += i == j ? Fmt(" %12s", "-") : Fmt(" %12.1f", bw[i * hosts + j] / 1e6);
+    out += "\n";
+  }
+  out += "#\n# latency (us), one way\n";
+  for (int i = 0; i < hosts; ++i) {
+    out += Fmt("  %-14.14s", n.hosts(i).c_str());
+    for (int j = 0; j < hosts; ++j)
+      out += i == j ? Fmt(" %12s", "-") : Fmt(" %12.1f", lat[i * hosts + j] * 1e6);
+    out += "\n";
+  }
+  time_t t = static_cast<time_t>(n.measured_unix_ms() / 1000);
+  char when[64];
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+  out += Fmt("# measured %s\n", when);
+  return out;
+}
+
+}  // namespace
+
+std::string FormatProfile(const pb::Profile& p) {
+  std::string out;
+  const auto& m = p.model();
+  const char* mode = p.mode() == pb::PROFILE_MEASURED   ? "measured"
+                     : p.mode() == pb::PROFILE_ANALYTIC ? "analytic"
+                                                        : "network";
+  out += Fmt("# ob profile (%s), format %u\n", mode, p.format_version());
+  if (p.mode() == pb::PROFILE_NETWORK) return out + FormatNetwork(p.network());
+  out += Fmt("# model %s: %u blocks, hidden %u, %u heads, context %u, vocabulary %u\n",
+             m.name().c_str(), m.n_layer(), m.n_embd(), m.n_head(), m.n_positions(),
+             m.vocab_size());
+  out += Fmt("# device %s (%s), dtype %s, sequence %u", p.device().kind().c_str(),
+             p.device().name().c_str(), p.dtype().c_str(), p.sequence_length());
+  if (p.mode() == pb::PROFILE_MEASURED)
+    out += Fmt(", %u warm-ups, median of %u", p.warmup(), p.repeats());
+  else
+    out += Fmt(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
+  out += "\n";
+  if (p.mode() == pb::PROFILE_MEASURED && p.warmup() == 0)
+    out += "# WARNING: no warm-up runs; the first repetitions include one-time costs\n";
+  if (p.mode() == pb::PROFILE_MEASURED && p.repeats() < 3)
+    out += "# WARNING: fewer than 3 repetitions; medians are not robust\n";
+  return out + FormatLayers(p);
+}
+
+}  // namespace ob::profile

@@ -1,0 +1,48 @@
+# ob-profile refuses bad input with one clear line and the SPEC §1 exit code.
+source "$(dirname "$0")/../lib/assert.sh"
+P="$OB_BIN/ob-profile"
+
+"$P" --model gpt-tiny --analytic --gpu h100 -o "$TMP/good.pb" || fail "analytic profile failed"
+size=$(stat -c %s "$TMP/good.pb")
+
+# Truncated inside a field, and exactly before the 6-byte end marker (a
+# field boundary, which protobuf alone would parse as a valid message).
+head -c $((size / 2)) "$TMP/good.pb" > "$TMP/half.pb"
+expect 65 'half.pb: (truncated|not a valid)' -- "$P" --json "$TMP/half.pb"
+head -c $((size - 6)) "$TMP/good.pb" > "$TMP/cut.pb"
+expect 65 'cut.pb: truncated Profile' -- "$P" --json "$TMP/cut.pb"
+: > "$TMP/empty.pb"
+expect 65 'empty.pb: empty file' -- "$P" --json "$TMP/empty.pb"
+head -c 3000 /dev/urandom > "$TMP/noise.pb"
+expect 65 'noise.pb: ' -- "$P" --json "$TMP/noise.pb"
+
+# A future format_version (field 1 is serialised first: bytes 08 01).
+python3 - "$TMP/good.pb" "$TMP/future.pb" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+assert b[0:2] == b'\x08\x01', b[0:2]
+b[1] = 9
+open(sys.argv[2], 'wb').write(b)
+PY
+expect 65 'future.pb: format_version 9 is newer than this ob reads \(1\)' -- "$P" --json "$TMP/future.pb"
+
+# Missing input.
+expect 66 'nonexistent.pb: cannot open' -- "$P" --json "$TMP/nonexistent.pb"
+
+# Model configs: missing field, negative field, unknown preset, missing file.
+printf 'n_layer: 2\nn_embd: 64\nn_head: 4\nvocab_size: 256\n' > "$TMP/missing.yaml"
+expect 78 "missing.yaml:[0-9]*:? .*n_positions" -- "$P" --model "$TMP/missing.yaml" --analytic --gpu h100 -o "$TMP/x.pb"
+printf 'n_layer: 2\nn_embd: -64\nn_head: 4\nn_positions: 32\nvocab_size: 256\n' > "$TMP/negative.yaml"
+expect 78 "negative.yaml:[0-9]*: .*n_embd" -- "$P" --model "$TMP/negative.yaml" --analytic --gpu h100 -o "$TMP/x.pb"
+expect 78 "unknown model 'gpt5-huge'" -- "$P" --model gpt5-huge --analytic --gpu h100 -o "$TMP/x.pb"
+expect 66 "nope.yaml: " -- "$P" --model "$TMP/nope.yaml" --analytic --gpu h100 -o "$TMP/x.pb"
+expect 78 "unknown GPU 'tpu9'" -- "$P" --model gpt2 --analytic --gpu tpu9 -o "$TMP/x.pb"
+
+# Usage errors: one line + "Try 'ob-profile --help'", exit 64.
+expect 64 "Try 'ob-profile --help'" -- "$P" --no-such-flag
+expect 64 "Try 'ob-profile --help'" -- "$P" --model gpt2 --analytic -o "$TMP/x.pb"
+
+# Nothing was left behind by the failed writes.
+[ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"
+ls "$TMP" | grep -q '\.tmp\.' && fail "temporary files left behind"
+finish

@@ -1,0 +1,135 @@
+// The analytic profile must equal the SPEC §8 formulas, written out here
+// again independently of lib/ob/profile/analytic.cc.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "ob/profile/analytic.h"
+
+using ob::model::GptConfig;
+
+namespace {
+
+GptConfig Gpt3_175b() {
+  auto c = ob::model::Preset("gpt3-175b");
+  REQUIRE(c.ok());
+  return *c;
+}
+
+ob::profile::AnalyticOptions Options(const char* gpu, std::vector<int> mbs = {1}) {
+  ob::profile::AnalyticOptions o;
+  auto g = ob::profile::FindGpu(gpu);
+  REQUIRE(g.ok());
+  o.gpu = *g;
+  o.microbatches = std::move(mbs);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("gpt3-175b analytic profile: 175B parameters and SPEC §8 per layer") {
+  const GptConfig c = Gpt3_175b();
+  const double h = 12288, s = 2048, V = 50257, a = 96, L = 96;
+  CHECK(c.n_embd == h);
+  CHECK(c.n_layer == L);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto p = ob::profile::AnalyticProfile(c, Options("a100-80gb", {1, 2}));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(p.ok());
+  CHECK(took < 1.0);
+  REQUIRE(p->layers_size() == 98);
+
+  double params = 0, flops_per_token = 0;
+  for (const auto& l : p->layers()) {
+    params += static_cast<double>(l.parameter_count() - l.tied_parameter_count());
+    flops_per_token += (l.costs(0).forward_flops() + l.costs(0).backward_flops()) / s;
+  }
+  CHECK(params == Approx(175e9).epsilon(0.01));
+
+  const auto& embed = p->layers(0);
+  const auto& block = p->layers(1);
+  const auto& head = p->layers(97);
+  CHECK(embed.parameter_count() == static_cast<uint64_t>(V * h + s * h));
+  CHECK(block.parameter_count() == static_cast<uint64_t>(12 * h * h + 13 * h));
+  CHECK(head.parameter_count() == static_cast<uint64_t>(V * h + 2 * h));
+  CHECK(head.tied_parameter_count() == static_cast<uint64_t>(V * h));
+
+  // Model state: 16 bytes per parameter under bf16 mixed precision.
+  for (const auto& l : p->layers()) {
+    CHECK(l.parameter_bytes() == 2 * l.parameter_count());
+    CHECK(l.gradient_bytes() == 2 * l.parameter_count());
+    CHECK(l.optimizer_state_bytes() == 12 * l.parameter_count());
+  }
+
+  for (int mb : {0, 1}) {
+    const double b = mb + 1;
+    INFO("micro-batch " << b);
+    const auto& bc = block.costs(mb);
+    CHECK(bc.microbatch() == b);
+    // 6N + 12·h·s per token for a block, forward a third.
+    const double block_train = b * s * (6 * (12 * h * h + 13 * h) + 12 * h * s);
+    CHECK(bc.forward_flops() == Approx(block_train / 3));
+    CHECK(bc.backward_flops() == Approx(block_train * 2 / 3));
+    // s·b·h·(34 + 5·a·s/h) bytes at 16 bits, without fused attention.
+    CHECK(bc.activation_bytes() == static_cast<uint64_t>(s * b * h * (34 + 5 * a * s / h)));
+    CHECK(bc.output_bytes() == static_cast<uint64_t>(b * s * h * 2));
+    // The head keeps the fp32 logits s·b·V·4 (and its LayerNorm input).
+    CHECK(head.costs(mb).activation_bytes() == static_cast<uint64_t>(s * b * V * 4 + s * b * h * 2));
+    CHECK(head.costs(mb).forward_flops() == Approx(b * s * 6 * (V * h + 2 * h) / 3));
+    CHECK(embed.costs(mb).forward_flops() == 0);
+    // Times: compute-bound layers run at peak × efficiency.
+    CHECK(bc.forward_seconds() == Approx(block_train / 3 / (312e12 * 0.45)));
+    CHECK(embed.costs(mb).forward_seconds() > 0);
+  }
+  // Whole model: 6·N + 12·L·h·s per token (SPEC §8), less the position
+  // table's lookups, within 1%.
+  const double N = V * h + s * h + L * (12 * h * h + 13 * h);
+  CHECK(flops_per_token == Approx(6 * N + 12 * L * h * s).epsilon(0.01));
+
+  // Ring all-reduce of the gradient over 1, 2, 4, 8 GPUs.
+  REQUIRE(block.allreduce_size() == 4);
+  CHECK(block.allreduce(0).seconds() == 0);
+  const double bytes = 2 * (12 * h * h + 13 * h);
+  CHECK(block.allreduce(3).group_size() == 8);
+  CHECK(block.allreduce(3).seconds() == Approx(2.0 * 7 / 8 * bytes / 230e9 + 14 * 5e-6));
+}
+
+TEST_CASE("fused attention drops the 5as/h term; fp32 doubles activations") {
+  auto c = ob::model::Preset("gpt2");
+  REQUIRE(c.ok());
+  const double h = 768, s = 1024, a = 12;
+  auto o = Options("h100");
+  o.fused_attention = true;
+  auto fused = ob::profile::AnalyticProfile(*c, o);
+  REQUIRE(fused.ok());
+  CHECK(fused->layers(1).costs(0).activation_bytes() == static_cast<uint64_t>(s * h * 34));
+  o.fused_attention = false;
+  o.fp32 = true;
+  auto fp32 = ob::profile::AnalyticProfile(*c, o);
+  REQUIRE(fp32.ok());
+  CHECK(fp32->layers(1).costs(0).activation_bytes() ==
+        static_cast<uint64_t>(2 * s * h * (34 + 5 * a * s / h)));
+  CHECK(fp32->layers(1).optimizer_state_bytes() == 8 * fp32->layers(1).parameter_count());
+  CHECK(fp32->layers(1).parameter_bytes() == 4 * fp32->layers(1).parameter_count());
+}
+
+TEST_CASE("named GPUs and overrides") {
+  for (const char* g : {"a100-40gb", "a100-80gb", "h100", "h200", "a100", "H100"}) {
+    INFO(g);
+    CHECK(ob::profile::FindGpu(g).ok());
+  }
+  auto h200 = ob::profile::FindGpu("h200");
+  CHECK(h200->memory_bytes > ob::profile::FindGpu("h100")->memory_bytes);
+  auto bad = ob::profile::FindGpu("tpu-v9");
+  CHECK(bad.status().code() == ob::Code::kConfig);
+  CHECK_THAT(bad.status().message(), Catch::Contains("h100"));
+
+  auto c = ob::model::Preset("gpt-tiny");
+  auto o = Options("h100");
+  o.gpu.efficiency = 0;
+  CHECK(ob::profile::AnalyticProfile(*c, o).status().code() == ob::Code::kConfig);
+  o = Options("h100");
+  o.seq_len = c->n_positions * 2;
+  CHECK(ob::profile::AnalyticProfile(*c, o).status().code() == ob::Code::kConfig);
+}

@@ -1,0 +1,82 @@
+// Measured profile of gpt-tiny on CPU: every field of every layer is filled
+// from a real measurement.
+#include <catch2/catch.hpp>
+
+#include "ob/profile/analytic.h"
+#include "ob/profile/measured.h"
+
+TEST_CASE("measured gpt-tiny profile has every field for every layer") {
+  auto c = ob::model::Preset("gpt-tiny");
+  REQUIRE(c.ok());
+  ob::profile::MeasureOptions o;
+  o.microbatches = {1, 2};
+  o.warmup = 1;
+  o.repeats = 3;
+  o.max_group = 2;
+  o.threads = 1;
+  auto p = ob::profile::MeasureProfile(*c, o);
+  REQUIRE(p.ok());
+  CHECK(p->mode() == ob::pb::PROFILE_MEASURED);
+  CHECK(p->device().kind() == "cpu");
+  CHECK(p->dtype() == "float32");
+  CHECK(p->sequence_length() == static_cast<uint32_t>(c->n_positions));
+  REQUIRE(p->layers_size() == c->num_layers());
+  const double s = c->n_positions, h = c->n_embd, V = c->vocab_size;
+  for (const auto& l : p->layers()) {
+    INFO(l.name());
+    CHECK(l.parameter_count() > 0);
+    CHECK(l.parameter_bytes() == 4 * l.parameter_count());
+    CHECK(l.gradient_bytes() == 4 * l.parameter_count());
+    CHECK(l.optimizer_state_bytes() == 8 * l.parameter_count());  // AdamW: two fp32 moments
+    REQUIRE(l.costs_size() == 2);
+    for (const auto& cost : l.costs()) {
+      const double b = cost.microbatch();
+      INFO("micro-batch " << b);
+      CHECK(cost.forward_seconds() > 0);
+      CHECK(cost.backward_seconds() > 0);
+      CHECK(cost.activation_bytes() > 0);
+      CHECK(cost.output_bytes() > 0);
+      if (l.kind() != ob::pb::LAYER_HEAD) {
+        CHECK(cost.output_bytes() == static_cast<uint64_t>(b * s * h * 4));
+      }
+      if (l.kind() == ob::pb::LAYER_BLOCK) {
+        CHECK(cost.forward_flops() > 0);
+        // Within a factor of two of SPEC §8's fp32 estimate (unfused attention).
+        const double spec = 2 * s * b * h * (34 + 5 * c->n_head * s / h);
+        CHECK(cost.activation_bytes() > spec / 2);
+        CHECK(cost.activation_bytes() < spec * 2);
+      }
+      if (l.kind() == ob::pb::LAYER_HEAD) {
+        CHECK(cost.activation_bytes() >= static_cast<uint64_t>(s * b * V * 4));  // the logits
+      }
+    }
+    REQUIRE(l.allreduce_size() == 2);
+    CHECK(l.allreduce(0).group_size() == 1);
+    CHECK(l.allreduce(1).group_size() == 2);
+    CHECK(l.allreduce(1).bytes() == l.gradient_bytes());
+    CHECK(l.allreduce(1).seconds() > 0);
+  }
+  // Two micro-batches cost more than one.
+  CHECK(p->layers(1).costs(1).activation_bytes() > p->layers(1).costs(0).activation_bytes());
+  CHECK(p->layers(c->num_layers() - 1).tied_parameter_count() == static_cast<uint64_t>(V * h));
+}
+
+TEST_CASE("measured mode refuses what it cannot do") {
+  auto c = ob::model::Preset("gpt-tiny");
+  ob::profile::MeasureOptions o;
+  o.seq_len = c->n_positions + 1;
+  CHECK(ob::profile::MeasureProfile(*c, o).status().code() == ob::Code::kConfig);
+  o = {};
+  o.device = "tpu";
+  CHECK(ob::profile::MeasureProfile(*c, o).status().code() == ob::Code::kConfig);
+  o = {};
+  o.repeats = 0;
+  CHECK(ob::profile::MeasureProfile(*c, o).status().code() == ob::Code::kConfig);
+#ifndef OB_WITH_CUDA
+  o = {};
+  o.device = "cuda";
+  auto r = ob::profile::MeasureProfile(*c, o);
+  CHECK(r.status().code() == ob::Code::kConfig);
+  CHECK_THAT(r.status().message(), Catch::Contains("without CUDA"));
+#endif
+}

@@ -1,0 +1,13 @@
+// ob-plan: Turn a profile and a cluster into a fault-tolerant pipeline plan.
+// Not built yet: see the issue that introduces it. The common flags
+// (--help, --version, -o, --json) already behave as in every ob tool.
+#include "ob/cli/cli.h"
+
+int main(int argc, char** argv) {
+  return ob::cli::Main(argc, argv,
+                       {"plan", "Turn a profile and a cluster into a fault-tolerant pipeline plan.",
+                        [](CLI::App& app) { app.allow_extras(); },
+                        [](const ob::cli::CommonOptions&) {
+                          return ob::Status::Internal("not implemented yet in this version of ob");
+                        }});
+}

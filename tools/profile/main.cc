@@ -1,0 +1,188 @@
+// ob-profile: measure or model a GPT's layers, or the links between hosts.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "ob/cli/cli.h"
+#include "ob/cluster/hosts.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/log.h"
+#include "ob/model/config.h"
+#include "ob/profile/analytic.h"
+#include "ob/profile/measured.h"
+#include "ob/profile/network.h"
+#include "ob/profile/table.h"
+
+namespace {
+
+struct Options {
+  std::string input;                 // a profile to print
+  std::string model;
+  std::string device = "cpu";
+  std::string microbatches = "1";
+  int seq_len = 0;
+  int warmup = 2;
+  int repeats = 5;
+  int allreduce_max = 4;
+  int threads = 0;
+  std::string dtype;
+  uint64_t seed = 1234;
+  bool analytic = false;
+  std::string gpu;
+  double peak_tflops = 0, mem_gib = 0, efficiency = 0, allreduce_gbps = 0;
+  int gpus_per_node = 0;
+  bool fused_attention = false;
+  bool table = false;
+  std::string net_hosts;
+  std::string rsh = "ssh";
+  std::string agent_exe;
+  bool net_agent = false;
+};
+
+Options g;
+
+void Progress(const std::string& line) { OB_LOG(Info) << line; }
+
+ob::Status PrintProfile(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(std::string path, ob::cli::InputPath(g.input, "profile"));
+  ob::pb::Profile p;
+  OB_RETURN_IF_ERROR(ob::io::LoadMessage(path, ob::io::kProfileFormatVersion, &p));
+  if (g.table || (!common.json && common.output == "-" && ob::io::StdoutIsTerminal()))
+    return ob::io::WriteFile(common.output, ob::profile::FormatProfile(p));
+  return ob::io::WriteMessage(common.output, p, ob::io::kProfileFormatVersion, common.json);
+}
+
+ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
+  ob::profile::GpuSpec gpu;
+  if (!g.gpu.empty()) {
+    OB_ASSIGN_OR_RETURN(gpu, ob::profile::FindGpu(g.gpu));
+  } else if (g.peak_tflops > 0 && g.mem_gib > 0) {
+    gpu.name = "custom";
+    gpu.description = "custom GPU";
+    gpu.memory_gbps = 2000;
+    gpu.allreduce_gbps = 200;
+  } else {
+    return ob::Status::Usage("--analytic needs --gpu NAME, or --peak-tflops and --mem-gib");
+  }
+  if (g.peak_tflops > 0) gpu.peak_tflops = g.peak_tflops;
+  if (g.mem_gib > 0) gpu.memory_bytes = static_cast<uint64_t>(g.mem_gib * (1ull << 30));
+  if (g.efficiency > 0) gpu.efficiency = g.efficiency;
+  if (g.allreduce_gbps > 0) gpu.allreduce_gbps = g.allreduce_gbps;
+  if (g.gpus_per_node > 0) gpu.gpus_per_node = g.gpus_per_node;
+  ob::profile::AnalyticOptions o;
+  o.gpu = gpu;
+  OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
+  o.seq_len = g.seq_len;
+  o.fused_attention = g.fused_attention;
+  o.fp32 = g.dtype == "float32" || g.dtype == "fp32";
+  return ob::profile::AnalyticProfile(cfg, o);
+}
+
+ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
+  ob::profile::MeasureOptions o;
+  o.device = g.device;
+  OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
+  o.seq_len = g.seq_len;
+  o.warmup = g.warmup;
+  o.repeats = g.repeats;
+  o.max_group = g.allreduce_max;
+  o.threads = g.threads;
+  o.bf16 = g.dtype == "bfloat16" || g.dtype == "bf16";
+  o.seed = g.seed;
+  o.progress = Progress;
+  return ob::profile::MeasureProfile(cfg, o);
+}
+
+ob::Result<ob::pb::Profile> Network() {
+  OB_ASSIGN_OR_RETURN(auto hosts, ob::cluster::LoadHosts(g.net_hosts));
+  ob::profile::NetOptions o;
+  o.rsh = g.rsh;
+  if (!g.agent_exe.empty()) o.agent_exe = g.agent_exe;
+  o.progress = Progress;
+  OB_ASSIGN_OR_RETURN(auto matrix, ob::profile::MeasureNetwork(hosts, o));
+  ob::pb::Profile p;
+  p.set_mode(ob::pb::PROFILE_NETWORK);
+  *p.mutable_network() = std::move(matrix);
+  p.set_created_unix_ms(p.network().measured_unix_ms());
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  p.set_host(host);
+  return p;
+}
+
+ob::Status Run(const ob::cli::CommonOptions& common) {
+  if (g.net_agent) {
+    int rc = ob::profile::RunNetAgent(STDIN_FILENO, STDOUT_FILENO);
+    return rc == 0 ? ob::Status::Ok() : ob::Status::Unavailable("network agent failed");
+  }
+  const bool produce = !g.model.empty() || !g.net_hosts.empty() || g.analytic;
+  if (!produce) return PrintProfile(common);
+  if (!g.input.empty())
+    return ob::Status::Usage("a FILE to print and --model/--net/--analytic exclude each other");
+  // Refuse before minutes of measuring, not after.
+  if (!common.json && common.output == "-" && ob::io::StdoutIsTerminal())
+    return ob::Status::Usage(
+        "refusing to write a binary Profile to a terminal; use -o FILE, a pipe, or --json");
+
+  ob::pb::Profile p;
+  if (!g.net_hosts.empty()) {
+    OB_ASSIGN_OR_RETURN(p, Network());
+  } else {
+    if (g.model.empty()) return ob::Status::Usage("--analytic needs --model NAME|FILE");
+    OB_ASSIGN_OR_RETURN(auto cfg, ob::model::ResolveModel(g.model));
+    if (g.analytic) {
+      OB_ASSIGN_OR_RETURN(p, Analytic(cfg));
+    } else {
+      OB_ASSIGN_OR_RETURN(p, Measured(cfg));
+    }
+  }
+  return ob::io::WriteMessage(common.output, p, ob::io::kProfileFormatVersion, common.json);
+}
+
+void Setup(CLI::App& app) {
+  app.footer(
+      "Modes: --model measures on --device; --analytic models --gpu from FLOPs and bytes;\n"
+      "--net measures host-to-host links; a FILE (or stdin) is read and printed.\n"
+      "Examples:\n"
+      "  ob-profile --model gpt-tiny --device cpu -o tiny.pb\n"
+      "  ob-profile --model gpt3-175b --analytic --gpu h100 | ob-plan -f 2 --nodes 64\n"
+      "  ob-profile --net hosts.txt --rsh ssh -o net.pb\n"
+      "  ob-profile --json tiny.pb");
+  app.add_option("file", g.input, "A profile to print (default: stdin)")->option_text("FILE");
+  app.add_option("-m,--model", g.model, "Preset name or config.json/.yaml to profile")->option_text("NAME|FILE");
+  app.add_option("-d,--device", g.device, "cpu, cuda or cuda:N (measured mode)")->capture_default_str();
+  app.add_option("-b,--microbatch", g.microbatches, "Micro-batch size, or a list: 1,2,4")->capture_default_str();
+  app.add_option("--seq-len", g.seq_len, "Tokens per sequence (default: the model's context)");
+  app.add_option("--warmup", g.warmup, "Untimed runs before timing")->capture_default_str();
+  app.add_option("-k,--repeats", g.repeats, "Timed runs; the median is kept")->capture_default_str();
+  app.add_option("--allreduce-max", g.allreduce_max, "Time gradient all-reduce for groups 1, 2, 4, ... up to N")
+      ->capture_default_str();
+  app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
+  app.add_option("--dtype", g.dtype, "float32, or bfloat16 (CUDA autocast; analytic default)");
+  app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
+  app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (SPEC §8)");
+  app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");
+  app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense bf16 peak");
+  app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)");
+  app.add_option("--efficiency", g.efficiency, "Fraction of peak reached (default: per GPU)");
+  app.add_option("--allreduce-gbps", g.allreduce_gbps, "Override intra-node all-reduce bus bandwidth (GB/s)");
+  app.add_option("--gpus-per-node", g.gpus_per_node, "GPUs per node (all-reduce group sizes)");
+  app.add_flag("--fused-attention", g.fused_attention, "Analytic: fused attention keeps no s x s scores");
+  app.add_flag("--table", g.table, "Print a profile as a human table");
+  app.add_option("--net", g.net_hosts, "Measure bandwidth and latency between the hosts in FILE")
+      ->option_text("HOSTS");
+  app.add_option("--rsh", g.rsh, "How to start agents on hosts: ssh, local, or a prefix command")
+      ->capture_default_str();
+  app.add_option("--agent-exe", g.agent_exe, "Path of ob-profile on the hosts (default: this one)");
+  app.add_flag("--net-agent", g.net_agent, "Internal: serve --net measurements over stdin/stdout")
+      ->group("");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ob::cli::Main(argc, argv,
+                       {"profile", "Measure or model a GPT's layers, or the links between hosts.",
+                        Setup, Run});
+}
