@@ -12,6 +12,7 @@
 #include "ob/profile/analytic.h"
 #include "ob/profile/measured.h"
 #include "ob/profile/network.h"
+#include "ob/profile/profile.h"
 #include "ob/profile/table.h"
 
 namespace {
@@ -101,13 +102,8 @@ ob::Result<ob::pb::Profile> Network() {
   if (!g.agent_exe.empty()) o.agent_exe = g.agent_exe;
   o.progress = Progress;
   OB_ASSIGN_OR_RETURN(auto matrix, ob::profile::MeasureNetwork(hosts, o));
-  ob::pb::Profile p;
-  p.set_mode(ob::pb::PROFILE_NETWORK);
+  ob::pb::Profile p = ob::profile::NewProfile(ob::pb::PROFILE_NETWORK);
   *p.mutable_network() = std::move(matrix);
-  p.set_created_unix_ms(p.network().measured_unix_ms());
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  p.set_host(host);
   return p;
 }
 

@@ -1,10 +1,8 @@
 #include "ob/profile/analytic.h"
 
 #include <algorithm>
-#include <chrono>
 
-#include "ob/build_info.h"
-#include "ob/io/message.h"
+#include "ob/profile/profile.h"
 
 namespace ob::profile {
 namespace {
@@ -55,26 +53,22 @@ double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps) {
 }
 
 Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOptions& o) {
-  OB_RETURN_IF_ERROR(c.Validate());
   const GpuSpec& g = o.gpu;
   if (!(g.peak_tflops > 0)) return Status::Config("--peak-tflops must be positive");
   if (g.memory_bytes == 0) return Status::Config("--mem-gib must be positive");
   if (!(g.efficiency > 0 && g.efficiency <= 1)) return Status::Config("--efficiency must be in (0, 1]");
   if (!(g.memory_gbps > 0) || !(g.allreduce_gbps > 0))
     return Status::Config("GPU '" + g.name + "' lacks memory or all-reduce bandwidth");
-  const int s = o.seq_len > 0 ? o.seq_len : c.n_positions;
-  if (s > c.n_positions)
-    return Status::Config("--seq-len " + std::to_string(s) + " exceeds the model's context " +
-                          std::to_string(c.n_positions));
+  OB_ASSIGN_OR_RETURN(pb::Profile p, NewLayerProfile(c, pb::PROFILE_ANALYTIC,
+                                                     o.fp32 ? "float32" : "bfloat16", o.seq_len,
+                                                     o.microbatches));
+  const int s = static_cast<int>(p.sequence_length());
   const int e = o.fp32 ? 4 : 2;                   // bytes per weight/activation element
   const int opt_bytes_per_param = o.fp32 ? 8 : 12;
   const int max_group = o.max_group > 0 ? o.max_group : g.gpus_per_node;
   const double flops_per_s = g.peak_tflops * 1e12 * g.efficiency;
   const double bytes_per_s = g.memory_gbps * 1e9;
 
-  pb::Profile p;
-  p.set_mode(pb::PROFILE_ANALYTIC);
-  *p.mutable_model() = c.ToProto();
   auto* dev = p.mutable_device();
   dev->set_kind(g.name);
   dev->set_name(g.description);
@@ -83,17 +77,7 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
   dev->set_efficiency(g.efficiency);
   dev->set_devices_per_node(g.gpus_per_node);
   dev->set_allreduce_gbps(g.allreduce_gbps);
-  p.set_dtype(o.fp32 ? "float32" : "bfloat16");
-  p.set_sequence_length(s);
-  for (int b : o.microbatches) {
-    if (b < 1) return Status::Config("micro-batch sizes must be positive");
-    p.add_microbatch_sizes(b);
-  }
   p.set_fused_attention(o.fused_attention);
-  p.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count());
-  p.set_ob_version(OB_VERSION);
 
   for (int i = 0; i < c.num_layers(); ++i) {
     const pb::LayerKind kind =

@@ -17,6 +17,7 @@
 #include "ob/model/gpt.h"
 #include "ob/profile/analytic.h"
 #include "ob/profile/collective.h"
+#include "ob/profile/profile.h"
 #include "ob/torch_compat.h"
 
 namespace ob::profile {
@@ -163,13 +164,12 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
 }  // namespace
 
 Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptions& o) {
-  OB_RETURN_IF_ERROR(c.Validate());
   if (o.warmup < 0 || o.repeats < 1) return Status::Config("--warmup must be >= 0 and --repeats >= 1");
   if (o.max_group < 1) return Status::Config("--allreduce-max must be >= 1");
-  const int s = o.seq_len > 0 ? o.seq_len : c.n_positions;
-  if (s > c.n_positions)
-    return Status::Config("--seq-len " + std::to_string(s) + " exceeds the model's context " +
-                          std::to_string(c.n_positions));
+  OB_ASSIGN_OR_RETURN(pb::Profile p, NewLayerProfile(c, pb::PROFILE_MEASURED,
+                                                     o.bf16 ? "bfloat16" : "float32", o.seq_len,
+                                                     o.microbatches));
+  const int s = static_cast<int>(p.sequence_length());
   torch::Device dev(torch::kCPU);
   try {
     dev = torch::Device(o.device);
@@ -188,9 +188,6 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   if (o.threads > 0) torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
 
-  pb::Profile p;
-  p.set_mode(pb::PROFILE_MEASURED);
-  *p.mutable_model() = c.ToProto();
   auto* d = p.mutable_device();
   d->set_kind(dev.is_cuda() ? "cuda" : "cpu");
   d->set_name(dev.is_cuda() ? compat::CudaDeviceName(dev.index())
@@ -200,20 +197,8 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   d->set_devices_per_node(dev.is_cuda() ? compat::CudaDeviceCount() : 1);
   if (dev.is_cuda()) d->set_memory_bytes(compat::CudaTotalMemory(dev.index()));
   else d->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
-  p.set_dtype(o.bf16 ? "bfloat16" : "float32");
-  p.set_sequence_length(s);
-  for (int b : o.microbatches) {
-    if (b < 1) return Status::Config("micro-batch sizes must be positive");
-    p.add_microbatch_sizes(b);
-  }
   p.set_warmup(o.warmup);
   p.set_repeats(o.repeats);
-  p.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count());
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  p.set_host(host);
-  p.set_ob_version(OB_VERSION);
   p.set_torch_version(compat::TorchVersion());
 
   for (int i = 0; i < c.num_layers(); ++i) {

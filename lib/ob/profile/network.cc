@@ -1,4 +1,5 @@
 #include "ob/profile/network.h"
+#include "ob/profile/profile.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -169,9 +170,7 @@ struct Coordinator {
       }
     }
     m.set_rounds(static_cast<uint32_t>(rounds.size()));
-    m.set_measured_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
+    m.set_measured_unix_ms(NowUnixMs());
     return m;
   }
 };
