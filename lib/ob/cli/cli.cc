@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ob/build_info.h"
+#include "ob/git_describe.h"
 #include "ob/io/file.h"
 #include "ob/log.h"
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <sstream>
 
+#include "ob/io/file.h"
+
 namespace ob::model {
 namespace {
 
@@ -150,16 +152,15 @@ Result<GptConfig> Preset(const std::string& name) {
 }
 
 Result<GptConfig> LoadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
+  OB_ASSIGN_OR_RETURN(std::string text, io::ReadFile(path));
+  return ParseConfig(text, path);
+}
 
+Result<GptConfig> ParseConfig(const std::string& text, const std::string& path) {
   // yaml-cpp reads JSON too (JSON is, for these files, a subset of YAML).
   YAML::Node root;
   try {
-    root = YAML::Load(text.str());
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return Status::Config(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }

@@ -44,6 +44,9 @@ Result<GptConfig> Preset(const std::string& name);
 // unreadable file is kNoInput.
 Result<GptConfig> LoadConfigFile(const std::string& path);
 
+// The same from the text of such a file; `path` names it in messages.
+Result<GptConfig> ParseConfig(const std::string& text, const std::string& path);
+
 // Preset name or path to a .json/.yaml/.yml file.
 Result<GptConfig> ResolveModel(const std::string& name_or_path);
 
