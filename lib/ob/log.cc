@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+
+#include <google/protobuf/stubs/logging.h>
 #include <mutex>
 
 namespace ob::log {
@@ -23,6 +25,14 @@ const char* LevelName(Level l) {
   return "?";
 }
 
+// protobuf reports what it rejects (e.g. invalid UTF-8) on stderr by itself;
+// our readers already turn a rejected message into one clear error, so its
+// lines go to the debug log instead.
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
+  if (GetLevel() >= Level::kDebug) Write(Level::kDebug, "protobuf: " + message);
+}
+
 }  // namespace
 
 void Init(const std::string& role, int rank) {
@@ -30,6 +40,7 @@ void Init(const std::string& role, int rank) {
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '?';
   g_prefix = std::string(host) + ":" + std::to_string(getpid()) + ":" + role;
   if (rank >= 0) g_prefix += "[" + std::to_string(rank) + "]";
+  google::protobuf::SetLogHandler(&ProtobufLog);
 }
 
 void SetLevel(Level level) { g_level = level; }

@@ -26,6 +26,15 @@ open(sys.argv[2], 'wb').write(b)
 PY
 expect 65 'future.pb: format_version 9 is newer than this ob reads \(1\)' -- "$P" --json "$TMP/future.pb"
 
+# Invalid UTF-8 in a string field: protobuf's own complaint stays out of stderr.
+python3 - "$TMP/good.pb" "$TMP/utf8.pb" <<'PY'
+import sys
+b = open(sys.argv[1], 'rb').read()
+assert b'gpt-tiny' in b
+open(sys.argv[2], 'wb').write(b.replace(b'gpt-tiny', b'\xff\xfe-tiny', 1))
+PY
+expect 65 'utf8.pb: not a valid ob Profile' -- "$P" --json "$TMP/utf8.pb"
+
 # Missing input.
 expect 66 'nonexistent.pb: cannot open' -- "$P" --json "$TMP/nonexistent.pb"
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     ss << in.rdbuf();
     seeds.push_back(ss.str());
   }
+  LLVMFuzzerInitialize(&argc, &argv);
   std::mt19937_64 rng(20261121);
   for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   for (long i = 0; i < iterations; ++i) {
