@@ -65,6 +65,21 @@ std::string Quoted(std::string_view s) {
   return out + "'";
 }
 
+// Pieces of `text` between separators, empty pieces kept ("a,,b" has three).
+std::vector<std::string_view> Split(std::string_view text, char sep) {
+  std::vector<std::string_view> pieces;
+  size_t pos = 0;
+  for (;;) {
+    size_t end = text.find(sep, pos);
+    if (end == std::string_view::npos) {
+      pieces.push_back(text.substr(pos));
+      return pieces;
+    }
+    pieces.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+}
+
 }  // namespace
 
 bool IsValidHostName(std::string_view name) {
@@ -79,12 +94,7 @@ Result<std::vector<Host>> ParseHosts(std::string_view text, const std::string& f
   std::vector<Host> hosts;
   std::map<std::string, int> first_line;  // name -> line it was first seen on
   int line_no = 0;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
+  for (std::string_view line : Split(text, '\n')) {
     ++line_no;
     auto fail = [&](const std::string& what) {
       return Status::Config(filename + ":" + std::to_string(line_no) + ": " + what);
@@ -183,12 +193,7 @@ Status ExpandItem(std::string_view item, std::vector<std::string>* out) {
       return Status::Config("bad range '[" + std::string(body) + "]'");
     }
     std::vector<std::string> suffixes;
-    size_t p = 0;
-    while (p <= body.size()) {
-      size_t comma = body.find(',', p);
-      if (comma == std::string_view::npos) comma = body.size();
-      std::string_view r = body.substr(p, comma - p);
-      p = comma + 1;
+    for (std::string_view r : Split(body, ',')) {
       size_t dash = r.find('-');
       std::string_view a = r.substr(0, dash);
       std::string_view b = dash == std::string_view::npos ? a : r.substr(dash + 1);
