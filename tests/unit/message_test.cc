@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "ob/io/message.h"
+#include "ob/plan.pb.h"
 #include "ob/profile.pb.h"
 
 namespace {
@@ -58,4 +59,26 @@ TEST_CASE("newer format versions and foreign messages are refused") {
 TEST_CASE("JSON uses proto field names and prints defaults") {
   std::string json = ob::io::ToJson(Sample());
   CHECK_THAT(json, Catch::Contains("\"forward_seconds\"") && Catch::Contains("\"backward_seconds\": 0"));
+}
+
+TEST_CASE("a file of one type given for another is named for what it is") {
+  ob::pb::Plan plan;
+  plan.set_nodes(4);
+  std::string bytes = ob::io::SerializeMessage(plan, ob::io::kPlanFormatVersion);
+  ob::pb::Profile p;
+  auto st = ob::io::ParseMessage(bytes, "plan.pb", ob::io::kProfileFormatVersion, &p);
+  CHECK(st.code() == ob::Code::kDataErr);
+  CHECK(st.message() == "plan.pb: is an ob Plan, not a Profile");
+}
+
+TEST_CASE("the --json form is read back") {
+  std::string json = ob::io::ToJson(Sample());
+  ob::pb::Profile back;
+  // ToJson of an unversioned message lacks the header: add it as WriteMessage does.
+  std::string bytes = ob::io::SerializeMessage(Sample(), 1);
+  ob::pb::Profile versioned;
+  REQUIRE(versioned.ParseFromString(bytes));
+  REQUIRE(ob::io::ParseMessage(ob::io::ToJson(versioned), "p.json", 1, &back).ok());
+  CHECK(back.layers_size() == 4);
+  CHECK(ob::io::ParseMessage("{\"layers\": [", "p.json", 1, &back).code() == ob::Code::kDataErr);
 }

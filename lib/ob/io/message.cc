@@ -16,14 +16,55 @@ const FieldDescriptor* Field(const Message& m, const char* name) {
   return m.GetDescriptor()->FindFieldByName(name);
 }
 
+struct Marker {
+  const char* type;
+  const char* name;
+  uint32_t marker;
+};
+constexpr Marker kMarkers[] = {{"ob.pb.Profile", "Profile", kEndMarker},
+                               {"ob.pb.Plan", "Plan", kPlanEndMarker},
+                               {"ob.pb.Manifest", "Manifest", kManifestEndMarker}};
+
+void SetHeader(Message* m, uint32_t version) {
+  const auto* refl = m->GetReflection();
+  refl->SetUInt32(m, Field(*m, "format_version"), version);
+  refl->SetUInt32(m, Field(*m, "end"), EndMarkerFor(m->GetDescriptor()->full_name()));
+}
+
 }  // namespace
+
+uint32_t EndMarkerFor(const std::string& full_type_name) {
+  for (const auto& m : kMarkers)
+    if (full_type_name == m.type) return m.marker;
+  return 0;
+}
 
 Status ParseMessage(const std::string& bytes, const std::string& name, uint32_t max_version,
                     Message* msg) {
   const std::string type = msg->GetDescriptor()->name();
   if (bytes.empty()) return Status::DataErr(name + ": empty file, expected an ob " + type);
-  if (!msg->ParseFromString(bytes))
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && bytes[first] == '{') {
+    // The --json form, e.g. edited by hand or by a script.
+    google::protobuf::util::JsonParseOptions opts;
+    auto st = google::protobuf::util::JsonStringToMessage(bytes, msg, opts);
+    if (!st.ok())
+      return Status::DataErr(name + ": not a valid ob " + type + " in JSON: " +
+                             std::string(st.message().substr(0, 200)));
+  } else if (!msg->ParseFromString(bytes)) {
+    // Another type's file may not even parse as this one: its last field,
+    // the end marker (tag 2047, fixed32: bytes fd 7f + 4), still names it.
+    if (bytes.size() >= 6 && static_cast<uint8_t>(bytes[bytes.size() - 6]) == 0xfd &&
+        static_cast<uint8_t>(bytes[bytes.size() - 5]) == 0x7f) {
+      uint32_t tail = 0;
+      for (int i = 0; i < 4; ++i)
+        tail |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[bytes.size() - 4 + i])) << (8 * i);
+      for (const auto& m : kMarkers)
+        if (tail == m.marker && m.type != msg->GetDescriptor()->full_name())
+          return Status::DataErr(name + ": is an ob " + m.name + ", not a " + type);
+    }
     return Status::DataErr(name + ": not a valid ob " + type + " (corrupt or truncated)");
+  }
   const FieldDescriptor* ver = Field(*msg, "format_version");
   const FieldDescriptor* end = Field(*msg, "end");
   assert(ver && end && "top-level messages carry format_version and end");
@@ -34,7 +75,12 @@ Status ParseMessage(const std::string& bytes, const std::string& name, uint32_t 
     return Status::DataErr(name + ": format_version " + std::to_string(v) +
                            " is newer than this ob reads (" + std::to_string(max_version) +
                            "); upgrade ob");
-  if (refl->GetUInt32(*msg, end) != kEndMarker)
+  const uint32_t got = refl->GetUInt32(*msg, end);
+  for (const auto& m : kMarkers) {
+    if (got == m.marker && m.marker != EndMarkerFor(msg->GetDescriptor()->full_name()))
+      return Status::DataErr(name + ": is an ob " + m.name + ", not a " + type);
+  }
+  if (got != EndMarkerFor(msg->GetDescriptor()->full_name()))
     return Status::DataErr(name + ": truncated " + type + " (end marker missing after " +
                            std::to_string(bytes.size()) + " bytes)");
   return Status::Ok();
@@ -48,9 +94,7 @@ Status LoadMessage(const std::string& path, uint32_t max_version, Message* msg) 
 std::string SerializeMessage(const Message& msg, uint32_t version) {
   std::unique_ptr<Message> copy(msg.New());
   copy->CopyFrom(msg);
-  const auto* refl = copy->GetReflection();
-  refl->SetUInt32(copy.get(), Field(*copy, "format_version"), version);
-  refl->SetUInt32(copy.get(), Field(*copy, "end"), kEndMarker);
+  SetHeader(copy.get(), version);
   std::string out;
   copy->SerializeToString(&out);
   return out;
@@ -72,9 +116,7 @@ Status WriteMessage(const std::string& path, const Message& msg, uint32_t versio
   if (json) {
     std::unique_ptr<Message> copy(msg.New());
     copy->CopyFrom(msg);
-    const auto* refl = copy->GetReflection();
-    refl->SetUInt32(copy.get(), Field(*copy, "format_version"), version);
-    refl->SetUInt32(copy.get(), Field(*copy, "end"), kEndMarker);
+    SetHeader(copy.get(), version);
     return WriteFile(path, ToJson(*copy));
   }
   if ((path == "-" || path.empty()) && StdoutIsTerminal())

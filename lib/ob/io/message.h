@@ -1,7 +1,7 @@
 // Reading and writing ob's top-level protobuf files (Profile, Plan, Manifest).
 //
 // Every top-level message has `format_version` (field 1) and `end` (field
-// 2047, always kEndMarker). Field 2047 is serialised last, so a file that was
+// 2047, the type's end marker). Field 2047 is serialised last, so a file that was
 // cut short lacks it even when the cut falls between two fields, which plain
 // protobuf parsing cannot notice. Readers refuse versions newer than theirs.
 #pragma once
@@ -15,7 +15,13 @@
 
 namespace ob::io {
 
-inline constexpr uint32_t kEndMarker = 0x0b0b0b0b;
+// Each file type ends with its own marker, so a Plan given where a Profile
+// is expected is named for what it is rather than misread.
+inline constexpr uint32_t kEndMarker = 0x0b0b0b0b;         // Profile
+inline constexpr uint32_t kPlanEndMarker = 0x0b0b0b0c;
+inline constexpr uint32_t kManifestEndMarker = 0x0b0b0b0d;
+// The marker of a top-level message type ("ob.pb.Plan"), 0 if it has none.
+uint32_t EndMarkerFor(const std::string& full_type_name);
 
 // Current versions written by this build; readers accept 1..current.
 inline constexpr uint32_t kProfileFormatVersion = 1;
@@ -25,7 +31,7 @@ inline constexpr uint32_t kEventFormatVersion = 1;
 inline constexpr uint32_t kManifestFormatVersion = 1;
 
 // Parses `bytes` (read from `name`) into `msg` and checks version and end
-// marker. kDataErr: "NAME: truncated ...", "NAME: not an ob Profile ...",
+// marker. Bytes that start with '{' are read as the --json form. kDataErr: "NAME: truncated ...", "NAME: not an ob Profile ...",
 // "NAME: format_version 9 is newer than this ob reads (1) ...".
 Status ParseMessage(const std::string& bytes, const std::string& name, uint32_t max_version,
                     google::protobuf::Message* msg);
