@@ -1,0 +1,227 @@
+#include "ob/plan/instantiation.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <string>
+#include <tuple>
+
+namespace ob::plan {
+namespace {
+
+// One template as the instantiation DP sees it.
+struct Option {
+  const Template* t = nullptr;
+  double all_reduce = 0;  // AllReduceSeconds of its node_gradient_bytes
+  // T(m), bit-identical to PipelineSeconds.
+  double Seconds(int m) const { return t->Seconds(m) + all_reduce; }
+  // How many m in [1, M] finish by tau (T is non-decreasing in m).
+  int Capacity(double tau, int M) const {
+    if (!(Seconds(1) <= tau)) return 0;
+    if (!(t->bottleneck > 0)) return M;
+    const double est = std::floor((tau - Seconds(1)) / t->bottleneck) + 1;
+    int m = static_cast<int>(std::clamp(est, 1.0, static_cast<double>(M)));
+    while (m > 1 && Seconds(m) > tau) --m;
+    while (m < M && Seconds(m + 1) <= tau) ++m;
+    return m;
+  }
+};
+
+// The knapsack over node counts for one deadline tau. A state is (pipelines,
+// nodes); its value the most micro-batches finishable by tau. The pipeline
+// count is either clipped at f + 1 (when no multiset can have more pipelines
+// than micro-batches) or exact up to M (so that P ≤ M can be enforced).
+class Knapsack {
+ public:
+  Knapsack(const Problem& p, const std::vector<Option>& options)
+      : options_(options), N_(p.cluster.nodes), M_(p.microbatches), need_(p.faults + 1) {
+    int smallest = N_;
+    for (const Option& o : options_) smallest = std::min(smallest, o.t->nodes);
+    clipped_ = N_ / smallest <= M_;
+    counts_ = clipped_ ? need_ : M_;
+  }
+
+  // Whether some multiset covers all N nodes with f + 1 ≤ P ≤ M pipelines
+  // that together can finish M micro-batches by tau; if so and `multiset` is
+  // given, one such multiset (template node counts, largest first).
+  bool Feasible(double tau, std::vector<int>* multiset = nullptr) {
+    const int T = static_cast<int>(options_.size());
+    caps_.assign(T, 0);
+    for (int i = 0; i < T; ++i) caps_[i] = options_[i].Capacity(tau, M_);
+    const size_t states = static_cast<size_t>(counts_ + 1) * (N_ + 1);
+    best_.assign(states, -1);
+    from_.assign(states, -1);
+    best_[At(0, 0)] = 0;
+    for (int x = 0; x < N_; ++x) {
+      for (int c = 0; c <= counts_; ++c) {
+        const int64_t v = best_[At(c, x)];
+        if (v < 0) continue;
+        const int c2 = clipped_ ? std::min(c + 1, counts_) : c + 1;
+        if (c2 > counts_) continue;
+        for (int i = 0; i < T; ++i) {
+          if (caps_[i] == 0) continue;
+          const int x2 = x + options_[i].t->nodes;
+          if (x2 > N_) continue;
+          const size_t to = At(c2, x2);
+          if (v + caps_[i] > best_[to]) {
+            best_[to] = v + caps_[i];
+            from_[to] = static_cast<int64_t>(At(c, x)) * T + i;
+          }
+        }
+      }
+    }
+    int end = -1;
+    for (int c = need_; c <= counts_ && end < 0; ++c)
+      if (best_[At(c, N_)] >= M_) end = c;
+    if (end < 0) return false;
+    if (multiset) {
+      multiset->clear();
+      for (int64_t s = static_cast<int64_t>(At(end, N_)); s != 0;) {
+        const int i = static_cast<int>(from_[s] % T);
+        multiset->push_back(options_[i].t->nodes);
+        s = from_[s] / T;
+      }
+      std::sort(multiset->begin(), multiset->end(), std::greater<int>());
+    }
+    return true;
+  }
+
+ private:
+  size_t At(int c, int x) const { return static_cast<size_t>(c) * (N_ + 1) + x; }
+
+  const std::vector<Option>& options_;
+  int N_, M_, need_, counts_ = 0;
+  bool clipped_ = true;
+  std::vector<int> caps_;
+  std::vector<int64_t> best_;
+  std::vector<int64_t> from_;  // previous state · T + template index
+};
+
+}  // namespace
+
+int Instantiation::nodes_used() const {
+  int n = 0;
+  for (const PipelineInstance& pl : pipelines) n += pl.template_nodes;
+  return n;
+}
+
+double PipelineSeconds(const Problem& p, const Template& t, int m) {
+  return t.Seconds(m) + AllReduceSeconds(p, t.node_gradient_bytes);
+}
+
+Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
+                                    const std::vector<int>& template_nodes) {
+  const int P = static_cast<int>(template_nodes.size());
+  const int M = p.microbatches;
+  if (P == 0) return Status::Config("no pipelines to split the batch over");
+  if (M < P)
+    return Status::Config("a global batch of " + std::to_string(M) +
+                          " micro-batches cannot feed " + std::to_string(P) +
+                          " pipelines (each needs at least one)");
+  std::vector<Option> options(P);
+  for (int j = 0; j < P; ++j) {
+    const Template* t = ts.ForNodes(template_nodes[j]);
+    if (!t) return Status::Config("no template for " + std::to_string(template_nodes[j]) + " nodes");
+    options[j] = {t, AllReduceSeconds(p, t->node_gradient_bytes)};
+  }
+  // Each next micro-batch goes where it would finish first (ties: lower index).
+  std::vector<int> m(P, 1);
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> next;
+  for (int j = 0; j < P; ++j) next.push({options[j].Seconds(2), j});
+  for (int left = M - P; left > 0; --left) {
+    const int j = next.top().second;
+    next.pop();
+    ++m[j];
+    next.push({options[j].Seconds(m[j] + 1), j});
+  }
+  return m;
+}
+
+Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst) {
+  std::vector<int> template_nodes;
+  for (const PipelineInstance& pl : inst->pipelines) template_nodes.push_back(pl.template_nodes);
+  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, template_nodes));
+  inst->iteration_seconds = 0;
+  for (size_t j = 0; j < m.size(); ++j) {
+    inst->pipelines[j].microbatches = m[j];
+    inst->iteration_seconds =
+        std::max(inst->iteration_seconds,
+                 PipelineSeconds(p, *ts.ForNodes(template_nodes[j]), m[j]));
+  }
+  return Status::Ok();
+}
+
+Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
+  const int N = p.cluster.nodes, M = p.microbatches, f = p.faults;
+  if (M < f + 1)
+    return Status::Config("a global batch of " + std::to_string(M) + " micro-batches cannot feed " +
+                          std::to_string(f + 1) + " pipelines (f=" + std::to_string(f) + ")");
+  if (ts.templates.empty()) return Status::Config("no pipeline templates to instantiate");
+  // Largest templates first: DP ties then favour fewer, larger pipelines.
+  std::vector<Option> options;
+  for (auto it = ts.templates.rbegin(); it != ts.templates.rend(); ++it)
+    options.push_back({&*it, AllReduceSeconds(p, it->node_gradient_bytes)});
+  Knapsack dp(p, options);
+
+  // The optimum is some T(m) of some template: bisect on tau until few such
+  // candidates remain in (lo, hi], then binary-search those exactly.
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  for (const Option& o : options) {
+    lo = std::min(lo, o.Seconds(1));
+    hi = std::max(hi, o.Seconds(M));
+  }
+  lo = std::nextafter(lo, 0.0);  // every capacity is 0 here: infeasible
+  if (!dp.Feasible(hi))
+    return Status::Config("no combination of templates (" + std::to_string(ts.min_nodes) + ".." +
+                          std::to_string(ts.max_nodes()) + " nodes) covers " + std::to_string(N) +
+                          " nodes with at least " + std::to_string(f + 1) + " pipelines and " +
+                          std::to_string(M) + " micro-batches");
+  auto candidates_between = [&](double a, double b) {
+    int64_t count = 0;
+    for (const Option& o : options) count += o.Capacity(b, M) - o.Capacity(a, M);
+    return count;
+  };
+  constexpr int64_t kFewCandidates = 64;
+  for (int step = 0; step < 200 && candidates_between(lo, hi) > kFewCandidates; ++step) {
+    const double mid = lo + (hi - lo) / 2;
+    if (!(mid > lo && mid < hi)) break;
+    (dp.Feasible(mid) ? hi : lo) = mid;
+  }
+  std::vector<double> candidates;
+  for (const Option& o : options)
+    for (int m = o.Capacity(lo, M) + 1, last = o.Capacity(hi, M); m <= last; ++m)
+      candidates.push_back(o.Seconds(m));
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  // hi is feasible, so the largest candidate ≤ hi is (same capacities).
+  size_t a = 0, b = candidates.size() - 1;
+  while (a < b) {
+    const size_t mid = (a + b) / 2;
+    if (dp.Feasible(candidates[mid])) b = mid; else a = mid + 1;
+  }
+  std::vector<int> multiset;
+  const bool ok = dp.Feasible(candidates[a], &multiset);
+  assert(ok);
+  (void)ok;
+
+  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, multiset));
+  Instantiation inst;
+  int next_node = 0;
+  for (size_t j = 0; j < multiset.size(); ++j) {
+    PipelineInstance pl;
+    pl.template_nodes = multiset[j];
+    for (int q = 0; q < multiset[j]; ++q) pl.nodes.push_back(next_node++);
+    pl.microbatches = m[j];
+    inst.iteration_seconds =
+        std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(multiset[j]), m[j]));
+    inst.pipelines.push_back(std::move(pl));
+  }
+  assert(next_node == N);
+  return inst;
+}
+
+}  // namespace ob::plan

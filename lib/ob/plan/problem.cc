@@ -1,0 +1,119 @@
+#include "ob/plan/problem.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ob::plan {
+namespace {
+
+// SPEC §8: block activations per micro-batch are s·b·h·(34 + 5as/h) without
+// tensor parallelism and s·b·h·(10 + 24/t + 5as/(ht)) with it; the ratio
+// scales a measured or analytic figure to degree t.
+double TensorParallelActivationFactor(const Problem& p, int tp) {
+  if (tp <= 1 || p.n_embd <= 0) return 1.0;
+  const double attn = 5.0 * p.n_head * p.sequence_length / p.n_embd;
+  return (10.0 + 24.0 / tp + attn / tp) / (34.0 + attn);
+}
+
+}  // namespace
+
+double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
+  double compute = 0;
+  int blocks = 0;
+  for (int l = first; l <= last; ++l) {
+    compute += p.layers[l].forward + p.layers[l].backward;
+    blocks += p.layers[l].is_block ? 1 : 0;
+  }
+  if (tp <= 1) return compute;
+  // 2 all-reduces forward and 2 backward per block, each of b·s·h 16-bit
+  // activations, ring over tp GPUs of the node.
+  const double bytes = 2.0 * p.microbatch_size * p.sequence_length * p.n_embd;
+  const double ring = 2.0 * (tp - 1) / tp * bytes / p.cluster.intra_bytes_per_s;
+  return compute / tp + 4.0 * blocks * ring;
+}
+
+double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency) {
+  if (last + 1 >= p.num_layers()) return 0.0;  // the head sends nothing on
+  const double bytes = static_cast<double>(p.layers[last].output_bytes);
+  return 2.0 * (bytes / bytes_per_s + latency);  // activation forward, its gradient back
+}
+
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight) {
+  double state = 0, act = 0;
+  const double factor = TensorParallelActivationFactor(p, tp);
+  for (int l = first; l <= last; ++l) {
+    const auto& c = p.layers[l];
+    state += static_cast<double>(c.state_bytes) / tp;
+    act += static_cast<double>(c.activation_bytes) * (c.is_block ? factor : 1.0 / tp);
+  }
+  // The stage also holds its input for each in-flight micro-batch.
+  if (first > 0) act += static_cast<double>(p.layers[first - 1].output_bytes) / tp;
+  const double bytes = state + act * in_flight;
+  return static_cast<uint64_t>(bytes * (1.0 + p.cluster.overhead_fraction)) +
+         p.cluster.overhead_bytes;
+}
+
+bool StageFits(const Problem& p, int first, int last, int tp, int in_flight) {
+  return StageMemoryBytes(p, first, last, tp, in_flight) <= p.cluster.gpu_memory;
+}
+
+double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes) {
+  if (gradient_bytes == 0) return 0.0;
+  const double steps = std::ceil(std::log2(std::max(2, p.cluster.nodes)));
+  return 2.0 * static_cast<double>(gradient_bytes) / p.cluster.link_bytes_per_s +
+         2.0 * steps * p.cluster.link_latency;
+}
+
+Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, int faults,
+                            int global_batch, int microbatch_size) {
+  if (profile.layers_size() == 0)
+    return Status::DataErr("profile has no layers (a network-only profile?)");
+  if (cluster.nodes < 1) return Status::Config("--nodes must be at least 1");
+  if (cluster.gpus_per_node < 1) return Status::Config("--gpus-per-node must be at least 1");
+  if (cluster.gpu_memory == 0) return Status::Config("GPU memory is unknown: give --gpu-memory");
+  if (!(cluster.link_bytes_per_s > 0) || !(cluster.intra_bytes_per_s > 0))
+    return Status::Config("link bandwidths must be positive");
+  if (faults < 0) return Status::Config("--faults must be >= 0");
+  if (microbatch_size < 1) return Status::Config("--microbatch must be >= 1");
+  if (global_batch < 1 || global_batch % microbatch_size != 0)
+    return Status::Config("--global-batch " + std::to_string(global_batch) +
+                          " is not a positive multiple of --microbatch " +
+                          std::to_string(microbatch_size));
+  Problem p;
+  p.cluster = cluster;
+  p.faults = faults;
+  p.microbatch_size = microbatch_size;
+  p.microbatches = global_batch / microbatch_size;
+  p.sequence_length = static_cast<int>(profile.sequence_length());
+  p.n_embd = static_cast<int>(profile.model().n_embd());
+  p.n_head = static_cast<int>(profile.model().n_head());
+  for (int i = 0; i < profile.layers_size(); ++i) {
+    const auto& l = profile.layers(i);
+    const std::string who = "layer " + std::to_string(i) + " (" + l.name() + ")";
+    if (l.index() != static_cast<uint32_t>(i))
+      return Status::DataErr(who + ": index " + std::to_string(l.index()) + " out of order");
+    const pb::LayerCost* cost = nullptr;
+    for (const auto& c : l.costs())
+      if (c.microbatch() == static_cast<uint32_t>(microbatch_size)) cost = &c;
+    if (!cost)
+      return Status::DataErr(who + ": no costs at micro-batch " + std::to_string(microbatch_size) +
+                             " (profile it with -b " + std::to_string(microbatch_size) + ")");
+    for (double t : {cost->forward_seconds(), cost->backward_seconds()}) {
+      if (!std::isfinite(t) || t <= 0)
+        return Status::DataErr(who + ": forward and backward times must be positive, got " +
+                               std::to_string(t));
+    }
+    LayerCost c;
+    c.forward = cost->forward_seconds();
+    c.backward = cost->backward_seconds();
+    c.state_bytes = l.parameter_bytes() + l.gradient_bytes() + l.optimizer_state_bytes();
+    c.gradient_bytes = l.gradient_bytes();
+    c.activation_bytes = cost->activation_bytes();
+    c.output_bytes = cost->output_bytes();
+    c.is_block = l.kind() == pb::LAYER_BLOCK;
+    p.layers.push_back(c);
+  }
+  return p;
+}
+
+}  // namespace ob::plan

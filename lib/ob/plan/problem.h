@@ -1,0 +1,81 @@
+// The planner's view of a profile and a cluster (SPEC §4, §8): plain arrays
+// of per-layer costs at one micro-batch size, the cluster's shape, and the
+// cost and memory models every part of ob-plan shares. Torch-free, pure.
+//
+// Units: seconds, bytes. Layers are planner layers by global index
+// (0 = embed, 1..L = blocks, L+1 = head). Thread-safety: values; the
+// functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ob/profile.pb.h"
+#include "ob/status.h"
+
+namespace ob::plan {
+
+// One planner layer at the plan's micro-batch size.
+struct LayerCost {
+  double forward = 0;          // seconds per micro-batch, one GPU
+  double backward = 0;
+  uint64_t state_bytes = 0;    // weights + gradients + optimizer state
+  uint64_t gradient_bytes = 0; // what the data-parallel all-reduce moves
+  uint64_t activation_bytes = 0;  // kept per in-flight micro-batch
+  uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
+  bool is_block = false;       // tensor parallelism splits blocks (SPEC §8 TP formulas)
+};
+
+struct Cluster {
+  int nodes = 0;                     // N
+  int gpus_per_node = 1;             // g
+  uint64_t gpu_memory = 0;           // bytes per GPU
+  double link_bytes_per_s = 12.5e9;  // nominal node-to-node bandwidth (100 Gb/s)
+  double link_latency = 10e-6;       // seconds
+  double intra_bytes_per_s = 200e9;  // intra-node all-reduce bus bandwidth (tensor parallelism)
+  uint64_t overhead_bytes = 0;       // per GPU: runtime context, communicator buffers
+  double overhead_fraction = 0.0;    // of the stage's bytes: fragmentation
+};
+
+// Everything the planner needs, derived once from a Profile.
+struct Problem {
+  std::vector<LayerCost> layers;
+  Cluster cluster;
+  int faults = 0;                  // f
+  int microbatches = 0;            // M: global batch / micro-batch size
+  int microbatch_size = 1;         // sequences per micro-batch
+  int sequence_length = 0;
+  // Model shape, for the tensor-parallel activation formula of SPEC §8.
+  int n_embd = 0, n_head = 0;
+  int num_layers() const { return static_cast<int>(layers.size()); }
+};
+
+// How one stage runs: layers [first, last] on `gpus` GPUs of one node with
+// tensor parallelism `tp` (== gpus).
+struct StageShape {
+  int first = 0, last = 0;
+  int tp = 1;
+};
+
+// Compute time of one micro-batch through layers [first, last] (forward +
+// backward) with tensor parallelism tp: compute / tp plus the 4 all-reduces
+// per block of b·s·h activations over tp GPUs (SPEC §8).
+double StageComputeSeconds(const Problem& p, int first, int last, int tp);
+// Forward + backward transfer across the boundary after `last` over a link.
+double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency);
+// Peak bytes per GPU of a stage holding `in_flight` micro-batches (1F1B:
+// stage k of S holds S − k), overheads included.
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight);
+bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);
+// Data-parallel all-reduce of `gradient_bytes` per node across pipelines:
+// ring bandwidth term at its bound 2·G/B plus a tree latency term for N nodes.
+double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes);
+
+// Builds the Problem from a profile. kDataErr for an empty profile, missing
+// costs at `microbatch_size`, or zero/negative/non-finite times (naming the
+// layer); kConfig for unusable cluster options.
+Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, int faults,
+                            int global_batch, int microbatch_size);
+
+}  // namespace ob::plan

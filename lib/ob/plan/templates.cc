@@ -1,0 +1,315 @@
+#include "ob/plan/templates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+namespace ob::plan {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Stage costs and memory limits for one choice of k stages per node, for every
+// layer range [j, e]. Values come from the shared model functions themselves,
+// so the DP compares exactly the numbers a reader of the template would.
+struct StageTable {
+  int k = 1, tp = 1, layers = 0, max_stages = 0;
+  std::vector<double> compute;     // StageComputeSeconds, non-decreasing in e
+  std::vector<double> seconds;     // w = compute + boundary
+  std::vector<int> max_in_flight;  // largest r ≤ max_stages with StageFits (0: none)
+  int At(int j, int e) const { return j * layers + e; }
+};
+
+StageTable MakeTable(const Problem& p, int k, int max_stages) {
+  StageTable t;
+  const int L = p.num_layers();
+  t.k = k;
+  t.tp = p.cluster.gpus_per_node / k;
+  t.layers = L;
+  t.max_stages = max_stages;
+  t.compute.assign(static_cast<size_t>(L) * L, kInf);
+  t.seconds.assign(static_cast<size_t>(L) * L, kInf);
+  t.max_in_flight.assign(static_cast<size_t>(L) * L, 0);
+  for (int j = 0; j < L; ++j) {
+    // Memory only grows with the range and with the in-flight count, so the
+    // largest in-flight count that fits only shrinks as e grows.
+    int r = max_stages;
+    for (int e = j; e < L; ++e) {
+      while (r > 0 && !StageFits(p, j, e, t.tp, r)) --r;
+      const int at = t.At(j, e);
+      t.max_in_flight[at] = r;
+      t.compute[at] = StageComputeSeconds(p, j, e, t.tp);
+      t.seconds[at] = t.compute[at] +
+                      BoundarySeconds(p, e, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+    }
+  }
+  return t;
+}
+
+// F[r][j]: the smallest possible max w over partitions of layers [j, L) into r
+// stages where the stage i-th from the end holds i micro-batches in flight.
+// Because in-flight counts depend only on the position from the end, one
+// table serves every S: B*(S) = F[S][0].
+std::vector<double> MinimaxFromBack(const StageTable& t) {
+  const int L = t.layers, R = t.max_stages;
+  std::vector<double> F(static_cast<size_t>(R + 1) * (L + 1), kInf);
+  auto f = [&](int r, int j) -> double& { return F[static_cast<size_t>(r) * (L + 1) + j]; };
+  f(0, L) = 0;
+  for (int r = 1; r <= R; ++r) {
+    for (int j = 0; j + r <= L; ++j) {
+      double best = kInf;
+      for (int e = j; e <= L - r; ++e) {
+        const int at = t.At(j, e);
+        if (t.max_in_flight[at] < r || t.compute[at] >= best) break;
+        const double rest = f(r - 1, e + 1);
+        if (rest == kInf) continue;
+        best = std::min(best, std::max(t.seconds[at], rest));
+      }
+      f(r, j) = best;
+    }
+  }
+  return F;
+}
+
+// Among partitions into S stages whose every w ≤ bound (and that fit), the
+// one with the smallest Σw; the last layer of each stage, or empty if none.
+// Ties go to the shortest first stage (strict improvement only).
+std::vector<int> MinSumUnderBound(const StageTable& t, int S, double bound) {
+  const int L = t.layers;
+  std::vector<double> G(static_cast<size_t>(S + 1) * (L + 1), kInf);
+  std::vector<int> arg(G.size(), -1);
+  auto idx = [&](int r, int j) { return static_cast<size_t>(r) * (L + 1) + j; };
+  G[idx(0, L)] = 0;
+  for (int r = 1; r <= S; ++r) {
+    // The S − r stages before must cover [0, j), one layer at least each.
+    for (int j = S - r; j + r <= L; ++j) {
+      double best = kInf;
+      int best_e = -1;
+      for (int e = j; e <= L - r; ++e) {
+        const int at = t.At(j, e);
+        if (t.max_in_flight[at] < r || t.compute[at] > bound) break;
+        if (t.seconds[at] > bound) continue;
+        const double rest = G[idx(r - 1, e + 1)];
+        if (rest == kInf) continue;
+        const double v = t.seconds[at] + rest;
+        if (v < best) best = v, best_e = e;
+      }
+      G[idx(r, j)] = best;
+      arg[idx(r, j)] = best_e;
+    }
+  }
+  if (G[idx(S, 0)] == kInf) return {};
+  std::vector<int> lasts;
+  for (int r = S, j = 0; r > 0; --r) {
+    const int e = arg[idx(r, j)];
+    lasts.push_back(e);
+    j = e + 1;
+  }
+  return lasts;
+}
+
+Template MakeTemplate(const Problem& p, const StageTable& t, int nodes,
+                      const std::vector<int>& lasts) {
+  Template out;
+  out.nodes = nodes;
+  out.stages_per_node = t.k;
+  out.tp = t.tp;
+  const int S = static_cast<int>(lasts.size());
+  std::vector<uint64_t> node_grad(nodes, 0);
+  for (int i = 0, first = 0; i < S; ++i) {
+    const int last = lasts[i];
+    out.stages.push_back({first, last, t.tp});
+    const double w = t.seconds[t.At(first, last)];
+    out.stage_seconds.push_back(w);
+    out.stage_memory.push_back(StageMemoryBytes(p, first, last, t.tp, S - i));
+    out.bottleneck = std::max(out.bottleneck, w);
+    out.total += w;
+    for (int l = first; l <= last; ++l) node_grad[i / t.k] += p.layers[l].gradient_bytes;
+    first = last + 1;
+  }
+  out.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+  return out;
+}
+
+bool Better(const Template& a, const Template& b) {
+  if (a.bottleneck != b.bottleneck) return a.bottleneck < b.bottleneck;
+  return a.total < b.total;
+}
+
+std::vector<int> StagesPerNodeChoices(const Problem& p) {
+  std::vector<int> ks;
+  for (int k = 1; k <= p.cluster.gpus_per_node; ++k)
+    if (p.cluster.gpus_per_node % k == 0) ks.push_back(k);
+  return ks;
+}
+
+// The best template for `nodes` nodes given per-k tables and their F.
+std::optional<Template> BestFromTables(const Problem& p, const std::vector<StageTable>& tables,
+                                       const std::vector<std::vector<double>>& minimax,
+                                       int nodes) {
+  std::optional<Template> best;
+  const int L = p.num_layers();
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const StageTable& t = tables[i];
+    const int S = nodes * t.k;
+    if (S > std::min(L, t.max_stages)) continue;
+    const double bound = minimax[i][static_cast<size_t>(S) * (L + 1)];
+    if (bound == kInf) continue;
+    const std::vector<int> lasts = MinSumUnderBound(t, S, bound);
+    if (lasts.empty()) continue;  // cannot happen: the minimax partition qualifies
+    Template cand = MakeTemplate(p, t, nodes, lasts);
+    if (!best || Better(cand, *best)) best = std::move(cand);
+  }
+  return best;
+}
+
+// ---- Memory diagnosis for the error messages ------------------------------
+
+// The least GPU memory with which some node count n ≤ max_nodes has a
+// partition that fits: a minimax DP over stage memory instead of time. The
+// in-flight term is taken as linear in r, which the model is up to rounding;
+// the answer is then confirmed against StageFits and nudged up if needed.
+uint64_t LeastMemoryFor(const Problem& p, int max_nodes) {
+  const int L = p.num_layers();
+  auto fits_somewhere = [&](uint64_t memory) {
+    Problem q = p;
+    q.cluster.gpu_memory = memory;
+    for (int k : StagesPerNodeChoices(q)) {
+      const int R = std::min(L, max_nodes * k);
+      if (R < k) continue;
+      const std::vector<double> F = MinimaxFromBack(MakeTable(q, k, R));
+      for (int S = k; S <= R; S += k)
+        if (F[static_cast<size_t>(S) * (L + 1)] != kInf) return true;
+    }
+    return false;
+  };
+  double least = kInf;
+  for (int k : StagesPerNodeChoices(p)) {
+    const int tp = p.cluster.gpus_per_node / k;
+    const int R = std::min(L, max_nodes * k);
+    if (R < k) continue;
+    std::vector<double> base(static_cast<size_t>(L) * L), per(static_cast<size_t>(L) * L);
+    for (int j = 0; j < L; ++j)
+      for (int e = j; e < L; ++e) {
+        base[j * L + e] = static_cast<double>(StageMemoryBytes(p, j, e, tp, 0));
+        per[j * L + e] = static_cast<double>(StageMemoryBytes(p, j, e, tp, 1)) - base[j * L + e];
+      }
+    std::vector<double> F(static_cast<size_t>(R + 1) * (L + 1), kInf);
+    F[L] = 0;
+    for (int r = 1; r <= R; ++r)
+      for (int j = 0; j + r <= L; ++j) {
+        double best = kInf;
+        for (int e = j; e <= L - r; ++e) {
+          const double rest = F[static_cast<size_t>(r - 1) * (L + 1) + e + 1];
+          best = std::min(best, std::max(base[j * L + e] + r * per[j * L + e], rest));
+        }
+        F[static_cast<size_t>(r) * (L + 1) + j] = best;
+      }
+    for (int S = k; S <= R; S += k) least = std::min(least, F[static_cast<size_t>(S) * (L + 1)]);
+  }
+  if (least == kInf) return 0;
+  uint64_t memory = static_cast<uint64_t>(std::ceil(least));
+  for (int tries = 0; tries < 20 && !fits_somewhere(memory); ++tries)
+    memory += std::max<uint64_t>(memory / 1000, 1);
+  return memory;
+}
+
+std::string GiB(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB",
+                std::ceil(static_cast<double>(bytes) / (1ull << 30) * 10) / 10);
+  return buf;
+}
+
+// Why no node count works: the first layer that does not fit even alone on
+// a whole node with one micro-batch in flight, else the model as a whole.
+Status NothingFits(const Problem& p) {
+  const int g = p.cluster.gpus_per_node;
+  const uint64_t need = LeastMemoryFor(p, p.num_layers());
+  const std::string have = GiB(p.cluster.gpu_memory) + " per GPU";
+  for (int l = 0; l < p.num_layers(); ++l) {
+    if (StageFits(p, l, l, g, 1)) continue;
+    return Status::Config("layer " + std::to_string(l) + " does not fit in " + have +
+                          " even alone with tensor parallelism " + std::to_string(g) +
+                          " (needs " + GiB(StageMemoryBytes(p, l, l, g, 1)) +
+                          "); the model needs at least " + GiB(need) + " per GPU");
+  }
+  return Status::Config("no stage partition fits in " + have + " at any node count (" +
+                        std::to_string(p.num_layers()) +
+                        " layers, 1F1B in-flight activations); the model needs at least " +
+                        GiB(need) + " per GPU");
+}
+
+}  // namespace
+
+int Template::StageOf(int layer) const {
+  if (stages.empty() || layer < stages.front().first || layer > stages.back().last) return -1;
+  auto it = std::upper_bound(stages.begin(), stages.end(), layer,
+                             [](int l, const StageShape& s) { return l < s.first; });
+  return static_cast<int>(it - stages.begin()) - 1;
+}
+
+const Template* TemplateSet::ForNodes(int n) const {
+  if (n < min_nodes || n > max_nodes() || templates.empty()) return nullptr;
+  return &templates[n - min_nodes];
+}
+
+std::optional<Template> BestTemplate(const Problem& p, int nodes) {
+  if (nodes < 1 || p.num_layers() == 0) return std::nullopt;
+  std::vector<StageTable> tables;
+  std::vector<std::vector<double>> minimax;
+  for (int k : StagesPerNodeChoices(p)) {
+    if (nodes * k > p.num_layers()) continue;
+    tables.push_back(MakeTable(p, k, nodes * k));
+    minimax.push_back(MinimaxFromBack(tables.back()));
+  }
+  return BestFromTables(p, tables, minimax, nodes);
+}
+
+Result<TemplateSet> BuildTemplates(const Problem& p) {
+  const int L = p.num_layers();
+  const int N = p.cluster.nodes, f = p.faults;
+  if (L == 0) return Status::Config("the model has no layers");
+  std::vector<StageTable> tables;
+  std::vector<std::vector<double>> minimax;
+  for (int k : StagesPerNodeChoices(p)) {
+    if (k > L) continue;
+    tables.push_back(MakeTable(p, k, L));
+    minimax.push_back(MinimaxFromBack(tables.back()));
+  }
+  auto has_template = [&](int n) {
+    for (size_t i = 0; i < tables.size(); ++i) {
+      const int S = n * tables[i].k;
+      if (S <= L && minimax[i][static_cast<size_t>(S) * (L + 1)] != kInf) return true;
+    }
+    return false;
+  };
+  int n0 = 0;
+  for (int n = 1; n <= L && n0 == 0; ++n)
+    if (has_template(n)) n0 = n;
+  if (n0 == 0) return NothingFits(p);
+  if (static_cast<int64_t>(N) < static_cast<int64_t>(n0) * (f + 1)) {
+    std::string msg = "needs at least " + std::to_string(n0 * (f + 1)) + " nodes for f=" +
+                      std::to_string(f) + ", n0=" + std::to_string(n0) + " (have " +
+                      std::to_string(N) + ")";
+    const int allowed = N / (f + 1);
+    if (allowed >= 1) {
+      if (const uint64_t need = LeastMemoryFor(p, allowed); need > 0)
+        msg += "; with " + GiB(need) + " per GPU n0 would be at most " + std::to_string(allowed);
+    }
+    return Status::Config(msg);
+  }
+  TemplateSet set;
+  set.min_nodes = n0;
+  // Consecutive node counts only: stop at the first one without a template.
+  for (int n = n0; n <= N - f * n0; ++n) {
+    std::optional<Template> t = BestFromTables(p, tables, minimax, n);
+    if (!t) break;
+    set.templates.push_back(std::move(*t));
+  }
+  return set;
+}
+
+}  // namespace ob::plan

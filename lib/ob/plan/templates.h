@@ -1,0 +1,75 @@
+// Pipeline templates (SPEC §4.2): for every node count n the plan may run
+// with, the best partition of the layers into stages and of each node's GPUs
+// among its stages. Torch-free, pure.
+//
+// A template for n nodes has k stages per node (k divides g, the GPUs per
+// node) with tensor parallelism t = g / k, so S = n·k stages; stage i runs on
+// node i / k. Stages never span nodes. Stage i costs
+//   w_i = StageComputeSeconds(first_i, last_i, t) + BoundarySeconds(last_i)
+// at the cluster's nominal link, and must fit in memory holding S − i
+// micro-batches in flight (1F1B). A pipeline of this template running m
+// micro-batches takes Σw + (m − 1)·max w (fill and drain, then one
+// bottleneck stage per micro-batch).
+//
+// Cost model: templates are ranked lexicographically by (max w, Σw) — the
+// steady-state bottleneck first, then fill/drain — over all partitions and
+// all k. BuildTemplates finds that optimum exactly (floating-point values are
+// compared as computed by the shared model functions, no tolerance).
+//
+// Algorithm, per k: a DP from the back over (r stages left, first layer j);
+// the stage r-th from the end holds r micro-batches in flight whatever S is,
+// so one minimax table F[r][j] gives the best bottleneck B*(S) = F[S][0] for
+// every S at once (O(L³)). For each S a second DP then minimises Σw over
+// partitions whose every stage has w ≤ B*(S) and fits (O(S·L²) at worst,
+// pruned by the running compute sum). Ties keep the shortest first stage,
+// then the smallest k. The whole set for a 98-layer model, g = 8, takes a few
+// milliseconds.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ob/plan/problem.h"
+#include "ob/status.h"
+
+namespace ob::plan {
+
+struct Template {
+  int nodes = 0;                       // n
+  int stages_per_node = 1;             // k
+  int tp = 1;                          // t = g / k
+  std::vector<StageShape> stages;      // S = n·k, in pipeline order
+  std::vector<double> stage_seconds;   // w_i at the nominal link
+  std::vector<uint64_t> stage_memory;  // peak bytes per GPU of each stage
+  double bottleneck = 0;               // max w_i
+  double total = 0;                    // Σ w_i
+  uint64_t node_gradient_bytes = 0;    // largest per-node gradient (all-reduce volume)
+
+  // 1F1B time of m micro-batches (without the data-parallel all-reduce).
+  double Seconds(int m) const { return total + (m - 1) * bottleneck; }
+  // Which stage holds global layer `layer`; -1 if no stage does.
+  int StageOf(int layer) const;
+};
+
+struct TemplateSet {
+  int min_nodes = 0;                   // n0: fewest nodes any template fits in
+  std::vector<Template> templates;     // for n = min_nodes, min_nodes + 1, ..., in order
+  const Template* ForNodes(int n) const;  // nullptr when there is none
+  int max_nodes() const { return min_nodes + static_cast<int>(templates.size()) - 1; }
+};
+
+// The best template for exactly `nodes` nodes, or nullopt if no partition
+// fits in memory (or there are more stages than layers for every k).
+std::optional<Template> BestTemplate(const Problem& p, int nodes);
+
+// n0, and a template for every n in [n0, N − f·n0], consecutively: the set
+// stops before the first n without one (n·k > layers for every k, or no
+// partition fits). kConfig when the model fits on no node count (naming the
+// first layer that does not fit alone on a whole node, and the least memory
+// per GPU that would do), or when N < n0·(f + 1) ("needs at least X nodes for
+// f=…, n0=… (have N)", plus the memory per GPU that would bring n0 down to
+// N / (f + 1) when that is at least 1). Messages are one line.
+Result<TemplateSet> BuildTemplates(const Problem& p);
+
+}  // namespace ob::plan

@@ -1,0 +1,225 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "ob/plan/templates.h"
+#include "plan_testing.h"
+
+namespace ob::plan {
+namespace {
+
+// A template's score under the header's objective, found by brute force.
+struct Score {
+  double bottleneck = 0, total = 0;
+};
+
+bool Close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
+
+// Every composition of the layers into S = n·k stages for every k, scored
+// lexicographically by (max w, Σw) under the 1F1B memory rule.
+std::optional<Score> ExhaustiveBest(const Problem& p, int nodes) {
+  const int L = p.num_layers(), g = p.cluster.gpus_per_node;
+  std::optional<Score> best;
+  for (int k = 1; k <= g; ++k) {
+    if (g % k) continue;
+    const int S = nodes * k, tp = g / k;
+    if (S > L) continue;
+    for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
+      if (__builtin_popcount(cuts) != S - 1) continue;
+      Score s;
+      bool fits = true;
+      for (int i = 0, first = 0; i < S; ++i) {
+        int last = first;
+        while (last < L - 1 && !(cuts >> last & 1)) ++last;
+        fits = fits && StageFits(p, first, last, tp, S - i);
+        const double w = StageComputeSeconds(p, first, last, tp) +
+                         BoundarySeconds(p, last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+        s.bottleneck = std::max(s.bottleneck, w);
+        s.total += w;
+        first = last + 1;
+      }
+      if (!fits) continue;
+      if (!best || s.bottleneck < best->bottleneck ||
+          (s.bottleneck == best->bottleneck && s.total < best->total))
+        best = s;
+    }
+  }
+  return best;
+}
+
+// The template is a valid partition whose recorded figures match the model.
+void CheckConsistent(const Problem& p, const Template& t) {
+  const int g = p.cluster.gpus_per_node;
+  REQUIRE(t.stages_per_node * t.tp == g);
+  REQUIRE(static_cast<int>(t.stages.size()) == t.nodes * t.stages_per_node);
+  const int S = static_cast<int>(t.stages.size());
+  double max_w = 0, sum_w = 0;
+  std::vector<uint64_t> node_grad(t.nodes, 0);
+  int next = 0;
+  for (int i = 0; i < S; ++i) {
+    const StageShape& s = t.stages[i];
+    CHECK(s.first == next);
+    CHECK(s.last >= s.first);
+    CHECK(s.tp == t.tp);
+    next = s.last + 1;
+    const double w = StageComputeSeconds(p, s.first, s.last, s.tp) +
+                     BoundarySeconds(p, s.last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+    CHECK(t.stage_seconds[i] == w);
+    CHECK(t.stage_memory[i] == StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
+    CHECK(t.stage_memory[i] <= p.cluster.gpu_memory);
+    max_w = std::max(max_w, w);
+    sum_w += w;
+    for (int l = s.first; l <= s.last; ++l) {
+      node_grad[i / t.stages_per_node] += p.layers[l].gradient_bytes;
+      CHECK(t.StageOf(l) == i);
+    }
+  }
+  CHECK(next == p.num_layers());
+  CHECK(t.bottleneck == max_w);
+  CHECK(Close(t.total, sum_w));
+  CHECK(t.node_gradient_bytes == *std::max_element(node_grad.begin(), node_grad.end()));
+  CHECK(t.StageOf(-1) == -1);
+  CHECK(t.StageOf(p.num_layers()) == -1);
+}
+
+}  // namespace
+
+TEST_CASE("BestTemplate equals exhaustive search over partitions and stages per node") {
+  testing::RandomProblemOptions opts;
+  opts.max_gpus_per_node = 4;
+  int compared = 0, feasible = 0;
+  for (uint64_t seed = 1; seed <= 250; ++seed) {
+    const Problem p = testing::RandomProblem(seed, opts);
+    INFO("seed " << seed);
+    for (int n = 1; n <= std::min(p.num_layers(), p.cluster.nodes); ++n) {
+      INFO("nodes " << n);
+      const std::optional<Template> got = BestTemplate(p, n);
+      const std::optional<Score> want = ExhaustiveBest(p, n);
+      REQUIRE(got.has_value() == want.has_value());
+      ++compared;
+      if (!got) continue;
+      ++feasible;
+      CHECK(got->nodes == n);
+      CHECK(Close(got->bottleneck, want->bottleneck));
+      CHECK(Close(got->total, want->total));
+      CheckConsistent(p, *got);
+    }
+  }
+  CHECK(feasible > compared / 4);  // the generator exercises both outcomes
+  CHECK(feasible < compared);
+}
+
+TEST_CASE("BuildTemplates covers n0 to N - f*n0 with the best template for each") {
+  int built = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const Problem p = testing::RandomProblem(seed);
+    INFO("seed " << seed);
+    const Result<TemplateSet> ts = BuildTemplates(p);
+    int n0 = 0;
+    for (int n = 1; n <= p.num_layers() && !n0; ++n)
+      if (ExhaustiveBest(p, n)) n0 = n;
+    if (!n0) {
+      REQUIRE_FALSE(ts.ok());
+      CHECK(ts.status().code() == Code::kConfig);
+      continue;
+    }
+    if (p.cluster.nodes < n0 * (p.faults + 1)) {
+      REQUIRE_FALSE(ts.ok());
+      CHECK(ts.status().code() == Code::kConfig);
+      CHECK_THAT(ts.status().message(),
+                 Catch::Contains("needs at least " + std::to_string(n0 * (p.faults + 1)) + " nodes"));
+      continue;
+    }
+    REQUIRE(ts.ok());
+    ++built;
+    CHECK(ts->min_nodes == n0);
+    REQUIRE(!ts->templates.empty());
+    CHECK(ts->max_nodes() <= p.cluster.nodes - p.faults * n0);
+    for (int n = ts->min_nodes; n <= ts->max_nodes(); ++n) {
+      const Template* t = ts->ForNodes(n);
+      REQUIRE(t);
+      const std::optional<Score> want = ExhaustiveBest(p, n);
+      REQUIRE(want);
+      CHECK(t->nodes == n);
+      CHECK(Close(t->bottleneck, want->bottleneck));
+      CHECK(Close(t->total, want->total));
+      CheckConsistent(p, *t);
+    }
+    // It stops early only where a node count has no template.
+    if (ts->max_nodes() < p.cluster.nodes - p.faults * n0) CHECK_FALSE(ExhaustiveBest(p, ts->max_nodes() + 1));
+    CHECK(ts->ForNodes(n0 - 1) == nullptr);
+    CHECK(ts->ForNodes(ts->max_nodes() + 1) == nullptr);
+  }
+  CHECK(built > 50);
+}
+
+TEST_CASE("every stage of every template fits in GPU memory") {
+  testing::RandomProblemOptions opts;
+  opts.max_layers = 24;
+  opts.max_nodes = 16;
+  opts.max_gpus_per_node = 8;
+  for (uint64_t seed = 1000; seed < 1100; ++seed) {
+    const Problem p = testing::RandomProblem(seed, opts);
+    const Result<TemplateSet> ts = BuildTemplates(p);
+    if (!ts.ok()) continue;
+    for (const Template& t : ts->templates)
+      for (size_t i = 0; i < t.stages.size(); ++i) {
+        const StageShape& s = t.stages[i];
+        const int in_flight = static_cast<int>(t.stages.size() - i);
+        CHECK(StageMemoryBytes(p, s.first, s.last, s.tp, in_flight) <= p.cluster.gpu_memory);
+        CHECK(t.stage_memory[i] <= p.cluster.gpu_memory);
+      }
+  }
+}
+
+TEST_CASE("the head's extra cost moves blocks to earlier stages") {
+  // 16 blocks of 6 ms and a 9 ms head over 4 stages: 4 blocks per stage
+  // would put 33 ms on the last stage; the optimum is 5 blocks (30 ms) at most
+  // and no more than 3 blocks beside the head.
+  const Problem p = testing::UniformProblem(16, 4, 0, 8);
+  const std::optional<Template> t = BestTemplate(p, 4);
+  REQUIRE(t);
+  REQUIRE(t->stages.size() == 4);
+  std::vector<int> blocks;
+  for (const StageShape& s : t->stages) {
+    blocks.push_back(0);
+    for (int l = s.first; l <= s.last; ++l) blocks.back() += p.layers[l].is_block;
+  }
+  CHECK(*std::max_element(blocks.begin(), blocks.end()) == 5);
+  CHECK(blocks.back() <= 3);
+  CHECK(t->bottleneck == Approx(0.030).epsilon(0.01));
+}
+
+TEST_CASE("refuses when the model does not fit anywhere, naming the layer") {
+  Problem p = testing::UniformProblem(8, 8, 0, 8);
+  p.layers[3].state_bytes = 100ull << 30;  // one block larger than a GPU
+  const Result<TemplateSet> ts = BuildTemplates(p);
+  REQUIRE_FALSE(ts.ok());
+  CHECK(ts.status().code() == Code::kConfig);
+  CHECK_THAT(ts.status().message(), Catch::Contains("layer 3 does not fit"));
+  CHECK_THAT(ts.status().message(), Catch::Contains("GiB per GPU"));
+  CHECK(ts.status().message().find('\n') == std::string::npos);
+}
+
+TEST_CASE("refuses when N < n0*(f+1), saying how many nodes are needed") {
+  Problem p = testing::UniformProblem(8, 5, 2, 16);
+  // Roughly 4 blocks' state per GPU: n0 = 3 with one GPU per node.
+  p.cluster.gpu_memory = 420ull << 20;
+  const std::optional<Template> one = BestTemplate(p, 1);
+  CHECK_FALSE(one);
+  int n0 = 1;
+  while (!BestTemplate(p, n0)) ++n0;
+  REQUIRE(n0 > 1);
+  const Result<TemplateSet> ts = BuildTemplates(p);
+  REQUIRE_FALSE(ts.ok());
+  CHECK(ts.status().code() == Code::kConfig);
+  const std::string& msg = ts.status().message();
+  CHECK_THAT(msg, Catch::StartsWith("needs at least " + std::to_string(3 * n0) + " nodes for f=2, n0=" +
+                                    std::to_string(n0) + " (have 5)"));
+  CHECK_THAT(msg, Catch::Contains("GiB per GPU n0 would be at most 1"));
+  CHECK(msg.back() != '.');
+}
+
+}  // namespace ob::plan

@@ -1,0 +1,26 @@
+// Random small planning problems for property tests, shared by the plan_*
+// tests. Deterministic from the seed.
+#pragma once
+
+#include <cstdint>
+
+#include "ob/plan/problem.h"
+
+namespace ob::plan::testing {
+
+struct RandomProblemOptions {
+  int max_layers = 12;
+  int max_nodes = 10;
+  int max_faults = 2;
+  int max_gpus_per_node = 2;
+};
+
+// A problem with 3..max_layers layers of random costs and sizes, 1..max_nodes
+// nodes, a random f, GPU memory between "barely one layer" and "everything",
+// and a global batch of M micro-batches, M ≥ f + 1. Not always plannable.
+Problem RandomProblem(uint64_t seed, const RandomProblemOptions& opts = {});
+
+// A GPT-like problem: embed, `blocks` equal blocks, head; plenty of memory.
+Problem UniformProblem(int blocks, int nodes, int faults, int microbatches, int gpus_per_node = 1);
+
+}  // namespace ob::plan::testing
