@@ -1,0 +1,45 @@
+// One iteration's 1F1B schedule per pipeline, simulated op by op, and its
+// drawing as SVG (ob-plan --schedule-svg), so a person can see the bubbles
+// and the stragglers. Torch-free, pure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ob/plan/instantiation.h"
+#include "ob/plan/placement.h"
+#include "ob/plan/problem.h"
+#include "ob/plan/templates.h"
+
+namespace ob::plan {
+
+struct ScheduledOp {
+  int stage = 0;
+  int microbatch = 0;
+  bool forward = true;
+  double start = 0, end = 0;   // seconds from the start of the iteration
+};
+
+// 1F1B for one pipeline: stage i runs min(S − i − 1, m) warm-up forwards,
+// then alternates one forward and one backward, then drains backwards. A
+// forward waits for the previous stage's forward of the same micro-batch
+// plus the transfer; a backward for the next stage's backward plus the
+// transfer (transfers overlap compute). Op times: the stage's compute
+// (StageComputeSeconds) split by its layers' forward/backward ratio, the
+// tensor-parallel all-reduces half each way. Transfers: per-direction halves
+// of the boundary term, on `bw`'s links between nodes[q] and nodes[q + 1]
+// when `bw` is given, else (and within a node) at the nominal link.
+// Returns 2·S·m ops, stage by stage, each stage's in execution order; empty
+// when m <= 0. REQUIRES: nodes.size() == t.nodes when bw is given.
+std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
+                                      const std::vector<int>& nodes, const BandwidthMatrix* bw);
+
+// An SVG with one lane per stage of every pipeline (labelled "pipeline j
+// stage i (node n, layers a-b)", class "lane"), forward and backward boxes
+// with micro-batch numbers where they fit and a tooltip each, idle time as
+// gaps, a time axis in ms, and each pipeline's makespan marked. The
+// data-parallel all-reduce is not drawn. Size grows with Σ S·m boxes.
+std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
+                        const BandwidthMatrix* bw);
+
+}  // namespace ob::plan

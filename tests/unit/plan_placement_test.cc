@@ -1,0 +1,379 @@
+// Placement on a measured bandwidth matrix, the 1F1B simulation and its SVG
+// (SPEC §4.5). Templates and instantiations are built by hand here, so these
+// tests exercise placement and scheduling alone.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "ob/plan/instantiation.h"
+#include "ob/plan/placement.h"
+#include "ob/plan/schedule.h"
+#include "ob/plan/templates.h"
+#include "plan_testing.h"
+
+namespace ob::plan {
+namespace {
+
+// A template of n nodes, k stages per node, layers split as evenly as
+// possible (earlier stages get the extra layers); costs as templates.h says.
+Template HandTemplate(const Problem& p, int n, int k = 1) {
+  Template t;
+  t.nodes = n;
+  t.stages_per_node = k;
+  t.tp = p.cluster.gpus_per_node / k;
+  const int S = n * k, L = p.num_layers();
+  REQUIRE(S <= L);
+  int first = 0;
+  for (int i = 0; i < S; ++i) {
+    const int count = L / S + (i < L % S ? 1 : 0);
+    StageShape st{first, first + count - 1, t.tp};
+    first += count;
+    t.stages.push_back(st);
+    const double w = StageComputeSeconds(p, st.first, st.last, st.tp) +
+                     BoundarySeconds(p, st.last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+    t.stage_seconds.push_back(w);
+    t.stage_memory.push_back(StageMemoryBytes(p, st.first, st.last, st.tp, S - i));
+    t.bottleneck = std::max(t.bottleneck, w);
+    t.total += w;
+  }
+  return t;
+}
+
+TemplateSet HandSet(const Problem& p, int min_nodes, int max_nodes, int k = 1) {
+  TemplateSet ts;
+  ts.min_nodes = min_nodes;
+  for (int n = min_nodes; n <= max_nodes; ++n) ts.templates.push_back(HandTemplate(p, n, k));
+  return ts;
+}
+
+// Pipelines of the given sizes over nodes 0.. in order, micro-batches spread
+// evenly.
+Instantiation HandInstantiation(const Problem& p, const std::vector<int>& sizes) {
+  Instantiation inst;
+  int node = 0;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    PipelineInstance pi;
+    pi.template_nodes = sizes[j];
+    for (int q = 0; q < sizes[j]; ++q) pi.nodes.push_back(node++);
+    pi.microbatches = p.microbatches / static_cast<int>(sizes.size()) +
+                      (static_cast<int>(j) < p.microbatches % static_cast<int>(sizes.size()) ? 1 : 0);
+    inst.pipelines.push_back(pi);
+  }
+  return inst;
+}
+
+BandwidthMatrix UniformMatrix(int n, double bytes_per_s, double latency) {
+  BandwidthMatrix bw;
+  bw.nodes = n;
+  bw.bytes_per_s.assign(n * n, bytes_per_s);
+  bw.latency.assign(n * n, latency);
+  return bw;
+}
+
+void SetLink(BandwidthMatrix* bw, int a, int b, double bytes_per_s) {
+  bw->bytes_per_s[a * bw->nodes + b] = bytes_per_s;
+  bw->bytes_per_s[b * bw->nodes + a] = bytes_per_s;
+}
+
+std::vector<int> AllNodes(const Instantiation& inst) {
+  std::vector<int> v;
+  for (const auto& pi : inst.pipelines) v.insert(v.end(), pi.nodes.begin(), pi.nodes.end());
+  return v;
+}
+
+pb::NetworkMatrix ProfileMatrix(int n) {
+  pb::NetworkMatrix m;
+  for (int i = 0; i < n; ++i) m.add_hosts("h" + std::to_string(i));
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) {
+      if (s == d) continue;
+      auto* l = m.add_links();
+      l->set_src(s);
+      l->set_dst(d);
+      l->set_bandwidth_bytes_per_s(1e9 * (1 + s + d));
+      l->set_latency_seconds(1e-6 * (1 + s));
+    }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("matrix from a network profile", "[plan][placement]") {
+  auto m = ProfileMatrix(3);
+  auto bw = MatrixFromProfile(m, 3);
+  REQUIRE(bw.ok());
+  CHECK(bw->nodes == 3);
+  CHECK(bw->Bandwidth(2, 1) == 4e9);
+  CHECK(bw->Latency(2, 1) == Approx(3e-6));
+  // Off-diagonal bandwidths {2,3,2,4,3,4}e9 and latencies {1,1,2,2,3,3}e-6.
+  CHECK(bw->MedianBandwidth() == Approx(3e9));
+  CHECK(bw->MedianLatency() == Approx(2e-6));
+
+  auto wrong = MatrixFromProfile(m, 16);
+  REQUIRE(!wrong.ok());
+  CHECK(wrong.status().code() == Code::kDataErr);
+  CHECK(wrong.status().message() == "bandwidth matrix has 3 hosts, the cluster 16");
+
+  auto missing = m;
+  missing.mutable_links()->DeleteSubrange(2, 1);  // h1 -> h0
+  auto r = MatrixFromProfile(missing, 3);
+  REQUIRE(!r.ok());
+  CHECK(r.status().code() == Code::kDataErr);
+  CHECK_THAT(r.status().message(), Catch::Contains("h1 -> h0"));
+
+  auto zero = m;
+  zero.mutable_links(3)->set_bandwidth_bytes_per_s(0);  // h1 -> h2
+  r = MatrixFromProfile(zero, 3);
+  REQUIRE(!r.ok());
+  CHECK(r.status().code() == Code::kDataErr);
+  CHECK_THAT(r.status().message(), Catch::Contains("h1 -> h2"));
+
+  auto out_of_range = m;
+  out_of_range.mutable_links(0)->set_dst(7);
+  CHECK(MatrixFromProfile(out_of_range, 3).status().code() == Code::kDataErr);
+  auto twice = m;
+  *twice.add_links() = m.links(0);
+  CHECK(MatrixFromProfile(twice, 3).status().code() == Code::kDataErr);
+}
+
+TEST_CASE("placed cost on nominal links is the template's", "[plan][placement]") {
+  auto p = testing::UniformProblem(6, 4, 0, 12, 2);
+  for (int k : {1, 2}) {
+    const TemplateSet ts = HandSet(p, 4, 4, k);
+    const Instantiation inst = HandInstantiation(p, {4});
+    const auto bw = UniformMatrix(4, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+    CHECK(PlacedIterationSeconds(p, ts, inst, bw) == Approx(ts.templates[0].Seconds(12)));
+    // A 5× slower link between the pipeline's nodes 1 and 2 costs the stage
+    // before it 2·bytes·(5 − 1)/B, once per micro-batch at least.
+    auto slow = bw;
+    SetLink(&slow, 1, 2, p.cluster.link_bytes_per_s / 5);
+    const double bytes = static_cast<double>(p.layers[ts.templates[0].stages[2 * k - 1].last].output_bytes);
+    const double extra = 8 * bytes / p.cluster.link_bytes_per_s;
+    CHECK(PlacedIterationSeconds(p, ts, inst, slow) >= ts.templates[0].Seconds(12) + extra * 0.999);
+    // One not used as a pipeline boundary (only one pipeline: no ring) costs nothing.
+    auto unused = bw;
+    SetLink(&unused, 0, 3, p.cluster.link_bytes_per_s / 5);
+    CHECK(PlacedIterationSeconds(p, ts, inst, unused) == Approx(ts.templates[0].Seconds(12)));
+  }
+}
+
+TEST_CASE("the data-parallel ring runs at its slowest link", "[plan][placement]") {
+  auto p = testing::UniformProblem(2, 4, 1, 8);  // 4 layers
+  const TemplateSet ts = HandSet(p, 2, 2);
+  const Instantiation inst = HandInstantiation(p, {2, 2});
+  auto bw = UniformMatrix(4, p.cluster.link_bytes_per_s, 0);
+  p.cluster.link_latency = 0;
+  const double base = PlacedIterationSeconds(p, ts, inst, bw);
+  // Nodes 0 and 2 hold layers 0-1 in the two pipelines; slowing their link
+  // slows those rings by 2·(P−1)/P·bytes·(1/B' − 1/B).
+  SetLink(&bw, 0, 2, p.cluster.link_bytes_per_s / 4);
+  const double grad = static_cast<double>(p.layers[0].gradient_bytes + p.layers[1].gradient_bytes);
+  const double extra = grad * (4 - 1) / p.cluster.link_bytes_per_s;
+  CHECK(PlacedIterationSeconds(p, ts, inst, bw) == Approx(base + extra));
+}
+
+TEST_CASE("placement avoids slow links at pipeline boundaries", "[plan][placement]") {
+  // 16 nodes, 4 pipelines of 4; 64 MiB boundary activations make every
+  // boundary worth about as much as a stage's compute.
+  auto p = testing::UniformProblem(8, 16, 3, 32);
+  for (int l = 0; l + 1 < p.num_layers(); ++l) p.layers[l].output_bytes = 64ull << 20;
+  const TemplateSet ts = HandSet(p, 4, 4);
+  const Instantiation identity = HandInstantiation(p, {4, 4, 4, 4});
+  auto bw = UniformMatrix(16, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+  const std::vector<std::pair<int, int>> slow = {{1, 2}, {9, 10}};  // boundaries of pipelines 0, 2
+  for (auto [a, b] : slow) SetLink(&bw, a, b, p.cluster.link_bytes_per_s / 5);
+
+  PlacementOptions opts;
+  opts.seed = 7;
+  const auto start = std::chrono::steady_clock::now();
+  const Instantiation placed = Place(p, ts, identity, bw, opts);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 1.0);
+
+  const double before = PlacedIterationSeconds(p, ts, identity, bw);
+  const double after = PlacedIterationSeconds(p, ts, placed, bw);
+  CHECK(after <= 0.9 * before);
+  WARN("identity " << before << " s, placed " << after << " s, " << seconds << " s to place");
+  // The same nodes, each once, in the same pipelines shapes.
+  auto nodes = AllNodes(placed);
+  std::sort(nodes.begin(), nodes.end());
+  CHECK(nodes == AllNodes(identity));
+  REQUIRE(placed.pipelines.size() == identity.pipelines.size());
+  for (size_t j = 0; j < placed.pipelines.size(); ++j) {
+    CHECK(placed.pipelines[j].template_nodes == identity.pipelines[j].template_nodes);
+    CHECK(placed.pipelines[j].microbatches == identity.pipelines[j].microbatches);
+  }
+  for (const auto& pi : placed.pipelines)
+    for (size_t q = 0; q + 1 < pi.nodes.size(); ++q)
+      for (auto [a, b] : slow) {
+        const std::set<int> link{pi.nodes[q], pi.nodes[q + 1]};
+        CHECK(link != std::set<int>{a, b});
+      }
+  // Reproducible from the seed.
+  const Instantiation again = Place(p, ts, identity, bw, opts);
+  for (size_t j = 0; j < placed.pipelines.size(); ++j)
+    CHECK(again.pipelines[j].nodes == placed.pipelines[j].nodes);
+}
+
+TEST_CASE("placement is never worse than the given order", "[plan][placement]") {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    testing::RandomProblemOptions o;
+    o.max_nodes = 12;
+    auto p = testing::RandomProblem(seed, o);
+    std::mt19937_64 rng(seed);
+    // Pipelines of 1..layers nodes covering every node.
+    std::vector<int> sizes;
+    for (int left = p.cluster.nodes; left > 0;) {
+      const int n = std::uniform_int_distribution<int>(1, std::min(left, p.num_layers()))(rng);
+      sizes.push_back(n);
+      left -= n;
+    }
+    p.microbatches = std::max<int>(p.microbatches, static_cast<int>(sizes.size()));
+    const int hi = *std::max_element(sizes.begin(), sizes.end());
+    const TemplateSet ts = HandSet(p, 1, hi);
+    const Instantiation inst = HandInstantiation(p, sizes);
+    BandwidthMatrix bw = UniformMatrix(p.cluster.nodes, 0, 0);
+    for (auto& b : bw.bytes_per_s) b = std::uniform_real_distribution<double>(0.5e9, 25e9)(rng);
+    for (auto& l : bw.latency) l = std::uniform_real_distribution<double>(1e-6, 1e-4)(rng);
+    PlacementOptions opts;
+    opts.seed = seed;
+    opts.moves = 2000;
+    const Instantiation placed = Place(p, ts, inst, bw, opts);
+    INFO("seed " << seed);
+    CHECK(PlacedIterationSeconds(p, ts, placed, bw) <= PlacedIterationSeconds(p, ts, inst, bw));
+    auto nodes = AllNodes(placed);
+    std::sort(nodes.begin(), nodes.end());
+    CHECK(nodes == AllNodes(inst));
+  }
+}
+
+TEST_CASE("1F1B makespan of a uniform pipeline without transfers", "[plan][schedule]") {
+  for (int S : {1, 2, 4, 7})
+    for (int m : {1, 3, 4, 16}) {
+      Problem p;
+      for (int l = 0; l < S; ++l) {
+        LayerCost c;
+        c.forward = 1e-3;
+        c.backward = 2.5e-3;
+        p.layers.push_back(c);  // output_bytes 0
+      }
+      p.cluster.nodes = S;
+      p.cluster.link_latency = 0;
+      p.microbatches = m;
+      const TemplateSet ts = HandSet(p, S, S);
+      std::vector<int> nodes(S);
+      for (int i = 0; i < S; ++i) nodes[i] = i;
+      const auto ops = Simulate1F1B(p, ts.templates[0], m, nodes, nullptr);
+      REQUIRE(ops.size() == static_cast<size_t>(2 * S * m));
+      double makespan = 0;
+      for (const auto& op : ops) makespan = std::max(makespan, op.end);
+      INFO("S " << S << " m " << m);
+      CHECK(makespan == Approx((m + S - 1) * 3.5e-3));
+    }
+}
+
+TEST_CASE("1F1B ops respect dependencies and memory", "[plan][schedule]") {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto p = testing::RandomProblem(seed);
+    const int n = std::min(p.cluster.nodes, p.num_layers() / p.cluster.gpus_per_node);
+    if (n < 1) continue;
+    const int k = p.cluster.gpus_per_node;
+    const Template t = HandTemplate(p, n, k);
+    std::vector<int> nodes(n);
+    for (int q = 0; q < n; ++q) nodes[q] = n - 1 - q;
+    BandwidthMatrix bw = UniformMatrix(p.cluster.nodes, 3e9, 2e-5);
+    const int m = p.microbatches, S = static_cast<int>(t.stages.size());
+    const auto ops = Simulate1F1B(p, t, m, nodes, &bw);
+    REQUIRE(ops.size() == static_cast<size_t>(2 * S * m));
+    std::map<std::tuple<int, int, bool>, ScheduledOp> by;
+    for (const auto& op : ops) by[{op.stage, op.microbatch, op.forward}] = op;
+    REQUIRE(by.size() == ops.size());
+    for (const auto& op : ops) {
+      CHECK(op.end > op.start);
+      if (op.forward && op.stage > 0)
+        CHECK(op.start >= by[{op.stage - 1, op.microbatch, true}].end);
+      if (!op.forward) {
+        CHECK(op.start >= by[{op.stage, op.microbatch, true}].end);
+        if (op.stage + 1 < S) CHECK(op.start >= by[{op.stage + 1, op.microbatch, false}].end);
+      }
+    }
+    // One op at a time per stage, and at most S − i micro-batches in flight.
+    for (int i = 0; i < S; ++i) {
+      std::vector<ScheduledOp> lane;
+      for (const auto& op : ops)
+        if (op.stage == i) lane.push_back(op);
+      std::sort(lane.begin(), lane.end(),
+                [](const ScheduledOp& a, const ScheduledOp& b) { return a.start < b.start; });
+      int in_flight = 0;
+      for (size_t j = 0; j < lane.size(); ++j) {
+        if (j > 0) CHECK(lane[j].start >= lane[j - 1].end - 1e-12);
+        in_flight += lane[j].forward ? 1 : -1;
+        CHECK(in_flight <= S - i);
+        CHECK(in_flight >= 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("schedule SVG has a lane per stage", "[plan][schedule]") {
+  auto p = testing::UniformProblem(6, 5, 1, 10);
+  const TemplateSet ts = HandSet(p, 2, 3);
+  const Instantiation inst = HandInstantiation(p, {3, 2});
+  const auto bw = UniformMatrix(5, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+  for (const BandwidthMatrix* m : {static_cast<const BandwidthMatrix*>(nullptr), &bw}) {
+    const std::string svg = ScheduleSvg(p, ts, inst, m);
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(svg.find("</svg>") == svg.size() - std::string("</svg>\n").size());
+    size_t lanes = 0;
+    for (size_t at = 0; (at = svg.find("class=\"lane\"", at)) != std::string::npos; ++at) ++lanes;
+    CHECK(lanes == 5);
+    CHECK_THAT(svg, Catch::Contains("pipeline 1 stage 1"));
+    CHECK_THAT(svg, Catch::Contains("time (ms)"));
+    // Well-formed enough: tags balance.
+    size_t open = 0, close = 0;
+    for (char c : svg) open += c == '<', close += c == '>';
+    CHECK(open == close);
+  }
+}
+
+}  // namespace ob::plan
+
+namespace ob::plan {
+
+TEST_CASE("placement of a planned instantiation avoids slow links", "[plan][placement]") {
+  // The same scenario through BuildTemplates and Instantiate: slow down one
+  // boundary link in each of two pipelines of the plan as instantiated.
+  auto p = testing::UniformProblem(8, 16, 3, 32);
+  for (int l = 0; l + 1 < p.num_layers(); ++l) p.layers[l].output_bytes = 64ull << 20;
+  p.cluster.gpu_memory = 500ull << 20;  // pipelines of at least 3 nodes
+  auto ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  auto inst = Instantiate(p, *ts);
+  REQUIRE(inst.ok());
+  std::vector<std::pair<int, int>> slow;
+  for (const auto& pi : inst->pipelines)
+    if (pi.nodes.size() >= 2 && slow.size() < 2) slow.emplace_back(pi.nodes[0], pi.nodes[1]);
+  REQUIRE(ts->min_nodes >= 2);
+  REQUIRE(slow.size() == 2);
+  auto bw = UniformMatrix(16, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+  for (auto [a, b] : slow) SetLink(&bw, a, b, p.cluster.link_bytes_per_s / 5);
+
+  PlacementOptions opts;
+  const Instantiation placed = Place(p, *ts, *inst, bw, opts);
+  CHECK(PlacedIterationSeconds(p, *ts, placed, bw) <= 0.9 * PlacedIterationSeconds(p, *ts, *inst, bw));
+  for (const auto& pi : placed.pipelines)
+    for (size_t q = 0; q + 1 < pi.nodes.size(); ++q)
+      for (auto [a, b] : slow) CHECK(std::set<int>{pi.nodes[q], pi.nodes[q + 1]} != std::set<int>{a, b});
+  // On the nominal links, placement changes nothing that matters.
+  const auto nominal = UniformMatrix(16, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+  CHECK(PlacedIterationSeconds(p, *ts, Place(p, *ts, *inst, nominal, opts), nominal) ==
+        Approx(PlacedIterationSeconds(p, *ts, *inst, nominal)));
+}
+
+}  // namespace ob::plan
