@@ -1,13 +1,218 @@
-// ob-plan: Turn a profile and a cluster into a fault-tolerant pipeline plan.
-// Not built yet: see the issue that introduces it. The common flags
-// (--help, --version, -o, --json) already behave as in every ob tool.
+// ob-plan: turn a profile and a cluster into a fault-tolerant pipeline plan.
+#include <cstdlib>
+#include <iostream>
+
 #include "ob/cli/cli.h"
+#include "ob/cluster/hosts.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/log.h"
+#include "ob/plan/explain.h"
+#include "ob/plan/instantiation.h"
+#include "ob/plan/placement.h"
+#include "ob/plan/plan_io.h"
+#include "ob/plan/schedule.h"
+#include "ob/plan/templates.h"
+
+namespace {
+
+struct Options {
+  std::string input;
+  int faults = 1;
+  int nodes = 0;
+  std::string hosts;
+  int gpus_per_node = 0;       // 0: from the profile
+  double gpu_memory_gib = 0;   // 0: from the profile
+  int global_batch = 256;
+  int microbatch = 0;          // 0: the profile's first size
+  std::string bandwidth;
+  uint64_t seed = 1;
+  double time_limit = 5.0;
+  long moves = 20000;
+  bool explain = false;
+  std::string schedule_svg;
+  double link_gbps = 12.5;
+  double link_latency_us = 10;
+  double intra_gbps = 0;       // 0: from the profile, else 200
+  double overhead_gib = -1;    // -1: 1 GiB on GPUs, 0 on CPU
+  double overhead_fraction = 0.05;
+};
+
+Options g;
+
+ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan) {
+  if (g.explain) {
+    std::string text = ob::plan::ExplainPlan(plan);
+    // Tables go to stdout; the plan itself only where -o sends it.
+    if (common.output != "-") {
+      OB_RETURN_IF_ERROR(ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion,
+                                              common.json));
+    }
+    return ob::io::WriteFile("-", text);
+  }
+  return ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion, common.json);
+}
+
+// Host names: --hosts FILE, else Slurm's allocation, else --nodes N anonymous.
+ob::Result<std::vector<std::string>> ClusterHosts() {
+  std::vector<ob::cluster::Host> hosts;
+  if (!g.hosts.empty()) {
+    OB_ASSIGN_OR_RETURN(hosts, ob::cluster::LoadHosts(g.hosts));
+  } else if (g.nodes == 0 && std::getenv("SLURM_JOB_NODELIST")) {
+    OB_ASSIGN_OR_RETURN(hosts, ob::cluster::HostsFromSlurm(std::getenv("SLURM_JOB_NODELIST")));
+  }
+  std::vector<std::string> names;
+  for (const auto& h : hosts) names.push_back(h.name);
+  if (!names.empty() && g.nodes > 0 && g.nodes != static_cast<int>(names.size()))
+    return ob::Status::Usage("--nodes " + std::to_string(g.nodes) + " disagrees with the " +
+                             std::to_string(names.size()) + " hosts of " + g.hosts);
+  return names;
+}
+
+// The matrix in cluster order: rows and columns follow `hosts` by name.
+ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hosts) {
+  ob::pb::Profile net;
+  OB_RETURN_IF_ERROR(ob::io::LoadMessage(g.bandwidth, ob::io::kProfileFormatVersion, &net));
+  if (net.mode() != ob::pb::PROFILE_NETWORK || net.network().hosts_size() == 0)
+    return ob::Status::DataErr(g.bandwidth + ": not a bandwidth matrix (make one with ob-profile --net)");
+  ob::pb::NetworkMatrix m = net.network();
+  if (hosts.empty()) return m;
+  if (m.hosts_size() != static_cast<int>(hosts.size()))
+    return ob::Status::DataErr(g.bandwidth + ": bandwidth matrix has " +
+                               std::to_string(m.hosts_size()) + " hosts, the cluster " +
+                               std::to_string(hosts.size()));
+  std::vector<int> index_of(m.hosts_size(), -1);  // matrix index -> cluster index
+  for (int i = 0; i < m.hosts_size(); ++i) {
+    for (size_t j = 0; j < hosts.size(); ++j)
+      if (hosts[j] == m.hosts(i)) index_of[i] = static_cast<int>(j);
+    if (index_of[i] < 0)
+      return ob::Status::DataErr(g.bandwidth + ": host '" + m.hosts(i) + "' is not in " + g.hosts);
+  }
+  ob::pb::NetworkMatrix out = m;
+  for (size_t j = 0; j < hosts.size(); ++j) out.set_hosts(static_cast<int>(j), hosts[j]);
+  for (auto& l : *out.mutable_links()) {
+    l.set_src(index_of[l.src()]);
+    l.set_dst(index_of[l.dst()]);
+  }
+  return out;
+}
+
+ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile& profile) {
+  OB_ASSIGN_OR_RETURN(auto hosts, ClusterHosts());
+  ob::pb::NetworkMatrix matrix;
+  bool have_matrix = !g.bandwidth.empty();
+  if (have_matrix) {
+    OB_ASSIGN_OR_RETURN(matrix, LoadMatrix(hosts));
+    if (hosts.empty() && g.nodes > 0 && matrix.hosts_size() != g.nodes)
+      return ob::Status::DataErr(g.bandwidth + ": bandwidth matrix has " +
+                                 std::to_string(matrix.hosts_size()) + " hosts, the cluster " +
+                                 std::to_string(g.nodes));
+    if (hosts.empty()) hosts.assign(matrix.hosts().begin(), matrix.hosts().end());
+  }
+  const int nodes = !hosts.empty() ? static_cast<int>(hosts.size()) : g.nodes;
+  if (nodes <= 0) return ob::Status::Usage("give the cluster: --nodes N, --hosts FILE or --bandwidth FILE");
+
+  const auto& dev = profile.device();
+  const bool gpu = dev.kind() != "cpu";
+  ob::plan::Cluster c;
+  c.nodes = nodes;
+  c.gpus_per_node = g.gpus_per_node > 0 ? g.gpus_per_node
+                                        : (dev.devices_per_node() > 0 ? static_cast<int>(dev.devices_per_node()) : 1);
+  c.gpu_memory = g.gpu_memory_gib > 0 ? static_cast<uint64_t>(g.gpu_memory_gib * (1ull << 30)) : dev.memory_bytes();
+  c.link_bytes_per_s = g.link_gbps * 1e9;
+  c.link_latency = g.link_latency_us * 1e-6;
+  c.intra_bytes_per_s = (g.intra_gbps > 0 ? g.intra_gbps : (dev.allreduce_gbps() > 0 ? dev.allreduce_gbps() : 200)) * 1e9;
+  c.overhead_bytes = static_cast<uint64_t>((g.overhead_gib >= 0 ? g.overhead_gib : (gpu ? 1.0 : 0.0)) * (1ull << 30));
+  c.overhead_fraction = g.overhead_fraction;
+  ob::plan::BandwidthMatrix bw;
+  if (have_matrix) {
+    OB_ASSIGN_OR_RETURN(bw, ob::plan::MatrixFromProfile(matrix, nodes));
+    c.link_bytes_per_s = bw.MedianBandwidth();
+    c.link_latency = bw.MedianLatency();
+  }
+  const int mb = g.microbatch > 0 ? g.microbatch
+                                  : (profile.microbatch_sizes_size() ? static_cast<int>(profile.microbatch_sizes(0)) : 1);
+  auto problem = ob::plan::MakeProblem(profile, c, g.faults, g.global_batch, mb);
+  if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
+  const auto& p = *problem;
+
+  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
+  OB_ASSIGN_OR_RETURN(auto inst, ob::plan::Instantiate(p, templates));
+  ob::plan::PlanMeta meta;
+  meta.hosts = hosts;
+  meta.global_batch = g.global_batch;
+  meta.seed = g.seed;
+  meta.profile = &profile;
+  if (have_matrix) {
+    meta.bandwidth = &matrix;
+    meta.identity_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
+    ob::plan::PlacementOptions po;
+    po.seed = g.seed;
+    po.moves = g.moves;
+    po.time_limit_s = g.time_limit;
+    inst = ob::plan::Place(p, templates, inst, bw, po);
+    meta.placed_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
+  }
+  if (!g.schedule_svg.empty()) {
+    OB_RETURN_IF_ERROR(ob::io::WriteFile(
+        g.schedule_svg, ob::plan::ScheduleSvg(p, templates, inst, have_matrix ? &bw : nullptr)));
+  }
+  return Emit(common, ob::plan::ToProto(p, templates, inst, meta));
+}
+
+ob::Status Run(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(std::string path, ob::cli::InputPath(g.input, "profile"));
+  g.input = path;
+  if (!common.json && !g.explain && common.output == "-" && ob::io::StdoutIsTerminal())
+    return ob::Status::Usage("refusing to write a binary Plan to a terminal; use -o FILE, a pipe, --json or --explain");
+  OB_ASSIGN_OR_RETURN(std::string bytes, ob::io::ReadFile(path));
+  const std::string name = ob::io::DisplayName(path);
+  ob::pb::Plan plan;
+  ob::Status as_plan = ob::io::ParseMessage(bytes, name, ob::io::kPlanFormatVersion, &plan);
+  if (as_plan.ok()) return Emit(common, plan);  // --explain / --json of a plan
+  ob::pb::Profile profile;
+  OB_RETURN_IF_ERROR(ob::io::ParseMessage(bytes, name, ob::io::kProfileFormatVersion, &profile));
+  return MakePlan(common, profile);
+}
+
+void Setup(CLI::App& app) {
+  app.footer(
+      "Examples:\n"
+      "  ob-profile --model gpt3-175b --analytic --gpu h100 | ob-plan -f 4 --nodes 1024 > plan.pb\n"
+      "  ob-plan --hosts hosts.txt --bandwidth net.pb -f 1 --explain -o plan.pb profile.pb\n"
+      "  ob-plan --explain plan.pb");
+  app.add_option("file", g.input, "A profile to plan from, or a plan to print (default: stdin)")
+      ->option_text("FILE");
+  app.add_option("-f,--faults", g.faults, "Node failures the plan must survive")->capture_default_str();
+  app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster");
+  app.add_option("--hosts", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
+      ->option_text("FILE");
+  app.add_option("-g,--gpus-per-node", g.gpus_per_node, "GPUs per node (default: the profile's)");
+  app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
+  app.add_option("-B,--global-batch", g.global_batch, "Sequences per iteration")->capture_default_str();
+  app.add_option("-b,--microbatch", g.microbatch, "Sequences per micro-batch (default: the profile's first)");
+  app.add_option("--bandwidth", g.bandwidth, "Measured links from ob-profile --net")->option_text("FILE");
+  app.add_option("--seed", g.seed, "Seed of the placement search")->capture_default_str();
+  app.add_option("--time-limit", g.time_limit, "Seconds the placement search may take at most")
+      ->capture_default_str();
+  app.add_option("--moves", g.moves, "Placement search moves")->capture_default_str();
+  app.add_flag("--explain", g.explain, "Print the plan as human tables");
+  app.add_option("--schedule-svg", g.schedule_svg, "Draw one iteration's 1F1B schedule per pipeline")
+      ->option_text("FILE");
+  app.add_option("--link-gbps", g.link_gbps, "Nominal node-to-node bandwidth, GB/s (without --bandwidth)")
+      ->capture_default_str();
+  app.add_option("--link-latency-us", g.link_latency_us, "Nominal node-to-node latency, microseconds")
+      ->capture_default_str();
+  app.add_option("--intra-gbps", g.intra_gbps, "Intra-node all-reduce bandwidth, GB/s (default: the profile's)");
+  app.add_option("--overhead-gib", g.overhead_gib, "Memory per GPU kept for runtime and buffers (default 1, CPU 0)");
+  app.add_option("--overhead-fraction", g.overhead_fraction, "Extra memory fraction for fragmentation")
+      ->capture_default_str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"plan", "Turn a profile and a cluster into a fault-tolerant pipeline plan.",
-                        [](CLI::App& app) { app.allow_extras(); },
-                        [](const ob::cli::CommonOptions&) {
-                          return ob::Status::Internal("not implemented yet in this version of ob");
-                        }});
+                        Setup, Run});
 }

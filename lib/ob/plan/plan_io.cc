@@ -1,0 +1,182 @@
+#include "ob/plan/plan_io.h"
+
+#include <algorithm>
+#include <set>
+
+#include "ob/profile/profile.h"
+
+namespace ob::plan {
+namespace {
+
+void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* out) {
+  out->set_nodes(t.nodes);
+  out->set_stages_per_node(t.stages_per_node);
+  out->set_tensor_parallel(t.tp);
+  out->set_bottleneck_seconds(t.bottleneck);
+  out->set_total_seconds(t.total);
+  out->set_node_gradient_bytes(t.node_gradient_bytes);
+  const int S = static_cast<int>(t.stages.size());
+  for (int i = 0; i < S; ++i) {
+    const StageShape& s = t.stages[i];
+    auto* st = out->add_stages();
+    st->set_first_layer(s.first);
+    st->set_last_layer(s.last);
+    st->set_gpus(s.tp);
+    st->set_tensor_parallel(s.tp);
+    st->set_compute_seconds(StageComputeSeconds(p, s.first, s.last, s.tp));
+    st->set_seconds(t.stage_seconds[i]);
+    st->set_memory_bytes(t.stage_memory[i]);
+    st->set_memory_capacity_bytes(p.cluster.gpu_memory);
+    st->set_node(i / t.stages_per_node);
+    st->set_in_flight(S - i);
+  }
+}
+
+Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate& in) {
+  Template t;
+  t.nodes = static_cast<int>(in.nodes());
+  t.stages_per_node = static_cast<int>(in.stages_per_node());
+  t.tp = static_cast<int>(in.tensor_parallel());
+  t.bottleneck = in.bottleneck_seconds();
+  t.total = in.total_seconds();
+  t.node_gradient_bytes = in.node_gradient_bytes();
+  const std::string who = "template for " + std::to_string(t.nodes) + " nodes";
+  if (t.nodes < 1 || t.stages_per_node < 1 || t.tp < 1)
+    return Status::DataErr(who + ": nodes, stages_per_node and tensor_parallel must be positive");
+  if (in.stages_size() != t.nodes * t.stages_per_node)
+    return Status::DataErr(who + ": " + std::to_string(in.stages_size()) + " stages, expected " +
+                           std::to_string(t.nodes * t.stages_per_node));
+  int next = 0;
+  for (const auto& s : in.stages()) {
+    if (static_cast<int>(s.first_layer()) != next || s.last_layer() < s.first_layer() ||
+        static_cast<int>(s.last_layer()) >= p.num_layers())
+      return Status::DataErr(who + ": stages do not cover layers 0.." +
+                             std::to_string(p.num_layers() - 1) + " in order");
+    t.stages.push_back({static_cast<int>(s.first_layer()), static_cast<int>(s.last_layer()),
+                        static_cast<int>(s.tensor_parallel())});
+    t.stage_seconds.push_back(s.seconds());
+    t.stage_memory.push_back(s.memory_bytes());
+    next = static_cast<int>(s.last_layer()) + 1;
+  }
+  if (next != p.num_layers())
+    return Status::DataErr(who + ": stages end at layer " + std::to_string(next - 1) + " of " +
+                           std::to_string(p.num_layers() - 1));
+  return t;
+}
+
+}  // namespace
+
+double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+  double busy = 0, all = 0;
+  for (const auto& pipe : inst.pipelines) {
+    const Template* t = ts.ForNodes(pipe.template_nodes);
+    if (!t) continue;
+    for (const auto& s : t->stages) {
+      busy += pipe.microbatches * StageComputeSeconds(p, s.first, s.last, s.tp);
+      all += inst.iteration_seconds;
+    }
+  }
+  return all > 0 ? 1.0 - busy / all : 0.0;
+}
+
+pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
+                 const PlanMeta& meta) {
+  pb::Plan plan;
+  plan.set_created_unix_ms(profile::NowUnixMs());
+  if (meta.profile) {
+    *plan.mutable_model() = meta.profile->model();
+    *plan.mutable_profile() = *meta.profile;
+  }
+  if (meta.bandwidth) *plan.mutable_bandwidth() = *meta.bandwidth;
+  plan.set_faults(p.faults);
+  plan.set_nodes(p.cluster.nodes);
+  plan.set_gpus_per_node(p.cluster.gpus_per_node);
+  plan.set_min_nodes(ts.min_nodes);
+  plan.set_global_batch(meta.global_batch);
+  plan.set_microbatch(p.microbatch_size);
+  plan.set_microbatches(p.microbatches);
+  plan.set_sequence_length(p.sequence_length);
+  plan.set_gpu_memory_bytes(p.cluster.gpu_memory);
+  plan.set_seed(meta.seed);
+  auto* c = plan.mutable_cluster();
+  c->set_link_bytes_per_s(p.cluster.link_bytes_per_s);
+  c->set_link_latency_seconds(p.cluster.link_latency);
+  c->set_intra_node_bytes_per_s(p.cluster.intra_bytes_per_s);
+  c->set_overhead_bytes(p.cluster.overhead_bytes);
+  c->set_overhead_fraction(p.cluster.overhead_fraction);
+  for (int i = 0; i < p.cluster.nodes; ++i)
+    plan.add_hosts(i < static_cast<int>(meta.hosts.size()) ? meta.hosts[i] : "node" + std::to_string(i));
+  for (const auto& t : ts.templates) TemplateToProto(p, t, plan.add_templates());
+
+  auto* in = plan.mutable_instantiation();
+  for (const auto& pipe : inst.pipelines) {
+    auto* out = in->add_pipelines();
+    out->set_template_nodes(pipe.template_nodes);
+    for (int id : pipe.nodes) {
+      out->add_node_ids(id);
+      out->add_nodes(plan.hosts(id));
+    }
+    out->set_microbatches(pipe.microbatches);
+    if (const Template* t = ts.ForNodes(pipe.template_nodes))
+      out->set_seconds(PipelineSeconds(p, *t, pipe.microbatches));
+  }
+  in->set_iteration_seconds(inst.iteration_seconds);
+  if (inst.iteration_seconds > 0)
+    in->set_tokens_per_second(static_cast<double>(meta.global_batch) * p.sequence_length /
+                              inst.iteration_seconds);
+  in->set_bubble_fraction(BubbleFraction(p, ts, inst));
+  in->set_placed_iteration_seconds(meta.placed_seconds);
+  in->set_identity_iteration_seconds(meta.identity_seconds);
+  return plan;
+}
+
+Result<LoadedPlan> FromProto(const pb::Plan& plan) {
+  Cluster cluster;
+  cluster.nodes = static_cast<int>(plan.nodes());
+  cluster.gpus_per_node = static_cast<int>(plan.gpus_per_node());
+  cluster.gpu_memory = plan.gpu_memory_bytes();
+  cluster.link_bytes_per_s = plan.cluster().link_bytes_per_s();
+  cluster.link_latency = plan.cluster().link_latency_seconds();
+  cluster.intra_bytes_per_s = plan.cluster().intra_node_bytes_per_s();
+  cluster.overhead_bytes = plan.cluster().overhead_bytes();
+  cluster.overhead_fraction = plan.cluster().overhead_fraction();
+  auto problem = MakeProblem(plan.profile(), cluster, static_cast<int>(plan.faults()),
+                             static_cast<int>(plan.global_batch()), static_cast<int>(plan.microbatch()));
+  if (!problem.ok()) return problem.status().WithContext("plan's profile");
+  LoadedPlan out;
+  out.problem = std::move(problem).value();
+  const Problem& p = out.problem;
+  out.hosts.assign(plan.hosts().begin(), plan.hosts().end());
+  if (static_cast<int>(out.hosts.size()) != cluster.nodes)
+    return Status::DataErr("plan lists " + std::to_string(out.hosts.size()) + " hosts for " +
+                           std::to_string(cluster.nodes) + " nodes");
+  out.templates.min_nodes = static_cast<int>(plan.min_nodes());
+  for (int i = 0; i < plan.templates_size(); ++i) {
+    OB_ASSIGN_OR_RETURN(Template t, TemplateFromProto(p, plan.templates(i)));
+    if (t.nodes != out.templates.min_nodes + i)
+      return Status::DataErr("plan's templates are not consecutive from n0 = " +
+                             std::to_string(out.templates.min_nodes));
+    out.templates.templates.push_back(std::move(t));
+  }
+  std::set<int> seen;
+  for (const auto& pipe : plan.instantiation().pipelines()) {
+    PipelineInstance pi;
+    pi.template_nodes = static_cast<int>(pipe.template_nodes());
+    pi.microbatches = static_cast<int>(pipe.microbatches());
+    if (!out.templates.ForNodes(pi.template_nodes) ||
+        pipe.node_ids_size() != pi.template_nodes)
+      return Status::DataErr("plan's pipeline on " + std::to_string(pipe.node_ids_size()) +
+                             " nodes has no template of that size");
+    for (uint32_t id : pipe.node_ids()) {
+      if (static_cast<int>(id) >= cluster.nodes || !seen.insert(static_cast<int>(id)).second)
+        return Status::DataErr("plan's pipelines name node " + std::to_string(id) +
+                               " twice or out of range");
+      pi.nodes.push_back(static_cast<int>(id));
+    }
+    out.instantiation.pipelines.push_back(std::move(pi));
+  }
+  out.instantiation.iteration_seconds = plan.instantiation().iteration_seconds();
+  return out;
+}
+
+}  // namespace ob::plan

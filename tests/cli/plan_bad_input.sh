@@ -1,0 +1,59 @@
+# ob-plan refuses bad input with one clear line and the documented exit code.
+source "$(dirname "$0")/../lib/assert.sh"
+PROFILE="$OB_BIN/ob-profile"
+PLAN="$OB_BIN/ob-plan"
+
+"$PROFILE" --model gpt-tiny --analytic --gpu h100 -o "$TMP/tiny.pb" || fail "analytic profile"
+"$PROFILE" --json "$TMP/tiny.pb" > "$TMP/tiny.json"
+
+# Empty profile: a profile without layers (a network-only one).
+printf '{"format_version": 1, "mode": "PROFILE_NETWORK", "end": %d}\n' $((0x0b0b0b0b)) > "$TMP/empty.json"
+expect 65 'empty.json: profile has no layers' -- "$PLAN" --nodes 4 "$TMP/empty.json"
+: > "$TMP/zero-bytes.pb"
+expect 65 'zero-bytes.pb: empty file' -- "$PLAN" --nodes 4 "$TMP/zero-bytes.pb"
+
+# Zero and negative times, named by layer.
+for value in 0 -0.001; do
+  python3 - "$TMP/tiny.json" "$TMP/bad.json" "$value" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["layers"][2]["costs"][0]["forward_seconds"] = float(sys.argv[3])
+json.dump(p, open(sys.argv[2], "w"))
+PY
+  expect 65 'bad.json: layer 2 \(block.1\): forward and backward times must be positive' -- "$PLAN" --nodes 4 "$TMP/bad.json"
+done
+
+# Truncated profile.
+head -c 300 "$TMP/tiny.pb" > "$TMP/cut.pb"
+expect 65 'cut.pb: ' -- "$PLAN" --nodes 4 "$TMP/cut.pb"
+
+# Too few nodes for f + 1 pipelines of n0 nodes; too little memory.
+"$PROFILE" --model gpt3-175b --analytic --gpu h100 -o "$TMP/175b.pb"
+expect 78 'needs at least [0-9]+ nodes' -- "$PLAN" --nodes 8 -g 8 -f 2 "$TMP/175b.pb"
+expect 78 'GiB per GPU' -- "$PLAN" --nodes 2 -g 1 -f 0 --gpu-memory 1 "$TMP/175b.pb"
+
+# Bandwidth matrices: unreadable, not a matrix, wrong size.
+expect 66 'missing.pb: cannot open' -- "$PLAN" --nodes 4 --bandwidth "$TMP/missing.pb" "$TMP/tiny.pb"
+expect 65 'not a bandwidth matrix' -- "$PLAN" --nodes 4 --bandwidth "$TMP/tiny.pb" "$TMP/tiny.pb"
+python3 - "$TMP/net3.json" <<'PY'
+import json, sys
+hosts = ["a", "b", "c"]
+links = [{"src": s, "dst": d, "bandwidth_bytes_per_s": 1e9, "latency_seconds": 1e-5}
+         for s in range(3) for d in range(3) if s != d]
+json.dump({"format_version": 1, "mode": "PROFILE_NETWORK", "end": 0x0b0b0b0b,
+           "network": {"hosts": hosts, "links": links, "rounds": 3}}, open(sys.argv[1], "w"))
+PY
+expect 65 'bandwidth matrix has 3 hosts, the cluster 4' -- "$PLAN" --nodes 4 --bandwidth "$TMP/net3.json" "$TMP/tiny.pb"
+printf 'a\nb\nc\nd\n' > "$TMP/hosts4.txt"
+expect 65 'bandwidth matrix has 3 hosts, the cluster 4' -- "$PLAN" --hosts "$TMP/hosts4.txt" --bandwidth "$TMP/net3.json" "$TMP/tiny.pb"
+
+# Batch and micro-batch mismatches, missing costs, usage errors.
+expect 78 'not a positive multiple' -- "$PLAN" --nodes 4 -B 10 -b 3 "$TMP/tiny.pb"
+expect 65 'no costs at micro-batch 4' -- "$PLAN" --nodes 4 -b 4 "$TMP/tiny.pb"
+expect 64 "Try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
+expect 64 "give the cluster" -- env -u SLURM_JOB_NODELIST "$PLAN" "$TMP/tiny.pb"
+
+# A plan is not a profile, and the other way round.
+"$PLAN" --nodes 4 -f 1 -o "$TMP/plan.pb" "$TMP/tiny.pb" || fail "plan for gpt-tiny"
+expect 65 'plan.pb: is an ob Plan, not a Profile' -- "$PROFILE" --json "$TMP/plan.pb"
+finish

@@ -1,0 +1,47 @@
+# ob-plan's plans: f honoured, the batch split exact, memory within capacity,
+# --explain tables, and the same inputs give the same plan.
+source "$(dirname "$0")/../lib/assert.sh"
+PROFILE="$OB_BIN/ob-profile"
+PLAN="$OB_BIN/ob-plan"
+
+# gpt3-6.7b on 40 GiB GPUs: every stage of every template fits.
+"$PROFILE" --model gpt3-6.7b --analytic --gpu a100-40gb -o "$TMP/6.7b.pb" || fail "6.7b profile"
+"$PLAN" --nodes 16 -g 8 -f 2 -B 512 --json "$TMP/6.7b.pb" > "$TMP/6.7b.json" || fail "6.7b plan"
+python3 - "$TMP/6.7b.json" <<'PY' || fail "6.7b plan checks"
+import json, sys
+p = json.load(open(sys.argv[1]))
+cap = int(p["gpu_memory_bytes"])  # JSON writes 64-bit integers as strings
+assert cap == 40 * 2**30 or cap == 40960 * 2**20, cap
+assert p["templates"], "no templates"
+for t in p["templates"]:
+    for s in t["stages"]:
+        assert int(s["memory_bytes"]) <= int(s["memory_capacity_bytes"]) == cap, (t["nodes"], s)
+inst = p["instantiation"]
+pipes = inst["pipelines"]
+assert len(pipes) >= 3, f"f = 2 needs >= 3 pipelines, got {len(pipes)}"
+assert sum(x["microbatches"] for x in pipes) == p["microbatches"] == 512
+nodes = [n for x in pipes for n in x["node_ids"]]
+assert sorted(nodes) == list(range(16)), nodes
+PY
+
+# f = 2 with too few nodes for 3 pipelines is refused.
+expect 78 'needs at least' -- "$PLAN" --nodes 2 -g 8 -f 2 "$TMP/6.7b.pb"
+
+# --explain: tables on stdout, a plan file only with -o.
+"$PROFILE" --model gpt-tiny --analytic --gpu h100 -o "$TMP/tiny.pb"
+"$PLAN" --nodes 6 -f 2 -B 64 --explain -o "$TMP/plan.pb" "$TMP/tiny.pb" > "$TMP/explain.txt" || fail "--explain"
+for want in '^# templates' '^# instantiation' 'predicted iteration' 'survives any 2 node failures' 'bubble'; do
+  grep -q -- "$want" "$TMP/explain.txt" || fail "--explain lacks '$want'"
+done
+"$PLAN" --explain "$TMP/plan.pb" > "$TMP/explain2.txt" || fail "--explain of a plan"
+grep -q '^# instantiation' "$TMP/explain2.txt" || fail "--explain plan.pb prints no tables"
+
+# Same inputs, same plan (but for the creation time).
+"$PLAN" --nodes 6 -f 2 -B 64 --json "$TMP/tiny.pb" | grep -v created_unix_ms > "$TMP/a.json"
+"$PLAN" --nodes 6 -f 2 -B 64 --json "$TMP/tiny.pb" | grep -v created_unix_ms > "$TMP/b.json"
+cmp -s "$TMP/a.json" "$TMP/b.json" || fail "two runs gave different plans"
+
+# The schedule drawing.
+"$PLAN" --nodes 6 -f 1 -B 16 --schedule-svg "$TMP/s.svg" -o /dev/null "$TMP/tiny.pb" || fail "--schedule-svg"
+head -c 200 "$TMP/s.svg" | grep -q '<svg' && tail -c 20 "$TMP/s.svg" | grep -q '</svg>' || fail "not an SVG"
+finish
