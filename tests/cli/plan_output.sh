@@ -13,6 +13,7 @@ p = json.load(open(sys.argv[1]))
 cap = int(p["gpu_memory_bytes"])  # JSON writes 64-bit integers as strings
 assert cap == 40 * 2**30 or cap == 40960 * 2**20, cap
 assert p["templates"], "no templates"
+assert p["profile_digest"].startswith("xxh3:"), p["profile_digest"]
 for t in p["templates"]:
     for s in t["stages"]:
         assert int(s["memory_bytes"]) <= int(s["memory_capacity_bytes"]) == cap, (t["nodes"], s)

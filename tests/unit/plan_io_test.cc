@@ -113,3 +113,13 @@ TEST_CASE("inconsistent plans are refused, naming what is wrong") {
   plan.mutable_profile()->clear_layers();
   CHECK_THAT(ob::plan::FromProto(plan).status().message(), Catch::Contains("no layers"));
 }
+
+TEST_CASE("the plan names the profile it came from by digest") {
+  auto p = ob::plan::testing::UniformProblem(6, 4, 1, 8);
+  auto profile = ProfileOf(p);
+  const std::string d = ob::plan::ProfileDigest(profile);
+  CHECK(d.size() == 5 + 16);
+  CHECK(d.rfind("xxh3:", 0) == 0);
+  profile.mutable_layers(1)->mutable_costs(0)->set_forward_seconds(1.0);
+  CHECK(ob::plan::ProfileDigest(profile) != d);
+}

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <set>
 
+#include <xxhash.h>
+
+#include <cstdio>
+
 #include "ob/profile/profile.h"
 
 namespace ob::plan {
@@ -66,6 +70,15 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
 
 }  // namespace
 
+std::string ProfileDigest(const pb::Profile& profile) {
+  std::string bytes;
+  profile.SerializeToString(&bytes);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(bytes.data(), bytes.size())));
+  return std::string("xxh3:") + hex;
+}
+
 double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
   double busy = 0, all = 0;
   for (const auto& pipe : inst.pipelines) {
@@ -86,6 +99,7 @@ pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& i
   if (meta.profile) {
     *plan.mutable_model() = meta.profile->model();
     *plan.mutable_profile() = *meta.profile;
+    plan.set_profile_digest(ProfileDigest(*meta.profile));
   }
   if (meta.bandwidth) *plan.mutable_bandwidth() = *meta.bandwidth;
   plan.set_faults(p.faults);

@@ -44,6 +44,9 @@ struct LoadedPlan {
 // template or node, stage layers not covering the model, ...).
 Result<LoadedPlan> FromProto(const pb::Plan& plan);
 
+// "xxh3:<16 hex digits>" of the profile's serialised bytes.
+std::string ProfileDigest(const pb::Profile& profile);
+
 // Stage idle time over all stage time, under the cost model.
 double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
 
