@@ -39,27 +39,49 @@ ob::pb::Profile ProfileOf(const ob::plan::Problem& p) {
   return prof;
 }
 
+// A planned problem and its Plan protobuf, hosts named host0, host1, ...
+struct Planned {
+  ob::plan::Problem problem;
+  ob::pb::Profile profile;
+  ob::plan::TemplateSet templates;
+  ob::plan::Instantiation instantiation;
+  std::vector<std::string> hosts;
+  ob::pb::Plan plan;
+};
+
+Planned PlanUniform(int blocks, int nodes, int faults, int microbatches) {
+  Planned out;
+  out.problem = ob::plan::testing::UniformProblem(blocks, nodes, faults, microbatches);
+  out.profile = ProfileOf(out.problem);
+  auto ts = ob::plan::BuildTemplates(out.problem);
+  REQUIRE(ts.ok());
+  out.templates = *ts;
+  auto inst = ob::plan::Instantiate(out.problem, out.templates);
+  REQUIRE(inst.ok());
+  out.instantiation = *inst;
+  ob::plan::PlanMeta meta;
+  meta.global_batch = microbatches;
+  meta.profile = &out.profile;
+  for (int i = 0; i < nodes; ++i) meta.hosts.push_back("host" + std::to_string(i));
+  out.hosts = meta.hosts;
+  out.plan = ob::plan::ToProto(out.problem, out.templates, out.instantiation, meta);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("a plan round-trips through protobuf and still recovers") {
-  auto p = ob::plan::testing::UniformProblem(10, 8, 1, 32);
-  auto profile = ProfileOf(p);
-  auto ts = ob::plan::BuildTemplates(p);
-  REQUIRE(ts.ok());
-  auto inst = ob::plan::Instantiate(p, *ts);
-  REQUIRE(inst.ok());
-  ob::plan::PlanMeta meta;
-  meta.global_batch = p.microbatches;
-  meta.profile = &profile;
-  for (int i = 0; i < p.cluster.nodes; ++i) meta.hosts.push_back("host" + std::to_string(i));
-  ob::pb::Plan plan = ob::plan::ToProto(p, *ts, *inst, meta);
+  const Planned planned = PlanUniform(10, 8, 1, 32);
+  const auto& p = planned.problem;
+  const auto* ts = &planned.templates;
+  const auto* inst = &planned.instantiation;
 
-  std::string bytes = ob::io::SerializeMessage(plan, ob::io::kPlanFormatVersion);
+  std::string bytes = ob::io::SerializeMessage(planned.plan, ob::io::kPlanFormatVersion);
   ob::pb::Plan back;
   REQUIRE(ob::io::ParseMessage(bytes, "plan.pb", ob::io::kPlanFormatVersion, &back).ok());
   auto loaded = ob::plan::FromProto(back);
   REQUIRE(loaded.ok());
-  CHECK(loaded->hosts == meta.hosts);
+  CHECK(loaded->hosts == planned.hosts);
   CHECK(loaded->problem.num_layers() == p.num_layers());
   CHECK(loaded->problem.microbatches == p.microbatches);
   REQUIRE(loaded->templates.templates.size() == ts->templates.size());
@@ -89,16 +111,7 @@ TEST_CASE("a plan round-trips through protobuf and still recovers") {
 }
 
 TEST_CASE("inconsistent plans are refused, naming what is wrong") {
-  auto p = ob::plan::testing::UniformProblem(6, 4, 1, 8);
-  auto profile = ProfileOf(p);
-  auto ts = ob::plan::BuildTemplates(p);
-  REQUIRE(ts.ok());
-  auto inst = ob::plan::Instantiate(p, *ts);
-  REQUIRE(inst.ok());
-  ob::plan::PlanMeta meta;
-  meta.global_batch = p.microbatches;
-  meta.profile = &profile;
-  const ob::pb::Plan good = ob::plan::ToProto(p, *ts, *inst, meta);
+  const ob::pb::Plan good = PlanUniform(6, 4, 1, 8).plan;
 
   auto plan = good;
   plan.mutable_instantiation()->mutable_pipelines(0)->set_node_ids(0, 99);
