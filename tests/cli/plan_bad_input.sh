@@ -53,6 +53,10 @@ expect 65 'no costs at micro-batch 4' -- "$PLAN" --nodes 4 -b 4 "$TMP/tiny.pb"
 expect 64 "Try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
 expect 64 "give the cluster" -- env -u SLURM_JOB_NODELIST "$PLAN" "$TMP/tiny.pb"
 
+# Hosts with different slots (GPUs per node) are refused, naming the line.
+printf 'a slots=8\nb slots=8\nc slots=4\n' > "$TMP/mixed.txt"
+expect 78 'mixed.txt:3: host .c. has slots=4' -- "$PLAN" --hosts "$TMP/mixed.txt" "$TMP/tiny.pb"
+
 # A plan is not a profile, and the other way round.
 "$PLAN" --nodes 4 -f 1 -o "$TMP/plan.pb" "$TMP/tiny.pb" || fail "plan for gpt-tiny"
 expect 65 'plan.pb: is an ob Plan, not a Profile' -- "$PROFILE" --json "$TMP/plan.pb"

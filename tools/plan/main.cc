@@ -53,6 +53,8 @@ ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan) 
   return ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion, common.json);
 }
 
+int g_host_slots = 0;  // the hosts file's slots= (GPUs per node), when all agree
+
 // Host names: --hosts FILE, else Slurm's allocation, else --nodes N anonymous.
 ob::Result<std::vector<std::string>> ClusterHosts() {
   std::vector<ob::cluster::Host> hosts;
@@ -62,7 +64,14 @@ ob::Result<std::vector<std::string>> ClusterHosts() {
     OB_ASSIGN_OR_RETURN(hosts, ob::cluster::HostsFromSlurm(std::getenv("SLURM_JOB_NODELIST")));
   }
   std::vector<std::string> names;
-  for (const auto& h : hosts) names.push_back(h.name);
+  for (const auto& h : hosts) {
+    names.push_back(h.name);
+    if (h.slots != hosts[0].slots)
+      return ob::Status::Config(g.hosts + ":" + std::to_string(h.line) + ": host '" + h.name +
+                                "' has slots=" + std::to_string(h.slots) + ", the first host " +
+                                std::to_string(hosts[0].slots) + "; ob-plan plans identical nodes");
+  }
+  if (!hosts.empty()) g_host_slots = hosts[0].slots;
   if (!names.empty() && g.nodes > 0 && g.nodes != static_cast<int>(names.size()))
     return ob::Status::Usage("--nodes " + std::to_string(g.nodes) + " disagrees with the " +
                              std::to_string(names.size()) + " hosts of " + g.hosts);
@@ -117,7 +126,8 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   ob::plan::Cluster c;
   c.nodes = nodes;
   c.gpus_per_node = g.gpus_per_node > 0 ? g.gpus_per_node
-                                        : (dev.devices_per_node() > 0 ? static_cast<int>(dev.devices_per_node()) : 1);
+                    : g_host_slots > 1 ? g_host_slots
+                    : (dev.devices_per_node() > 0 ? static_cast<int>(dev.devices_per_node()) : 1);
   c.gpu_memory = g.gpu_memory_gib > 0 ? static_cast<uint64_t>(g.gpu_memory_gib * (1ull << 30)) : dev.memory_bytes();
   c.link_bytes_per_s = g.link_gbps * 1e9;
   c.link_latency = g.link_latency_us * 1e-6;
@@ -187,7 +197,8 @@ void Setup(CLI::App& app) {
   app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster");
   app.add_option("--hosts", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("FILE");
-  app.add_option("-g,--gpus-per-node", g.gpus_per_node, "GPUs per node (default: the profile's)");
+  app.add_option("-g,--gpus-per-node", g.gpus_per_node,
+                 "GPUs per node (default: the hosts' slots=, else the profile's)");
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
   app.add_option("-B,--global-batch", g.global_batch, "Sequences per iteration")->capture_default_str();
   app.add_option("-b,--microbatch", g.microbatch, "Sequences per micro-batch (default: the profile's first)");
