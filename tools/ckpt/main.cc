@@ -6,7 +6,7 @@
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"ckpt", "Inspect, verify, export and prune asynchronous checkpoints.",
-                        [](CLI::App& app) { app.allow_extras(); },
+                        [](CLI::App&) {},
                         [](const ob::cli::CommonOptions&) {
                           return ob::Status::Internal("not implemented yet in this version of ob");
                         }});

@@ -6,7 +6,7 @@
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"watch", "Detect anomalies in training metrics and act on them.",
-                        [](CLI::App& app) { app.allow_extras(); },
+                        [](CLI::App&) {},
                         [](const ob::cli::CommonOptions&) {
                           return ob::Status::Internal("not implemented yet in this version of ob");
                         }});
