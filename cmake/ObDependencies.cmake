@@ -4,6 +4,19 @@ find_package(Protobuf REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(yaml-cpp REQUIRED)
 
+# The control plane: libuv (event loop) and libsodium (HMAC for agent auth).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(OB_UV QUIET libuv)
+endif()
+if(NOT OB_UV_FOUND)
+  find_library(OB_UV_LIBRARIES uv REQUIRED)
+  find_path(OB_UV_INCLUDE_DIRS uv.h REQUIRED)
+else()
+  set(OB_UV_LIBRARIES ${OB_UV_LINK_LIBRARIES})
+endif()
+find_library(OB_SODIUM_LIBRARY sodium REQUIRED)
+
 # LibTorch: Debian's libtorch-dev (1.13, CPU) or a CUDA LibTorch 2.x given
 # through CMAKE_PREFIX_PATH (e.g. the PyTorch wheel's share/cmake).
 find_package(Torch REQUIRED)

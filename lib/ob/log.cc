@@ -35,10 +35,10 @@ void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
 
 }  // namespace
 
-void Init(const std::string& role, int rank) {
+void Init(const std::string& role, int rank, const std::string& host_name) {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '?';
-  g_prefix = std::string(host) + ":" + std::to_string(getpid()) + ":" + role;
+  g_prefix = (host_name.empty() ? std::string(host) : host_name) + ":" + std::to_string(getpid()) + ":" + role;
   if (rank >= 0) g_prefix += "[" + std::to_string(rank) + "]";
   google::protobuf::SetLogHandler(&ProtobufLog);
 }

@@ -11,8 +11,10 @@ namespace ob::log {
 
 enum class Level { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
-// role: "profile", "master", "agent", "worker"; rank < 0 omits "[rank]".
-void Init(const std::string& role, int rank = -1);
+// role: "profile", "master", "agent", "worker"; rank < 0 omits "[rank]";
+// host "" is this machine's hostname (an agent passes the name the master
+// knows it by, which differs under --rsh local).
+void Init(const std::string& role, int rank = -1, const std::string& host = "");
 void SetLevel(Level level);
 Level GetLevel();
 // Also append every line to this file (in addition to stderr); "" disables.

@@ -48,6 +48,12 @@ using Backend = c10d::ProcessGroup;
 // An in-memory store for groups whose ranks are threads of this process.
 c10::intrusive_ptr<c10d::Store> MakeHashStore();
 
+// c10d's TCPStore: the server (is_server; port 0 picks a free port, see
+// StorePort) or a client of one. Throws c10::Error when it cannot connect.
+c10::intrusive_ptr<c10d::Store> MakeTcpStore(const std::string& host, int port, bool is_server,
+                                             std::chrono::milliseconds timeout);
+int StorePort(const c10::intrusive_ptr<c10d::Store>& tcp_store);
+
 // A communication group: Gloo over loopback for CPU tensors, NCCL for CUDA
 // (REQUIRES: a CUDA build). Blocks until all `size` ranks joined via `store`.
 c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,

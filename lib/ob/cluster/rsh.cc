@@ -169,7 +169,8 @@ std::string ChildProcess::DescribeExit() const {
   return "stopped";
 }
 
-Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv) {
+Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>* env) {
   assert(!argv.empty());
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
@@ -190,6 +191,11 @@ Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv) {
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  std::vector<char*> cenv;
+  if (env != nullptr) {
+    for (const auto& e : *env) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+  }
   pid_t parent = ::getpid();
 
   pid_t pid = ::fork();
@@ -208,7 +214,11 @@ Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv) {
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(in_pipe[0], 0);   // dup2 clears close-on-exec on the copies
     ::dup2(out_pipe[1], 1);
-    ::execvp(cargv[0], cargv.data());
+    if (env != nullptr) {
+      ::execvpe(cargv[0], cargv.data(), cenv.data());
+    } else {
+      ::execvp(cargv[0], cargv.data());
+    }
     int e = errno;
     ssize_t ignored = ::write(err_pipe[1], &e, sizeof e);
     (void)ignored;

@@ -59,7 +59,8 @@ class ChildProcess {
   std::string DescribeExit() const;
 
  private:
-  friend Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv);
+  friend Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
+                                             const std::vector<std::string>* env);
   void CloseFds();
 
   pid_t pid_ = -1;
@@ -73,7 +74,10 @@ class ChildProcess {
 // fork + execvp(argv[0]) with stdin/stdout connected to pipes. kUnavailable
 // "cannot run 'X': No such file or directory" when exec fails (reported back
 // through a close-on-exec pipe, so the failure is known before this returns).
+// With `env` (KEY=VALUE strings), that is the child's whole environment;
+// without it the child inherits ours.
 // REQUIRES: argv is not empty.
-Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv);
+Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>* env = nullptr);
 
 }  // namespace ob::cluster

@@ -30,17 +30,11 @@ std::pair<torch::Tensor, torch::Tensor> MakeBatch(const TokenSource& data, uint6
   return {x, y};
 }
 
-namespace {
-
-std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
-                              const TrainOptions& opts, int seq_len) {
-  GptStage model(cfg, 0, cfg.num_layers() - 1, opts.seed);
-  model->to(opts.device);
-  model->train();
-
+std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const torch::nn::Module& module,
+                                                   const TrainOptions& opts) {
   // Weight decay on matrices only, not on biases or LayerNorm gains.
   std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const auto& p : module.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto options = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(opts.lr)
@@ -51,16 +45,32 @@ std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(opts.weight_decay));
   groups.emplace_back(no_decay, options(0.0));
-  torch::optim::AdamW optimizer(groups, *options(opts.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(groups, *options(opts.weight_decay));
+}
+
+void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+}
+
+namespace {
+
+std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
+                              const TrainOptions& opts, int seq_len, GptStage* trained) {
+  GptStage model(cfg, 0, cfg.num_layers() - 1, opts.seed);
+  model->to(opts.device);
+  model->train();
+
+  auto optimizer_ptr = MakeOptimizer(*model, opts);
+  auto& optimizer = *optimizer_ptr;
   auto params = model->parameters();
 
   std::vector<StepRecord> records;
   for (int64_t step = 0; step < opts.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = LearningRate(opts, step);
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    }
+    SetLearningRate(optimizer, lr);
     optimizer.zero_grad();
     // Each micro-batch's mean loss is weighted by its share of the global
     // batch, so the accumulated gradient is that of the global-batch mean.
@@ -86,13 +96,14 @@ std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
     records.push_back(r);
     if (opts.on_step) opts.on_step(r);
   }
+  if (trained != nullptr) *trained = model;
   return records;
 }
 
 }  // namespace
 
 Result<std::vector<StepRecord>> train_steps(const GptConfig& cfg, const TokenSource& data,
-                                            const TrainOptions& opts) {
+                                            const TrainOptions& opts, GptStage* trained) {
   OB_RETURN_IF_ERROR(cfg.Validate());
   const int seq_len = opts.seq_len > 0 ? opts.seq_len : cfg.n_positions;
   if (seq_len > cfg.n_positions) {
@@ -106,7 +117,7 @@ Result<std::vector<StepRecord>> train_steps(const GptConfig& cfg, const TokenSou
   }
   OB_RETURN_IF_ERROR(data.Check(seq_len, cfg.vocab_size));
   try {
-    return Train(cfg, data, opts, seq_len);
+    return Train(cfg, data, opts, seq_len, trained);
   } catch (const std::exception& e) {
     return Status::Internal(std::string("training failed: ") + e.what());
   }

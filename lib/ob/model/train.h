@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "ob/model/config.h"
 #include "ob/model/data.h"
+#include "ob/model/gpt.h"
 #include "ob/status.h"
 
 namespace ob::model {
@@ -58,9 +60,22 @@ std::pair<torch::Tensor, torch::Tensor> MakeBatch(const TokenSource& data, uint6
                                                   int64_t step, int64_t first, int64_t count,
                                                   int seq_len);
 
+// AdamW over module's parameters with opts' hyperparameters: weight decay on
+// >= 2-D parameters only (not biases or LayerNorm gains), lr = opts.lr. The
+// reference and the pipeline workers build their optimizers with this, so a
+// stage's update is the same per parameter as the whole model's.
+// The optimizer holds the module's parameter tensors (shared, not copied).
+std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const torch::nn::Module& module,
+                                                   const TrainOptions& opts);
+
+// Sets the learning rate of every parameter group of an AdamW optimizer.
+void SetLearningRate(torch::optim::AdamW& optimizer, double lr);
+
 // Trains a fresh model (GptStage [0, L+1] seeded with opts.seed) for
 // opts.steps steps; step k uses samples (seed, k, i), i in [0, global_batch).
+// When `trained` is given it receives the model after the last step.
 Result<std::vector<StepRecord>> train_steps(const GptConfig& cfg, const TokenSource& data,
-                                            const TrainOptions& opts);
+                                            const TrainOptions& opts,
+                                            GptStage* trained = nullptr);
 
 }  // namespace ob::model

@@ -1,0 +1,385 @@
+#include "ob/launch/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "ob/cluster/rsh.h"
+#include "ob/io/records.h"
+#include "ob/launch/channel.h"
+#include "ob/log.h"
+
+extern char** environ;
+
+namespace ob::launch {
+namespace {
+
+constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
+constexpr int kSecretWaitMs = 30000;     // the master writes the secret right after starting us
+constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The first line of `fd`, read a byte at a time so nothing after it is
+// consumed. Empty on end of file, timeout or error.
+std::string ReadSecretLine(int fd) {
+  std::string line;
+  while (line.size() < 4096) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, kSecretWaitMs) <= 0) return "";
+    char c;
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (c == '\n') return line;
+    line += c;
+  }
+  return line;
+}
+
+struct Worker {
+  uint32_t rank = 0;
+  cluster::ChildProcess proc;
+  uv_pipe_t* out = nullptr;   // its stdout; closed by the loop
+  std::string buf;            // undecoded metrics bytes
+  bool junk = false;          // its stdout stopped being a record stream
+  bool exited = false;
+};
+
+class Agent {
+ public:
+  explicit Agent(const AgentOptions& o) : opt_(o) {
+    uv_loop_init(&loop_);
+    loop_.data = this;
+  }
+  ~Agent() {
+    conn_.reset();
+    uv_walk(&loop_, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); },
+            nullptr);
+    for (int i = 0; i < 3; ++i) uv_run(&loop_, UV_RUN_NOWAIT);
+    uv_loop_close(&loop_);
+  }
+
+  int Run();
+
+ private:
+  void OnConnected(Result<std::shared_ptr<Connection>> r);
+  void OnMessage(pb::Control& m);
+  void StartWorkers(const pb::StartWorkers& sw);
+  void StartWorker(const pb::WorkerSpec& spec);
+  void ReapWorkers();
+  void OnWorkerOutput(Worker* w, const char* data, size_t n);
+  void KillWorkers();
+  void Shutdown(int code, const std::string& why);
+  void Send(const pb::Control& m) {
+    if (conn_) conn_->Send(m);
+  }
+
+  AgentOptions opt_;
+  std::string secret_;
+  uv_loop_t loop_;
+  uv_timer_t heartbeat_{}, watchdog_{}, drain_{};
+  uv_signal_t sigchld_{}, sigterm_{}, sigint_{}, sighup_{};
+  uv_pipe_t stdin_{};
+  bool stdin_open_ = false;
+  std::shared_ptr<Connection> conn_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  uint64_t sequence_ = 0;
+  int exit_code_ = -1;
+};
+
+int Agent::Run() {
+  std::string host;
+  int port = 0;
+  Status st = SplitHostPort(opt_.master, "--master", &host, &port);
+  if (!st.ok()) {
+    OB_LOG(Error) << st.message();
+    return static_cast<int>(Code::kUsage);
+  }
+  secret_ = ReadSecretLine(opt_.secret_fd);
+  if (secret_.empty()) {
+    OB_LOG(Error) << "no secret on stdin: the master writes it there when it starts an agent";
+    return static_cast<int>(Code::kConfig);
+  }
+  ::unsetenv("OB_SECRET");  // workers never see a secret
+
+  // Signals before anything can fork, so no exit goes unseen.
+  uv_signal_init(&loop_, &sigchld_);
+  sigchld_.data = this;
+  uv_signal_start(&sigchld_, [](uv_signal_t* s, int) { static_cast<Agent*>(s->data)->ReapWorkers(); },
+                  SIGCHLD);
+  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}, {&sighup_, SIGHUP}}) {
+    uv_signal_init(&loop_, h);
+    h->data = this;
+    uv_signal_start(h, [](uv_signal_t* s, int signum) {
+      static_cast<Agent*>(s->data)->Shutdown(128 + signum, std::string("got ") + strsignal(signum));
+    }, sig);
+  }
+  // End of file on stdin: the master (or its ssh) is gone. A stdin that is
+  // not a pipe or socket (a file, when started by hand) is not watched.
+  uv_pipe_init(&loop_, &stdin_, 0);
+  stdin_.data = this;
+  if (uv_guess_handle(opt_.secret_fd) == UV_NAMED_PIPE && uv_pipe_open(&stdin_, opt_.secret_fd) == 0) {
+    stdin_open_ = true;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&stdin_),
+                  [](uv_handle_t*, size_t, uv_buf_t* b) {
+                    static char scratch[256];
+                    *b = uv_buf_init(scratch, sizeof scratch);
+                  },
+                  [](uv_stream_t* s, ssize_t n, const uv_buf_t*) {
+                    if (n >= 0) return;  // later lines are ignored
+                    static_cast<Agent*>(s->data)->Shutdown(
+                        static_cast<int>(Code::kTempFail), "stdin closed: the master is gone");
+                  });
+  }
+  uv_timer_init(&loop_, &heartbeat_);
+  uv_timer_init(&loop_, &watchdog_);
+  uv_timer_init(&loop_, &drain_);
+  heartbeat_.data = watchdog_.data = drain_.data = this;
+
+  pb::Hello hello;
+  hello.set_host(opt_.host);
+  hello.set_pid(static_cast<uint32_t>(::getpid()));
+  Connect(&loop_, host, port, opt_.connect_timeout_ms, secret_, hello,
+          [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  KillWorkers();  // in case the loop ended some other way
+  return exit_code_ < 0 ? 0 : exit_code_;
+}
+
+void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
+  if (exit_code_ >= 0) return;
+  if (!r.ok()) {
+    return Shutdown(r.status().code() == Code::kConfig ? static_cast<int>(Code::kConfig)
+                                                       : static_cast<int>(Code::kUnavailable),
+                    r.status().message());
+  }
+  conn_ = std::move(r).value();
+  OB_LOG(Info) << "connected to the master at " << conn_->peer();
+  conn_->SetHandlers([this](Connection&, pb::Control& m) { OnMessage(m); },
+                     [this](Connection&, const std::string& reason) {
+                       Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
+                     });
+  uv_timer_start(&heartbeat_, [](uv_timer_t* t) {
+    auto* a = static_cast<Agent*>(t->data);
+    pb::Control m;
+    m.mutable_heartbeat()->set_sequence(++a->sequence_);
+    m.mutable_heartbeat()->set_unix_ms(UnixMs());
+    a->Send(m);
+  }, 0, kHeartbeatMs);
+  uv_timer_start(&watchdog_, [](uv_timer_t* t) {
+    auto* a = static_cast<Agent*>(t->data);
+    a->ReapWorkers();  // a backstop for a coalesced SIGCHLD
+    if (!a->conn_) return;
+    double silent_s = (static_cast<int64_t>(uv_now(&a->loop_)) - a->conn_->last_receive_ms()) / 1e3;
+    if (silent_s > a->opt_.master_timeout_s) {
+      char text[64];
+      snprintf(text, sizeof text, "%.1f s", silent_s);
+      a->Shutdown(static_cast<int>(Code::kTempFail),
+                  std::string("the master has been silent for ") + text);
+    }
+  }, kWatchdogMs, kWatchdogMs);
+}
+
+void Agent::OnMessage(pb::Control& m) {
+  switch (m.kind_case()) {
+    case pb::Control::kHeartbeat: break;  // the connection noted the time
+    case pb::Control::kStartWorkers: StartWorkers(m.start_workers()); break;
+    case pb::Control::kStop: Shutdown(0, "told to stop: " + m.stop().reason()); break;
+    default: OB_LOG(Debug) << "ignoring control message " << m.kind_case(); break;
+  }
+}
+
+void Agent::StartWorkers(const pb::StartWorkers& sw) {
+  OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
+  for (const auto& spec : sw.workers()) StartWorker(spec);
+}
+
+void Agent::StartWorker(const pb::WorkerSpec& spec) {
+  std::vector<std::string> argv(spec.argv().begin(), spec.argv().end());
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    if (key == "OB_SECRET" || spec.env().count(key) > 0) continue;
+    env.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : spec.env()) env.push_back(k + "=" + v);
+
+  auto w = std::make_unique<Worker>();
+  w->rank = spec.rank();
+  Result<cluster::ChildProcess> child =
+      argv.empty() ? Result<cluster::ChildProcess>(Status::Config("empty worker command"))
+                   : cluster::SpawnWithPipes(argv, &env);
+  if (!child.ok()) {
+    OB_LOG(Error) << "worker rank " << spec.rank() << ": " << child.status().message();
+    pb::Control m;
+    auto* x = m.mutable_worker_exited();
+    x->set_rank(spec.rank());
+    x->set_exit_status(127);
+    x->set_unix_ms(UnixMs());
+    x->set_description(child.status().message());
+    Send(m);
+    return;
+  }
+  w->proc = std::move(child).value();
+  OB_LOG(Info) << "worker rank " << w->rank << " started, pid " << w->proc.pid();
+  // The loop gets its own descriptor for the stdout pipe; ChildProcess keeps
+  // (and closes) the original.
+  int fd = ::dup(w->proc.stdout_fd());
+  w->out = static_cast<uv_pipe_t*>(calloc(1, sizeof(uv_pipe_t)));
+  uv_pipe_init(&loop_, w->out, 0);
+  w->out->data = w.get();
+  if (fd < 0 || uv_pipe_open(w->out, fd) != 0) {
+    OB_LOG(Warn) << "worker rank " << w->rank << ": cannot watch its stdout";
+    if (fd >= 0) ::close(fd);
+  } else {
+    uv_read_start(reinterpret_cast<uv_stream_t*>(w->out),
+                  [](uv_handle_t*, size_t suggested, uv_buf_t* b) {
+                    b->base = static_cast<char*>(malloc(suggested));
+                    b->len = b->base ? suggested : 0;
+                  },
+                  [](uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
+                    auto* w = static_cast<Worker*>(s->data);
+                    if (n > 0 && w != nullptr) {
+                      auto* agent = static_cast<Agent*>(s->loop->data);
+                      agent->OnWorkerOutput(w, b->base, static_cast<size_t>(n));
+                    } else if (n < 0) {
+                      uv_read_stop(s);
+                    }
+                    free(b->base);
+                  });
+  }
+  workers_.push_back(std::move(w));
+}
+
+// Delimited Metrics records from a worker's stdout, as io/records.h frames
+// them, decoded incrementally.
+void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
+  if (w->junk) return;  // keep draining so the worker never blocks
+  w->buf.append(data, n);
+  size_t pos = 0;
+  for (;;) {
+    uint64_t size = 0;
+    int shift = 0;
+    size_t i = pos;
+    bool have_size = false;
+    while (i < w->buf.size() && shift < 64) {
+      auto byte = static_cast<unsigned char>(w->buf[i++]);
+      size |= uint64_t{byte & 0x7fu} << shift;
+      shift += 7;
+      if ((byte & 0x80u) == 0) {
+        have_size = true;
+        break;
+      }
+    }
+    if (!have_size) break;
+    if (size > io::kMaxRecordBytes) {
+      w->junk = true;
+    } else if (w->buf.size() - i >= size) {
+      pb::Control m;
+      pb::Metrics* metrics = m.mutable_worker_metrics()->mutable_metrics();
+      if (!metrics->ParseFromArray(w->buf.data() + i, static_cast<int>(size))) {
+        w->junk = true;
+      } else {
+        if (metrics->host().empty()) metrics->set_host(opt_.host);
+        metrics->set_rank(w->rank);
+        Send(m);
+        pos = i + size;
+        continue;
+      }
+    }
+    break;
+  }
+  if (w->junk) {
+    OB_LOG(Warn) << "worker rank " << w->rank
+                 << ": its stdout is not a stream of Metrics records; ignoring the rest";
+    w->buf.clear();
+    return;
+  }
+  w->buf.erase(0, pos);
+}
+
+void Agent::ReapWorkers() {
+  for (auto& w : workers_) {
+    if (w->exited) continue;
+    int status = w->proc.WaitFor(0);
+    if (w->proc.running()) continue;
+    w->exited = true;
+    std::string desc = w->proc.DescribeExit();
+    OB_LOG(Info) << "worker rank " << w->rank << " exited: " << desc;
+    pb::Control m;
+    auto* x = m.mutable_worker_exited();
+    x->set_rank(w->rank);
+    bool signaled = desc.rfind("killed by signal", 0) == 0;
+    x->set_exit_status(signaled ? -1 : status);
+    x->set_signal(signaled ? status - 128 : 0);
+    x->set_unix_ms(UnixMs());
+    x->set_description(desc);
+    Send(m);
+  }
+}
+
+void Agent::KillWorkers() {
+  for (auto& w : workers_) {
+    if (w->exited) continue;
+    w->proc.Kill();
+    w->proc.Wait();
+    w->exited = true;
+    OB_LOG(Info) << "worker rank " << w->rank << " killed";
+  }
+}
+
+void Agent::Shutdown(int code, const std::string& why) {
+  if (exit_code_ >= 0) return;
+  exit_code_ = code;
+  if (code == 0) {
+    OB_LOG(Info) << "stopping: " << why;
+  } else {
+    OB_LOG(Warn) << "stopping: " << why;
+  }
+  KillWorkers();
+  for (auto& w : workers_) {
+    if (w->out != nullptr && !uv_is_closing(reinterpret_cast<uv_handle_t*>(w->out))) {
+      w->out->data = nullptr;
+      uv_close(reinterpret_cast<uv_handle_t*>(w->out), [](uv_handle_t* h) { free(h); });
+    }
+    w->out = nullptr;
+  }
+  uv_timer_stop(&heartbeat_);
+  uv_timer_stop(&watchdog_);
+  if (conn_) {
+    conn_->SetHandlers(nullptr, nullptr);
+    conn_->Close(why);
+    conn_.reset();
+  }
+  for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&heartbeat_),
+                         reinterpret_cast<uv_handle_t*>(&watchdog_),
+                         reinterpret_cast<uv_handle_t*>(&sigchld_),
+                         reinterpret_cast<uv_handle_t*>(&sigterm_),
+                         reinterpret_cast<uv_handle_t*>(&sigint_),
+                         reinterpret_cast<uv_handle_t*>(&sighup_),
+                         reinterpret_cast<uv_handle_t*>(&stdin_)}) {
+    if (!uv_is_closing(h)) uv_close(h, nullptr);
+  }
+  // Give queued frames a moment to go out, but never wait on a stuck peer.
+  uv_timer_start(&drain_, [](uv_timer_t* t) { uv_stop(t->loop); }, kDrainMs, 0);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&drain_));
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options) {
+  Agent agent(options);
+  return agent.Run();
+}
+
+}  // namespace ob::launch

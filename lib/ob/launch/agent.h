@@ -1,0 +1,44 @@
+// The ob-launch agent (SPEC §5): one per host, started by the master through
+// --rsh as `ob-launch --agent --master HOST:PORT --host NAME`.
+//
+// It reads the shared secret as the first line of its stdin (never from the
+// command line or the environment), connects to the master and proves the
+// secret (channel.h), then heartbeats every kHeartbeatMs. When told, it starts
+// its workers (fork/exec, each the leader of a new process group, SIGKILLed
+// by the kernel if the agent dies: PR_SET_PDEATHSIG); a worker's stdout is a
+// pipe of delimited ob.pb.Metrics records that the agent forwards to the
+// master with host and rank filled in; stderr is inherited. A worker's exit
+// is reported at once (SIGCHLD).
+//
+// No orphans: the agent SIGKILLs every worker's process group and exits when
+// the master says Stop, when its stdin reaches end of file (the master or
+// its rsh is gone), when the master has been silent (no message at all)
+// longer than master_timeout_s, when the connection breaks, or on
+// SIGTERM/SIGINT/SIGHUP.
+//
+// Thread model: one uv loop on the calling thread runs everything
+// (docs/threads.md). RunAgent is not re-entrant; it owns the process's
+// SIGCHLD handling while it runs.
+#pragma once
+
+#include <string>
+
+namespace ob::launch {
+
+inline constexpr int kHeartbeatMs = 200;
+
+struct AgentOptions {
+  std::string master;            // HOST:PORT of the master's control server
+  std::string host;              // the name the master started us for
+  double master_timeout_s = 3.0; // silence after which the master counts as lost
+  int connect_timeout_ms = 10000;
+  int secret_fd = 0;             // secret: its first line; its end of file means "stop"
+};
+
+// Exit status: 0 when stopped by the master (or its stdin closed after a
+// Stop), 64 bad options, 69 the master cannot be reached, 75 the master was
+// lost (silence, broken connection, stdin closed), 78 no secret or the
+// master rejected it, 128+N on signal N.
+int RunAgent(const AgentOptions& options);
+
+}  // namespace ob::launch

@@ -1,0 +1,604 @@
+#include "ob/launch/master.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <memory>
+
+#include "ob/cluster/rsh.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/io/records.h"
+#include "ob/launch/agent.h"
+#include "ob/launch/channel.h"
+#include "ob/launch/master_setup.h"
+#include "ob/launch/operator_socket.h"
+#include "ob/log.h"
+
+namespace ob::launch {
+namespace {
+
+constexpr int kTickMs = 50;        // detection granularity (well under the 1 s bound)
+constexpr int kProgressMs = 1000;  // progress line period
+constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatTime(int64_t unix_ms, const char* fmt) {
+  time_t s = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&s, &tm);
+  char buf[64];
+  strftime(buf, sizeof buf, fmt, &tm);
+  return buf;
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+Status MakeDirs(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at == path.size() || path[at] == '/') {
+      std::string part = path.substr(0, at);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Status::IoErr(part + ": cannot create the run directory: " + std::strerror(errno));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// run_dir/events.log: one line per detection and decision, with wall time
+// and seconds since the master started.
+class EventLog {
+ public:
+  ~EventLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Open(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Status::IoErr(path + ": cannot open: " + std::strerror(errno));
+    return Status::Ok();
+  }
+  void Write(const std::string& kind, const std::string& text) {
+    int64_t now = UnixMs();
+    std::string line = FormatTime(now, "%Y-%m-%dT%H:%M:%S") + "." + Fixed(now % 1000 / 1e3, 3).substr(2) +
+                       "Z +" + Fixed((now - start_ms_) / 1e3, 3) + "s " + kind + " " + text + "\n";
+    if (fd_ >= 0) {
+      ssize_t unused = ::write(fd_, line.data(), line.size());
+      (void)unused;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  int64_t start_ms_ = UnixMs();
+};
+
+struct AgentState {
+  enum class State { kStarting, kConnected, kLost, kStopped };
+  cluster::Host host;
+  std::vector<int> ranks;
+  cluster::ChildProcess rsh;
+  bool rsh_done = false;
+  std::shared_ptr<Connection> conn;
+  State state = State::kStarting;
+};
+
+struct RankState {
+  bool exited = false;
+  pb::Metrics last;
+  bool have_metrics = false;
+};
+
+class Master {
+ public:
+  explicit Master(const MasterOptions& o) : opt_(o), server_(&loop_), operator_(&loop_) {
+    uv_loop_init(&loop_);
+    loop_.data = this;
+  }
+  ~Master() {
+    server_.Close();
+    operator_.Close();
+    agents_.clear();  // kills and reaps what is left of the agents
+    uv_walk(&loop_, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); },
+            nullptr);
+    for (int i = 0; i < 3; ++i) uv_run(&loop_, UV_RUN_NOWAIT);
+    uv_loop_close(&loop_);
+    if (metrics_fd_ > STDERR_FILENO) ::close(metrics_fd_);
+  }
+
+  Result<int> Run();
+
+ private:
+  enum class State { kStarting, kRunning, kStopping, kDone };
+
+  Status Prepare();
+  Status StartAgents();
+  std::string Admit(const pb::Hello& hello);
+  void OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hello);
+  void OnAgentMessage(AgentState& a, pb::Control& m);
+  void OnAgentClosed(AgentState& a, const std::string& reason);
+  void StartWorkers();
+  void ReapAgents();
+  void Tick();
+  void Progress();
+  void Failure(const std::string& what);
+  void RequestStop(const std::string& reason);
+  void BeginStop(const std::string& reason, Status outcome);
+  void FinishStop();
+  pb::OperatorResponse OnOperator(const pb::OperatorRequest& req);
+  int64_t Now() { return static_cast<int64_t>(uv_now(&loop_)); }
+  AgentState* FindAgent(const std::string& host) {
+    for (auto& a : agents_) {
+      if (a->host.name == host) return a.get();
+    }
+    return nullptr;
+  }
+
+  MasterOptions opt_;
+  uv_loop_t loop_;
+  Server server_;
+  OperatorSocket operator_;
+  EventLog events_;
+  std::string secret_, bind_addr_, run_dir_;
+  int bind_port_ = 0;
+  LaunchLayout layout_;
+  std::vector<std::unique_ptr<AgentState>> agents_;
+  std::vector<RankState> ranks_;
+  int metrics_fd_ = -1;
+  std::unique_ptr<io::RecordWriter> metrics_out_;
+  uv_timer_t tick_{}, heartbeat_{}, progress_{}, drain_{};
+  uv_signal_t sigchld_{}, sigterm_{}, sigint_{};
+  State state_ = State::kStarting;
+  Status outcome_;
+  int64_t start_ms_ = 0, stop_deadline_ms_ = 0, grace_deadline_ms_ = -1;
+  bool stop_requested_ = false, new_metrics_ = false;
+  int ranks_done_ = 0;
+  uint64_t heartbeat_seq_ = 0, generation_ = 0, last_step_ = 0;
+  // For the closing summary: rank 0's steps, their summed time and last loss.
+  uint64_t steps_done_ = 0;
+  double step_seconds_sum_ = 0, tokens_sum_ = 0, last_loss_ = 0;
+};
+
+Status Master::Prepare() {
+  OB_ASSIGN_OR_RETURN(secret_, ReadSecret(opt_.secret_file));
+  ::unsetenv("OB_SECRET");  // agents and workers get it on stdin or not at all
+  std::vector<cluster::Host> hosts;
+  OB_ASSIGN_OR_RETURN(hosts, LoadLaunchHosts(opt_.hosts_path));
+  pb::Plan plan;
+  OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
+  const std::string hosts_name = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
+  Result<LaunchLayout> layout = LayOut(plan, hosts, hosts_name);
+  if (!layout.ok()) return layout.status().WithContext(io::DisplayName(opt_.plan_path));
+  layout_ = std::move(layout).value();
+  ranks_.resize(layout_.ranks.size());
+  OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
+  if (!opt_.worker_command) return Status::Internal("no worker command");
+
+  if (!opt_.metrics.empty()) {
+    if (opt_.metrics == "-") {
+      if (io::StdoutIsTerminal()) {
+        return Status::Usage("refusing to write binary metrics to a terminal; use --metrics FILE or a pipe");
+      }
+      metrics_fd_ = STDOUT_FILENO;
+    } else {
+      metrics_fd_ = ::open(opt_.metrics.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (metrics_fd_ < 0) {
+        return Status::IoErr(opt_.metrics + ": cannot write metrics: " + std::strerror(errno));
+      }
+    }
+    metrics_out_ = std::make_unique<io::RecordWriter>(metrics_fd_, io::DisplayName(opt_.metrics, true));
+  }
+  run_dir_ = opt_.run_dir.empty() ? "ob-run-" + FormatTime(UnixMs(), "%Y%m%d-%H%M%S") : opt_.run_dir;
+  OB_RETURN_IF_ERROR(MakeDirs(run_dir_));
+  if (opt_.log_to_run_dir && !log::SetFile(run_dir_ + "/master.log")) {
+    return Status::IoErr(run_dir_ + "/master.log: cannot open");
+  }
+  return events_.Open(run_dir_ + "/events.log");
+}
+
+Result<int> Master::Run() {
+  OB_RETURN_IF_ERROR(Prepare());
+  ::signal(SIGPIPE, SIG_IGN);  // a dead agent's stdin must not kill us
+  uv_signal_init(&loop_, &sigchld_);
+  uv_signal_start(&sigchld_, [](uv_signal_t* s, int) {
+    static_cast<Master*>(s->loop->data)->ReapAgents();
+  }, SIGCHLD);
+  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}}) {
+    uv_signal_init(&loop_, h);
+    uv_signal_start(h, [](uv_signal_t* s, int signum) {
+      static_cast<Master*>(s->loop->data)->RequestStop(std::string("got ") + strsignal(signum));
+    }, sig);
+  }
+
+  Server::Options so;
+  so.bind = bind_addr_;
+  so.port = bind_port_;
+  so.secret = secret_;
+  OB_RETURN_IF_ERROR(server_.Listen(
+      so, [this](const pb::Hello& h) { return Admit(h); },
+      [this](std::shared_ptr<Connection> c, const pb::Hello& h) { OnAgentReady(std::move(c), h); }));
+  OB_LOG(Info) << "control channel on " << bind_addr_ << ":" << server_.port() << "; run directory "
+               << run_dir_;
+  events_.Write("listen", bind_addr_ + ":" + std::to_string(server_.port()));
+  Status op = operator_.Listen(run_dir_ + "/control.sock",
+                               [this](const pb::OperatorRequest& r) { return OnOperator(r); });
+  if (!op.ok()) {
+    OB_LOG(Warn) << "no control socket: " << op.message();
+  }
+
+  start_ms_ = Now();
+  OB_RETURN_IF_ERROR(StartAgents());
+  uv_timer_init(&loop_, &tick_);
+  uv_timer_init(&loop_, &heartbeat_);
+  uv_timer_init(&loop_, &progress_);
+  uv_timer_init(&loop_, &drain_);
+  uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Master*>(t->loop->data)->Tick(); },
+                 kTickMs, kTickMs);
+  uv_timer_start(&heartbeat_, [](uv_timer_t* t) {
+    auto* m = static_cast<Master*>(t->loop->data);
+    pb::Control hb;
+    hb.mutable_heartbeat()->set_sequence(++m->heartbeat_seq_);
+    hb.mutable_heartbeat()->set_unix_ms(UnixMs());
+    for (auto& a : m->agents_) {
+      if (a->conn) a->conn->Send(hb);
+    }
+  }, kHeartbeatMs, kHeartbeatMs);
+  uv_timer_start(&progress_, [](uv_timer_t* t) { static_cast<Master*>(t->loop->data)->Progress(); },
+                 kProgressMs, kProgressMs);
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  if (state_ != State::kDone) FinishStop();
+  if (!outcome_.ok()) return outcome_;
+  return 0;
+}
+
+Status Master::StartAgents() {
+  std::string self = opt_.self_exe;
+  if (self.empty()) {
+    char buf[4096];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return Status::Internal("cannot find this program's path in /proc/self/exe");
+    self.assign(buf, static_cast<size_t>(n));
+  }
+  const std::string master = AdvertisedHost(bind_addr_) + ":" + std::to_string(server_.port());
+  for (size_t i = 0; i < layout_.hosts.size(); ++i) {
+    auto a = std::make_unique<AgentState>();
+    a->host = layout_.hosts[i];
+    a->ranks = layout_.host_ranks[i];
+    std::vector<std::string> cmd = {self, "--agent", "--master", master, "--host", a->host.name,
+                                    "--master-timeout", Fixed(opt_.master_timeout_s, 3)};
+    cmd.insert(cmd.end(), opt_.agent_flags.begin(), opt_.agent_flags.end());
+    Result<cluster::ChildProcess> child = cluster::SpawnWithPipes(cluster::RshArgv(opt_.rsh, a->host, cmd));
+    if (!child.ok()) return child.status().WithContext("host " + a->host.name);
+    a->rsh = std::move(child).value();
+    const std::string line = secret_ + "\n";
+    if (::write(a->rsh.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      OB_LOG(Warn) << "host " << a->host.name << ": cannot hand the secret to its agent";
+    }
+    events_.Write("agent-start", "host=" + a->host.name + " pid=" + std::to_string(a->rsh.pid()));
+    agents_.push_back(std::move(a));
+  }
+  OB_LOG(Info) << "started " << agents_.size() << " agent(s) with --rsh " << opt_.rsh
+               << "; world size " << layout_.ranks.size();
+  if (!layout_.spares.empty()) {
+    OB_LOG(Info) << layout_.spares.size() << " host(s) not in the plan stay idle";
+  }
+  return Status::Ok();
+}
+
+std::string Master::Admit(const pb::Hello& hello) {
+  AgentState* a = FindAgent(hello.host());
+  if (a == nullptr) return "unknown host '" + hello.host() + "'";
+  if (a->state != AgentState::State::kStarting) return "host '" + hello.host() + "' already connected";
+  if (state_ != State::kStarting) return "the run is not accepting agents now";
+  return "";
+}
+
+void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hello) {
+  AgentState* a = FindAgent(hello.host());
+  if (a == nullptr || state_ != State::kStarting) {
+    conn->Close("not accepting agents");
+    return;
+  }
+  a->conn = std::move(conn);
+  a->state = AgentState::State::kConnected;
+  a->conn->SetHandlers([this, a](Connection&, pb::Control& m) { OnAgentMessage(*a, m); },
+                       [this, a](Connection&, const std::string& r) { OnAgentClosed(*a, r); });
+  const int64_t ms = Now() - start_ms_;
+  OB_LOG(Info) << "agent on host " << a->host.name << " (pid " << hello.pid() << ", "
+               << a->conn->peer() << ") authenticated after " << ms << " ms";
+  events_.Write("agent-connected", "host=" + a->host.name + " peer=" + a->conn->peer() +
+                                       " after_ms=" + std::to_string(ms));
+  for (auto& x : agents_) {
+    if (x->state != AgentState::State::kConnected) return;
+  }
+  StartWorkers();
+}
+
+void Master::StartWorkers() {
+  state_ = State::kRunning;
+  ++generation_;
+  const int world = static_cast<int>(layout_.ranks.size());
+  for (auto& a : agents_) {
+    pb::Control m;
+    auto* sw = m.mutable_start_workers();
+    sw->set_generation(generation_);
+    for (int r : a->ranks) {
+      const RankPlacement& p = layout_.ranks[static_cast<size_t>(r)];
+      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a->host.name, opt_.store,
+                        opt_.plan_path};
+      pb::WorkerSpec spec = opt_.worker_command(ctx);
+      spec.set_rank(static_cast<uint32_t>(r));
+      spec.set_local_rank(static_cast<uint32_t>(p.local_rank));
+      *sw->add_workers() = std::move(spec);
+    }
+    a->conn->Send(m);
+  }
+  OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
+               << world << " worker(s)";
+  events_.Write("start-workers", "generation=" + std::to_string(generation_) +
+                                     " world=" + std::to_string(world));
+}
+
+void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
+  if (state_ == State::kStopping || state_ == State::kDone) return;
+  if (m.has_worker_metrics()) {
+    const pb::Metrics& mx = m.worker_metrics().metrics();
+    if (metrics_out_) {
+      Status st = metrics_out_->Write(mx);
+      if (!st.ok()) {
+        OB_LOG(Error) << st.message() << "; no more metrics are written";
+        metrics_out_.reset();
+      }
+    }
+    if (mx.rank() < ranks_.size() && !mx.heartbeat()) {
+      ranks_[mx.rank()].last = mx;
+      ranks_[mx.rank()].have_metrics = true;
+      last_step_ = std::max<uint64_t>(last_step_, mx.step());
+      new_metrics_ = true;
+      if (mx.rank() == 0) {  // every rank reports the same global loss and throughput
+        ++steps_done_;
+        step_seconds_sum_ += mx.step_seconds();
+        tokens_sum_ += mx.tokens_per_second() * mx.step_seconds();
+        last_loss_ = mx.loss();
+      }
+    }
+    return;
+  }
+  if (m.has_worker_exited()) {
+    const pb::WorkerExited& x = m.worker_exited();
+    if (x.rank() >= ranks_.size() || ranks_[x.rank()].exited) return;
+    ranks_[x.rank()].exited = true;
+    const int64_t latency = std::max<int64_t>(0, UnixMs() - x.unix_ms());
+    events_.Write("worker-exit", "rank=" + std::to_string(x.rank()) + " host=" + a.host.name +
+                                     " " + x.description() + " latency_ms=" + std::to_string(latency));
+    if (x.exit_status() == 0 && x.signal() == 0) {
+      OB_LOG(Info) << "worker rank " << x.rank() << " on host " << a.host.name << " finished";
+      if (++ranks_done_ == static_cast<int>(ranks_.size())) {
+        BeginStop("training finished: every worker exited 0", Status::Ok());
+      }
+      return;
+    }
+    Failure("worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " failed (" +
+            x.description() + "), detected in " + std::to_string(latency) + " ms");
+  }
+}
+
+void Master::OnAgentClosed(AgentState& a, const std::string& reason) {
+  const int64_t silent = Now() - (a.conn ? a.conn->last_receive_ms() : Now());
+  const bool was_connected = a.state == AgentState::State::kConnected;
+  a.state = AgentState::State::kLost;
+  if (!was_connected || state_ == State::kStopping || state_ == State::kDone) return;
+  Failure("lost the agent on host " + a.host.name + " (connection " + reason + "), detected " +
+          std::to_string(silent) + " ms after its last message");
+}
+
+void Master::ReapAgents() {
+  for (auto& a : agents_) {
+    if (a->rsh_done) continue;
+    a->rsh.WaitFor(0);
+    if (a->rsh.running()) continue;
+    a->rsh_done = true;
+    const std::string desc = a->rsh.DescribeExit();
+    events_.Write("agent-exit", "host=" + a->host.name + " " + desc);
+    if (state_ == State::kStopping || state_ == State::kDone) continue;
+    if (a->state == AgentState::State::kStarting) {
+      std::string msg = "the agent on host " + a->host.name + " exited before it connected (" +
+                        desc + ")";
+      events_.Write("detect", msg);
+      OB_LOG(Error) << msg;
+      BeginStop(msg, Status::Unavailable(msg));
+    } else if (a->state == AgentState::State::kConnected || a->state == AgentState::State::kLost) {
+      const int64_t silent = a->conn ? Now() - a->conn->last_receive_ms() : 0;
+      Failure("lost the agent on host " + a->host.name + " (its process " + desc + "), detected " +
+              std::to_string(silent) + " ms after its last message");
+    }
+  }
+}
+
+void Master::Tick() {
+  ReapAgents();
+  const int64_t now = Now();
+  if (state_ == State::kStopping) {
+    bool all_gone = true;
+    for (auto& a : agents_) all_gone = all_gone && a->rsh_done;
+    if (all_gone) return FinishStop();
+    if (now >= stop_deadline_ms_) {
+      for (auto& a : agents_) {
+        if (a->rsh_done) continue;
+        OB_LOG(Warn) << "agent on host " << a->host.name << " did not stop in time; killing it";
+        events_.Write("kill-agent", "host=" + a->host.name);
+        a->rsh.CloseStdin();
+        a->rsh.Kill();
+        a->rsh.Wait();
+        a->rsh_done = true;
+      }
+      FinishStop();
+    }
+    return;
+  }
+  if (state_ == State::kStarting && now - start_ms_ > static_cast<int64_t>(opt_.start_timeout_s * 1e3)) {
+    std::string missing;
+    for (auto& a : agents_) {
+      if (a->state == AgentState::State::kStarting) missing += (missing.empty() ? "" : ", ") + a->host.name;
+    }
+    std::string msg = "no agent authenticated within " + Fixed(opt_.start_timeout_s, 0) +
+                      " s on host(s) " + missing;
+    events_.Write("detect", msg);
+    OB_LOG(Error) << msg;
+    return BeginStop(msg, Status::Unavailable(msg));
+  }
+  if (state_ == State::kRunning) {
+    for (auto& a : agents_) {
+      if (a->state != AgentState::State::kConnected || !a->conn) continue;
+      const int64_t silent = now - a->conn->last_receive_ms();
+      if (silent > static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
+        return Failure("lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
+                       std::to_string(silent) + " ms)");
+      }
+    }
+  }
+  if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
+    BeginStop("the stop hook did not finish within " + Fixed(opt_.stop_grace_s, 0) + " s", Status::Ok());
+  }
+}
+
+void Master::Progress() {
+  if (!new_metrics_) return;
+  new_metrics_ = false;
+  double loss_sum = 0, tokens = 0;
+  int losses = 0;
+  for (const auto& r : ranks_) {
+    if (!r.have_metrics || r.last.step() != last_step_ || !std::isfinite(r.last.loss())) continue;
+    loss_sum += r.last.loss();  // every rank reports the global-batch loss
+    tokens += r.last.tokens_per_second();  // and the global throughput
+    ++losses;
+  }
+  OB_LOG(Info) << "step " << last_step_ << "  loss "
+               << (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) << "  tokens/s "
+               << (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
+}
+
+void Master::Failure(const std::string& what) {
+  if (state_ == State::kStopping || state_ == State::kDone) return;
+  OB_LOG(Error) << what;
+  events_.Write("detect", what);
+  events_.Write("decide", "stop every agent: recovery by re-instantiation is not implemented yet");
+  BeginStop(what, Status::TempFail(what));
+}
+
+void Master::RequestStop(const std::string& reason) {
+  if (state_ == State::kStopping || state_ == State::kDone) return;
+  events_.Write("stop-request", reason);
+  if (stop_requested_ || state_ != State::kRunning || !opt_.on_stop_request) {
+    return BeginStop(reason, Status::Ok());
+  }
+  stop_requested_ = true;
+  OB_LOG(Info) << reason << ": finishing the step before stopping (again to stop now)";
+  grace_deadline_ms_ = Now() + static_cast<int64_t>(opt_.stop_grace_s * 1e3);
+  opt_.on_stop_request(reason, [this, reason] { BeginStop(reason, Status::Ok()); });
+}
+
+void Master::BeginStop(const std::string& reason, Status outcome) {
+  if (state_ == State::kStopping || state_ == State::kDone) return;
+  Progress();  // the last figures, if not printed yet
+  state_ = State::kStopping;
+  outcome_ = std::move(outcome);
+  stop_deadline_ms_ = Now() + kStopWaitMs;
+  grace_deadline_ms_ = -1;
+  if (outcome_.ok()) {
+    OB_LOG(Info) << "stopping: " << reason;
+    if (steps_done_ > 0 && step_seconds_sum_ > 0) {
+      OB_LOG(Info) << "trained " << steps_done_ << " steps: final loss " << Fixed(last_loss_, 4)
+                   << ", " << Fixed(tokens_sum_ / step_seconds_sum_, 0) << " tokens/s";
+    }
+  }
+  events_.Write("stop", reason);
+  pb::Control m;
+  m.mutable_stop()->set_reason(reason);
+  for (auto& a : agents_) {
+    if (a->conn && a->state == AgentState::State::kConnected) {
+      a->conn->Send(m);
+    } else {
+      a->rsh.CloseStdin();  // not connected: end of file is how it learns
+    }
+  }
+  server_.Close();
+}
+
+void Master::FinishStop() {
+  if (state_ == State::kDone) return;
+  state_ = State::kDone;
+  events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
+  for (auto& a : agents_) {
+    a->rsh.CloseStdin();
+    if (a->conn) {
+      a->conn->SetHandlers(nullptr, nullptr);
+      a->conn->Close("run over");
+    }
+  }
+  server_.Close();
+  operator_.Close();
+  for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&tick_), reinterpret_cast<uv_handle_t*>(&heartbeat_),
+                         reinterpret_cast<uv_handle_t*>(&progress_), reinterpret_cast<uv_handle_t*>(&sigchld_),
+                         reinterpret_cast<uv_handle_t*>(&sigterm_), reinterpret_cast<uv_handle_t*>(&sigint_)}) {
+    if (h->loop == &loop_ && !uv_is_closing(h)) uv_close(h, nullptr);
+  }
+  if (drain_.loop == &loop_) {
+    uv_timer_start(&drain_, [](uv_timer_t* t) { uv_stop(t->loop); }, kDrainMs, 0);
+    uv_unref(reinterpret_cast<uv_handle_t*>(&drain_));
+  }
+}
+
+pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
+  pb::OperatorResponse r;
+  r.set_ok(true);
+  switch (req.command()) {
+    case pb::OPERATOR_STOP:
+      RequestStop(req.reason());
+      break;
+    case pb::OPERATOR_STATUS:
+      break;
+    default:
+      r.set_ok(false);
+      r.set_error("not implemented yet");
+      return r;
+  }
+  static const char* kStates[] = {"starting", "running", "stopping", "stopped"};
+  r.set_state(kStates[static_cast<int>(state_)]);
+  r.set_step(last_step_);
+  r.set_world_size(static_cast<uint32_t>(ranks_.size()));
+  r.set_workers_running(static_cast<uint32_t>(state_ == State::kRunning ? ranks_.size() - ranks_done_ : 0));
+  r.set_uptime_seconds((Now() - start_ms_) / 1e3);
+  static const char* kAgentStates[] = {"starting", "connected", "lost", "stopped"};
+  for (auto& a : agents_) {
+    auto* h = r.add_hosts();
+    h->set_host(a->host.name);
+    h->set_state(kAgentStates[static_cast<int>(a->state)]);
+    for (int x : a->ranks) h->add_ranks(static_cast<uint32_t>(x));
+    h->set_last_heard_ms_ago(a->conn ? Now() - a->conn->last_receive_ms() : -1);
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<int> RunMaster(const MasterOptions& options) {
+  Master master(options);
+  return master.Run();
+}
+
+}  // namespace ob::launch

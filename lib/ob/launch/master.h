@@ -1,0 +1,90 @@
+// The ob-launch master (SPEC §5): starts one agent per plan host through
+// --rsh, authenticates them on the control channel, tells each which
+// workers to start, relays their metrics, and watches everything.
+//
+// Start: loads the plan and the hosts (master_setup.h; every plan host must
+// be in the hosts list), reads the secret, binds the control server only on
+// `bind` (default loopback), starts `SELF --agent --master ADDR:PORT --host
+// NAME --master-timeout S` per host through RshArgv and writes the secret to
+// its stdin (never argv or environment), and waits for every agent to
+// authenticate (start_timeout_s; then kUnavailable naming the missing
+// hosts). Peers with a wrong secret are rejected and logged with their
+// address; they do not count as agents.
+//
+// Run: heartbeats both ways every 200 ms. A dead agent (connection lost,
+// its rsh process exited, or silent > agent_timeout_s) or a worker that
+// exits with a non-zero status is detected within a second; until recovery
+// exists the master then stops every agent and returns kTempFail naming the
+// host or rank and the detection latency. When every worker exited 0 the run
+// is complete. SIGTERM/SIGINT (or `stop` on the control socket) stop the
+// agents and return 0; `on_stop_request` lets the caller finish the step
+// first. Every detection and decision is a line in run_dir/events.log.
+//
+// No orphans: agents get Stop and end of file on stdin, and their process
+// groups are SIGKILLed if they do not exit within kStopWaitMs; agents kill
+// their workers on every path (agent.h).
+//
+// Thread model: one uv loop on the calling thread runs the control server,
+// the agents' connections, timers, signals and the control socket; every
+// callback and hook runs on it (docs/threads.md). Not re-entrant; RunMaster
+// owns SIGCHLD, SIGTERM, SIGINT and ignores SIGPIPE while it runs.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ob/control.pb.h"
+#include "ob/status.h"
+
+namespace ob::launch {
+
+inline constexpr int kStopWaitMs = 3000;   // agents' time to exit after Stop
+
+// What a worker needs to know to join; the caller turns it into a command.
+struct WorkerContext {
+  int rank = 0;
+  int world_size = 0;
+  int local_rank = 0;
+  int pipeline = 0;
+  int stage = 0;
+  std::string host;           // the agent's host name
+  std::string store;          // HOST:PORT of the rendezvous store
+  std::string plan_path;      // as given to the master
+};
+
+// argv (and extra environment) of one worker; argv must not be empty.
+// Runs on the loop thread, once per rank per start.
+using WorkerCommand = std::function<pb::WorkerSpec(const WorkerContext&)>;
+
+struct MasterOptions {
+  std::string plan_path;             // a Plan (ob-formats(5)); "-" reads stdin
+  std::string hosts_path;            // "" = Slurm's node list
+  std::string rsh = "ssh";           // "ssh", "local" or a prefix command
+  std::string secret_file;           // "" = $OB_SECRET
+  std::string bind = "127.0.0.1";    // ADDR[:PORT]
+  std::string metrics;               // delimited Metrics out: FILE, "-" or "" (none)
+  std::string run_dir;               // "" = ./ob-run-YYYYmmdd-HHMMSS
+  bool log_to_run_dir = true;        // copy log lines to run_dir/master.log
+  double master_timeout_s = 3.0;     // passed to agents (--master-timeout)
+  double agent_timeout_s = 1.0;      // an agent silent this long is lost
+  double start_timeout_s = 30.0;     // for every agent to authenticate
+  double stop_grace_s = 30.0;        // bound on on_stop_request before stopping anyway
+  std::string self_exe;              // the ob-launch binary agents run; "" = /proc/self/exe
+  std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")
+  std::string store;                 // HOST:PORT of the rendezvous store for workers
+  WorkerCommand worker_command;      // REQUIRES: set
+  // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
+  // instead of stopping at once: it should let the step finish and then call
+  // `stop_now` (on the loop). A second signal, or stop_grace_s, stops anyway.
+  std::function<void(const std::string& reason, std::function<void()> stop_now)> on_stop_request;
+};
+
+// The run's exit status: 0 when training completed or was stopped on
+// request. Errors: kConfig (secret, hosts, plan hosts), kUsage, kNoInput /
+// kDataErr (plan), kUnavailable (an agent could not be started or did not
+// authenticate in time, or bind failed), kTempFail (a host or worker failed
+// during the run; the message names it and the detection latency).
+Result<int> RunMaster(const MasterOptions& options);
+
+}  // namespace ob::launch

@@ -1,0 +1,158 @@
+#include "ob/launch/master_setup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "ob/launch/channel.h"
+#include "ob/plan/plan_io.h"
+
+namespace ob::launch {
+
+Result<std::string> ReadSecret(const std::string& secret_file) {
+  std::string text;
+  if (!secret_file.empty()) {
+    int fd = ::open(secret_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return Status::Config(secret_file + ": cannot read the secret: " + std::strerror(errno));
+    }
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::Config(secret_file + ": the secret file is not a regular file");
+    }
+    if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+      ::close(fd);
+      char mode[8];
+      snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return Status::Config(secret_file + ": permissions " + mode +
+                            " let others read the secret; chmod 600 it");
+    }
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 16)) text.append(buf, n);
+    ::close(fd);
+    text = text.substr(0, text.find('\n'));
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty()) return Status::Config(secret_file + ": the secret is empty");
+    return text;
+  }
+  const char* env = std::getenv("OB_SECRET");
+  if (env == nullptr || *env == '\0') {
+    return Status::Config("no shared secret: give --secret-file FILE (mode 600) or set OB_SECRET");
+  }
+  text = env;
+  if (text.find('\n') != std::string::npos) {
+    return Status::Config("OB_SECRET holds a newline; the secret is one line");
+  }
+  return text;
+}
+
+Result<std::vector<cluster::Host>> LoadLaunchHosts(const std::string& hosts_file) {
+  if (!hosts_file.empty()) return cluster::LoadHosts(hosts_file);
+  for (const char* var : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') {
+      Result<std::vector<cluster::Host>> hosts = cluster::HostsFromSlurm(v);
+      if (!hosts.ok()) return hosts.status().WithContext(var);
+      return hosts;
+    }
+  }
+  return Status::Usage("no hosts: give a hosts file or run inside a Slurm allocation");
+}
+
+Result<LaunchLayout> LayOut(const pb::Plan& plan, const std::vector<cluster::Host>& hosts,
+                            const std::string& hosts_name) {
+  Result<plan::LoadedPlan> loaded = plan::FromProto(plan);
+  if (!loaded.ok()) return loaded.status();
+  std::map<std::string, int> by_name;
+  for (size_t i = 0; i < hosts.size(); ++i) by_name[hosts[i].name] = static_cast<int>(i);
+
+  LaunchLayout out;
+  std::vector<int> node_to_host(loaded->hosts.size(), -1);
+  std::map<std::string, bool> used;
+  for (size_t node = 0; node < loaded->hosts.size(); ++node) {
+    const std::string& name = loaded->hosts[node];
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return Status::Config("plan host '" + name + "' is not in " + hosts_name +
+                            " (make the plan with ob-plan --hosts " + hosts_name + ")");
+    }
+    if (used[name]) return Status::DataErr("plan names host '" + name + "' twice");
+    used[name] = true;
+    node_to_host[node] = static_cast<int>(out.hosts.size());
+    out.hosts.push_back(hosts[it->second]);
+  }
+  for (const auto& h : hosts) {
+    if (!used[h.name]) out.spares.push_back(h.name);
+  }
+  out.host_ranks.resize(out.hosts.size());
+
+  const auto& pipelines = loaded->instantiation.pipelines;
+  for (size_t p = 0; p < pipelines.size(); ++p) {
+    const plan::Template* t = loaded->templates.ForNodes(pipelines[p].template_nodes);
+    if (t == nullptr) {
+      return Status::DataErr("pipeline " + std::to_string(p) + ": no template for " +
+                             std::to_string(pipelines[p].template_nodes) + " nodes");
+    }
+    const int per_node = std::max(1, t->stages_per_node);
+    for (size_t s = 0; s < t->stages.size(); ++s) {
+      size_t slot = s / static_cast<size_t>(per_node);
+      if (slot >= pipelines[p].nodes.size()) {
+        return Status::DataErr("pipeline " + std::to_string(p) + ": stage " + std::to_string(s) +
+                               " has no node");
+      }
+      int node = pipelines[p].nodes[slot];
+      if (node < 0 || node >= static_cast<int>(node_to_host.size())) {
+        return Status::DataErr("pipeline " + std::to_string(p) + ": node " +
+                               std::to_string(node) + " is not in the plan's hosts");
+      }
+      RankPlacement r;
+      r.rank = static_cast<int>(out.ranks.size());
+      r.host = node_to_host[node];
+      r.pipeline = static_cast<int>(p);
+      r.stage = static_cast<int>(s);
+      r.local_rank = static_cast<int>(out.host_ranks[r.host].size());
+      out.host_ranks[r.host].push_back(r.rank);
+      out.ranks.push_back(r);
+    }
+  }
+  if (out.ranks.empty()) return Status::DataErr("the plan has no pipelines");
+  return out;
+}
+
+Status ParseBind(const std::string& text, std::string* addr, int* port) {
+  if (text.empty()) return Status::Usage("--bind: empty address");
+  bool bracketed = text.front() == '[';
+  size_t colons = std::count(text.begin(), text.end(), ':');
+  // "ADDR" alone: an IPv4 literal or a bare IPv6 literal (two colons or more).
+  if ((!bracketed && colons == 0) || (!bracketed && colons > 1)) {
+    *addr = text;
+    *port = 0;
+    return Status::Ok();
+  }
+  if (bracketed && text.back() == ']') {
+    *addr = text.substr(1, text.size() - 2);
+    *port = 0;
+    return Status::Ok();
+  }
+  return SplitHostPort(text, "--bind", addr, port);
+}
+
+std::string AdvertisedHost(const std::string& bind_addr) {
+  if (bind_addr == "0.0.0.0" || bind_addr == "::") {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) == 0 && host[0] != '\0') return host;
+    return bind_addr == "::" ? "[::1]" : "127.0.0.1";
+  }
+  if (bind_addr.find(':') != std::string::npos) return "[" + bind_addr + "]";
+  return bind_addr;
+}
+
+}  // namespace ob::launch

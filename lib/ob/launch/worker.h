@@ -1,0 +1,58 @@
+// The worker role of ob-launch (SPEC §5): one process per pipeline stage,
+// started by an agent as `ob-launch --worker --rank R ...`. It joins the
+// master's rendezvous store, builds its stage of the plan's instantiation
+// (lib/ob/runtime), trains, and writes one delimited ob.pb.Metrics record
+// per step to stdout, which its agent relays to the master.
+//
+// Torch-free header. Failure: a bad plan or data → kDataErr/kConfig before
+// any collective; a peer lost mid-step → kUnavailable (the agent reports
+// the exit and the master decides).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ob/status.h"
+
+namespace ob::launch {
+
+struct WorkerOptions {
+  int rank = 0;
+  int world = 0;               // checked against the plan's rank count
+  std::string store;           // HOST:PORT of the master's TCPStore
+  std::string plan;            // path of the Plan
+  int64_t steps = 0;
+  std::string data = "synthetic";  // token file, text file, or "synthetic"
+  double lr = 1e-3;
+  int64_t warmup_steps = 0;
+  uint64_t seed = 1234;        // model initialisation and data sampling
+  std::string host;            // for the Metrics records
+  double timeout_s = 60;       // bound on rendezvous and every collective
+};
+
+Status RunWorker(const WorkerOptions& opts);
+
+// The master's rendezvous store: a c10d TCPStore server on `host`, on a port
+// the OS picks. Workers join it (through a prefix per group) to form their
+// communication groups. Lives as long as the object; not thread-safe.
+class RendezvousStore {
+ public:
+  // kUnavailable when it cannot listen on `host`.
+  static Result<std::unique_ptr<RendezvousStore>> Start(const std::string& host);
+  ~RendezvousStore();
+  std::string address() const { return address_; }  // "HOST:PORT"
+
+ private:
+  RendezvousStore() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+// The checks the master makes before any worker starts: the data exists (when
+// readable here) and fits the plan's model (vocabulary, sequence length).
+// kDataErr naming the file and the mismatch.
+Status CheckDataForPlan(const std::string& data, const std::string& plan_path);
+
+}  // namespace ob::launch

@@ -1,0 +1,126 @@
+// StageWorker: one rank of a pipeline- and data-parallel training run (SPEC
+// §5, "Workers"). It owns one pipeline stage of the GPT, its AdamW state and
+// its c10d groups, and runs training steps that are, up to floating-point
+// summation order, the single-process reference's (ob::model::train_steps):
+//
+//   - the same initial weights (GptStage(cfg, first, last, opts.seed) draws
+//     each layer from its own seed, whatever the partition);
+//   - the same samples: the micro-batch with global index g of step k holds
+//     samples [g·b, (g+1)·b) of (seed, k) (see topology.h);
+//   - each micro-batch's mean loss weighted by 1/M (M micro-batches in the
+//     global batch), so the SUM over pipelines of the stage gradients is the
+//     reference's gradient: gradients are all-reduced over each layer's owner
+//     set, the tied LM weight's over the tied group (first and last stages of
+//     every pipeline, SPEC §2);
+//   - the global grad norm before clipping counts every layer once and the
+//     tied weight once; it is computed per layer, summed within the pipeline
+//     and added up in layer order, so it is bit-identical on every rank and
+//     every replica clips alike; then lr = LearningRate(opts, step), AdamW.
+//
+// Within a pipeline, micro-batches follow OneFOneB (schedule.h): activations
+// go forward and their gradients backward over the pipeline group with c10d
+// send/recv (tag 2·g for activations, 2·g + 1 for gradients, g the global
+// micro-batch index). Gloo on CPU tensors; NCCL on CUDA (compiles, untested).
+//
+// Groups are created when the worker is, each through a c10d::PrefixStore
+// named after the group over the given store, in Topology order; so every
+// rank of the topology must construct its worker concurrently with the same
+// topology and store (threads of one process sharing a HashStore, or
+// processes sharing a TCPStore). To rebuild groups after a failure, give the
+// new workers a store with a fresh prefix (e.g. a PrefixStore "gen/3").
+//
+// Ownership: the worker owns its stage, optimizer and groups; it shares the
+// store and the token source. Thread-safety: one thread at a time per
+// worker; distinct workers may run on distinct threads. Failure: Create and
+// Step catch LibTorch/Gloo exceptions (a peer that died, a timeout) and
+// return kUnavailable; bad options are kConfig. After a failed Step the
+// worker's gradients and optimizer state are unspecified: rebuild it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/model/data.h"
+#include "ob/model/gpt.h"
+#include "ob/model/train.h"
+#include "ob/runtime/topology.h"
+#include "ob/status.h"
+#include "ob/torch_compat.h"
+
+namespace ob::runtime {
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0;            // mean over the global batch; equal on every rank
+  double grad_norm = 0;       // global L2 norm before clipping; equal on every rank
+  double lr = 0;
+  double seconds = 0;         // wall time of the step on this rank
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double comm_seconds = 0;    // waiting for p2p receives/sends and all-reduces
+  double tokens_per_second = 0;  // global batch tokens / seconds
+  int64_t memory_bytes = 0;   // allocated device bytes after the step (0 on CPU)
+};
+
+class StageWorker {
+ public:
+  // Builds rank `rank`'s stage on opts.device and joins its groups (blocks
+  // until every peer of each group has joined, or `timeout`). `timeout` also
+  // bounds every later send, receive and all-reduce.
+  // REQUIRES: 0 <= rank < topo.world_size(); topo.num_layers == cfg.num_layers().
+  // kConfig when opts.global_batch != topo.global_batch(), opts.microbatch !=
+  // topo.microbatch_size, the sequence length exceeds n_positions, or the
+  // data does not fit the model (data.Check).
+  static Result<std::unique_ptr<StageWorker>> Create(
+      const model::GptConfig& cfg, const Topology& topo, int rank,
+      const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
+      const model::TokenSource& data,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+  ~StageWorker();
+  StageWorker(const StageWorker&) = delete;
+  StageWorker& operator=(const StageWorker&) = delete;
+
+  // One optimizer step (global step `step`, 0-based, selects the samples and
+  // the learning rate). Collective over all ranks of the topology.
+  Result<StepResult> Step(int64_t step);
+
+  // Step without the update: zeroes the gradients, runs the 1F1B schedule and
+  // the gradient all-reduces, and leaves the summed (unclipped) gradients in
+  // the stage's parameters. Returns loss and grad_norm; lr stays 0. For tests
+  // and gradient checks.
+  Result<StepResult> ForwardBackward(int64_t step);
+
+  const model::GptStage& stage() const { return stage_; }
+  const RankInfo& info() const { return topo_.ranks[rank_]; }
+  const Topology& topology() const { return topo_; }
+
+ private:
+  struct Groups;
+  StageWorker(const model::GptConfig& cfg, const Topology& topo, int rank,
+              const model::TrainOptions& opts, const model::TokenSource& data, int seq_len);
+  void JoinGroups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
+  StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
+  void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
+
+  model::GptConfig cfg_;
+  Topology topo_;
+  int rank_;
+  model::TrainOptions opts_;
+  model::TokenSource data_;
+  int seq_len_;
+  model::GptStage stage_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<Groups> groups_;
+  // Parameters by owning layer (global index - first layer), the tied weight
+  // excluded; and the tied weight itself (undefined if this stage has none).
+  std::vector<std::vector<torch::Tensor>> layer_params_;
+  torch::Tensor tied_;
+};
+
+}  // namespace ob::runtime

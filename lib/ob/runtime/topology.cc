@@ -1,0 +1,126 @@
+// Rank layout and communication groups of an instantiation (see topology.h).
+#include "ob/runtime/topology.h"
+
+#include <algorithm>
+#include <map>
+
+namespace ob::runtime {
+
+namespace {
+
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+std::string LayerGroup::name() const { return "layers/" + JoinRanks(ranks); }
+
+std::string Topology::PipelineGroupName(int pipeline) {
+  return "pipeline/" + std::to_string(pipeline);
+}
+
+std::string Topology::TiedGroupName() { return "tied"; }
+
+std::vector<int> Topology::LayerGroupsOf(int rank) const {
+  std::vector<int> out;
+  for (const auto& g : layer_groups) {
+    if (std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) out.push_back(g.id);
+  }
+  return out;
+}
+
+bool Topology::InTied(int rank) const { return std::binary_search(tied.begin(), tied.end(), rank); }
+
+Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instantiation& inst,
+                               int microbatch_size) {
+  if (microbatch_size <= 0) {
+    return Status::Config("micro-batch size " + std::to_string(microbatch_size) +
+                          " is not positive");
+  }
+  if (inst.pipelines.empty()) return Status::Config("instantiation has no pipelines");
+  Topology topo;
+  topo.microbatch_size = microbatch_size;
+  int next_microbatch = 0;
+  for (size_t p = 0; p < inst.pipelines.size(); ++p) {
+    const auto& pipe = inst.pipelines[p];
+    const std::string where = "pipeline " + std::to_string(p);
+    const plan::Template* t = ts.ForNodes(pipe.template_nodes);
+    if (t == nullptr) {
+      return Status::Config(where + ": no template for " + std::to_string(pipe.template_nodes) +
+                            " nodes");
+    }
+    if (t->stages.empty()) return Status::Config(where + ": template has no stages");
+    if (pipe.microbatches <= 0) return Status::Config(where + ": has no micro-batches");
+    const int layers = t->stages.back().last + 1;
+    if (topo.num_layers == 0) topo.num_layers = layers;
+    if (layers != topo.num_layers) {
+      return Status::Config(where + ": template covers " + std::to_string(layers) +
+                            " layers, another " + std::to_string(topo.num_layers));
+    }
+    const int num_stages = static_cast<int>(t->stages.size());
+    std::vector<int> pipeline_ranks;
+    int expected_first = 0;
+    for (int s = 0; s < num_stages; ++s) {
+      const auto& shape = t->stages[s];
+      const std::string stage_where = where + " stage " + std::to_string(s);
+      if (shape.tp != 1) {
+        return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
+                              " is not supported by the worker runtime");
+      }
+      if (shape.first != expected_first || shape.last < shape.first) {
+        return Status::Config(stage_where + ": layers " + std::to_string(shape.first) + "-" +
+                              std::to_string(shape.last) + " do not follow layer " +
+                              std::to_string(expected_first - 1));
+      }
+      expected_first = shape.last + 1;
+      RankInfo r;
+      r.rank = topo.world_size();
+      r.pipeline = static_cast<int>(p);
+      r.stage = s;
+      r.num_stages = num_stages;
+      const size_t node_slot = static_cast<size_t>(s / std::max(1, t->stages_per_node));
+      r.node = node_slot < pipe.nodes.size() ? pipe.nodes[node_slot] : -1;
+      r.first_layer = shape.first;
+      r.last_layer = shape.last;
+      r.first_microbatch = next_microbatch;
+      r.num_microbatches = pipe.microbatches;
+      r.prev_rank = s > 0 ? r.rank - 1 : -1;
+      r.next_rank = s + 1 < num_stages ? r.rank + 1 : -1;
+      pipeline_ranks.push_back(r.rank);
+      topo.ranks.push_back(r);
+    }
+    next_microbatch += pipe.microbatches;
+    topo.pipelines.push_back(std::move(pipeline_ranks));
+  }
+  topo.total_microbatches = next_microbatch;
+
+  // Owner sets, in order of the first layer each owns.
+  std::map<std::vector<int>, int> id_of;
+  for (int layer = 0; layer < topo.num_layers; ++layer) {
+    std::vector<int> owners;
+    for (const auto& r : topo.ranks) {
+      if (r.first_layer <= layer && layer <= r.last_layer) owners.push_back(r.rank);
+    }
+    auto [it, inserted] = id_of.emplace(owners, static_cast<int>(topo.layer_groups.size()));
+    if (inserted) {
+      LayerGroup g;
+      g.id = it->second;
+      g.ranks = owners;
+      topo.layer_groups.push_back(std::move(g));
+    }
+    topo.layer_groups[it->second].layers.push_back(layer);
+    topo.layer_group_of.push_back(it->second);
+  }
+
+  for (const auto& ranks : topo.pipelines) {
+    topo.tied.push_back(ranks.front());
+    if (ranks.size() > 1) topo.tied.push_back(ranks.back());
+  }
+  std::sort(topo.tied.begin(), topo.tied.end());
+  return topo;
+}
+
+}  // namespace ob::runtime

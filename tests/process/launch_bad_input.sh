@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Bad hosts files, plans, secrets and options are refused before anything
+# starts: one clear line and the documented exit status.
+NAME=launch_bad_input
+source "$(dirname "$0")/../lib/launch.sh"
+source "$(dirname "$0")/../lib/assert.sh"
+trap 'cleanup; rm -rf "$TMP"' EXIT   # assert.sh's trap replaced ours
+unset OB_SECRET
+make_cluster 2
+L="$OB_BIN/ob-launch"
+export OB_TEST_WORKER_CMD="true; : $TAG"
+run() { "$L" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run" "$@"; }
+
+printf '%sh1\n%sh2\n%sh1\n' "$TAG" "$TAG" "$TAG" > "$WORK/dup.txt"
+expect 78 "dup.txt:3: duplicate host '${TAG}h1'" -- run "$WORK/plan.pb" "$WORK/dup.txt"
+printf '%sh1\n%sh2;rm\n' "$TAG" "$TAG" > "$WORK/meta.txt"
+expect 78 'meta.txt:2: .*host' -- run "$WORK/plan.pb" "$WORK/meta.txt"
+printf '%sh1\n%sh2 colour=red\n' "$TAG" "$TAG" > "$WORK/key.txt"
+expect 78 'key.txt:2: .*colour' -- run "$WORK/plan.pb" "$WORK/key.txt"
+printf '%sh1\nother\n' "$TAG" > "$WORK/missing.txt"
+expect 78 "plan host '${TAG}h2' is not in" -- run "$WORK/plan.pb" "$WORK/missing.txt"
+expect 64 'no-such-option' -- "$L" --no-such-option "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 66 'nothere.pb' -- run "$WORK/nothere.pb" "$WORK/hosts.txt"
+echo garbage > "$WORK/bad.pb"
+expect 65 'bad.pb' -- run "$WORK/bad.pb" "$WORK/hosts.txt"
+expect 64 'bind' -- run --bind 1.2.3.4:99999 "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 78 'bind' -- run --bind not-an-ip "$WORK/plan.pb" "$WORK/hosts.txt"
+
+# Secrets: none, empty, readable by others.
+expect 78 'no shared secret' -- "$L" --rsh local --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"
+: > "$WORK/empty"; chmod 600 "$WORK/empty"
+expect 78 'empty' -- "$L" --rsh local --secret-file "$WORK/empty" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"
+cp "$WORK/secret" "$WORK/open"; chmod 644 "$WORK/open"
+expect 78 'chmod 600' -- "$L" --rsh local --secret-file "$WORK/open" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 78 'nosuch' -- "$L" --rsh local --secret-file "$WORK/nosuch" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"
+
+# Agents that cannot start: 69 naming the host.
+"$L" --rsh /nonexistent/rsh --secret-file "$WORK/secret" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
+rc=$?; [ "$rc" = 69 ] && grep -q "host ${TAG}h1: cannot run '/nonexistent/rsh'" "$WORK/err" && pass \
+  || fail "--rsh missing: exit $rc: $(cat "$WORK/err")"
+"$L" --rsh false --secret-file "$WORK/secret" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -q "^ob-launch: the agent on host ${TAG}h[12] exited before it connected (exit status 1)" && pass \
+  || fail "--rsh false: exit $rc: $(cat "$WORK/err")"
+
+wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+finish

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# ob-launch --rsh local on 4 hosts: agents start, authenticate, run a trivial
+# worker each, and stop cleanly (exit 0, nothing left running); the control
+# socket answers `status` and `stop`.
+NAME=launch_local
+source "$(dirname "$0")/../lib/launch.sh"
+make_cluster 4
+
+# 1. Workers that finish: the run completes with exit 0.
+start=$(now_ms)
+OB_TEST_WORKER_CMD="exec sleep 0.5" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+  --secret-file "$WORK/secret" --run-dir "$WORK/run1" "$WORK/plan.pb" "$WORK/hosts.txt" \
+  2> "$WORK/err1"
+rc=$?
+[ "$rc" = 0 ] || fail "exit $rc, expected 0: $(tail -5 "$WORK/err1")"
+echo "launch_local: 4 agents, 4 workers, done in $(( $(now_ms) - start )) ms"
+wait_for 2 no_tagged || fail "processes left after a clean run: $(tagged | xargs -r ps -o pid,args -p)"
+grep -q 'start-workers generation=1 world=4' "$WORK/run1/events.log" || fail "events.log lacks start-workers"
+grep -q 'done exit 0' "$WORK/run1/events.log" || fail "events.log lacks 'done exit 0'"
+[ "$(grep -c 'agent-connected' "$WORK/run1/events.log")" = 4 ] || fail "not 4 agents connected"
+grep -q 'authenticated after' "$WORK/run1/master.log" || fail "master.log lacks the log lines"
+[ ! -e "$WORK/run1/control.sock" ] || fail "control.sock left behind"
+for i in 1 2 3 4; do
+  grep -q "^${TAG}h$i:[0-9]*:agent: info: stopping: told to stop" "$WORK/err1" \
+    || fail "agent ${TAG}h$i did not log a clean stop"
+done
+
+# 2. Workers that write Metrics records (step 5, loss 2.5, 1000 tokens/s,
+#    encoded by hand): relayed to --metrics with host and rank filled in,
+#    and summarised on stderr (each rank reports the global throughput:
+#    the summary averages, it does not add).
+rec='\024\060\005\151\0\0\0\0\0\0\004\100\171\0\0\0\0\0\100\217\100'
+OB_TEST_WORKER_CMD="printf '$rec'; exec sleep 0.3" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+  --secret-file "$WORK/secret" --run-dir "$WORK/run3" --metrics "$WORK/metrics.pb" \
+  "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err3"
+rc=$?
+[ "$rc" = 0 ] || fail "metrics run: exit $rc: $(tail -3 "$WORK/err3")"
+grep -q 'master: info: step 5  loss 2.5000  tokens/s 1000' "$WORK/err3" \
+  || fail "no progress line: $(grep -c step "$WORK/err3")"
+if command -v python3 >/dev/null; then
+  python3 - "$WORK/metrics.pb" "$TAG" <<'PY' || fail "metrics file"
+import sys
+data = open(sys.argv[1], "rb").read()
+ranks, pos = set(), 0
+while pos < len(data):
+    n = data[pos]; pos += 1
+    rec = data[pos:pos + n]; pos += n
+    assert rec.startswith(b"\x12"), rec          # field 2 (host) comes first, filled by the agent
+    host_len = rec[1]
+    assert rec[2:2 + host_len].decode().startswith(sys.argv[2] + "h"), rec
+    assert b"\x30\x05" in rec, rec               # step 5 kept
+    ranks.add(rec)
+assert len(ranks) == 4, len(ranks)
+PY
+fi
+
+# 3. Long workers, stopped through the control socket.
+command -v python3 >/dev/null || skip "no python3 for the control socket part"
+OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+  --secret-file "$WORK/secret" --run-dir "$WORK/run2" "$WORK/plan.pb" "$WORK/hosts.txt" \
+  2> "$WORK/err2" &
+MASTER_PID=$!
+workers_up() { grep -q start-workers "$WORK/run2/events.log" 2>/dev/null && [ "$(count_workers)" -ge 4 ]; }
+wait_for 10 workers_up || fail "workers did not start: $(tail -3 "$WORK/err2")"
+ask() {
+  python3 - "$WORK/run2/control.sock" "$1" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall((sys.argv[2] + "\n").encode())
+print(s.makefile().readline().strip())
+PY
+}
+status=$(ask status) || fail "control socket: no answer to status"
+echo "$status" | grep -q '"state":"running"' || fail "status: $status"
+echo "$status" | grep -q '"world_size":4' || fail "status: $status"
+[ "$(echo "$status" | grep -o '"state":"connected"' | wc -l)" = 4 ] || fail "status hosts: $status"
+ask stop > /dev/null || fail "control socket: no answer to stop"
+wait "$MASTER_PID"; rc=$?
+MASTER_PID=""
+[ "$rc" = 0 ] || fail "stop via control socket: exit $rc: $(tail -3 "$WORK/err2")"
+wait_for 2 no_tagged || fail "processes left after stop: $(tagged | xargs -r ps -o pid,args -p)"
+
+# 4. SIGTERM to the master: everyone stops, exit 0.
+OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+  --secret-file "$WORK/secret" --run-dir "$WORK/run4" "$WORK/plan.pb" "$WORK/hosts.txt" \
+  2> "$WORK/err4" &
+MASTER_PID=$!
+workers_up4() { grep -q start-workers "$WORK/run4/events.log" 2>/dev/null && [ "$(count_workers)" -ge 4 ]; }
+wait_for 10 workers_up4 || fail "workers did not start: $(tail -3 "$WORK/err4")"
+kill -TERM "$(pgrep -P "$MASTER_PID" -f ob-launch | head -1)"
+wait "$MASTER_PID"; rc=$?
+MASTER_PID=""
+[ "$rc" = 0 ] || fail "SIGTERM: exit $rc, expected 0: $(tail -3 "$WORK/err4")"
+grep -q 'stop-request got Terminated' "$WORK/run4/events.log" || fail "events.log lacks the stop request"
+wait_for 2 no_tagged || fail "processes left after SIGTERM: $(tagged | xargs -r ps -o pid,args -p)"
+echo "launch_local: ok"

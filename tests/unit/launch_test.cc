@@ -1,0 +1,314 @@
+// The ob-launch control plane: framing, authentication, the loopback
+// channel, and the master's set-up decisions (SPEC §5).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "ob/launch/channel.h"
+#include "ob/launch/master_setup.h"
+#include "ob/launch/operator_socket.h"
+
+using namespace ob::launch;
+
+namespace {
+
+ob::pb::Control HeartbeatMsg(uint64_t seq) {
+  ob::pb::Control m;
+  m.mutable_heartbeat()->set_sequence(seq);
+  return m;
+}
+
+// A loop that runs until `done` or a 5 s bound.
+struct Loop {
+  uv_loop_t loop;
+  Loop() { uv_loop_init(&loop); }
+  ~Loop() {
+    uv_walk(&loop, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); }, nullptr);
+    for (int i = 0; i < 5; ++i) uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+  }
+  template <typename Pred>
+  bool RunUntil(Pred done, int max_ms = 5000) {
+    uint64_t end = uv_now(&loop) + static_cast<uint64_t>(max_ms);
+    while (!done()) {
+      if (uv_now(&loop) > end) return false;
+      uv_run(&loop, UV_RUN_NOWAIT);
+      usleep(1000);
+      uv_update_time(&loop);
+    }
+    return true;
+  }
+};
+
+std::string TempPath(const std::string& name) {
+  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/ob-launch-test-" +
+         std::to_string(getpid()) + "-" + name;
+}
+
+}  // namespace
+
+TEST_CASE("frames round trip, delivered a byte at a time") {
+  std::string stream;
+  ob::pb::Control start;
+  auto* w = start.mutable_start_workers()->add_workers();
+  w->set_rank(3);
+  w->add_argv("sleep");
+  w->add_argv("1");
+  (*w->mutable_env())["OB_RANK"] = "3";
+  AppendFrame(HeartbeatMsg(7), &stream);
+  AppendFrame(start, &stream);
+  AppendFrame(HeartbeatMsg(8), &stream);
+  FrameDecoder d;
+  std::vector<ob::pb::Control> out;
+  for (char c : stream) REQUIRE(d.Feed(&c, 1, &out).ok());
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].heartbeat().sequence() == 7);
+  CHECK(out[1].start_workers().workers(0).argv(0) == "sleep");
+  CHECK(out[1].start_workers().workers(0).env().at("OB_RANK") == "3");
+  CHECK(out[2].heartbeat().sequence() == 8);
+  CHECK(d.buffered() == 0);
+}
+
+TEST_CASE("an oversize, garbage or empty frame fails the stream") {
+  FrameDecoder big;
+  std::vector<ob::pb::Control> out;
+  const char huge[4] = {'\x7f', '\xff', '\xff', '\xff'};
+  ob::Status st = big.Feed(huge, 4, &out);
+  CHECK(st.code() == ob::Code::kDataErr);
+  CHECK(st.message().find("exceeds") != std::string::npos);
+  CHECK_FALSE(big.Feed("", 0, &out).ok());  // stays failed
+
+  FrameDecoder junk;
+  const char bad[] = {0, 0, 0, 5, '\xff', '\xff', '\xff', '\xff', '\xff'};
+  st = junk.Feed(bad, sizeof bad, &out);
+  CHECK(st.code() == ob::Code::kDataErr);
+  CHECK(st.message().find("malformed") != std::string::npos);
+
+  FrameDecoder empty;
+  const char zero[] = {0, 0, 0, 0};
+  CHECK_FALSE(empty.Feed(zero, 4, &out).ok());
+  CHECK(out.empty());
+}
+
+TEST_CASE("proofs: the right secret passes, a wrong one or another host fails") {
+  std::string nonce = RandomNonce();
+  REQUIRE(nonce.size() == kNonceBytes);
+  CHECK(nonce != RandomNonce());
+  std::string p = AuthProof("s3cret", "ob-launch agent", nonce, "h1");
+  CHECK(p.size() == 32);
+  CHECK(CheckProof("s3cret", "ob-launch agent", nonce, "h1", p));
+  CHECK_FALSE(CheckProof("wrong", "ob-launch agent", nonce, "h1", p));
+  CHECK_FALSE(CheckProof("s3cret", "ob-launch agent", nonce, "h2", p));
+  CHECK_FALSE(CheckProof("s3cret", "ob-launch master", nonce, "h1", p));
+  CHECK_FALSE(CheckProof("s3cret", "ob-launch agent", nonce, "h1", p.substr(0, 31)));
+}
+
+TEST_CASE("loopback channel: the right secret is admitted and messages flow both ways") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(o.bind == "127.0.0.1");  // loopback unless told otherwise
+  std::shared_ptr<Connection> at_server;
+  std::string hello_host;
+  std::vector<uint64_t> got_by_server, got_by_client;
+  REQUIRE(server.Listen(o, [](const ob::pb::Hello&) { return std::string(); },
+                        [&](std::shared_ptr<Connection> c, const ob::pb::Hello& h) {
+                          at_server = c;
+                          hello_host = h.host();
+                          c->SetHandlers([&](Connection&, ob::pb::Control& m) {
+                            got_by_server.push_back(m.heartbeat().sequence());
+                          }, nullptr);
+                        }).ok());
+  REQUIRE(server.port() > 0);
+  std::shared_ptr<Connection> client;
+  bool done = false;
+  ob::pb::Hello hello;
+  hello.set_host("h1");
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            REQUIRE(r.ok());
+            client = *r;
+            client->SetHandlers([&](Connection&, ob::pb::Control& m) {
+              got_by_client.push_back(m.heartbeat().sequence());
+            }, nullptr);
+          });
+  REQUIRE(l.RunUntil([&] { return done && at_server != nullptr; }));
+  CHECK(hello_host == "h1");
+  client->Send(HeartbeatMsg(1));
+  client->Send(HeartbeatMsg(2));
+  at_server->Send(HeartbeatMsg(9));
+  REQUIRE(l.RunUntil([&] { return got_by_server.size() == 2 && got_by_client.size() == 1; }));
+  CHECK(got_by_server == std::vector<uint64_t>{1, 2});
+  CHECK(got_by_client == std::vector<uint64_t>{9});
+  CHECK(server.rejected() == 0);
+
+  std::string why;
+  at_server->SetHandlers(nullptr, [&](Connection&, const std::string& r) { why = r; });
+  client->Close("test over");
+  REQUIRE(l.RunUntil([&] { return !why.empty(); }));
+  CHECK(why == "closed by peer");
+}
+
+TEST_CASE("loopback channel: a wrong secret is rejected on both sides") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  bool admitted = false;
+  REQUIRE(server.Listen(o, nullptr, [&](std::shared_ptr<Connection>, const ob::pb::Hello&) {
+    admitted = true;
+  }).ok());
+  bool done = false;
+  ob::Status result;
+  ob::pb::Hello hello;
+  hello.set_host("h1");
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "not-the-secret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done; }));
+  CHECK_FALSE(admitted);
+  // The master's proof fails first: the agent refuses to go on.
+  CHECK(result.code() == ob::Code::kConfig);
+  CHECK(result.message().find("secret") != std::string::npos);
+  REQUIRE(l.RunUntil([&] { return server.rejected() == 1; }));
+}
+
+TEST_CASE("loopback channel: an admit refusal reaches the agent with its reason") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, [](const ob::pb::Hello& h) { return "unknown host '" + h.host() + "'"; },
+                        [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  bool done = false;
+  ob::Status result;
+  ob::pb::Hello hello;
+  hello.set_host("stranger");
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done; }));
+  CHECK(result.code() == ob::Code::kConfig);
+  CHECK(result.message().find("unknown host 'stranger'") != std::string::npos);
+  CHECK(server.rejected() == 1);
+}
+
+TEST_CASE("loopback channel: garbage from a peer closes its connection") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, nullptr, [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(server.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const char junk[] = "\xff\xff\xff\xffGET / HTTP/1.0\r\n\r\n";
+  REQUIRE(::write(fd, junk, sizeof junk - 1) == static_cast<ssize_t>(sizeof junk - 1));
+  bool closed = false;
+  REQUIRE(l.RunUntil([&] {
+    char buf[64];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+    return closed;
+  }));
+  ::close(fd);
+}
+
+TEST_CASE("a client gives up when nothing answers in time") {
+  Loop l;
+  // A listening socket that never accepts nor answers: the handshake times out.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  bool done = false;
+  ob::Status result;
+  Connect(&l.loop, "127.0.0.1", ntohs(a.sin_port), 300, "s3cret", ob::pb::Hello(),
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done; }, 3000));
+  CHECK(result.code() == ob::Code::kUnavailable);
+  ::close(fd);
+}
+
+TEST_CASE("the secret: a private file or $OB_SECRET, never an open or empty one") {
+  std::string path = TempPath("secret");
+  { std::ofstream(path) << "s3cret\n"; }
+  ::chmod(path.c_str(), 0644);
+  auto open = ReadSecret(path);
+  CHECK(open.status().code() == ob::Code::kConfig);
+  CHECK(open.status().message().find("chmod 600") != std::string::npos);
+  ::chmod(path.c_str(), 0600);
+  auto ok = ReadSecret(path);
+  REQUIRE(ok.ok());
+  CHECK(*ok == "s3cret");
+  { std::ofstream(path) << "\n"; }
+  CHECK(ReadSecret(path).status().code() == ob::Code::kConfig);
+  ::unlink(path.c_str());
+  CHECK(ReadSecret(path).status().code() == ob::Code::kConfig);
+
+  ::unsetenv("OB_SECRET");
+  CHECK(ReadSecret("").status().code() == ob::Code::kConfig);
+  ::setenv("OB_SECRET", "from-env", 1);
+  auto env = ReadSecret("");
+  REQUIRE(env.ok());
+  CHECK(*env == "from-env");
+  ::unsetenv("OB_SECRET");
+}
+
+TEST_CASE("bind addresses and HOST:PORT parsing") {
+  std::string addr;
+  int port = -1;
+  REQUIRE(ParseBind("127.0.0.1", &addr, &port).ok());
+  CHECK((addr == "127.0.0.1" && port == 0));
+  REQUIRE(ParseBind("10.0.0.1:29500", &addr, &port).ok());
+  CHECK((addr == "10.0.0.1" && port == 29500));
+  REQUIRE(ParseBind("[::1]:7", &addr, &port).ok());
+  CHECK((addr == "::1" && port == 7));
+  REQUIRE(ParseBind("::1", &addr, &port).ok());
+  CHECK(addr == "::1");
+  CHECK(ParseBind("1.2.3.4:99999", &addr, &port).code() == ob::Code::kUsage);
+  CHECK(SplitHostPort("h1", "--master", &addr, &port).code() == ob::Code::kUsage);
+  CHECK(AdvertisedHost("::1") == "[::1]");
+  CHECK(AdvertisedHost("127.0.0.1") == "127.0.0.1");
+}
+
+TEST_CASE("control socket requests") {
+  auto s = ParseOperatorRequest("status");
+  REQUIRE(s.ok());
+  CHECK(s->command() == ob::pb::OPERATOR_STATUS);
+  auto stop = ParseOperatorRequest("stop maintenance window");
+  REQUIRE(stop.ok());
+  CHECK(stop->reason() == "maintenance window");
+  CHECK(ParseOperatorRequest("exclude").status().code() == ob::Code::kUsage);
+  CHECK(ParseOperatorRequest("reboot").status().code() == ob::Code::kUsage);
+  ob::pb::OperatorResponse r;
+  r.set_ok(true);
+  r.set_state("running");
+  std::string json = OperatorResponseJson(r);
+  CHECK(json.find('\n') == std::string::npos);
+  CHECK(json.find("\"state\":\"running\"") != std::string::npos);
+}

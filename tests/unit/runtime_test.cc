@@ -1,0 +1,281 @@
+// The worker runtime against the single-process reference (issue 4,
+// acceptance 2): pipelines of StageWorkers, one thread per rank sharing an
+// in-memory store, must train like ob::model::train_steps.
+// LibTorch first: Debian's build pulls in glog, whose CHECK would otherwise
+// replace Catch's.
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/model/data.h"
+#include "ob/model/gpt.h"
+#include "ob/model/train.h"
+#include "ob/runtime/stage_worker.h"
+#include "ob/runtime/topology.h"
+#include "ob/torch_compat.h"
+
+using ob::model::GptConfig;
+using ob::model::GptStage;
+using ob::model::TrainOptions;
+using ob::runtime::StageWorker;
+using ob::runtime::StepResult;
+
+namespace {
+
+constexpr int kMicrobatch = 2;   // samples per micro-batch
+constexpr int kSeqLen = 32;
+constexpr int kSteps = 20;
+
+// gpt-tiny's shape at half the width: 4 blocks, so 6 planner layers.
+GptConfig Small() {
+  GptConfig c;
+  c.name = "gpt-small-test";
+  c.n_layer = 4;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_positions = kSeqLen;
+  c.vocab_size = 256;
+  return c;
+}
+
+ob::model::TokenSource Text() {
+  auto data = ob::model::TokenSource::Open(OB_SOURCE_DIR "/README.md");
+  REQUIRE(data.ok());
+  return *data;
+}
+
+TrainOptions Options(int total_microbatches) {
+  TrainOptions o;
+  o.steps = kSteps;
+  o.global_batch = total_microbatches * kMicrobatch;
+  o.microbatch = kMicrobatch;
+  o.seq_len = kSeqLen;
+  o.lr = 3e-3;
+  o.min_lr = 3e-4;
+  o.warmup_steps = 3;
+  o.grad_clip = 0.5;  // small enough that some steps clip
+  o.seed = 1234;
+  return o;
+}
+
+// Pipelines given as lists of stage layer ranges, with micro-batch counts.
+struct PipelineSpec {
+  std::vector<std::pair<int, int>> stages;
+  int microbatches;
+};
+
+// One template per pipeline size; a pipeline of n stages uses the template
+// for n nodes. REQUIRES: pipelines of equal size have equal stages.
+std::pair<ob::plan::TemplateSet, ob::plan::Instantiation> Plan(
+    const std::vector<PipelineSpec>& specs) {
+  std::map<int, const PipelineSpec*> by_size;
+  for (const auto& s : specs) by_size[static_cast<int>(s.stages.size())] = &s;
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = by_size.begin()->first;
+  for (int n = ts.min_nodes; n <= by_size.rbegin()->first; ++n) {
+    ob::plan::Template t;
+    t.nodes = n;
+    if (by_size.count(n)) {
+      for (auto [first, last] : by_size[n]->stages) t.stages.push_back({first, last, 1});
+    }
+    ts.templates.push_back(t);
+  }
+  ob::plan::Instantiation inst;
+  int node = 0;
+  for (const auto& s : specs) {
+    ob::plan::PipelineInstance p;
+    p.template_nodes = static_cast<int>(s.stages.size());
+    for (size_t k = 0; k < s.stages.size(); ++k) p.nodes.push_back(node++);
+    p.microbatches = s.microbatches;
+    inst.pipelines.push_back(p);
+  }
+  return {ts, inst};
+}
+
+struct Run {
+  std::vector<std::unique_ptr<StageWorker>> workers;    // by rank
+  std::vector<std::vector<StepResult>> results;         // [rank][step]
+};
+
+// Runs every rank of the plan on its own thread: create the worker, then
+// `steps` calls of Step (or one ForwardBackward when steps == 0).
+Run RunPipelines(const std::vector<PipelineSpec>& specs, int steps) {
+  torch::set_num_threads(1);
+  auto [ts, inst] = Plan(specs);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  const int world = topo->world_size();
+  const auto opts = Options(topo->total_microbatches);
+  const auto data = Text();
+  auto store = ob::compat::MakeHashStore();
+
+  Run run;
+  run.workers.resize(world);
+  run.results.resize(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto w = StageWorker::Create(Small(), *topo, rank, store, opts, data,
+                                   std::chrono::seconds(30));
+      if (!w.ok()) {
+        errors[rank] = w.status().message();
+        return;
+      }
+      run.workers[rank] = std::move(*w);
+      for (int step = 0; step < std::max(steps, 1); ++step) {
+        auto r = steps == 0 ? run.workers[rank]->ForwardBackward(step)
+                            : run.workers[rank]->Step(step);
+        if (!r.ok()) {
+          errors[rank] = r.status().message();
+          return;
+        }
+        run.results[rank].push_back(*r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank << ": " << errors[rank]);
+    REQUIRE(errors[rank].empty());
+  }
+  return run;
+}
+
+// Name of a worker parameter in the whole model: a last stage's own LM head
+// copy is the embed's token table.
+std::string ReferenceName(const GptConfig& cfg, const std::string& name) {
+  if (name == std::to_string(cfg.num_layers() - 1) + ".lm_head.weight") return "0.wte.weight";
+  return name;
+}
+
+// Runs the pipelines and the reference for kSteps and compares losses (relative,
+// returned) and final parameters.
+double CompareTraining(const std::vector<PipelineSpec>& specs, const char* label) {
+  int total = 0;
+  for (const auto& s : specs) total += s.microbatches;
+  GptStage reference{nullptr};
+  auto ref = ob::model::train_steps(Small(), Text(), Options(total), &reference);
+  REQUIRE(ref.ok());
+  Run run = RunPipelines(specs, kSteps);
+
+  double max_rel = 0, max_norm = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const StepResult& r0 = run.results[0][step];
+    for (const auto& per_rank : run.results) {
+      // Every rank reports the same loss and norm, bit for bit.
+      REQUIRE(per_rank[step].loss == r0.loss);
+      REQUIRE(per_rank[step].grad_norm == r0.grad_norm);
+      REQUIRE(per_rank[step].lr == r0.lr);
+    }
+    const double want = (*ref)[step].loss;
+    const double rel = std::abs(r0.loss - want) / std::abs(want);
+    max_rel = std::max(max_rel, rel);
+    INFO(label << " step " << step << ": loss " << r0.loss << " vs " << want);
+    CHECK(rel < 1e-4);
+    CHECK(std::abs(r0.grad_norm - (*ref)[step].grad_norm) < 1e-4 * (*ref)[step].grad_norm);
+    CHECK(r0.lr == (*ref)[step].lr);
+    max_norm = std::max(max_norm, r0.grad_norm);
+  }
+  CHECK(max_norm > Options(total).grad_clip);  // clipping was exercised
+  CHECK(run.results[0].back().loss < run.results[0].front().loss);  // it learns
+
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : reference->named_parameters()) want[p.key()] = p.value();
+  double max_diff = 0;
+  size_t compared = 0;
+  for (const auto& w : run.workers) {
+    for (const auto& p : w->stage()->named_parameters()) {
+      const auto& name = ReferenceName(Small(), p.key());
+      REQUIRE(want.count(name));
+      max_diff = std::max(max_diff, (p.value() - want[name]).abs().max().item<double>());
+      ++compared;
+    }
+  }
+  CHECK(max_diff < 1e-5);
+  std::printf("# %s: max relative loss difference %.3g, max parameter difference %.3g "
+              "(%zu tensors), largest grad norm %.3g\n", label, max_rel, max_diff, compared,
+              max_norm);
+  return max_rel;
+}
+
+}  // namespace
+
+TEST_CASE("one single-stage pipeline trains like the reference", "[runtime]") {
+  CompareTraining({{{{0, 5}}, 4}}, "1x1");
+}
+
+TEST_CASE("two pipelines of two stages train like the reference", "[runtime]") {
+  CompareTraining({{{{0, 2}, {3, 5}}, 2}, {{{0, 2}, {3, 5}}, 2}}, "2x2");
+}
+
+TEST_CASE("a 2-stage and a 3-stage pipeline with different boundaries train like the reference",
+          "[runtime]") {
+  CompareTraining({{{{0, 1}, {2, 3}, {4, 5}}, 3}, {{{0, 2}, {3, 5}}, 2}}, "3+2");
+}
+
+TEST_CASE("the tied embedding gradient is the sum over first and last stages", "[runtime]") {
+  const std::vector<PipelineSpec> specs = {{{{0, 1}, {2, 3}, {4, 5}}, 3}, {{{0, 2}, {3, 5}}, 2}};
+  const int total = 5;
+  Run run = RunPipelines(specs, /*steps=*/0);
+
+  // Reference gradient: the whole model, each micro-batch's loss weighted 1/M.
+  const auto cfg = Small();
+  const auto data = Text();
+  const auto opts = Options(total);
+  GptStage model(cfg, 0, cfg.num_layers() - 1, opts.seed);
+  double loss = 0;
+  for (int g = 0; g < total; ++g) {
+    auto [x, y] = ob::model::MakeBatch(data, opts.seed, 0, g * kMicrobatch, kMicrobatch, kSeqLen);
+    auto l = model->forward(x, y);
+    (l * (1.0 / total)).backward();
+    loss += l.item<double>() / total;
+  }
+  const torch::Tensor wte_grad = model->tied_weights().front().grad();
+  CHECK(std::abs(run.results[0][0].loss - loss) < 1e-5 * loss);
+
+  int tied_checked = 0;
+  for (const auto& w : run.workers) {
+    for (const auto& tied : w->stage()->tied_weights()) {
+      INFO("rank " << w->info().rank);
+      CHECK(torch::allclose(tied.grad(), wte_grad, /*rtol=*/1e-4, /*atol=*/1e-7));
+      ++tied_checked;
+    }
+  }
+  CHECK(tied_checked == 4);  // first and last stage of both pipelines
+
+  // Every other parameter's summed gradient equals the reference's too.
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : model->named_parameters()) want[p.key()] = p.value().grad();
+  for (const auto& w : run.workers) {
+    for (const auto& p : w->stage()->named_parameters()) {
+      INFO(p.key());
+      CHECK(torch::allclose(p.value().grad(), want[ReferenceName(cfg, p.key())], 1e-4, 1e-7));
+    }
+  }
+}
+
+TEST_CASE("workers refuse options that do not match the plan", "[runtime]") {
+  auto [ts, inst] = Plan({{{{0, 5}}, 2}});
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  auto store = ob::compat::MakeHashStore();
+  auto opts = Options(3);  // the plan has 2 micro-batches
+  auto w = StageWorker::Create(Small(), *topo, 0, store, opts, Text());
+  CHECK(w.status().code() == ob::Code::kConfig);
+  GptConfig other = Small();
+  other.n_layer = 3;
+  w = StageWorker::Create(other, *topo, 0, store, Options(2), Text());
+  CHECK(w.status().code() == ob::Code::kConfig);
+}

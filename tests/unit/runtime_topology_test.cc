@@ -1,0 +1,182 @@
+// The worker runtime's torch-free parts: the 1F1B op order of a stage and
+// the rank/group layout of an instantiated plan.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include "ob/plan/instantiation.h"
+#include "ob/plan/templates.h"
+#include "ob/runtime/schedule.h"
+#include "ob/runtime/topology.h"
+#include "plan_testing.h"
+
+using ob::runtime::BuildTopology;
+using ob::runtime::OneFOneB;
+using ob::runtime::PipelineOp;
+
+namespace {
+
+ob::plan::Template MakeTemplate(int nodes, std::vector<std::pair<int, int>> ranges) {
+  ob::plan::Template t;
+  t.nodes = nodes;
+  t.stages_per_node = static_cast<int>(ranges.size()) / nodes;
+  for (auto [first, last] : ranges) t.stages.push_back({first, last, 1});
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("1F1B runs every micro-batch once each way, in order, within the memory bound",
+          "[runtime][schedule]") {
+  for (int stages = 1; stages <= 6; ++stages) {
+    for (int m = 0; m <= 9; ++m) {
+      for (int i = 0; i < stages; ++i) {
+        const auto ops = OneFOneB(i, stages, m);
+        REQUIRE(ops.size() == 2 * static_cast<size_t>(m));
+        int forwards = 0, backwards = 0, max_in_flight = 0;
+        for (const PipelineOp& op : ops) {
+          if (op.forward) {
+            REQUIRE(op.microbatch == forwards++);
+          } else {
+            REQUIRE(op.microbatch == backwards++);
+            REQUIRE(backwards <= forwards);  // backward after its forward
+          }
+          max_in_flight = std::max(max_in_flight, forwards - backwards);
+        }
+        REQUIRE(forwards == m);
+        REQUIRE(backwards == m);
+        if (m > 0) REQUIRE(max_in_flight == std::min(stages - i, m));
+        // Warm-up forwards: min(S - i - 1, m) before the first backward.
+        int warm = 0;
+        while (warm < static_cast<int>(ops.size()) && ops[warm].forward) ++warm;
+        if (m > 0) REQUIRE(warm == std::min(stages - i - 1, m) + (stages - i - 1 < m ? 1 : 0));
+      }
+    }
+  }
+}
+
+TEST_CASE("1F1B for the last stage alternates from the start", "[runtime][schedule]") {
+  const auto ops = OneFOneB(2, 3, 3);
+  const std::vector<std::pair<bool, int>> want = {{true, 0},  {false, 0}, {true, 1},
+                                                  {false, 1}, {true, 2},  {false, 2}};
+  REQUIRE(ops.size() == want.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    CHECK(ops[k].forward == want[k].first);
+    CHECK(ops[k].microbatch == want[k].second);
+  }
+}
+
+TEST_CASE("topology of a 3-stage and a 2-stage pipeline", "[runtime][topology]") {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 2;
+  ts.templates = {MakeTemplate(2, {{0, 2}, {3, 5}}), MakeTemplate(3, {{0, 1}, {2, 3}, {4, 5}})};
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{3, {0, 1, 2}, 3}, {2, {3, 4}, 2}};
+  auto topo = BuildTopology(ts, inst, 4);
+  REQUIRE(topo.ok());
+  CHECK(topo->num_layers == 6);
+  CHECK(topo->world_size() == 5);
+  CHECK(topo->total_microbatches == 5);
+  CHECK(topo->global_batch() == 20);
+  const auto& r3 = topo->ranks[3];
+  CHECK(r3.pipeline == 1);
+  CHECK(r3.stage == 0);
+  CHECK(r3.node == 3);
+  CHECK(r3.first_layer == 0);
+  CHECK(r3.last_layer == 2);
+  CHECK(r3.first_microbatch == 3);
+  CHECK(r3.num_microbatches == 2);
+  CHECK(r3.prev_rank == -1);
+  CHECK(r3.next_rank == 4);
+  CHECK(topo->ranks[1].prev_rank == 0);
+  CHECK(topo->ranks[1].next_rank == 2);
+  CHECK(topo->pipelines == std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}});
+  // Owner sets: layers 0-1 {0,3}, 2 {1,3}, 3 {1,4}, 4-5 {2,4}.
+  REQUIRE(topo->layer_groups.size() == 4);
+  CHECK(topo->layer_groups[0].ranks == std::vector<int>{0, 3});
+  CHECK(topo->layer_groups[0].layers == std::vector<int>{0, 1});
+  CHECK(topo->layer_groups[1].ranks == std::vector<int>{1, 3});
+  CHECK(topo->layer_groups[2].ranks == std::vector<int>{1, 4});
+  CHECK(topo->layer_groups[3].ranks == std::vector<int>{2, 4});
+  CHECK(topo->layer_groups[3].layers == std::vector<int>{4, 5});
+  CHECK(topo->layer_group_of == std::vector<int>{0, 0, 1, 2, 3, 3});
+  CHECK(topo->layer_groups[1].name() == "layers/1,3");
+  CHECK(topo->LayerGroupsOf(3) == std::vector<int>{0, 1});
+  CHECK(topo->tied == std::vector<int>{0, 2, 3, 4});
+  CHECK_FALSE(topo->InTied(1));
+}
+
+TEST_CASE("a single-stage pipeline is in the tied group once", "[runtime][topology]") {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates = {MakeTemplate(1, {{0, 5}}), MakeTemplate(2, {{0, 2}, {3, 5}})};
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{2, {0, 1}, 2}, {1, {2}, 1}};
+  auto topo = BuildTopology(ts, inst, 1);
+  REQUIRE(topo.ok());
+  CHECK(topo->tied == std::vector<int>{0, 1, 2});
+  CHECK(topo->ranks[2].is_first_stage());
+  CHECK(topo->ranks[2].is_last_stage());
+}
+
+TEST_CASE("topology refuses what the runtime cannot run", "[runtime][topology]") {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates = {MakeTemplate(1, {{0, 2}, {3, 5}})};
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{1, {0}, 2}};
+  CHECK(BuildTopology(ts, inst, 0).status().code() == ob::Code::kConfig);
+
+  auto tp = ts;
+  tp.templates[0].stages[1].tp = 2;
+  auto r = BuildTopology(tp, inst, 1);
+  CHECK(r.status().code() == ob::Code::kConfig);
+  CHECK(r.status().message().find("tensor parallelism") != std::string::npos);
+
+  auto gap = ts;
+  gap.templates[0].stages[1].first = 4;
+  CHECK(BuildTopology(gap, inst, 1).status().code() == ob::Code::kConfig);
+
+  auto missing = inst;
+  missing.pipelines[0].template_nodes = 7;
+  CHECK(BuildTopology(ts, missing, 1).status().code() == ob::Code::kConfig);
+
+  auto empty = inst;
+  empty.pipelines[0].microbatches = 0;
+  CHECK(BuildTopology(ts, empty, 1).status().code() == ob::Code::kConfig);
+}
+
+TEST_CASE("topologies of planned instantiations cover every layer once per pipeline",
+          "[runtime][topology]") {
+  for (int nodes = 2; nodes <= 9; ++nodes) {
+    const auto p = ob::plan::testing::UniformProblem(6, nodes, 1, 16);
+    auto ts = ob::plan::BuildTemplates(p);
+    REQUIRE(ts.ok());
+    auto inst = ob::plan::Instantiate(p, *ts);
+    REQUIRE(inst.ok());
+    auto topo = BuildTopology(*ts, *inst, 2);
+    REQUIRE(topo.ok());
+    const int pipelines = static_cast<int>(inst->pipelines.size());
+    CHECK(topo->total_microbatches == 16);
+    int next = 0;
+    for (const auto& ranks : topo->pipelines) {
+      CHECK(topo->ranks[ranks.front()].first_microbatch == next);
+      next += topo->ranks[ranks.front()].num_microbatches;
+    }
+    std::set<std::vector<int>> distinct;
+    for (int layer = 0; layer < topo->num_layers; ++layer) {
+      const auto& g = topo->layer_groups[topo->layer_group_of[layer]];
+      CHECK(static_cast<int>(g.ranks.size()) == pipelines);
+      std::set<int> pipes;
+      for (int r : g.ranks) {
+        CHECK(topo->ranks[r].first_layer <= layer);
+        CHECK(layer <= topo->ranks[r].last_layer);
+        pipes.insert(topo->ranks[r].pipeline);
+      }
+      CHECK(static_cast<int>(pipes.size()) == pipelines);
+      distinct.insert(g.ranks);
+    }
+    CHECK(distinct.size() == topo->layer_groups.size());
+  }
+}
