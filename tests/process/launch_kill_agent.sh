@@ -28,7 +28,7 @@ tail -1 "$WORK/err" | grep -q "^ob-launch: lost the agent on host ${TAG}h3 " \
   || fail "last line does not name the host: $(tail -1 "$WORK/err")"
 tail -1 "$WORK/err" | grep -Eq 'detected [0-9]+ ms' || fail "no detection latency: $(tail -1 "$WORK/err")"
 grep -q "detect lost the agent on host ${TAG}h3" "$WORK/run/events.log" || fail "events.log lacks the detection"
-grep -q "decide stop every agent" "$WORK/run/events.log" || fail "events.log lacks the decision"
+grep -q "decide lost hosts ${TAG}h3: " "$WORK/run/events.log" || fail "events.log lacks the decision"
 wait_for 2 no_tagged || fail "orphans: $(tagged | xargs -r ps -o pid,args -p)"
 
 OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <ctime>
 #include <memory>
+#include <set>
 
 #include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
@@ -19,12 +20,15 @@
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/log.h"
+#include "ob/plan/plan_io.h"
+#include "ob/plan/recovery.h"
 
 namespace ob::launch {
 namespace {
 
 constexpr int kTickMs = 50;        // detection granularity (well under the 1 s bound)
 constexpr int kProgressMs = 1000;  // progress line period
+constexpr int kDecideMs = 250;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 
 int64_t UnixMs() {
@@ -135,7 +139,10 @@ class Master {
   void ReapAgents();
   void Tick();
   void Progress();
-  void Failure(const std::string& what);
+  // A failure of `host` was detected. Failures arriving within kDecideMs of
+  // the first are decided together (two hosts lost at once are one event).
+  void Failure(const std::string& what, const std::string& host);
+  void Decide();
   void RequestStop(const std::string& reason);
   void BeginStop(const std::string& reason, Status outcome);
   void FinishStop();
@@ -156,6 +163,10 @@ class Master {
   std::string secret_, bind_addr_, run_dir_;
   int bind_port_ = 0;
   LaunchLayout layout_;
+  plan::LoadedPlan loaded_;                 // the plan as the planner sees it
+  std::vector<std::string> failures_;       // what was detected, in order
+  std::set<std::string> failed_hosts_;
+  int64_t decide_deadline_ms_ = -1;
   std::vector<std::unique_ptr<AgentState>> agents_;
   std::vector<RankState> ranks_;
   int metrics_fd_ = -1;
@@ -184,6 +195,9 @@ Status Master::Prepare() {
   Result<LaunchLayout> layout = LayOut(plan, hosts, hosts_name);
   if (!layout.ok()) return layout.status().WithContext(io::DisplayName(opt_.plan_path));
   layout_ = std::move(layout).value();
+  auto loaded = plan::FromProto(plan);
+  if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
+  loaded_ = std::move(loaded).value();
   ranks_.resize(layout_.ranks.size());
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
   if (!opt_.worker_command) return Status::Internal("no worker command");
@@ -393,7 +407,8 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       return;
     }
     Failure("worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " failed (" +
-            x.description() + "), detected in " + std::to_string(latency) + " ms");
+                x.description() + "), detected in " + std::to_string(latency) + " ms",
+            a.host.name);
   }
 }
 
@@ -403,7 +418,8 @@ void Master::OnAgentClosed(AgentState& a, const std::string& reason) {
   a.state = AgentState::State::kLost;
   if (!was_connected || state_ == State::kStopping || state_ == State::kDone) return;
   Failure("lost the agent on host " + a.host.name + " (connection " + reason + "), detected " +
-          std::to_string(silent) + " ms after its last message");
+              std::to_string(silent) + " ms after its last message",
+          a.host.name);
 }
 
 void Master::ReapAgents() {
@@ -424,7 +440,8 @@ void Master::ReapAgents() {
     } else if (a->state == AgentState::State::kConnected || a->state == AgentState::State::kLost) {
       const int64_t silent = a->conn ? Now() - a->conn->last_receive_ms() : 0;
       Failure("lost the agent on host " + a->host.name + " (its process " + desc + "), detected " +
-              std::to_string(silent) + " ms after its last message");
+                  std::to_string(silent) + " ms after its last message",
+              a->host.name);
     }
   }
 }
@@ -466,11 +483,13 @@ void Master::Tick() {
       if (a->state != AgentState::State::kConnected || !a->conn) continue;
       const int64_t silent = now - a->conn->last_receive_ms();
       if (silent > static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
-        return Failure("lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
-                       std::to_string(silent) + " ms)");
+        return Failure("lost the agent on host " + a->host.name +
+                           " (missed heartbeats: silent for " + std::to_string(silent) + " ms)",
+                       a->host.name);
       }
     }
   }
+  if (decide_deadline_ms_ >= 0 && now >= decide_deadline_ms_) return Decide();
   if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
     BeginStop("the stop hook did not finish within " + Fixed(opt_.stop_grace_s, 0) + " s", Status::Ok());
   }
@@ -492,12 +511,42 @@ void Master::Progress() {
                << (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
 }
 
-void Master::Failure(const std::string& what) {
+void Master::Failure(const std::string& what, const std::string& host) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
   OB_LOG(Error) << what;
   events_.Write("detect", what);
-  events_.Write("decide", "stop every agent: recovery by re-instantiation is not implemented yet");
-  BeginStop(what, Status::TempFail(what));
+  failures_.push_back(what);
+  failed_hosts_.insert(host);
+  if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
+}
+
+// What the failed hosts take with them: the plan's re-instantiation says
+// whether every layer still has a replica (SPEC §4.6).
+void Master::Decide() {
+  decide_deadline_ms_ = -1;
+  std::vector<int> lost;
+  std::string hosts;
+  for (const auto& h : failed_hosts_) {
+    for (size_t i = 0; i < loaded_.hosts.size(); ++i)
+      if (loaded_.hosts[i] == h) lost.push_back(static_cast<int>(i));
+    hosts += (hosts.empty() ? "" : ", ") + h;
+  }
+  const plan::Recovery r =
+      plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost);
+  std::string what = failures_.front();
+  if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
+  std::string decision;
+  if (!r.ok) {
+    decision = "lost hosts " + hosts + ": " + r.reason + "; restart from a checkpoint";
+  } else {
+    decision = "lost hosts " + hosts + ": the plan can re-instantiate (" +
+               std::to_string(r.next.pipelines.size()) + " pipelines, " +
+               std::to_string(r.bytes_copied >> 20) +
+               " MiB to copy), but recovery in place is not built yet; stopping";
+  }
+  events_.Write("decide", decision);
+  OB_LOG(Error) << decision;
+  BeginStop(what, Status::TempFail(r.ok ? what : decision));
 }
 
 void Master::RequestStop(const std::string& reason) {
