@@ -53,3 +53,23 @@ no_tagged() { [ "$(count_tagged)" = 0 ]; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # Worker processes of this test now running (found by OB_HOST).
 count_workers() { grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | grep -c . ; }
+
+# make_two_by_two: 4 hosts, gpt-tiny (sequence 32) planned with f = 1 on GPUs
+# so small that n0 = 2: two pipelines of two stages, so stages talk across
+# processes. $WORK/plan.pb, $WORK/plan.json, $WORK/hosts.txt, $WORK/secret.
+make_two_by_two() {
+  local i
+  "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 \
+    -o "$WORK/tiny.pb" || fail "ob-profile"
+  : > "$WORK/hosts.txt"
+  for i in 1 2 3 4; do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
+  (umask 077; echo "secret-$TAG" > "$WORK/secret")
+  local flags=(--hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0)
+  "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/plan.json" || fail "ob-plan"
+  "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
+  python3 - "$WORK/plan.json" <<'PY' || fail "the plan is not 2 pipelines of 2 stages"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert [x["template_nodes"] for x in p["instantiation"]["pipelines"]] == [2, 2], p["instantiation"]
+PY
+}

@@ -5,15 +5,7 @@
 # exists in the plan), but recovery in place is not built yet: exit 75 too.
 NAME=launch_lost_layers
 source "$(dirname "$0")/../lib/launch.sh"
-"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -o "$WORK/tiny.pb" \
-  || fail "ob-profile"
-: > "$WORK/hosts.txt"
-for i in 1 2 3 4; do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0 \
-  --json "$WORK/tiny.pb" > "$WORK/plan.json" || fail "ob-plan"
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0 \
-  -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
+make_two_by_two
 # The first stage of each pipeline, and the layers it holds.
 read -r first_a first_b layers < <(python3 - "$WORK/plan.json" <<'PY'
 import json, sys

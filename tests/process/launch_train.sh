@@ -4,21 +4,7 @@
 # loss falls, and the closing line gives the final loss and throughput.
 NAME=launch_train
 source "$(dirname "$0")/../lib/launch.sh"
-"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -o "$WORK/tiny.pb" \
-  || fail "ob-profile"
-: > "$WORK/hosts.txt"
-for i in 1 2 3 4; do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0 \
-  --json "$WORK/tiny.pb" > "$WORK/plan.json" || fail "ob-plan"
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0 \
-  -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
-python3 - "$WORK/plan.json" <<'PY' || fail "the plan is not 2 pipelines of 2 stages"
-import json, sys
-p = json.load(open(sys.argv[1]))
-pipes = p["instantiation"]["pipelines"]
-assert [x["template_nodes"] for x in pipes] == [2, 2], pipes
-PY
+make_two_by_two
 
 timeout 120 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run" \
   --steps 30 --data "$OB_SOURCE_DIR/README.md" --metrics "$WORK/metrics.pb" \

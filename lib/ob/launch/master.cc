@@ -139,9 +139,11 @@ class Master {
   void ReapAgents();
   void Tick();
   void Progress();
-  // A failure of `host` was detected. Failures arriving within kDecideMs of
-  // the first are decided together (two hosts lost at once are one event).
-  void Failure(const std::string& what, const std::string& host);
+  // A failure was detected: `lost_host` names a host whose agent is gone,
+  // "" for a worker that failed on a live host (often only because a peer
+  // died under it). Failures within kDecideMs of the first are decided
+  // together (two hosts lost at once are one event).
+  void Failure(const std::string& what, const std::string& lost_host);
   void Decide();
   void RequestStop(const std::string& reason);
   void BeginStop(const std::string& reason, Status outcome);
@@ -408,7 +410,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     }
     Failure("worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " failed (" +
                 x.description() + "), detected in " + std::to_string(latency) + " ms",
-            a.host.name);
+            "");
   }
 }
 
@@ -511,12 +513,12 @@ void Master::Progress() {
                << (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
 }
 
-void Master::Failure(const std::string& what, const std::string& host) {
+void Master::Failure(const std::string& what, const std::string& lost_host) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
   OB_LOG(Error) << what;
   events_.Write("detect", what);
   failures_.push_back(what);
-  failed_hosts_.insert(host);
+  if (!lost_host.empty()) failed_hosts_.insert(lost_host);
   if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
 }
 
@@ -536,7 +538,9 @@ void Master::Decide() {
   std::string what = failures_.front();
   if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
   std::string decision;
-  if (!r.ok) {
+  if (lost.empty()) {
+    decision = "workers failed on live hosts; restarting them in place is not built yet; stopping";
+  } else if (!r.ok) {
     decision = "lost hosts " + hosts + ": " + r.reason + "; restart from a checkpoint";
   } else {
     decision = "lost hosts " + hosts + ": the plan can re-instantiate (" +
