@@ -13,6 +13,8 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <sstream>
+#include <type_traits>
 #include <string>
 
 #define OB_TORCH_AT_LEAST(major, minor) \
@@ -36,6 +38,22 @@ std::string TorchVersion();
 
 // A CPU random generator seeded with `seed`, for deterministic initialisation.
 at::Generator MakeCpuGenerator(uint64_t seed);
+
+// --- optimizers ----------------------------------------------------------------
+// The key of parameter `p` in torch::optim's state map: LibTorch 1.13 keys it
+// by the TensorImpl address printed as a string, 2.x by the address itself;
+// the map's key type says which.
+template <typename Map>
+typename Map::key_type OptimizerStateKey(const Map&, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;  // as c10::guts::to_string(TensorImpl*)
+    key << p.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 // --- c10d ------------------------------------------------------------------
 // What a Gloo/NCCL group object is: c10d::Backend since 2.0, ProcessGroup before.

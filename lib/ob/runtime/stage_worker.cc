@@ -104,6 +104,8 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
   OB_RETURN_IF_ERROR(data.Check(seq_len, cfg.vocab_size));
   try {
     std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len));
+    CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
+                    &worker->snapshots_[0]);
     worker->JoinGroups(store, timeout);
     return Result<std::unique_ptr<StageWorker>>(std::move(worker));
   } catch (const std::exception& e) {
@@ -134,6 +136,13 @@ void StageWorker::JoinGroups(const c10::intrusive_ptr<c10d::Store>& store,
   groups_->tied = join(Topology::TiedGroupName(), topo_.tied);
 }
 
+const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
+  for (const auto& s : snapshots_) {
+    if (s.valid() && s.step == step) return &s;
+  }
+  return nullptr;
+}
+
 Result<StepResult> StageWorker::ForwardBackward(int64_t step) {
   try {
     return RunSchedule(step);
@@ -148,6 +157,10 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     const auto start = Clock::now();
     StepResult r = RunSchedule(step);
     ApplyUpdate(&r);
+    const auto t_snap = Clock::now();
+    CaptureSnapshot(stage_, tied_, *optimizer_, step, &snapshots_[1 - newest_]);
+    newest_ = 1 - newest_;
+    r.snapshot_seconds = SecondsSince(t_snap);
     compat::Synchronize(opts_.device);
     r.seconds = SecondsSince(start);
     r.tokens_per_second =

@@ -35,6 +35,14 @@
 // Step catch LibTorch/Gloo exceptions (a peer that died, a timeout) and
 // return kUnavailable; bad options are kConfig. After a failed Step the
 // worker's gradients and optimizer state are unspecified: rebuild it.
+//
+// Recovery (SPEC §4.6): the worker keeps host snapshots of its state after
+// each of its last two completed steps (snapshot.h), untouched by a failed
+// Step. After a failure the survivors agree on S, the least last completed
+// step among them, and each calls Rebuild(S, ...) on its old worker
+// concurrently: it joins the new generation's groups, copies the layers it
+// gains (weights and AdamW state) from the holders named by the plan's fetch
+// list, and returns a worker ready for Step(S + 1) (recovery.cc).
 #pragma once
 
 #include <torch/torch.h>
@@ -48,6 +56,8 @@
 #include "ob/model/data.h"
 #include "ob/model/gpt.h"
 #include "ob/model/train.h"
+#include "ob/plan/recovery.h"
+#include "ob/runtime/snapshot.h"
 #include "ob/runtime/topology.h"
 #include "ob/status.h"
 #include "ob/torch_compat.h"
@@ -64,6 +74,7 @@ struct StepResult {
   double backward_seconds = 0;
   double comm_seconds = 0;    // waiting for p2p receives/sends and all-reduces
   double tokens_per_second = 0;  // global batch tokens / seconds
+  double snapshot_seconds = 0;   // copying the state to host memory after the update
   int64_t memory_bytes = 0;   // allocated device bytes after the step (0 on CPU)
 };
 
@@ -96,6 +107,30 @@ class StageWorker {
   // and gradient checks.
   Result<StepResult> ForwardBackward(int64_t step);
 
+  // Recovery. The last step whose update this worker applied (-1: none), and
+  // its snapshot after step `step` if it still holds it (the last two
+  // completed steps, or -1 for the initial state before any step).
+  int64_t last_completed_step() const { return snapshots_[newest_].step; }
+  const StageSnapshot* SnapshotAt(int64_t step) const;
+
+  // This survivor's worker in the next generation: `next` is the topology of
+  // the plan's re-instantiation (BuildTopology over Recovery::next), ranks
+  // matched to this one by node id; `fetches` the plan's fetch list;
+  // `store` a store with a fresh prefix (e.g. PrefixStore "gen/1"). Every
+  // rank of `next` must call it concurrently with the same step, topology
+  // and fetches. The new worker holds, bit for bit, the state after step
+  // `step` of the layers it runs (its own snapshot, or received from the
+  // fetch list's holder over a "recovery" group), and its next call should
+  // be Step(step + 1). kConfig when this worker has no snapshot at `step`,
+  // its node is not in `next`, a rank of `next` is a node that was not in
+  // this topology (new nodes: not supported yet), a node runs several stages,
+  // or a needed layer has no fetch from a rank of `next`; kUnavailable when a
+  // peer fails. Does not touch this worker, which may be destroyed after.
+  Result<std::unique_ptr<StageWorker>> Rebuild(
+      int64_t step, const Topology& next, const std::vector<plan::LayerFetch>& fetches,
+      const c10::intrusive_ptr<c10d::Store>& store,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+
   const model::GptStage& stage() const { return stage_; }
   const RankInfo& info() const { return topo_.ranks[rank_]; }
   const Topology& topology() const { return topo_; }
@@ -121,6 +156,9 @@ class StageWorker {
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
   torch::Tensor tied_;
+  // The states after the last two completed steps; snapshots_[newest_] the later.
+  StageSnapshot snapshots_[2];
+  int newest_ = 0;
 };
 
 }  // namespace ob::runtime

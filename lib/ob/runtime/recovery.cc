@@ -1,0 +1,228 @@
+// In-place recovery of a StageWorker (see stage_worker.h, "Recovery"):
+// rebuild a survivor's stage for its layers in the re-instantiated plan and
+// fill it from its own snapshot and from the holders the fetch list names.
+//
+// Transfers. Every rank of the new topology derives the same ordered list:
+// for each new rank (ascending), each layer of its new stage (ascending) that
+// its old stage did not hold, the sender is the new rank of the fetch's
+// from_node. The layer's non-tied parameters go in name order; the tied LM
+// weight goes with the first of layers 0 and L+1 a rank gains when its old
+// stage held neither. Each tensor is two messages on a "recovery" group over
+// all new ranks: a float [3, n] (value, exp_avg, exp_avg_sq; the snapshot's
+// dtype) with tag 2·i and an int64 [1] AdamW step count with tag 2·i + 1,
+// i the tensor's index among the pair's tensors in list order. All sends and
+// receives are posted before any is waited on, so no two ranks wait on each
+// other.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ob/runtime/stage_worker.h"
+
+namespace ob::runtime {
+
+namespace {
+
+using Work = c10::intrusive_ptr<c10d::Work>;
+
+void Wait(const Work& work) {
+  if (!work->wait()) throw std::runtime_error("c10d operation was aborted");
+}
+
+bool Holds(const RankInfo& r, int layer) { return r.first_layer <= layer && layer <= r.last_layer; }
+
+bool HoldsTied(const RankInfo& r, int num_layers) {
+  return Holds(r, 0) || Holds(r, num_layers - 1);
+}
+
+struct Transfer {
+  int to = 0, from = 0;   // new ranks
+  int layer = 0;
+  bool with_tied = false;
+};
+
+// Keys of layer `layer` in a snapshot-like map (names "<layer>.…"), tied excluded.
+template <typename Map>
+std::vector<std::string> LayerKeys(const Map& tensors, int layer) {
+  const std::string prefix = std::to_string(layer) + ".";
+  std::vector<std::string> keys;
+  for (const auto& item : tensors) {
+    if (item.first.compare(0, prefix.size(), prefix) == 0) keys.push_back(item.first);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
+    int64_t step, const Topology& next, const std::vector<plan::LayerFetch>& fetches,
+    const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) const {
+  const std::string who = "node " + std::to_string(info().node);
+  const StageSnapshot* own = SnapshotAt(step);
+  if (own == nullptr) {
+    return Status::Config(who + ": no snapshot after step " + std::to_string(step) +
+                          " (last completed: " + std::to_string(last_completed_step()) + ")");
+  }
+  if (next.num_layers != topo_.num_layers) {
+    return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
+                          " layers, the old " + std::to_string(topo_.num_layers));
+  }
+  // Ranks by node, old and new; one stage per node.
+  std::map<int, int> old_rank_of, new_rank_of;
+  for (const auto& r : topo_.ranks) old_rank_of[r.node] = r.rank;
+  for (const auto& r : next.ranks) {
+    if (!new_rank_of.emplace(r.node, r.rank).second) {
+      return Status::Config("node " + std::to_string(r.node) +
+                            " runs several stages; recovery supports one per node");
+    }
+    if (!old_rank_of.count(r.node)) {
+      return Status::Config("node " + std::to_string(r.node) +
+                            " is new; recovery only supports survivors yet");
+    }
+  }
+  if (!new_rank_of.count(info().node)) {
+    return Status::Config(who + ": not in the new plan (idle)");
+  }
+  const int new_rank = new_rank_of[info().node];
+  const int L = topo_.num_layers;
+
+  std::map<std::pair<int, int>, int> source;  // (node, layer) -> from_node
+  for (const auto& f : fetches) source.emplace(std::make_pair(f.node, f.layer), f.from_node);
+  std::vector<Transfer> transfers;
+  for (const auto& r : next.ranks) {
+    const RankInfo& old = topo_.ranks[old_rank_of[r.node]];
+    bool tied_pending = HoldsTied(r, L) && !HoldsTied(old, L);
+    for (int l = r.first_layer; l <= r.last_layer; ++l) {
+      if (Holds(old, l)) continue;
+      auto it = source.find({r.node, l});
+      const std::string what =
+          "node " + std::to_string(r.node) + " layer " + std::to_string(l);
+      if (it == source.end()) return Status::Config(what + ": not in the fetch list");
+      auto from = new_rank_of.find(it->second);
+      if (from == new_rank_of.end()) {
+        return Status::Config(what + ": holder node " + std::to_string(it->second) +
+                              " is not in the new plan");
+      }
+      if (!Holds(topo_.ranks[old_rank_of[it->second]], l)) {
+        return Status::Config(what + ": node " + std::to_string(it->second) +
+                              " did not hold it");
+      }
+      Transfer t;
+      t.to = r.rank;
+      t.from = from->second;
+      t.layer = l;
+      if (tied_pending && (l == 0 || l == L - 1)) {
+        t.with_tied = true;
+        tied_pending = false;
+      }
+      transfers.push_back(t);
+    }
+  }
+
+  auto created = Create(cfg_, next, new_rank, store, opts_, data_, timeout);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<StageWorker> w = std::move(*created);
+  try {
+    c10::intrusive_ptr<compat::Backend> group;
+    if (!transfers.empty()) {
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("recovery", store);
+      group = compat::MakeProcessGroup(prefixed, new_rank, next.world_size(), opts_.device,
+                                       timeout);
+    }
+    // The new stage's keys, and the state each gets: own or received.
+    std::map<std::string, torch::Tensor> params;  // key -> new parameter
+    for (const auto& item : w->stage_->named_parameters()) {
+      params[SnapshotKey(item.key(), item.value(), w->tied_)] = item.value();
+    }
+    std::map<std::string, TensorSnapshot> state;
+    for (const auto& [key, p] : params) {
+      auto it = own->tensors.find(key);
+      if (it != own->tensors.end()) state[key] = it->second;
+    }
+
+    const auto device = opts_.device;
+    std::vector<Work> works;                // sends and receives, all posted before any wait
+    std::vector<torch::Tensor> in_flight;   // what the sends read from
+    struct Pending {
+      std::string key;
+      torch::Tensor packed, step;
+    };
+    std::vector<Pending> receives;
+    std::map<std::pair<int, int>, int> sent;  // (from, to) -> tensors so far
+    for (const Transfer& t : transfers) {
+      if (t.from != new_rank && t.to != new_rank) continue;
+      int& index = sent[{t.from, t.to}];
+      std::vector<std::string> keys;
+      if (t.from == new_rank) {
+        keys = LayerKeys(own->tensors, t.layer);
+      } else {
+        keys = LayerKeys(params, t.layer);
+      }
+      if (t.with_tied) keys.push_back(StageSnapshot::kTied);
+      for (const auto& key : keys) {
+        // Tags count the pair's tensors in list order: both ends agree.
+        const int tag = 2 * index++;
+        if (t.from == new_rank) {
+          const TensorSnapshot& s = own->tensors.at(key);
+          std::vector<torch::Tensor> packed{
+              torch::stack({s.value, s.exp_avg, s.exp_avg_sq}).to(device).contiguous()};
+          std::vector<torch::Tensor> count{
+              torch::full({1}, s.adam_step, torch::TensorOptions().dtype(torch::kLong))
+                  .to(device)};
+          works.push_back(group->send(packed, t.to, tag));
+          works.push_back(group->send(count, t.to, tag + 1));
+          in_flight.push_back(packed[0]);
+          in_flight.push_back(count[0]);
+        } else {
+          const torch::Tensor& p = params.at(key);
+          std::vector<int64_t> shape{3};
+          for (auto d : p.sizes()) shape.push_back(d);
+          Pending r;
+          r.key = key;
+          r.packed = torch::empty(shape, p.options().device(device));
+          r.step = torch::empty({1}, torch::TensorOptions().dtype(torch::kLong).device(device));
+          receives.push_back(std::move(r));
+          std::vector<torch::Tensor> a{receives.back().packed};
+          std::vector<torch::Tensor> b{receives.back().step};
+          works.push_back(group->recv(a, t.from, tag));
+          works.push_back(group->recv(b, t.from, tag + 1));
+        }
+      }
+    }
+    for (const auto& work : works) Wait(work);
+    for (auto& r : receives) {
+      auto packed = r.packed.cpu();
+      TensorSnapshot s;
+      s.value = packed[0].clone();
+      s.exp_avg = packed[1].clone();
+      s.exp_avg_sq = packed[2].clone();
+      s.adam_step = r.step.cpu().item<int64_t>();
+      state[r.key] = std::move(s);
+    }
+
+    torch::NoGradGuard no_grad;
+    for (auto& [key, p] : params) {
+      auto it = state.find(key);
+      if (it == state.end()) {
+        throw std::logic_error(who + ": no state for " + key + " after the transfers");
+      }
+      p.copy_(it->second.value);
+      SetAdamState(*w->optimizer_, p, it->second);
+    }
+    CaptureSnapshot(w->stage_, w->tied_, *w->optimizer_, step, &w->snapshots_[0]);
+    w->snapshots_[1] = StageSnapshot();
+    w->newest_ = 0;
+  } catch (const std::logic_error& e) {
+    return Status::Internal(e.what());
+  } catch (const std::exception& e) {
+    return Status::Unavailable(who + ": recovery transfers failed: " + e.what());
+  }
+  return Result<std::unique_ptr<StageWorker>>(std::move(w));
+}
+
+}  // namespace ob::runtime

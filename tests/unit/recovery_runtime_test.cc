@@ -1,0 +1,416 @@
+// In-place recovery of the worker runtime (issue 4, acceptance 3; SPEC §4.6):
+// ranks as threads over one in-memory store train a few steps, one rank dies
+// (its thread drops its worker, closing its connections, as kill -9 of a host
+// would), the survivors fail their next step, rebuild themselves from their
+// snapshots on the plan's re-instantiation and go on; every step's loss must
+// be the uninterrupted single-process reference's.
+// LibTorch first: Debian's build pulls in glog, whose CHECK would otherwise
+// replace Catch's.
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ob/model/config.h"
+#include "ob/model/data.h"
+#include "ob/model/gpt.h"
+#include "ob/model/train.h"
+#include "ob/plan/recovery.h"
+#include "ob/runtime/stage_worker.h"
+#include "ob/runtime/topology.h"
+#include "ob/torch_compat.h"
+#include "plan_testing.h"
+
+using ob::model::GptConfig;
+using ob::model::TrainOptions;
+using ob::runtime::StageSnapshot;
+using ob::runtime::StageWorker;
+using ob::runtime::StepResult;
+
+namespace {
+
+constexpr int kMicrobatch = 2;
+constexpr int kSeqLen = 32;
+constexpr int kSteps = 20;
+constexpr int kFailAfter = 4;  // steps 0..4 run, then a node dies
+
+// As runtime_test: gpt-tiny's shape at half the width, 6 planner layers.
+GptConfig Small() {
+  GptConfig c;
+  c.name = "gpt-small-test";
+  c.n_layer = 4;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_positions = kSeqLen;
+  c.vocab_size = 256;
+  return c;
+}
+
+ob::model::TokenSource Text() {
+  auto data = ob::model::TokenSource::Open(OB_SOURCE_DIR "/tests/data/corpus.txt");
+  REQUIRE(data.ok());
+  return *data;
+}
+
+TrainOptions Options(int total_microbatches) {
+  TrainOptions o;
+  o.steps = kSteps;
+  o.global_batch = total_microbatches * kMicrobatch;
+  o.microbatch = kMicrobatch;
+  o.seq_len = kSeqLen;
+  o.lr = 3e-3;
+  o.min_lr = 3e-4;
+  o.warmup_steps = 3;
+  o.grad_clip = 0.5;
+  o.seed = 1234;
+  return o;
+}
+
+// Templates for 1..3 nodes (the given stage lists), and an instantiation of
+// `pipelines` pipelines of template `nodes`, nodes numbered in order, with
+// the micro-batches split evenly.
+std::pair<ob::plan::TemplateSet, ob::plan::Instantiation> Plan(
+    const std::vector<std::vector<std::pair<int, int>>>& templates, int nodes, int pipelines,
+    int total_microbatches) {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  for (size_t n = 0; n < templates.size(); ++n) {
+    ob::plan::Template t;
+    t.nodes = static_cast<int>(n) + 1;
+    for (auto [first, last] : templates[n]) t.stages.push_back({first, last, 1});
+    ts.templates.push_back(t);
+  }
+  ob::plan::Instantiation inst;
+  int node = 0;
+  for (int p = 0; p < pipelines; ++p) {
+    ob::plan::PipelineInstance pi;
+    pi.template_nodes = nodes;
+    for (int k = 0; k < nodes; ++k) pi.nodes.push_back(node++);
+    pi.microbatches = total_microbatches / pipelines;
+    inst.pipelines.push_back(pi);
+  }
+  return {ts, inst};
+}
+
+// A reusable barrier for the ranks' threads (C++17 has none).
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_, count_ = 0, gen_ = 0;
+};
+
+bool Identical(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && torch::equal(a, b);
+}
+
+// Runs `pipelines` pipelines of `nodes` nodes each, kills `victim` after
+// step kFailAfter, recovers and trains to kSteps; compares with the reference.
+void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& templates,
+                       int nodes, int pipelines, int victim, bool expect_tied_fetch,
+                       const char* label) {
+  torch::set_num_threads(1);
+  const int total = 4;
+  const auto cfg = Small();
+  const auto data = Text();
+  const auto opts = Options(total);
+  ob::model::GptStage reference{nullptr};
+  auto ref = ob::model::train_steps(cfg, data, opts, &reference);
+  REQUIRE(ref.ok());
+
+  auto [ts, inst] = Plan(templates, nodes, pipelines, total);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  const int world = topo->world_size();
+  auto store = ob::compat::MakeHashStore();
+  auto gen0 = c10::make_intrusive<c10d::PrefixStore>("gen/0", store);
+
+  // Generation 0: steps 0..kFailAfter, then the victim leaves and the
+  // survivors' next step fails (within the timeout, not forever).
+  std::vector<std::unique_ptr<StageWorker>> old(world);
+  std::vector<std::vector<StepResult>> results(world);
+  std::vector<std::string> errors(world), failed(world);
+  Barrier barrier(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto w = StageWorker::Create(cfg, *topo, rank, gen0, opts, data, std::chrono::seconds(5));
+      if (!w.ok()) {
+        errors[rank] = w.status().message();
+        barrier.Wait();
+        return;
+      }
+      old[rank] = std::move(*w);
+      for (int step = 0; step <= kFailAfter; ++step) {
+        auto r = old[rank]->Step(step);
+        if (!r.ok()) {
+          errors[rank] = r.status().message();
+          break;
+        }
+        results[rank].push_back(*r);
+      }
+      barrier.Wait();  // everyone's step kFailAfter is over
+      if (rank == victim) {
+        old[rank].reset();  // its sockets close, as when the host dies
+        return;
+      }
+      auto r = old[rank]->Step(kFailAfter + 1);
+      if (!r.ok()) failed[rank] = r.status().message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank << ": " << errors[rank]);
+    REQUIRE(errors[rank].empty());
+    REQUIRE(results[rank].size() == kFailAfter + 1);
+    if (rank != victim) {
+      INFO("rank " << rank << " step " << kFailAfter + 1 << " should fail");
+      CHECK(!failed[rank].empty());
+      std::printf("# %s: rank %d step %d failed: %s\n", label, rank, kFailAfter + 1,
+                  failed[rank].substr(0, 120).c_str());
+    }
+  }
+
+  // The survivors agree on S and the plan re-instantiates without the victim.
+  int64_t agreed = kSteps;
+  for (int rank = 0; rank < world; ++rank) {
+    if (rank != victim) agreed = std::min(agreed, old[rank]->last_completed_step());
+  }
+  REQUIRE(agreed == kFailAfter);
+  const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, world, 1, total);
+  const int victim_node = topo->ranks[victim].node;
+  auto rec = ob::plan::Reinstantiate(problem, ts, inst, {victim_node});
+  INFO(rec.reason);
+  REQUIRE(rec.ok);
+  REQUIRE(rec.idle.empty());
+  auto next = ob::runtime::BuildTopology(ts, rec.next, kMicrobatch);
+  REQUIRE(next.ok());
+  REQUIRE(next->world_size() == world - 1);
+  REQUIRE(next->global_batch() == topo->global_batch());
+  REQUIRE(!rec.fetches.empty());
+  std::map<int, int> old_rank_of;  // node -> old rank
+  for (const auto& r : topo->ranks) old_rank_of[r.node] = r.rank;
+  for (const auto& f : rec.fetches) {
+    std::printf("# %s: node %d fetches layer %d from node %d\n", label, f.node, f.layer,
+                f.from_node);
+  }
+
+  // Generation 1: each survivor rebuilds itself, then steps S+1 .. kSteps-1.
+  auto gen1 = c10::make_intrusive<c10d::PrefixStore>("gen/1", store);
+  const int new_world = next->world_size();
+  std::vector<std::unique_ptr<StageWorker>> fresh(new_world);
+  std::vector<std::vector<StepResult>> later(new_world);
+  std::vector<std::string> new_errors(new_world);
+  std::vector<StageSnapshot> rebuilt(new_world);
+  threads.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  double rebuild_seconds = 0;
+  std::mutex mu;
+  for (int nr = 0; nr < new_world; ++nr) {
+    threads.emplace_back([&, nr] {
+      const StageWorker& mine = *old[old_rank_of.at(next->ranks[nr].node)];
+      auto w = mine.Rebuild(agreed, *next, rec.fetches, gen1, std::chrono::seconds(30));
+      if (!w.ok()) {
+        new_errors[nr] = w.status().message();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        rebuild_seconds = std::max(
+            rebuild_seconds,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      fresh[nr] = std::move(*w);
+      // Keep the restored state: the worker reuses its snapshot buffers.
+      const StageSnapshot* restored = fresh[nr]->SnapshotAt(agreed);
+      if (restored != nullptr) {
+        StageSnapshot copy = *restored;
+        for (auto& [key, t] : copy.tensors) {
+          t.value = t.value.clone();
+          t.exp_avg = t.exp_avg.clone();
+          t.exp_avg_sq = t.exp_avg_sq.clone();
+        }
+        rebuilt[nr] = std::move(copy);
+      }
+      for (int step = static_cast<int>(agreed) + 1; step < kSteps; ++step) {
+        auto r = fresh[nr]->Step(step);
+        if (!r.ok()) {
+          new_errors[nr] = r.status().message();
+          return;
+        }
+        later[nr].push_back(*r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int nr = 0; nr < new_world; ++nr) {
+    INFO("new rank " << nr << ": " << new_errors[nr]);
+    REQUIRE(new_errors[nr].empty());
+  }
+
+  // The fetched layers (and the layers kept) hold the state after step S bit
+  // for bit: each new worker's snapshot at S was taken from its restored stage
+  // and optimizer.
+  size_t fetched_tensors = 0, kept_tensors = 0;
+  bool tied_fetched = false;
+  for (int nr = 0; nr < new_world; ++nr) {
+    const auto& r = next->ranks[nr];
+    const StageSnapshot* now = &rebuilt[nr];
+    REQUIRE(now->step == agreed);
+    const auto& before = *old[old_rank_of.at(r.node)]->SnapshotAt(agreed);
+    for (const auto& [key, t] : now->tensors) {
+      const StageSnapshot* source = &before;
+      if (!before.tensors.count(key)) {
+        // Fetched: from the holder the fetch list names for its layer.
+        int layer = key == StageSnapshot::kTied ? -1 : std::stoi(key.substr(0, key.find('.')));
+        int from = -1;
+        for (const auto& f : rec.fetches) {
+          if (f.node != r.node) continue;
+          const bool tied_layer = f.layer == 0 || f.layer == cfg.num_layers() - 1;
+          if (f.layer == layer || (layer == -1 && tied_layer)) {
+            from = f.from_node;
+            break;
+          }
+        }
+        INFO(label << ": " << key << " on node " << r.node);
+        REQUIRE(from >= 0);
+        source = old[old_rank_of.at(from)]->SnapshotAt(agreed);
+        REQUIRE(source != nullptr);
+        ++fetched_tensors;
+        if (layer == -1) tied_fetched = true;
+      } else {
+        ++kept_tensors;
+      }
+      INFO(label << ": " << key << " on node " << r.node);
+      const auto& want = source->tensors.at(key);
+      CHECK(Identical(t.value, want.value));
+      CHECK(Identical(t.exp_avg, want.exp_avg));
+      CHECK(Identical(t.exp_avg_sq, want.exp_avg_sq));
+      CHECK(t.adam_step == want.adam_step);
+      CHECK(t.adam_step == agreed + 1);
+    }
+  }
+  CHECK(fetched_tensors > 0);
+  CHECK(tied_fetched == expect_tied_fetch);
+
+  // Every step's loss is the uninterrupted reference's; no step lost or repeated.
+  double max_rel = 0;
+  int64_t snapshot_bytes = 0;
+  double snapshot_seconds = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const bool after = step > agreed;
+    const auto& per_rank = after ? later : results;
+    const size_t k = after ? step - agreed - 1 : step;
+    const StepResult& r0 = per_rank[0][k];
+    REQUIRE(r0.step == step);
+    for (size_t rank = 0; rank < per_rank.size(); ++rank) {
+      if (!after && static_cast<int>(rank) == victim) continue;
+      REQUIRE(per_rank[rank][k].loss == r0.loss);
+      snapshot_seconds = std::max(snapshot_seconds, per_rank[rank][k].snapshot_seconds);
+    }
+    const double want = (*ref)[step].loss;
+    const double rel = std::abs(r0.loss - want) / std::abs(want);
+    max_rel = std::max(max_rel, rel);
+    INFO(label << " step " << step << ": loss " << r0.loss << " vs " << want);
+    CHECK(rel < 1e-4);
+    CHECK(r0.lr == (*ref)[step].lr);
+    CHECK(std::abs(r0.grad_norm - (*ref)[step].grad_norm) < 1e-4 * (*ref)[step].grad_norm);
+  }
+
+  // And the final weights are the reference's (a last stage's own LM head copy
+  // is the embed's token table).
+  std::map<std::string, torch::Tensor> ref_params;
+  for (const auto& p : reference->named_parameters()) ref_params[p.key()] = p.value();
+  const std::string head_copy = std::to_string(cfg.num_layers() - 1) + ".lm_head.weight";
+  double max_diff = 0;
+  for (const auto& w : fresh) {
+    for (const auto& p : w->stage()->named_parameters()) {
+      const std::string name = p.key() == head_copy ? "0.wte.weight" : p.key();
+      REQUIRE(ref_params.count(name));
+      max_diff = std::max(max_diff, (p.value() - ref_params[name]).abs().max().item<double>());
+    }
+  }
+  CHECK(max_diff < 1e-5);
+  for (const auto& w : fresh) {
+    snapshot_bytes = std::max(snapshot_bytes, w->SnapshotAt(kSteps - 1)->bytes());
+  }
+  CHECK(later[0].back().loss < results[0].front().loss);
+  std::printf("# %s: %zu tensors fetched, %zu kept; max relative loss difference %.3g over %d "
+              "steps; final max parameter difference %.3g; rebuild %.3f s; largest snapshot "
+              "%.1f KiB, copied in at most %.2f ms\n",
+              label, fetched_tensors, kept_tensors, max_rel, kSteps, max_diff, rebuild_seconds,
+              snapshot_bytes / 1024.0, snapshot_seconds * 1e3);
+}
+
+}  // namespace
+
+TEST_CASE("two 2-stage pipelines lose a node and train on like the reference", "[recovery]") {
+  // Node 3 (pipeline 1, layers 3-5) dies: node 2 runs the whole model alone
+  // and fetches layers 3-5 from node 1.
+  RecoverAndCompare({{{0, 5}}, {{0, 2}, {3, 5}}, {{0, 1}, {2, 3}, {4, 5}}}, 2, 2, 3,
+                    /*expect_tied_fetch=*/false, "2x2 lose node 3");
+}
+
+TEST_CASE("a middle stage that gains the embed receives the tied weight", "[recovery]") {
+  // Two 3-stage pipelines; node 3 (pipeline 1's embed stage) dies: nodes 4, 5
+  // re-lay out on the 2-node template, node 4 (old layers 2-3) gains layers
+  // 0-2 and the tied LM weight without ever having held it.
+  RecoverAndCompare({{{0, 5}}, {{0, 2}, {3, 5}}, {{0, 1}, {2, 3}, {4, 5}}}, 3, 2, 3,
+                    /*expect_tied_fetch=*/true, "2x3 lose node 3");
+}
+
+TEST_CASE("rebuilding needs a snapshot at the agreed step", "[recovery]") {
+  torch::set_num_threads(1);
+  auto [ts, inst] = Plan({{{0, 5}}}, 1, 1, 2);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  auto store = ob::compat::MakeHashStore();
+  auto w = StageWorker::Create(Small(), *topo, 0, store, Options(2), Text());
+  REQUIRE(w.ok());
+  CHECK((*w)->last_completed_step() == -1);
+  CHECK((*w)->SnapshotAt(-1) != nullptr);
+  for (int step = 0; step < 3; ++step) REQUIRE((*w)->Step(step).ok());
+  CHECK((*w)->last_completed_step() == 2);
+  CHECK((*w)->SnapshotAt(2) != nullptr);
+  CHECK((*w)->SnapshotAt(1) != nullptr);
+  CHECK((*w)->SnapshotAt(0) == nullptr);  // only the last two are kept
+  auto gen1 = c10::make_intrusive<c10d::PrefixStore>("gen/1", store);
+  auto r = (*w)->Rebuild(0, *topo, {}, gen1);
+  CHECK(r.status().code() == ob::Code::kConfig);
+  // Rebuilding on the same plan from the state before the last update redoes step 2.
+  r = (*w)->Rebuild(1, *topo, {}, gen1);
+  REQUIRE(r.ok());
+  auto again = (*r)->Step(2);
+  REQUIRE(again.ok());
+  const StageSnapshot& a = *(*w)->SnapshotAt(2);
+  const StageSnapshot& b = *(*r)->SnapshotAt(2);
+  for (const auto& [key, t] : a.tensors) {
+    INFO(key);
+    CHECK(Identical(t.value, b.tensors.at(key).value));
+  }
+}
