@@ -30,6 +30,7 @@
 #include "ob/runtime/stage_worker.h"
 #include "ob/runtime/topology.h"
 #include "ob/torch_compat.h"
+#include "runtime_testing.h"
 #include "plan_testing.h"
 
 using ob::model::GptConfig;
@@ -40,42 +41,9 @@ using ob::runtime::StepResult;
 
 namespace {
 
-constexpr int kMicrobatch = 2;
-constexpr int kSeqLen = 32;
-constexpr int kSteps = 20;
+using namespace ob::runtime::testing;
+
 constexpr int kFailAfter = 4;  // steps 0..4 run, then a node dies
-
-// As runtime_test: gpt-tiny's shape at half the width, 6 planner layers.
-GptConfig Small() {
-  GptConfig c;
-  c.name = "gpt-small-test";
-  c.n_layer = 4;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_positions = kSeqLen;
-  c.vocab_size = 256;
-  return c;
-}
-
-ob::model::TokenSource Text() {
-  auto data = ob::model::TokenSource::Open(OB_SOURCE_DIR "/tests/data/corpus.txt");
-  REQUIRE(data.ok());
-  return *data;
-}
-
-TrainOptions Options(int total_microbatches) {
-  TrainOptions o;
-  o.steps = kSteps;
-  o.global_batch = total_microbatches * kMicrobatch;
-  o.microbatch = kMicrobatch;
-  o.seq_len = kSeqLen;
-  o.lr = 3e-3;
-  o.min_lr = 3e-4;
-  o.warmup_steps = 3;
-  o.grad_clip = 0.5;
-  o.seed = 1234;
-  return o;
-}
 
 // Templates for 1..3 nodes (the given stage lists), and an instantiation of
 // `pipelines` pipelines of template `nodes`, nodes numbered in order, with

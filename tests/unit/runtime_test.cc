@@ -24,6 +24,7 @@
 #include "ob/runtime/stage_worker.h"
 #include "ob/runtime/topology.h"
 #include "ob/torch_compat.h"
+#include "runtime_testing.h"
 
 using ob::model::GptConfig;
 using ob::model::GptStage;
@@ -33,44 +34,7 @@ using ob::runtime::StepResult;
 
 namespace {
 
-constexpr int kMicrobatch = 2;   // samples per micro-batch
-constexpr int kSeqLen = 32;
-constexpr int kSteps = 20;
-
-// gpt-tiny's shape at half the width: 4 blocks, so 6 planner layers.
-GptConfig Small() {
-  GptConfig c;
-  c.name = "gpt-small-test";
-  c.n_layer = 4;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_positions = kSeqLen;
-  c.vocab_size = 256;
-  return c;
-}
-
-// A fixed text (an early README): the comparison must not depend on files
-// that change; README.md's edits once moved the run into a loss spike where
-// summation-order differences grew past the tolerance.
-ob::model::TokenSource Text() {
-  auto data = ob::model::TokenSource::Open(OB_SOURCE_DIR "/tests/data/corpus.txt");
-  REQUIRE(data.ok());
-  return *data;
-}
-
-TrainOptions Options(int total_microbatches) {
-  TrainOptions o;
-  o.steps = kSteps;
-  o.global_batch = total_microbatches * kMicrobatch;
-  o.microbatch = kMicrobatch;
-  o.seq_len = kSeqLen;
-  o.lr = 3e-3;
-  o.min_lr = 3e-4;
-  o.warmup_steps = 3;
-  o.grad_clip = 0.5;  // small enough that some steps clip
-  o.seed = 1234;
-  return o;
-}
+using namespace ob::runtime::testing;
 
 // Pipelines given as lists of stage layer ranges, with micro-batch counts.
 struct PipelineSpec {
