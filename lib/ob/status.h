@@ -83,6 +83,10 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+// The first line of `text`: LibTorch and Gloo append backtraces to what(),
+// and ob's messages are one line.
+inline std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 // Returns early from a function returning Status or Result<T>.
 #define OB_RETURN_IF_ERROR(expr)          \
   do {                                    \

@@ -92,9 +92,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   try {
     st = tool.run(common);
   } catch (const std::exception& e) {
-    // One line: LibTorch appends a backtrace to what().
-    std::string what = e.what();
-    st = Status::Internal("internal error: " + what.substr(0, what.find('\n')));
+    st = Status::Internal("internal error: " + FirstLine(e.what()));
   }
   if (st.ok()) return 0;
   if (st.code() == Code::kUsage) {

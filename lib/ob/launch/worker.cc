@@ -55,9 +55,8 @@ Result<std::unique_ptr<RendezvousStore>> RendezvousStore::Start(const std::strin
     rs->impl_->store = compat::MakeTcpStore(host, 0, /*is_server=*/true, std::chrono::seconds(60));
     rs->address_ = host + ":" + std::to_string(compat::StorePort(rs->impl_->store));
   } catch (const std::exception& e) {
-    std::string what = e.what();
     return Status::Unavailable("cannot start the rendezvous store on " + host + ": " +
-                               what.substr(0, what.find('\n')));
+                               FirstLine(e.what()));
   }
   return rs;
 }
@@ -103,9 +102,8 @@ Status RunWorker(const WorkerOptions& o) {
     store = compat::MakeTcpStore(o.store.substr(0, colon), std::stoi(o.store.substr(colon + 1)),
                                  /*is_server=*/false, timeout);
   } catch (const std::exception& e) {
-    std::string what = e.what();
     return Status::Unavailable("cannot reach the rendezvous store " + o.store + ": " +
-                               what.substr(0, what.find('\n')));
+                               FirstLine(e.what()));
   }
   OB_ASSIGN_OR_RETURN(auto worker, runtime::StageWorker::Create(pd.cfg, topo, o.rank, store, t, data, timeout));
   const auto& me = worker->info();

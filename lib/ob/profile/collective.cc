@@ -61,7 +61,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
   for (auto& t : ranks) t.join();
   for (int r = 0; r < group_size; ++r) {
     if (!errors[r].empty()) {
-      std::string first = errors[r].substr(0, errors[r].find('\n'));
+      std::string first = FirstLine(errors[r]);
       return Status::Unavailable("all-reduce group of " + std::to_string(group_size) +
                                  " failed on rank " + std::to_string(r) + ": " + first);
     }

@@ -218,9 +218,9 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     w->snapshots_[1] = StageSnapshot();
     w->newest_ = 0;
   } catch (const std::logic_error& e) {
-    return Status::Internal(e.what());
+    return Status::Internal(FirstLine(e.what()));
   } catch (const std::exception& e) {
-    return Status::Unavailable(who + ": recovery transfers failed: " + e.what());
+    return Status::Unavailable(who + ": recovery transfers failed: " + FirstLine(e.what()));
   }
   return Result<std::unique_ptr<StageWorker>>(std::move(w));
 }

@@ -109,7 +109,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
     worker->JoinGroups(store, timeout);
     return Result<std::unique_ptr<StageWorker>>(std::move(worker));
   } catch (const std::exception& e) {
-    return Status::Unavailable(who + ": joining groups failed: " + e.what());
+    return Status::Unavailable(who + ": joining groups failed: " + FirstLine(e.what()));
   }
 }
 
@@ -148,7 +148,7 @@ Result<StepResult> StageWorker::ForwardBackward(int64_t step) {
     return RunSchedule(step);
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(rank_) + ": step " +
-                               std::to_string(step) + " failed: " + e.what());
+                               std::to_string(step) + " failed: " + FirstLine(e.what()));
   }
 }
 
@@ -169,7 +169,7 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     return r;
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(rank_) + ": step " +
-                               std::to_string(step) + " failed: " + e.what());
+                               std::to_string(step) + " failed: " + FirstLine(e.what()));
   }
 }
 
