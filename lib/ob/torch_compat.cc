@@ -1,6 +1,8 @@
 // Version-dependent LibTorch calls (see torch_compat.h).
 #include "ob/torch_compat.h"
 
+#include <cstdlib>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
 
@@ -72,7 +74,11 @@ c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Stor
 #endif
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  // Gloo listens on, and advertises, this address: OB_GLOO_ADDR (the launch
+  // worker sets it to its address facing the master), else loopback.
+  const char* addr = std::getenv("OB_GLOO_ADDR");
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+      addr != nullptr && *addr != '\0' ? addr : "127.0.0.1"));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
 }
 

@@ -72,7 +72,8 @@ c10::intrusive_ptr<c10d::Store> MakeTcpStore(const std::string& host, int port, 
                                              std::chrono::milliseconds timeout);
 int StorePort(const c10::intrusive_ptr<c10d::Store>& tcp_store);
 
-// A communication group: Gloo over loopback for CPU tensors, NCCL for CUDA
+// A communication group: Gloo for CPU tensors (on $OB_GLOO_ADDR, default
+// loopback), NCCL for CUDA
 // (REQUIRES: a CUDA build). Blocks until all `size` ranks joined via `store`.
 c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                              int size, const torch::Device& device,

@@ -54,22 +54,65 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # Worker processes of this test now running (found by OB_HOST).
 count_workers() { grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | grep -c . ; }
 
-# make_two_by_two: 4 hosts, gpt-tiny (sequence 32) planned with f = 1 on GPUs
-# so small that n0 = 2: two pipelines of two stages, so stages talk across
-# processes. $WORK/plan.pb, $WORK/plan.json, $WORK/hosts.txt, $WORK/secret.
-make_two_by_two() {
-  local i
+# make_pipelines N F: N hosts, gpt-tiny (sequence 32) planned with f = F on
+# GPUs so small that n0 = 2: N/2 pipelines of two stages, so stages talk
+# across processes. $WORK/plan.pb, $WORK/plan.json, $WORK/hosts.txt,
+# $WORK/secret. make_two_by_two: make_pipelines 4 1.
+make_pipelines() {
+  local n=$1 f=$2 i
   "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 \
     -o "$WORK/tiny.pb" || fail "ob-profile"
   : > "$WORK/hosts.txt"
-  for i in 1 2 3 4; do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
+  for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
   (umask 077; echo "secret-$TAG" > "$WORK/secret")
-  local flags=(--hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0)
+  local flags=(--hosts "$WORK/hosts.txt" -g 1 -f "$f" -B 8 --gpu-memory 0.012 --overhead-gib 0)
   "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/plan.json" || fail "ob-plan"
   "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
-  python3 - "$WORK/plan.json" <<'PY' || fail "the plan is not 2 pipelines of 2 stages"
+  python3 - "$WORK/plan.json" "$n" <<'PY' || fail "the plan is not $((n / 2)) pipelines of 2 stages"
 import json, sys
 p = json.load(open(sys.argv[1]))
-assert [x["template_nodes"] for x in p["instantiation"]["pipelines"]] == [2, 2], p["instantiation"]
+want = [2] * (int(sys.argv[2]) // 2)
+assert [x["template_nodes"] for x in p["instantiation"]["pipelines"]] == want, p["instantiation"]
 PY
+}
+make_two_by_two() { make_pipelines 4 1; }
+
+METRICS_PY="$OB_SOURCE_DIR/tests/lib/metrics.py"
+
+# run_start RUN STEPS [FLAGS...]: trains $WORK/plan.pb on $WORK/hosts.txt (the
+# fixed corpus) in the background: run directory $WORK/RUN, metrics
+# $WORK/RUN.pb, stderr $WORK/RUN.err; sets MASTER_PID.
+run_start() {
+  local run=$1 steps=$2
+  shift 2
+  rm -rf "${WORK:?}/$run" "$WORK/$run.pb"
+  timeout 240 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/$run" \
+    --steps "$steps" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/$run.pb" "$@" \
+    "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
+  MASTER_PID=$!
+}
+# run_wait: waits for the master; RC is its exit status.
+run_wait() { wait "$MASTER_PID"; RC=$?; MASTER_PID=""; }
+max_step() { [ -s "$1" ] && python3 "$METRICS_PY" max-step "$1" || echo -1; }
+# wait_step RUN N: until a rank reported step N; false after 90 s or when
+# the master is gone.
+wait_step() {
+  local end=$(( $(date +%s) + 90 ))
+  while [ "$(max_step "$WORK/$1.pb")" -lt "$2" ]; do
+    kill -0 "$MASTER_PID" 2>/dev/null || return 1
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 0.05
+  done
+}
+# host_pids HOST: its agent, and every worker and standby it started.
+host_pids() {
+  { pgrep -f -- "--agent .*--host $1( |\$)"; grep -lsa "OB_HOST=$1\b" /proc/[0-9]*/environ | cut -d/ -f3; } \
+    | sort -u
+}
+# worker_pid RANK: this test's worker process of that rank (named ob-worker-RANK).
+worker_pid() {
+  local p
+  for p in $(pgrep -x "ob-worker-$1"); do
+    grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" && { echo "$p"; return; }
+  done
 }

@@ -10,11 +10,9 @@ set -u
 OB_BIN=${OB_BIN:?OB_BIN must name the directory holding ob-profile}
 skip() { echo "net_netns: skipped: $*" >&2; exit 77; }
 fail() { echo "net_netns: FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../lib/netns.sh"
 
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
-command -v tc >/dev/null || skip "no 'tc' command (iproute2)"
-command -v python3 >/dev/null || skip "no python3"
+netns_require tc python3
 [ -x "$OB_BIN/ob-profile" ] || fail "no $OB_BIN/ob-profile"
 
 RATE_MBIT=200
@@ -23,37 +21,24 @@ tag=ob$$
 ns=("${tag}a" "${tag}b" "${tag}c")
 work=$(mktemp -d "${TMPDIR:-/tmp}/ob-net-netns.XXXXXX")
 
-cleanup() {
-  local n pid
-  for n in "${ns[@]}"; do
-    # Anything still running inside a namespace we made (bounded: one pass).
-    for pid in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-    ip netns del "$n" 2>/dev/null
-  done
-  rm -rf "$work"
-}
+cleanup() { netns_cleanup; rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-ip netns add "${ns[0]}" 2>/dev/null || skip "'ip netns add' failed (no namespace support?)"
-ip netns add "${ns[1]}" || fail "ip netns add ${ns[1]}"
-ip netns add "${ns[2]}" || fail "ip netns add ${ns[2]}"
+netns_add "${ns[@]}"
 
 addr() { echo "10.213.$(($$ % 200)).$(($1 + 1))"; }
 for i in 0 1 2; do
-  ip -n "${ns[$i]}" link set lo up || fail "lo up in ${ns[$i]}"
   ip -n "${ns[$i]}" addr add "$(addr "$i")/32" dev lo || fail "address in ${ns[$i]}"
 done
 
 # link I J RATE: veth pair between host I and host J, both ends shaped to RATE.
 link() {
   local i=$1 j=$2 rate=$3 a="v$1$2" b="v$2$1"
-  ip link add "$a" netns "${ns[$i]}" type veth peer name "$b" netns "${ns[$j]}" \
-    || fail "veth ${ns[$i]} <-> ${ns[$j]}"
+  netns_veth "${ns[$i]}" "$a" "${ns[$j]}" "$b"
   local end n dev peer
   for end in "$i:$a:$j" "$j:$b:$i"; do
     IFS=: read -r n dev peer <<<"$end"
-    ip -n "${ns[$n]}" link set "$dev" up || fail "up $dev"
     ip -n "${ns[$n]}" route add "$(addr "$peer")/32" dev "$dev" src "$(addr "$n")" \
       || fail "route $dev"
     tc -n "${ns[$n]}" qdisc add dev "$dev" root tbf rate "${rate}mbit" burst 32kb latency 100ms \
@@ -64,17 +49,7 @@ link 0 1 "$RATE_MBIT"
 link 0 2 "$RATE_MBIT"
 link 1 2 "$SLOW_MBIT"   # the slow pair: hosts 1 and 2
 
-# Setup check: a refused connection proves the peer is reachable.
-reachable() {
-  ip netns exec "${ns[$1]}" python3 -c '
-import socket, sys
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((sys.argv[1], 9))
-except ConnectionRefusedError:
-    pass' "$(addr "$2")" 2>/dev/null
-}
+reachable() { netns_reachable "${ns[$1]}" "$(addr "$2")"; }
 reachable 0 2 || fail "setup: no connectivity ${ns[0]} -> $(addr 2)"
 reachable 2 1 || fail "setup: no connectivity ${ns[2]} -> $(addr 1)"
 

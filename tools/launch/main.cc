@@ -2,6 +2,7 @@
 // The master by default; the same binary runs as an agent (--agent, started
 // by the master through --rsh) and as a worker (--worker, started by an
 // agent). Everything real is in lib/ob/launch/.
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "ob/cli/cli.h"
+#include "ob/control.pb.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
@@ -38,6 +40,7 @@ struct Options {
   int rank = -1;
   int world = 0;
   std::string store;
+  uint64_t generation = 1;
   double lr = 1e-3;
   int warmup_steps = 0;
   uint64_t seed = 1234;
@@ -68,8 +71,8 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
   }
   for (const std::string& a :
        {self, std::string("--worker"), std::string("--rank"), std::to_string(ctx.rank),
-        std::string("--world"), std::to_string(ctx.world_size), std::string("--plan"), ctx.plan_path,
-        std::string("--steps"), std::to_string(g.steps), std::string("--data"), g.data,
+        std::string("--world"), std::to_string(ctx.world_size), std::string("--generation"),
+        std::to_string(ctx.generation), std::string("--steps"), std::to_string(g.steps), std::string("--data"), g.data,
         std::string("--lr"), std::to_string(g.lr), std::string("--warmup-steps"),
         std::to_string(g.warmup_steps), std::string("--seed"), std::to_string(g.seed)}) {
     spec.add_argv(a);
@@ -96,6 +99,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.master = g.master;
     o.host = g.host;
     o.master_timeout_s = g.master_timeout;
+    o.standby_exe = SelfExe();
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);
@@ -107,7 +111,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     w.rank = g.rank;
     w.world = g.world;
     w.store = g.store;
-    w.plan = g.plan;
+    w.generation = g.generation;
     w.steps = g.steps;
     w.data = g.data;
     w.lr = g.lr;
@@ -145,6 +149,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     OB_RETURN_IF_ERROR(ob::launch::ParseBind(g.bind, &bind_addr, &bind_port));
     OB_ASSIGN_OR_RETURN(store, ob::launch::RendezvousStore::Start(bind_addr));
     o.store = store->address();
+    o.publish = [&store](const std::string& key, const std::string& value) {
+      return store->Set(key, value);
+    };
   }
   const std::string self = o.self_exe;
   o.worker_command = [self](const ob::launch::WorkerContext& c) { return WorkerCommand(c, self); };
@@ -190,7 +197,7 @@ void Setup(CLI::App& app) {
   app.add_option("--rank", g.rank)->group("");
   app.add_option("--world", g.world)->group("");
   app.add_option("--store", g.store)->group("");
-  app.add_option("--plan", g.plan)->group("");
+  app.add_option("--generation", g.generation)->group("");
   app.footer(
       "Examples:\n"
       "  ob-launch --rsh local --steps 200 --secret-file secret plan.pb hosts.txt\n"
@@ -198,9 +205,45 @@ void Setup(CLI::App& app) {
       "  echo status | socat - UNIX:ob-run-*/control.sock");
 }
 
+const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when hosts die.", Setup,
+                          Run};
+
+// `ob-launch --standby-worker`: started by an agent ahead of need, with
+// LibTorch already loaded by the time it waits. Its stdin brings a
+// WorkerSpec (then end of file): it takes the spec's environment and
+// becomes that worker, in this process when the spec runs ob-launch,
+// else by exec. End of file alone: it was not needed.
+int RunStandby() {
+  std::string bytes;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  if (bytes.empty()) return 0;
+  ob::pb::WorkerSpec spec;
+  if (!spec.ParseFromString(bytes) || spec.argv_size() == 0) {
+    std::fprintf(stderr, "ob-launch: standby worker: stdin is not a worker spec\n");
+    return static_cast<int>(ob::Code::kDataErr);
+  }
+  for (const auto& [k, v] : spec.env()) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<std::string> args(spec.argv().begin(), spec.argv().end());
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  if (args[0] != SelfExe()) {
+    execvp(cargs[0], cargs.data());
+    std::fprintf(stderr, "ob-launch: standby worker: cannot run '%s': %s\n", cargs[0], std::strerror(errno));
+    return 127;
+  }
+  return ob::cli::Main(static_cast<int>(args.size()), cargs.data(), kTool);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ob::cli::Main(argc, argv,
-                       {"launch", "Train across hosts, and keep training when hosts die.", Setup, Run});
+  if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) return RunStandby();
+  return ob::cli::Main(argc, argv, kTool);
 }

@@ -170,7 +170,7 @@ std::string ChildProcess::DescribeExit() const {
 }
 
 Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
-                                    const std::vector<std::string>* env) {
+                                    const std::vector<std::string>* env, int pass_fd) {
   assert(!argv.empty());
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
@@ -214,13 +214,22 @@ Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(in_pipe[0], 0);   // dup2 clears close-on-exec on the copies
     ::dup2(out_pipe[1], 1);
+    int err_fd = err_pipe[1];
+    if (pass_fd >= 0 && err_fd == kPassedFd) err_fd = ::fcntl(err_fd, F_DUPFD_CLOEXEC, kPassedFd + 1);
+    if (pass_fd >= 0) {
+      if (pass_fd == kPassedFd) {
+        ::fcntl(pass_fd, F_SETFD, 0);  // keep it across exec
+      } else {
+        ::dup2(pass_fd, kPassedFd);
+      }
+    }
     if (env != nullptr) {
       ::execvpe(cargv[0], cargv.data(), cenv.data());
     } else {
       ::execvp(cargv[0], cargv.data());
     }
     int e = errno;
-    ssize_t ignored = ::write(err_pipe[1], &e, sizeof e);
+    ssize_t ignored = ::write(err_fd, &e, sizeof e);
     (void)ignored;
     ::_exit(127);
   }

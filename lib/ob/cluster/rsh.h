@@ -60,7 +60,7 @@ class ChildProcess {
 
  private:
   friend Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
-                                             const std::vector<std::string>* env);
+                                             const std::vector<std::string>* env, int pass_fd);
   void CloseFds();
 
   pid_t pid_ = -1;
@@ -75,9 +75,13 @@ class ChildProcess {
 // "cannot run 'X': No such file or directory" when exec fails (reported back
 // through a close-on-exec pipe, so the failure is known before this returns).
 // With `env` (KEY=VALUE strings), that is the child's whole environment;
-// without it the child inherits ours.
+// without it the child inherits ours. `pass_fd` >= 0 becomes the child's
+// descriptor 3 (kPassedFd); the child gets no other descriptor of ours
+// beyond 0-2 as long as ours are close-on-exec.
 // REQUIRES: argv is not empty.
+inline constexpr int kPassedFd = 3;
 Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
-                                    const std::vector<std::string>* env = nullptr);
+                                    const std::vector<std::string>* env = nullptr,
+                                    int pass_fd = -1);
 
 }  // namespace ob::cluster

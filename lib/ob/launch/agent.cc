@@ -2,9 +2,13 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -47,6 +51,7 @@ std::string ReadSecretLine(int fd) {
 
 struct Worker {
   uint32_t rank = 0;
+  uint64_t generation = 0;
   cluster::ChildProcess proc;
   uv_pipe_t* out = nullptr;   // its stdout; closed by the loop
   std::string buf;            // undecoded metrics bytes
@@ -78,6 +83,10 @@ class Agent {
   void ReapWorkers();
   void OnWorkerOutput(Worker* w, const char* data, size_t n);
   void KillWorkers();
+  void CloseOutputs();
+  int ArenaFd(uint32_t local_rank);
+  std::vector<std::string> WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot);
+  void SpawnStandby(uint32_t slot);
   void Shutdown(int code, const std::string& why);
   void Send(const pb::Control& m) {
     if (conn_) conn_->Send(m);
@@ -92,6 +101,12 @@ class Agent {
   bool stdin_open_ = false;
   std::shared_ptr<Connection> conn_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  // Per local worker slot: the memfd its workers keep their snapshots in
+  // (runtime/snapshot_arena.h). It outlives every worker, so a restarted
+  // one finds its predecessor's state; it dies with the agent.
+  std::map<uint32_t, int> arenas_;
+  std::map<uint32_t, cluster::ChildProcess> standby_;  // per slot, waiting for a role
+  uint64_t generation_ = 0;
   uint64_t sequence_ = 0;
   int exit_code_ = -1;
 };
@@ -110,6 +125,7 @@ int Agent::Run() {
     return static_cast<int>(Code::kConfig);
   }
   ::unsetenv("OB_SECRET");  // workers never see a secret
+  ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not take us with it
 
   // Signals before anything can fork, so no exit goes unseen.
   uv_signal_init(&loop_, &sigchld_);
@@ -198,32 +214,115 @@ void Agent::OnMessage(pb::Control& m) {
   }
 }
 
+// A new generation replaces the old one's workers: they are killed (and not
+// reported: the master asked for it) before the new ones start.
 void Agent::StartWorkers(const pb::StartWorkers& sw) {
+  if (sw.generation() <= generation_) {
+    OB_LOG(Warn) << "ignoring workers of generation " << sw.generation() << ": already at "
+                 << generation_;
+    return;
+  }
+  if (!workers_.empty()) {
+    const auto t0 = UnixMs();
+    KillWorkers();
+    CloseOutputs();
+    workers_.clear();
+    OB_LOG(Info) << "stopped generation " << generation_ << "'s workers in " << UnixMs() - t0 << " ms";
+  }
+  generation_ = sw.generation();
   OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
   for (const auto& spec : sw.workers()) StartWorker(spec);
+  for (const auto& spec : sw.workers()) SpawnStandby(spec.local_rank());
 }
 
-void Agent::StartWorker(const pb::WorkerSpec& spec) {
-  std::vector<std::string> argv(spec.argv().begin(), spec.argv().end());
+// The environment of a worker in `slot`: ours without the secret, the
+// spec's variables, and the slot's snapshot arena.
+std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
-    if (key == "OB_SECRET" || spec.env().count(key) > 0) continue;
+    if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || (spec != nullptr && spec->env().count(key) > 0)) continue;
     env.push_back(std::move(kv));
   }
-  for (const auto& [k, v] : spec.env()) env.push_back(k + "=" + v);
+  if (spec != nullptr) {
+    for (const auto& [k, v] : spec->env()) env.push_back(k + "=" + v);
+  } else {
+    env.push_back("OB_HOST=" + opt_.host);  // so tools that look for our workers find it
+  }
+  if (ArenaFd(slot) >= 0) env.push_back("OB_SNAPSHOT_FD=" + std::to_string(cluster::kPassedFd));
+  return env;
+}
 
+void Agent::SpawnStandby(uint32_t slot) {
+  if (opt_.standby_exe.empty() || exit_code_ >= 0) return;
+  auto it = standby_.find(slot);
+  if (it != standby_.end()) {
+    it->second.WaitFor(0);
+    if (it->second.running()) return;
+    standby_.erase(it);
+  }
+  std::vector<std::string> env = WorkerEnv(nullptr, slot);
+  Result<cluster::ChildProcess> child =
+      cluster::SpawnWithPipes({opt_.standby_exe, "--standby-worker"}, &env, ArenaFd(slot));
+  if (!child.ok()) {
+    OB_LOG(Warn) << "no standby worker: " << child.status().message();
+    return;
+  }
+  standby_.emplace(slot, std::move(child).value());
+}
+
+int Agent::ArenaFd(uint32_t local_rank) {
+  auto it = arenas_.find(local_rank);
+  if (it != arenas_.end()) return it->second;
+  const std::string name = "ob-snapshot-" + std::to_string(local_rank);
+  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) {
+    OB_LOG(Warn) << "no shared snapshot memory (" << std::strerror(errno)
+                 << "): a restarted worker must get its state from peers";
+  }
+  arenas_[local_rank] = fd;
+  return fd;
+}
+
+void Agent::CloseOutputs() {
+  for (auto& w : workers_) {
+    if (w->out != nullptr && !uv_is_closing(reinterpret_cast<uv_handle_t*>(w->out))) {
+      w->out->data = nullptr;
+      uv_close(reinterpret_cast<uv_handle_t*>(w->out), [](uv_handle_t* h) { free(h); });
+    }
+    w->out = nullptr;
+  }
+}
+
+void Agent::StartWorker(const pb::WorkerSpec& spec) {
+  std::vector<std::string> argv(spec.argv().begin(), spec.argv().end());
   auto w = std::make_unique<Worker>();
   w->rank = spec.rank();
-  Result<cluster::ChildProcess> child =
-      argv.empty() ? Result<cluster::ChildProcess>(Status::Config("empty worker command"))
-                   : cluster::SpawnWithPipes(argv, &env);
+  w->generation = generation_;
+  Result<cluster::ChildProcess> child = Status::Config("empty worker command");
+  auto standby = standby_.find(spec.local_rank());
+  if (standby != standby_.end()) {  // hand the spec to the waiting process
+    cluster::ChildProcess proc = std::move(standby->second);
+    standby_.erase(standby);
+    proc.WaitFor(0);
+    const std::string bytes = spec.SerializeAsString();
+    if (proc.running() &&
+        ::write(proc.stdin_fd(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size())) {
+      proc.CloseStdin();
+      child = std::move(proc);
+    }
+  }
+  if (!child.ok() && !argv.empty()) {
+    std::vector<std::string> env = WorkerEnv(&spec, spec.local_rank());
+    child = cluster::SpawnWithPipes(argv, &env, ArenaFd(spec.local_rank()));
+  }
   if (!child.ok()) {
     OB_LOG(Error) << "worker rank " << spec.rank() << ": " << child.status().message();
     pb::Control m;
     auto* x = m.mutable_worker_exited();
     x->set_rank(spec.rank());
+    x->set_generation(generation_);
     x->set_exit_status(127);
     x->set_unix_ms(UnixMs());
     x->set_description(child.status().message());
@@ -319,6 +418,7 @@ void Agent::ReapWorkers() {
     pb::Control m;
     auto* x = m.mutable_worker_exited();
     x->set_rank(w->rank);
+    x->set_generation(w->generation);
     bool signaled = desc.rfind("killed by signal", 0) == 0;
     x->set_exit_status(signaled ? -1 : status);
     x->set_signal(signaled ? status - 128 : 0);
@@ -329,9 +429,11 @@ void Agent::ReapWorkers() {
 }
 
 void Agent::KillWorkers() {
+  for (auto& w : workers_) {  // all signalled first, then reaped: no serial waits
+    if (!w->exited) w->proc.Kill();
+  }
   for (auto& w : workers_) {
     if (w->exited) continue;
-    w->proc.Kill();
     w->proc.Wait();
     w->exited = true;
     OB_LOG(Info) << "worker rank " << w->rank << " killed";
@@ -347,13 +449,8 @@ void Agent::Shutdown(int code, const std::string& why) {
     OB_LOG(Warn) << "stopping: " << why;
   }
   KillWorkers();
-  for (auto& w : workers_) {
-    if (w->out != nullptr && !uv_is_closing(reinterpret_cast<uv_handle_t*>(w->out))) {
-      w->out->data = nullptr;
-      uv_close(reinterpret_cast<uv_handle_t*>(w->out), [](uv_handle_t* h) { free(h); });
-    }
-    w->out = nullptr;
-  }
+  CloseOutputs();
+  standby_.clear();  // killed and reaped
   uv_timer_stop(&heartbeat_);
   uv_timer_stop(&watchdog_);
   if (conn_) {

@@ -10,6 +10,13 @@
 // master with host and rank filled in; stderr is inherited. A worker's exit
 // is reported at once (SIGCHLD).
 //
+// Restarts: StartWorkers of a newer generation first kills the running
+// workers (not reported: the master asked), then starts the new ones. Each
+// worker slot (local rank) has a shared-memory snapshot arena (a memfd made
+// once, passed to every worker of that slot as fd 3, $OB_SNAPSHOT_FD), so a
+// new worker finds its predecessor's snapshots; and, with standby_exe, a
+// standby process per slot that has already loaded LibTorch.
+//
 // No orphans: the agent SIGKILLs every worker's process group and exits when
 // the master says Stop, when its stdin reaches end of file (the master or
 // its rsh is gone), when the master has been silent (no message at all)
@@ -33,6 +40,11 @@ struct AgentOptions {
   double master_timeout_s = 3.0; // silence after which the master counts as lost
   int connect_timeout_ms = 10000;
   int secret_fd = 0;             // secret: its first line; its end of file means "stop"
+  // Keep one standby worker per worker slot: `standby_exe --standby-worker`,
+  // started ahead of need so a (re)started worker skips loading its
+  // libraries; it reads its WorkerSpec on stdin and becomes that worker.
+  // "" = none: workers are started from scratch.
+  std::string standby_exe;
 };
 
 // Exit status: 0 when stopped by the master (or its stdin closed after a

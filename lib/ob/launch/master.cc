@@ -30,6 +30,7 @@ constexpr int kTickMs = 50;        // detection granularity (well under the 1 s 
 constexpr int kProgressMs = 1000;  // progress line period
 constexpr int kDecideMs = 250;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
+constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
 
 int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -99,6 +100,7 @@ struct AgentState {
   bool rsh_done = false;
   std::shared_ptr<Connection> conn;
   State state = State::kStarting;
+  int node = 0;              // plan node id (index into the plan's hosts)
 };
 
 struct RankState {
@@ -136,6 +138,9 @@ class Master {
   void OnAgentMessage(AgentState& a, pb::Control& m);
   void OnAgentClosed(AgentState& a, const std::string& reason);
   void StartWorkers();
+  Status LaunchGeneration();
+  void HostLost(AgentState& a, const std::string& what, int64_t latency_ms);
+  void OnFirstSteps(const pb::Metrics& m);
   void ReapAgents();
   void Tick();
   void Progress();
@@ -143,7 +148,7 @@ class Master {
   // "" for a worker that failed on a live host (often only because a peer
   // died under it). Failures within kDecideMs of the first are decided
   // together (two hosts lost at once are one event).
-  void Failure(const std::string& what, const std::string& lost_host);
+  void Failure(const std::string& what, const std::string& lost_host, int64_t latency_ms);
   void Decide();
   void RequestStop(const std::string& reason);
   void BeginStop(const std::string& reason, Status outcome);
@@ -164,8 +169,27 @@ class Master {
   EventLog events_;
   std::string secret_, bind_addr_, run_dir_;
   int bind_port_ = 0;
-  LaunchLayout layout_;
-  plan::LoadedPlan loaded_;                 // the plan as the planner sees it
+  LaunchLayout layout_;                     // the current generation's
+  std::vector<cluster::Host> hosts_;        // as given
+  std::string hosts_name_;
+  pb::Plan plan_;                           // the current generation's plan
+  plan::LoadedPlan loaded_;                 // the same as the planner sees it
+  std::vector<plan::LayerFetch> fetches_;   // the current generation's fetch list
+  std::vector<int> added_;                  // nodes back since the last decision
+  std::vector<int> idle_;                   // nodes the current instantiation leaves out
+  // The recovery in progress: phases for the `recovered` line.
+  struct Recovering {
+    bool active = false;
+    int64_t detect_unix_ms = 0;      // first detection
+    int64_t detect_latency_ms = 0;
+    int64_t decide_ms = 0;           // first detection to the decision
+    int64_t started_unix_ms = 0;     // the new generation was sent to the agents
+    int64_t process_start_ms = 0;    // latest worker process start
+    double regroup_s = 0, restore_s = 0, first_step_s = 0;  // slowest rank's
+    int reported = 0;
+    uint64_t first_step = 0;
+  } rec_;
+  int fruitless_ = 0;                       // recoveries since a generation last completed a step
   std::vector<std::string> failures_;       // what was detected, in order
   std::set<std::string> failed_hosts_;
   int64_t decide_deadline_ms_ = -1;
@@ -181,6 +205,7 @@ class Master {
   bool stop_requested_ = false, new_metrics_ = false;
   int ranks_done_ = 0;
   uint64_t heartbeat_seq_ = 0, generation_ = 0, last_step_ = 0;
+  std::set<std::string> lost_hosts_;        // hosts lost and not back
   // For the closing summary: rank 0's steps, their summed time and last loss.
   uint64_t steps_done_ = 0;
   double step_seconds_sum_ = 0, tokens_sum_ = 0, last_loss_ = 0;
@@ -189,12 +214,11 @@ class Master {
 Status Master::Prepare() {
   OB_ASSIGN_OR_RETURN(secret_, ReadSecret(opt_.secret_file));
   ::unsetenv("OB_SECRET");  // agents and workers get it on stdin or not at all
-  std::vector<cluster::Host> hosts;
-  OB_ASSIGN_OR_RETURN(hosts, LoadLaunchHosts(opt_.hosts_path));
-  pb::Plan plan;
+  OB_ASSIGN_OR_RETURN(hosts_, LoadLaunchHosts(opt_.hosts_path));
+  pb::Plan& plan = plan_;
   OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
-  const std::string hosts_name = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
-  Result<LaunchLayout> layout = LayOut(plan, hosts, hosts_name);
+  hosts_name_ = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
+  Result<LaunchLayout> layout = LayOut(plan, hosts_, hosts_name_);
   if (!layout.ok()) return layout.status().WithContext(io::DisplayName(opt_.plan_path));
   layout_ = std::move(layout).value();
   auto loaded = plan::FromProto(plan);
@@ -294,6 +318,7 @@ Status Master::StartAgents() {
     auto a = std::make_unique<AgentState>();
     a->host = layout_.hosts[i];
     a->ranks = layout_.host_ranks[i];
+    a->node = static_cast<int>(i);
     std::vector<std::string> cmd = {self, "--agent", "--master", master, "--host", a->host.name,
                                     "--master-timeout", Fixed(opt_.master_timeout_s, 3)};
     cmd.insert(cmd.end(), opt_.agent_flags.begin(), opt_.agent_flags.end());
@@ -318,6 +343,7 @@ Status Master::StartAgents() {
 std::string Master::Admit(const pb::Hello& hello) {
   AgentState* a = FindAgent(hello.host());
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
+  if (state_ == State::kRunning && a->state == AgentState::State::kLost) return "";  // rejoin
   if (a->state != AgentState::State::kStarting) return "host '" + hello.host() + "' already connected";
   if (state_ != State::kStarting) return "the run is not accepting agents now";
   return "";
@@ -325,7 +351,8 @@ std::string Master::Admit(const pb::Hello& hello) {
 
 void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hello) {
   AgentState* a = FindAgent(hello.host());
-  if (a == nullptr || state_ != State::kStarting) {
+  const bool rejoin = a != nullptr && state_ == State::kRunning && a->state == AgentState::State::kLost;
+  if (a == nullptr || (state_ != State::kStarting && !rejoin)) {
     conn->Close("not accepting agents");
     return;
   }
@@ -336,8 +363,14 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   const int64_t ms = Now() - start_ms_;
   OB_LOG(Info) << "agent on host " << a->host.name << " (pid " << hello.pid() << ", "
                << a->conn->peer() << ") authenticated after " << ms << " ms";
-  events_.Write("agent-connected", "host=" + a->host.name + " peer=" + a->conn->peer() +
-                                       " after_ms=" + std::to_string(ms));
+  events_.Write(rejoin ? "agent-rejoined" : "agent-connected",
+                "host=" + a->host.name + " peer=" + a->conn->peer() + " after_ms=" + std::to_string(ms));
+  if (rejoin) {  // added at the next generation, decided with anything else pending
+    lost_hosts_.erase(a->host.name);
+    added_.push_back(a->node);
+    if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
+    return;
+  }
   for (auto& x : agents_) {
     if (x->state != AgentState::State::kConnected) return;
   }
@@ -346,27 +379,58 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
 
 void Master::StartWorkers() {
   state_ = State::kRunning;
+  OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
+               << layout_.ranks.size() << " worker(s)";
+  Status st = LaunchGeneration();
+  if (!st.ok()) BeginStop(st.message(), st);
+}
+
+// Publishes the next generation (plan_ and fetches_ as they are now) and
+// has every live agent replace its workers with that generation's.
+Status Master::LaunchGeneration() {
   ++generation_;
+  Result<LaunchLayout> layout = LayOut(plan_, hosts_, hosts_name_);
+  if (!layout.ok()) return layout.status().WithContext("generation " + std::to_string(generation_));
+  layout_ = std::move(layout).value();
+  if (opt_.publish) {
+    pb::Generation g;
+    g.set_generation(generation_);
+    *g.mutable_plan() = plan_;
+    for (const auto& f : fetches_) {
+      auto* x = g.add_fetches();
+      x->set_node(static_cast<uint32_t>(f.node));
+      x->set_layer(static_cast<uint32_t>(f.layer));
+      x->set_from_node(static_cast<uint32_t>(f.from_node));
+    }
+    OB_RETURN_IF_ERROR(opt_.publish("ob/gen/" + std::to_string(generation_), g.SerializeAsString()));
+  }
+  ranks_.assign(layout_.ranks.size(), RankState{});
+  ranks_done_ = 0;
   const int world = static_cast<int>(layout_.ranks.size());
-  for (auto& a : agents_) {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    AgentState& a = *agents_[i];
+    a.ranks = layout_.host_ranks[i];
+    if (a.state != AgentState::State::kConnected || !a.conn) continue;
     pb::Control m;
     auto* sw = m.mutable_start_workers();
     sw->set_generation(generation_);
-    for (int r : a->ranks) {
+    for (int r : a.ranks) {
       const RankPlacement& p = layout_.ranks[static_cast<size_t>(r)];
-      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a->host.name, opt_.store,
-                        opt_.plan_path};
+      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a.host.name, opt_.store,
+                        opt_.plan_path, generation_};
       pb::WorkerSpec spec = opt_.worker_command(ctx);
       spec.set_rank(static_cast<uint32_t>(r));
       spec.set_local_rank(static_cast<uint32_t>(p.local_rank));
       *sw->add_workers() = std::move(spec);
     }
-    a->conn->Send(m);
+    a.conn->Send(m);
   }
-  OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
-               << world << " worker(s)";
+  rec_.started_unix_ms = UnixMs();
+  std::string pipes;
+  for (const auto& p : loaded_.instantiation.pipelines) pipes += (pipes.empty() ? "" : "+") + std::to_string(p.template_nodes);
   events_.Write("start-workers", "generation=" + std::to_string(generation_) +
-                                     " world=" + std::to_string(world));
+                                     " world=" + std::to_string(world) + " pipelines=" + pipes);
+  return Status::Ok();
 }
 
 void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
@@ -380,22 +444,26 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
         metrics_out_.reset();
       }
     }
-    if (mx.rank() < ranks_.size() && !mx.heartbeat()) {
+    const bool current = mx.generation() == 0 || mx.generation() == generation_;
+    if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       ranks_[mx.rank()].last = mx;
       ranks_[mx.rank()].have_metrics = true;
       last_step_ = std::max<uint64_t>(last_step_, mx.step());
       new_metrics_ = true;
+      fruitless_ = 0;
       if (mx.rank() == 0) {  // every rank reports the same global loss and throughput
-        ++steps_done_;
+        steps_done_ = std::max<uint64_t>(steps_done_, mx.step() + 1);
         step_seconds_sum_ += mx.step_seconds();
         tokens_sum_ += mx.tokens_per_second() * mx.step_seconds();
         last_loss_ = mx.loss();
       }
+      if (mx.process_start_unix_ms() > 0) OnFirstSteps(mx);
     }
     return;
   }
   if (m.has_worker_exited()) {
     const pb::WorkerExited& x = m.worker_exited();
+    if (x.generation() != 0 && x.generation() != generation_) return;  // replaced on purpose
     if (x.rank() >= ranks_.size() || ranks_[x.rank()].exited) return;
     ranks_[x.rank()].exited = true;
     const int64_t latency = std::max<int64_t>(0, UnixMs() - x.unix_ms());
@@ -410,18 +478,16 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     }
     Failure("worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " failed (" +
                 x.description() + "), detected in " + std::to_string(latency) + " ms",
-            "");
+            "", latency);
   }
 }
 
 void Master::OnAgentClosed(AgentState& a, const std::string& reason) {
   const int64_t silent = Now() - (a.conn ? a.conn->last_receive_ms() : Now());
-  const bool was_connected = a.state == AgentState::State::kConnected;
-  a.state = AgentState::State::kLost;
-  if (!was_connected || state_ == State::kStopping || state_ == State::kDone) return;
-  Failure("lost the agent on host " + a.host.name + " (connection " + reason + "), detected " +
-              std::to_string(silent) + " ms after its last message",
-          a.host.name);
+  if (a.state != AgentState::State::kConnected) return;
+  HostLost(a, "lost the agent on host " + a.host.name + " (connection " + reason + "), detected " +
+                  std::to_string(silent) + " ms after its last message",
+           silent);
 }
 
 void Master::ReapAgents() {
@@ -439,11 +505,11 @@ void Master::ReapAgents() {
       events_.Write("detect", msg);
       OB_LOG(Error) << msg;
       BeginStop(msg, Status::Unavailable(msg));
-    } else if (a->state == AgentState::State::kConnected || a->state == AgentState::State::kLost) {
+    } else if (a->state == AgentState::State::kConnected) {
       const int64_t silent = a->conn ? Now() - a->conn->last_receive_ms() : 0;
-      Failure("lost the agent on host " + a->host.name + " (its process " + desc + "), detected " +
-                  std::to_string(silent) + " ms after its last message",
-              a->host.name);
+      HostLost(*a, "lost the agent on host " + a->host.name + " (its process " + desc +
+                       "), detected " + std::to_string(silent) + " ms after its last message",
+               silent);
     }
   }
 }
@@ -485,9 +551,9 @@ void Master::Tick() {
       if (a->state != AgentState::State::kConnected || !a->conn) continue;
       const int64_t silent = now - a->conn->last_receive_ms();
       if (silent > static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
-        return Failure("lost the agent on host " + a->host.name +
-                           " (missed heartbeats: silent for " + std::to_string(silent) + " ms)",
-                       a->host.name);
+        HostLost(*a, "lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
+                         std::to_string(silent) + " ms)",
+                 silent);
       }
     }
   }
@@ -513,44 +579,133 @@ void Master::Progress() {
                << (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
 }
 
-void Master::Failure(const std::string& what, const std::string& lost_host) {
+// A host is gone: its connection is closed and its rsh process killed (an
+// ssh session that ends takes a remote agent, and so its workers, with it;
+// a partitioned agent also stops on its own after --master-timeout). It
+// may come back as a new agent (Admit).
+void Master::HostLost(AgentState& a, const std::string& what, int64_t latency_ms) {
+  if (a.state != AgentState::State::kConnected) return;
+  a.state = AgentState::State::kLost;
+  if (a.conn) {
+    a.conn->SetHandlers(nullptr, nullptr);
+    a.conn->Close("lost");
+    a.conn.reset();
+  }
+  if (!a.rsh_done) {
+    a.rsh.CloseStdin();
+    a.rsh.Kill();
+  }
+  lost_hosts_.insert(a.host.name);
+  Failure(what, a.host.name, latency_ms);
+}
+
+void Master::Failure(const std::string& what, const std::string& lost_host, int64_t latency_ms) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
   OB_LOG(Error) << what;
   events_.Write("detect", what);
+  if (failures_.empty() && !rec_.active) {
+    rec_ = Recovering();
+    rec_.detect_unix_ms = UnixMs();
+    rec_.detect_latency_ms = latency_ms;
+  }
   failures_.push_back(what);
   if (!lost_host.empty()) failed_hosts_.insert(lost_host);
   if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
 }
 
-// What the failed hosts take with them: the plan's re-instantiation says
-// whether every layer still has a replica (SPEC §4.6).
+// Lost hosts go to the plan's re-instantiation (SPEC §4.6), returning
+// hosts come back in; either way (or for workers that failed on live
+// hosts) every live agent restarts its workers under the next generation.
 void Master::Decide() {
   decide_deadline_ms_ = -1;
+  if (state_ != State::kRunning) return;
   std::vector<int> lost;
   std::string hosts;
   for (const auto& h : failed_hosts_) {
-    for (size_t i = 0; i < loaded_.hosts.size(); ++i)
-      if (loaded_.hosts[i] == h) lost.push_back(static_cast<int>(i));
+    if (AgentState* a = FindAgent(h)) lost.push_back(a->node);
     hosts += (hosts.empty() ? "" : ", ") + h;
   }
-  const plan::Recovery r =
-      plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost);
-  std::string what = failures_.front();
-  if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
-  std::string decision;
-  if (lost.empty()) {
-    decision = "workers failed on live hosts; restarting them in place is not built yet; stopping";
-  } else if (!r.ok) {
-    decision = "lost hosts " + hosts + ": " + r.reason + "; restart from a checkpoint";
-  } else {
-    decision = "lost hosts " + hosts + ": the plan can re-instantiate (" +
-               std::to_string(r.next.pipelines.size()) + " pipelines, " +
-               std::to_string(r.bytes_copied >> 20) +
-               " MiB to copy), but recovery in place is not built yet; stopping";
+  std::vector<int> added = added_;
+  // Idle nodes whose agents are alive may be usable again now.
+  for (int n : idle_) {
+    if (agents_[static_cast<size_t>(n)]->state == AgentState::State::kConnected) added.push_back(n);
   }
-  events_.Write("decide", decision);
-  OB_LOG(Error) << decision;
-  BeginStop(what, Status::TempFail(r.ok ? what : decision));
+  std::string what = failures_.empty() ? "hosts came back" : failures_.front();
+  if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
+  failures_.clear();
+  failed_hosts_.clear();
+  added_.clear();
+  if (!rec_.active && rec_.detect_unix_ms == 0) rec_.detect_unix_ms = UnixMs();
+  if (++fruitless_ > kMaxFruitless) {
+    const std::string msg = std::to_string(kMaxFruitless) +
+                            " recoveries in a row completed no step; last: " + what;
+    events_.Write("decide", msg);
+    return BeginStop(msg, Status::TempFail(msg));
+  }
+  std::string decision;
+  if (lost.empty() && added.empty()) {
+    decision = "restarting every worker in place on the same instantiation";
+    fetches_.clear();
+  } else {
+    const plan::Recovery r =
+        plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost, added);
+    if (!r.ok) {
+      decision = (lost.empty() ? std::string("re-instantiation failed") : "lost hosts " + hosts) +
+                 ": " + r.reason + "; restart from a checkpoint";
+      events_.Write("decide", decision);
+      OB_LOG(Error) << decision;
+      return BeginStop(what, Status::TempFail(decision));
+    }
+    loaded_.instantiation = r.next;
+    fetches_ = r.fetches;
+    idle_ = r.idle;
+    std::string sizes;
+    for (const auto& p : r.next.pipelines) sizes += (sizes.empty() ? "" : "+") + std::to_string(p.template_nodes);
+    decision = (lost.empty() ? "" : "lost hosts " + hosts + "; ") +
+               (added.empty() ? "" : std::to_string(added.size()) + " node(s) added; ") +
+               "re-instantiated as pipelines of " + sizes + " nodes, " +
+               std::to_string(r.fetches.size()) + " layer copies (" +
+               std::to_string(r.bytes_copied >> 20) + " MiB)" +
+               (r.idle.empty() ? "" : ", " + std::to_string(r.idle.size()) + " node(s) idle");
+    plan::SetInstantiation(loaded_.problem, loaded_.templates, loaded_.instantiation, &plan_);
+  }
+  rec_.active = true;
+  rec_.decide_ms = UnixMs() - rec_.detect_unix_ms;
+  rec_.reported = 0;
+  rec_.process_start_ms = 0;
+  rec_.regroup_s = rec_.restore_s = rec_.first_step_s = 0;
+  events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " " + decision);
+  OB_LOG(Warn) << what << ": " << decision;
+  Status st = LaunchGeneration();
+  if (!st.ok()) BeginStop(st.message(), Status::TempFail(st.message()));
+}
+
+// The first step of each rank of a new generation: when all have reported,
+// the recovery is complete and its phases go to events.log.
+void Master::OnFirstSteps(const pb::Metrics& m) {
+  if (!rec_.active || m.generation() != generation_) return;
+  rec_.process_start_ms = std::max(rec_.process_start_ms, m.process_start_unix_ms());
+  rec_.restore_s = std::max(rec_.restore_s, m.restore_seconds());
+  rec_.regroup_s = std::max(rec_.regroup_s, (m.ready_unix_ms() - m.process_start_unix_ms()) / 1e3 -
+                                                m.restore_seconds());
+  rec_.first_step_s = std::max(rec_.first_step_s, m.step_seconds());
+  rec_.first_step = m.step();
+  if (++rec_.reported < static_cast<int>(ranks_.size())) return;
+  rec_.active = false;
+  auto ms = [](double s) { return std::to_string(static_cast<int64_t>(std::llround(s * 1e3))); };
+  const int64_t now = UnixMs();
+  const std::string line =
+      "generation=" + std::to_string(generation_) + " from_step=" +
+      std::to_string(static_cast<int64_t>(rec_.first_step) - 1) +
+      " detect_ms=" + std::to_string(rec_.detect_latency_ms) +
+      " decide_ms=" + std::to_string(rec_.decide_ms) +
+      " teardown_ms=" + std::to_string(std::max<int64_t>(0, rec_.process_start_ms - rec_.started_unix_ms)) +
+      " regroup_ms=" + ms(rec_.regroup_s) + " copy_ms=" + ms(rec_.restore_s) +
+      " first_step_ms=" + ms(rec_.first_step_s) +
+      " total_ms=" + std::to_string(now - rec_.detect_unix_ms);
+  events_.Write("recovered", line);
+  OB_LOG(Info) << "recovered: " << line;
+  rec_ = Recovering();
 }
 
 void Master::RequestStop(const std::string& reason) {

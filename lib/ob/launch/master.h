@@ -13,10 +13,20 @@
 //
 // Run: heartbeats both ways every 200 ms. A dead agent (connection lost,
 // its rsh process exited, or silent > agent_timeout_s) or a worker that
-// exits with a non-zero status is detected within a second; until recovery
-// exists the master then stops every agent and returns kTempFail naming the
-// host or rank and the detection latency. When every worker exited 0 the run
-// is complete. SIGTERM/SIGINT (or `stop` on the control socket) stop the
+// exits with a non-zero status is detected within a second. Failures within
+// 250 ms of the first are decided together (SPEC §4.6): lost hosts go to the
+// plan's re-instantiation (plan/recovery.h); if some layer has no replica
+// left the run ends with kTempFail naming the layers; otherwise the master
+// publishes the next generation (the new instantiation and fetch list) and
+// tells every live agent to replace its workers, which resume from their
+// shared-memory snapshots after the last step all of them completed
+// (worker.h). A worker that failed on a live host is restarted in place in
+// the same way, with the same instantiation. A lost host whose agent comes
+// back (started by hand or by a supervisor, with the secret) is added at the
+// next generation. Each recovery is logged as phases with durations
+// (`recovered` in events.log). Three recoveries in a row that complete no
+// step end the run with kTempFail. When every worker exited 0 the run is
+// complete. SIGTERM/SIGINT (or `stop` on the control socket) stop the
 // agents and return 0; `on_stop_request` lets the caller finish the step
 // first. Every detection and decision is a line in run_dir/events.log.
 //
@@ -51,6 +61,7 @@ struct WorkerContext {
   std::string host;           // the agent's host name
   std::string store;          // HOST:PORT of the rendezvous store
   std::string plan_path;      // as given to the master
+  uint64_t generation = 1;    // its plan is the store's "ob/gen/<generation>"
 };
 
 // argv (and extra environment) of one worker; argv must not be empty.
@@ -74,6 +85,10 @@ struct MasterOptions {
   std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")
   std::string store;                 // HOST:PORT of the rendezvous store for workers
   WorkerCommand worker_command;      // REQUIRES: set
+  // Sets a key in the rendezvous store: the master publishes each
+  // generation (control.proto's Generation) under "ob/gen/<G>" before its
+  // workers start. Unset (tests with stand-in workers): nothing published.
+  std::function<Status(const std::string& key, const std::string& value)> publish;
   // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
   // instead of stopping at once: it should let the step finish and then call
   // `stop_now` (on the loop). A second signal, or stop_grace_s, stops anyway.

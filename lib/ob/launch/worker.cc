@@ -1,9 +1,19 @@
 #include "ob/launch/worker.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <cstdlib>
+#include <sstream>
 
+#include "ob/control.pb.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/log.h"
@@ -11,6 +21,7 @@
 #include "ob/model/data.h"
 #include "ob/plan/plan_io.h"
 #include "ob/profile/profile.h"
+#include "ob/runtime/snapshot_arena.h"
 #include "ob/runtime/stage_worker.h"
 #include "ob/torch_compat.h"
 
@@ -46,6 +57,15 @@ struct RendezvousStore::Impl {
   c10::intrusive_ptr<c10d::Store> store;
 };
 
+Status RendezvousStore::Set(const std::string& key, const std::string& value) {
+  try {
+    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rendezvous store: cannot set " + key + ": " + FirstLine(e.what()));
+  }
+  return Status::Ok();
+}
+
 RendezvousStore::~RendezvousStore() = default;
 
 Result<std::unique_ptr<RendezvousStore>> RendezvousStore::Start(const std::string& host) {
@@ -73,46 +93,211 @@ Status CheckDataForPlan(const std::string& data, const std::string& plan_path) {
   return Status::Ok();
 }
 
+namespace {
+
+// The address of this host on the route to HOST:PORT ("" if unknown): Gloo
+// must listen where peers on other hosts can reach it.
+std::string LocalAddressFacing(const std::string& host, const std::string& port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* a = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (::inet_ntop(local.ss_family, a, buf, sizeof buf) != nullptr) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+std::string StoreGet(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
+  std::vector<uint8_t> v = store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+void StoreSet(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+              const std::string& value) {
+  store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+// Where this generation starts from: every rank publishes the complete
+// snapshots its arena holds, and all derive the same answer. Ranks more
+// than one step behind the newest (a slot idle for a while) hold nothing.
+struct StartPoint {
+  bool fresh = true;                 // nobody holds anything: initial weights
+  int64_t step = -1;                 // S: the state after it is restored
+  std::vector<runtime::StageWorker::Held> held;
+  int own_slot = -1;                 // this rank's arena slot at S
+};
+
+Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
+                                const runtime::SnapshotArena& arena, int rank, int world) {
+  using Arena = runtime::SnapshotArena;
+  std::ostringstream mine;
+  for (int s = 0; s < Arena::kSlots; ++s) {
+    const Arena::SlotInfo i = arena.info(s);
+    mine << i.step << " " << i.first_layer << " " << i.last_layer << " ";
+  }
+  StoreSet(store, "held/" + std::to_string(rank), mine.str());
+  OB_LOG(Debug) << "own snapshots (step first last, per slot): " << mine.str();
+  std::vector<std::array<Arena::SlotInfo, Arena::kSlots>> all(static_cast<size_t>(world));
+  int64_t newest = -2;
+  for (int q = 0; q < world; ++q) {
+    std::istringstream in(StoreGet(store, "held/" + std::to_string(q)));
+    for (auto& i : all[static_cast<size_t>(q)]) {
+      if (!(in >> i.step >> i.first_layer >> i.last_layer)) {
+        return Status::DataErr("rank " + std::to_string(q) + " published a malformed snapshot list");
+      }
+      newest = std::max(newest, i.step);
+    }
+  }
+  StartPoint sp;
+  sp.held.resize(static_cast<size_t>(world));
+  if (newest < -1) return sp;  // nobody holds anything
+  sp.fresh = false;
+  sp.step = newest;
+  for (const auto& slots : all) {  // S: the least newest step among current ranks
+    int64_t n = std::max(slots[0].step, slots[1].step);
+    if (n >= newest - 1) sp.step = std::min(sp.step, n);
+  }
+  for (int q = 0; q < world; ++q) {
+    for (int s = 0; s < Arena::kSlots; ++s) {
+      const auto& i = all[static_cast<size_t>(q)][static_cast<size_t>(s)];
+      if (i.complete() && i.step == sp.step) {
+        sp.held[static_cast<size_t>(q)] = {i.first_layer, i.last_layer};
+        if (q == rank) sp.own_slot = s;
+      }
+    }
+  }
+  return sp;
+}
+
+}  // namespace
+
 Status RunWorker(const WorkerOptions& o) {
-  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(o.plan));
-  const auto& lp = pd.loaded;
+  const int64_t process_start_ms = profile::NowUnixMs();  // (a standby's: when it got its role)
+  // ps, top and pgrep show which rank a process is (a standby's command line
+  // does not say).
+  const std::string comm = "ob-worker-" + std::to_string(o.rank);
+  ::prctl(PR_SET_NAME, comm.c_str(), 0, 0, 0);
+  const auto colon = o.store.rfind(':');
+  if (colon == std::string::npos) return Status::Usage("--store must be HOST:PORT");
+  const std::string store_host = o.store.substr(0, colon);
+  const std::string store_port = o.store.substr(colon + 1);
+  if (const char* a = std::getenv("OB_GLOO_ADDR"); a == nullptr || *a == '\0') {
+    const std::string local = LocalAddressFacing(store_host, store_port);
+    if (!local.empty()) ::setenv("OB_GLOO_ADDR", local.c_str(), 1);
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  c10::intrusive_ptr<c10d::Store> root;
+  pb::Generation gen;
+  const std::string gen_key = "ob/gen/" + std::to_string(o.generation);
+  try {
+    root = compat::MakeTcpStore(store_host, std::stoi(store_port), /*is_server=*/false, timeout);
+    const std::string bytes = StoreGet(root, gen_key);
+    if (!gen.ParseFromString(bytes)) {
+      return Status::DataErr(o.store + ": " + gen_key + " is not an ob Generation");
+    }
+  } catch (const std::exception& e) {
+    return Status::Unavailable("cannot read " + gen_key + " from the rendezvous store " + o.store +
+                               ": " + FirstLine(e.what()));
+  }
+  auto loaded = plan::FromProto(gen.plan());
+  if (!loaded.ok()) return loaded.status().WithContext(gen_key);
+  const model::GptConfig cfg = model::GptConfig::FromProto(gen.plan().model());
+  OB_RETURN_IF_ERROR(cfg.Validate().WithContext(gen_key));
   OB_ASSIGN_OR_RETURN(runtime::Topology topo,
-                      runtime::BuildTopology(lp.templates, lp.instantiation, lp.problem.microbatch_size));
+                      runtime::BuildTopology(loaded->templates, loaded->instantiation,
+                                             loaded->problem.microbatch_size));
   if (o.world != topo.world_size())
     return Status::Config("worker started for a world of " + std::to_string(o.world) +
-                          ", the plan has " + std::to_string(topo.world_size()) + " ranks");
+                          ", generation " + std::to_string(o.generation) + " has " +
+                          std::to_string(topo.world_size()) + " ranks");
   if (o.rank < 0 || o.rank >= topo.world_size())
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
-  OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, pd.cfg, o.seed));
+  OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed));
 
   model::TrainOptions t;
   t.steps = o.steps;
   t.global_batch = topo.global_batch();
   t.microbatch = topo.microbatch_size;
-  t.seq_len = static_cast<int>(pd.plan.sequence_length());
+  t.seq_len = static_cast<int>(gen.plan().sequence_length());
   t.lr = o.lr;
   t.warmup_steps = o.warmup_steps;
   t.seed = o.seed;
 
-  const auto colon = o.store.rfind(':');
-  if (colon == std::string::npos) return Status::Usage("--store must be HOST:PORT");
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = compat::MakeTcpStore(o.store.substr(0, colon), std::stoi(o.store.substr(colon + 1)),
-                                 /*is_server=*/false, timeout);
-  } catch (const std::exception& e) {
-    return Status::Unavailable("cannot reach the rendezvous store " + o.store + ": " +
-                               FirstLine(e.what()));
+  std::unique_ptr<runtime::SnapshotArena> arena;
+  {
+    const char* fd = std::getenv("OB_SNAPSHOT_FD");
+    auto opened = fd != nullptr && *fd != '\0'
+                      ? runtime::SnapshotArena::Open(std::atoi(fd), "snapshot memory (fd " + std::string(fd) + ")")
+                      : runtime::SnapshotArena::Anonymous();
+    if (!opened.ok()) return opened.status();
+    arena = std::move(opened).value();
   }
-  OB_ASSIGN_OR_RETURN(auto worker, runtime::StageWorker::Create(pd.cfg, topo, o.rank, store, t, data, timeout));
+  // Groups of this generation live under its own prefix: nothing of an
+  // earlier generation's half-built groups can leak in.
+  c10::intrusive_ptr<c10d::Store> gen_store = c10::make_intrusive<c10d::PrefixStore>(gen_key + "/", root);
+  std::unique_ptr<runtime::StageWorker> worker;
+  int64_t first_step = 0;
+  double restore_seconds = 0;
+  StartPoint sp;
+  try {
+    auto agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size());
+    if (!agreed.ok()) return agreed.status();
+    sp = std::move(agreed).value();
+  } catch (const std::exception& e) {
+    return Status::Unavailable("generation " + std::to_string(o.generation) +
+                               ": peers did not publish their snapshots: " + FirstLine(e.what()));
+  }
+  if (sp.fresh) {
+    if (o.generation > 1) {
+      OB_LOG(Warn) << "no rank holds a snapshot: starting from the initial weights";
+    }
+    auto created = runtime::StageWorker::Create(cfg, topo, o.rank, gen_store, t, data, timeout, arena.get());
+    if (!created.ok()) return created.status();
+    worker = std::move(created).value();
+  } else {
+    std::vector<plan::LayerFetch> fetches;
+    for (const auto& f : gen.fetches()) {
+      fetches.push_back({static_cast<int>(f.node()), static_cast<int>(f.layer()),
+                         static_cast<int>(f.from_node()), 0});
+    }
+    runtime::StageSnapshot own;
+    if (sp.own_slot >= 0) {
+      auto view = arena->View(sp.own_slot);
+      if (!view.ok()) return view.status();
+      own = std::move(view).value();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto restored = runtime::StageWorker::Restore(cfg, topo, o.rank, gen_store, t, data, sp.step,
+                                                  sp.own_slot >= 0 ? &own : nullptr, sp.held,
+                                                  fetches, timeout, arena.get(), sp.own_slot);
+    if (!restored.ok()) return restored.status();
+    worker = std::move(restored).value();
+    restore_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+                      worker->join_seconds();
+    first_step = sp.step + 1;
+  }
+  const int64_t ready_ms = profile::NowUnixMs();
   const auto& me = worker->info();
-  OB_LOG(Info) << "pipeline " << me.pipeline << " stage " << me.stage << " layers "
-               << me.first_layer << "-" << me.last_layer << ", " << me.num_microbatches
-               << " micro-batches per step";
+  OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
+               << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
+               << me.num_microbatches << " micro-batches per step"
+               << (first_step > 0 ? ", resuming after step " + std::to_string(first_step - 1) : "");
 
   io::RecordWriter out(STDOUT_FILENO, "<stdout>");
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = first_step; step < o.steps; ++step) {
     OB_ASSIGN_OR_RETURN(runtime::StepResult r, worker->Step(step));
     pb::Metrics m;
     m.set_format_version(io::kMetricsFormatVersion);
@@ -121,6 +306,7 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_pipeline(me.pipeline);
     m.set_stage(me.stage);
     m.set_step(static_cast<uint64_t>(step));
+    m.set_generation(o.generation);
     m.set_unix_ms(profile::NowUnixMs());
     m.set_step_seconds(r.seconds);
     m.set_forward_seconds(r.forward_seconds);
@@ -130,6 +316,11 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_grad_norm(r.grad_norm);
     m.set_tokens_per_second(r.tokens_per_second);
     m.set_memory_bytes(static_cast<uint64_t>(r.memory_bytes));
+    if (step == first_step) {
+      m.set_process_start_unix_ms(process_start_ms);
+      m.set_ready_unix_ms(ready_ms);
+      m.set_restore_seconds(restore_seconds);
+    }
     OB_RETURN_IF_ERROR(out.Write(m));
   }
   return Status::Ok();

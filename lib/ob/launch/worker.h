@@ -1,8 +1,17 @@
 // The worker role of ob-launch (SPEC §5): one process per pipeline stage,
-// started by an agent as `ob-launch --worker --rank R ...`. It joins the
-// master's rendezvous store, builds its stage of the plan's instantiation
-// (lib/ob/runtime), trains, and writes one delimited ob.pb.Metrics record
-// per step to stdout, which its agent relays to the master.
+// started by an agent as `ob-launch --worker --rank R --generation G ...`.
+// It joins the master's rendezvous store, reads generation G there
+// (control.proto's Generation: the plan with this generation's
+// instantiation, and the fetch list), builds its stage (lib/ob/runtime),
+// trains, and writes one delimited ob.pb.Metrics record per step to stdout,
+// which its agent relays to the master.
+//
+// Restarts (SPEC §4.6): the worker keeps its snapshots in the memfd its
+// agent passes as $OB_SNAPSHOT_FD (runtime/snapshot_arena.h). Every worker
+// of a generation publishes which snapshots it holds; they agree on S, the
+// least newest step among them, and each restores the state after S from
+// its own snapshot and from peers (StageWorker::Restore), then trains from
+// step S + 1. With no snapshot anywhere it starts from the initial weights.
 //
 // Torch-free header. Failure: a bad plan or data → kDataErr/kConfig before
 // any collective; a peer lost mid-step → kUnavailable (the agent reports
@@ -21,7 +30,7 @@ struct WorkerOptions {
   int rank = 0;
   int world = 0;               // checked against the plan's rank count
   std::string store;           // HOST:PORT of the master's TCPStore
-  std::string plan;            // path of the Plan
+  uint64_t generation = 1;     // reads its plan from the store's "ob/gen/<generation>"
   int64_t steps = 0;
   std::string data = "synthetic";  // token file, text file, or "synthetic"
   double lr = 1e-3;
@@ -42,6 +51,8 @@ class RendezvousStore {
   static Result<std::unique_ptr<RendezvousStore>> Start(const std::string& host);
   ~RendezvousStore();
   std::string address() const { return address_; }  // "HOST:PORT"
+  // Sets `key` for every client (the master publishes generations so).
+  Status Set(const std::string& key, const std::string& value);
 
  private:
   RendezvousStore() = default;

@@ -92,6 +92,28 @@ double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiati
   return all > 0 ? 1.0 - busy / all : 0.0;
 }
 
+void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
+                      pb::Plan* plan) {
+  auto* in = plan->mutable_instantiation();
+  in->Clear();
+  for (const auto& pipe : inst.pipelines) {
+    auto* out = in->add_pipelines();
+    out->set_template_nodes(pipe.template_nodes);
+    for (int id : pipe.nodes) {
+      out->add_node_ids(id);
+      out->add_nodes(id < plan->hosts_size() ? plan->hosts(id) : "node" + std::to_string(id));
+    }
+    out->set_microbatches(pipe.microbatches);
+    if (const Template* t = ts.ForNodes(pipe.template_nodes))
+      out->set_seconds(PipelineSeconds(p, *t, pipe.microbatches));
+  }
+  in->set_iteration_seconds(inst.iteration_seconds);
+  if (inst.iteration_seconds > 0 && plan->global_batch() > 0)
+    in->set_tokens_per_second(static_cast<double>(plan->global_batch()) * p.sequence_length /
+                              inst.iteration_seconds);
+  in->set_bubble_fraction(BubbleFraction(p, ts, inst));
+}
+
 pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
                  const PlanMeta& meta) {
   pb::Plan plan;
@@ -123,22 +145,10 @@ pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& i
   for (const auto& t : ts.templates) TemplateToProto(p, t, plan.add_templates());
 
   auto* in = plan.mutable_instantiation();
-  for (const auto& pipe : inst.pipelines) {
-    auto* out = in->add_pipelines();
-    out->set_template_nodes(pipe.template_nodes);
-    for (int id : pipe.nodes) {
-      out->add_node_ids(id);
-      out->add_nodes(plan.hosts(id));
-    }
-    out->set_microbatches(pipe.microbatches);
-    if (const Template* t = ts.ForNodes(pipe.template_nodes))
-      out->set_seconds(PipelineSeconds(p, *t, pipe.microbatches));
-  }
-  in->set_iteration_seconds(inst.iteration_seconds);
+  SetInstantiation(p, ts, inst, &plan);
   if (inst.iteration_seconds > 0)
     in->set_tokens_per_second(static_cast<double>(meta.global_batch) * p.sequence_length /
                               inst.iteration_seconds);
-  in->set_bubble_fraction(BubbleFraction(p, ts, inst));
   in->set_placed_iteration_seconds(meta.placed_seconds);
   in->set_identity_iteration_seconds(meta.identity_seconds);
   return plan;

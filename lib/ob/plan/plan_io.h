@@ -32,6 +32,11 @@ struct PlanMeta {
 pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
                  const PlanMeta& meta);
 
+// Replaces `plan`'s instantiation with `inst` (a re-instantiation of its
+// templates): pipelines with node ids and host names, predicted times.
+void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
+                      pb::Plan* plan);
+
 struct LoadedPlan {
   Problem problem;
   TemplateSet templates;

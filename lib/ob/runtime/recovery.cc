@@ -72,49 +72,66 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
                           " layers, the old " + std::to_string(topo_.num_layers));
   }
-  // Ranks by node, old and new; one stage per node.
-  std::map<int, int> old_rank_of, new_rank_of;
+  // What each new rank held before: its node's old stage (nothing for a new node).
+  std::map<int, int> old_rank_of;
   for (const auto& r : topo_.ranks) old_rank_of[r.node] = r.rank;
+  std::vector<Held> held(next.ranks.size());
+  int new_rank = -1;
   for (const auto& r : next.ranks) {
-    if (!new_rank_of.emplace(r.node, r.rank).second) {
+    if (r.node == info().node) new_rank = r.rank;
+    auto it = old_rank_of.find(r.node);
+    if (it == old_rank_of.end()) continue;
+    held[r.rank] = {topo_.ranks[it->second].first_layer, topo_.ranks[it->second].last_layer};
+  }
+  if (new_rank < 0) return Status::Config(who + ": not in the new plan (idle)");
+  return Restore(cfg_, next, new_rank, store, opts_, data_, step, own, held, fetches, timeout);
+}
+
+namespace {
+
+bool HoldsRange(const StageWorker::Held& h, int layer) {
+  return h.first_layer <= layer && layer <= h.last_layer;
+}
+
+// The transfers every rank derives alike (see the file comment).
+Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
+                                            const std::vector<StageWorker::Held>& held,
+                                            const std::vector<plan::LayerFetch>& fetches) {
+  const int L = topo.num_layers;
+  std::map<int, int> rank_of;  // node -> rank; one stage per node
+  for (const auto& r : topo.ranks) {
+    if (!rank_of.emplace(r.node, r.rank).second) {
       return Status::Config("node " + std::to_string(r.node) +
                             " runs several stages; recovery supports one per node");
     }
-    if (!old_rank_of.count(r.node)) {
-      return Status::Config("node " + std::to_string(r.node) +
-                            " is new; recovery only supports survivors yet");
-    }
   }
-  if (!new_rank_of.count(info().node)) {
-    return Status::Config(who + ": not in the new plan (idle)");
-  }
-  const int new_rank = new_rank_of[info().node];
-  const int L = topo_.num_layers;
-
   std::map<std::pair<int, int>, int> source;  // (node, layer) -> from_node
   for (const auto& f : fetches) source.emplace(std::make_pair(f.node, f.layer), f.from_node);
+  auto holds_tied = [L](const StageWorker::Held& h) {
+    return HoldsRange(h, 0) || HoldsRange(h, L - 1);
+  };
   std::vector<Transfer> transfers;
-  for (const auto& r : next.ranks) {
-    const RankInfo& old = topo_.ranks[old_rank_of[r.node]];
-    bool tied_pending = HoldsTied(r, L) && !HoldsTied(old, L);
+  for (const auto& r : topo.ranks) {
+    const StageWorker::Held& old = held[r.rank];
+    bool tied_pending = HoldsTied(r, L) && !holds_tied(old);
     for (int l = r.first_layer; l <= r.last_layer; ++l) {
-      if (Holds(old, l)) continue;
+      if (HoldsRange(old, l)) continue;
+      int from = -1;
       auto it = source.find({r.node, l});
-      const std::string what =
-          "node " + std::to_string(r.node) + " layer " + std::to_string(l);
-      if (it == source.end()) return Status::Config(what + ": not in the fetch list");
-      auto from = new_rank_of.find(it->second);
-      if (from == new_rank_of.end()) {
-        return Status::Config(what + ": holder node " + std::to_string(it->second) +
-                              " is not in the new plan");
+      if (it != source.end()) {
+        auto f = rank_of.find(it->second);
+        if (f != rank_of.end() && HoldsRange(held[f->second], l)) from = f->second;
       }
-      if (!Holds(topo_.ranks[old_rank_of[it->second]], l)) {
-        return Status::Config(what + ": node " + std::to_string(it->second) +
-                              " did not hold it");
+      for (size_t q = 0; from < 0 && q < held.size(); ++q) {
+        if (static_cast<int>(q) != r.rank && HoldsRange(held[q], l)) from = static_cast<int>(q);
+      }
+      if (from < 0) {
+        return Status::Config("node " + std::to_string(r.node) + " layer " + std::to_string(l) +
+                              ": no rank of the new plan holds it");
       }
       Transfer t;
       t.to = r.rank;
-      t.from = from->second;
+      t.from = from;
       t.layer = l;
       if (tied_pending && (l == 0 || l == L - 1)) {
         t.with_tied = true;
@@ -123,15 +140,39 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
       transfers.push_back(t);
     }
   }
+  return transfers;
+}
 
-  auto created = Create(cfg_, next, new_rank, store, opts_, data_, timeout);
+}  // namespace
+
+Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
+    const model::GptConfig& cfg, const Topology& next, int new_rank,
+    const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
+    const model::TokenSource& data, int64_t step, const StageSnapshot* own,
+    const std::vector<Held>& held, const std::vector<plan::LayerFetch>& fetches,
+    std::chrono::milliseconds timeout, SnapshotArena* arena, int arena_keep) {
+  const std::string who = "rank " + std::to_string(new_rank);
+  if (new_rank < 0 || new_rank >= next.world_size() ||
+      held.size() != static_cast<size_t>(next.world_size())) {
+    return Status::Config(who + ": outside the new plan, or holdings for " +
+                          std::to_string(held.size()) + " ranks");
+  }
+  const Held mine = held[new_rank];
+  if (mine.first_layer <= mine.last_layer && own == nullptr) {
+    return Status::Config(who + ": claims layers " + std::to_string(mine.first_layer) + "-" +
+                          std::to_string(mine.last_layer) + " but has no snapshot");
+  }
+  static const StageSnapshot kNothing;
+  if (own == nullptr) own = &kNothing;
+  OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches));
+  auto created = Create(cfg, next, new_rank, store, opts, data, timeout);
   if (!created.ok()) return created.status();
   std::unique_ptr<StageWorker> w = std::move(*created);
   try {
     c10::intrusive_ptr<compat::Backend> group;
     if (!transfers.empty()) {
       auto prefixed = c10::make_intrusive<c10d::PrefixStore>("recovery", store);
-      group = compat::MakeProcessGroup(prefixed, new_rank, next.world_size(), opts_.device,
+      group = compat::MakeProcessGroup(prefixed, new_rank, next.world_size(), opts.device,
                                        timeout);
     }
     // The new stage's keys, and the state each gets: own or received.
@@ -145,7 +186,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
       if (it != own->tensors.end()) state[key] = it->second;
     }
 
-    const auto device = opts_.device;
+    const auto device = opts.device;
     std::vector<Work> works;                // sends and receives, all posted before any wait
     std::vector<torch::Tensor> in_flight;   // what the sends read from
     struct Pending {
@@ -217,6 +258,10 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     CaptureSnapshot(w->stage_, w->tied_, *w->optimizer_, step, &w->snapshots_[0]);
     w->snapshots_[1] = StageSnapshot();
     w->newest_ = 0;
+    if (arena != nullptr) {
+      Status st = w->AttachArena(arena, arena_keep);
+      if (!st.ok()) return st;
+    }
   } catch (const std::logic_error& e) {
     return Status::Internal(FirstLine(e.what()));
   } catch (const std::exception& e) {

@@ -79,7 +79,7 @@ StageWorker::~StageWorker() = default;
 Result<std::unique_ptr<StageWorker>> StageWorker::Create(
     const model::GptConfig& cfg, const Topology& topo, int rank,
     const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
-    const model::TokenSource& data, std::chrono::milliseconds timeout) {
+    const model::TokenSource& data, std::chrono::milliseconds timeout, SnapshotArena* arena) {
   OB_RETURN_IF_ERROR(cfg.Validate());
   const std::string who = "rank " + std::to_string(rank);
   if (rank < 0 || rank >= topo.world_size()) {
@@ -106,7 +106,10 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
     std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len));
     CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
                     &worker->snapshots_[0]);
+    if (arena != nullptr) OB_RETURN_IF_ERROR(worker->AttachArena(arena, -1));
+    const auto t_join = Clock::now();
     worker->JoinGroups(store, timeout);
+    worker->join_seconds_ = SecondsSince(t_join);
     return Result<std::unique_ptr<StageWorker>>(std::move(worker));
   } catch (const std::exception& e) {
     return Status::Unavailable(who + ": joining groups failed: " + FirstLine(e.what()));
@@ -143,6 +146,30 @@ const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
   return nullptr;
 }
 
+Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
+  const StageSnapshot& current = snapshots_[newest_];
+  const int a = keep == 0 ? 1 : 0;
+  const int b = 1 - a;
+  StageSnapshot first, second;
+  OB_RETURN_IF_ERROR(arena->Prepare(a, current, &first));
+  arena->Begin(a);
+  for (auto& [key, t] : first.tensors) {
+    const TensorSnapshot& from = current.tensors.at(key);
+    t.value.copy_(from.value);
+    t.exp_avg.copy_(from.exp_avg);
+    t.exp_avg_sq.copy_(from.exp_avg_sq);
+    t.adam_step = from.adam_step;
+  }
+  first.step = current.step;
+  arena->Commit(a, first);
+  OB_RETURN_IF_ERROR(arena->Prepare(b, current, &second));
+  snapshots_[a] = std::move(first);
+  snapshots_[b] = std::move(second);
+  newest_ = a;
+  arena_ = arena;
+  return Status::Ok();
+}
+
 Result<StepResult> StageWorker::ForwardBackward(int64_t step) {
   try {
     return RunSchedule(step);
@@ -158,8 +185,11 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     StepResult r = RunSchedule(step);
     ApplyUpdate(&r);
     const auto t_snap = Clock::now();
-    CaptureSnapshot(stage_, tied_, *optimizer_, step, &snapshots_[1 - newest_]);
-    newest_ = 1 - newest_;
+    const int slot = 1 - newest_;
+    if (arena_ != nullptr) arena_->Begin(slot);
+    CaptureSnapshot(stage_, tied_, *optimizer_, step, &snapshots_[slot]);
+    if (arena_ != nullptr) arena_->Commit(slot, snapshots_[slot]);
+    newest_ = slot;
     r.snapshot_seconds = SecondsSince(t_snap);
     compat::Synchronize(opts_.device);
     r.seconds = SecondsSince(start);

@@ -58,6 +58,7 @@
 #include "ob/model/train.h"
 #include "ob/plan/recovery.h"
 #include "ob/runtime/snapshot.h"
+#include "ob/runtime/snapshot_arena.h"
 #include "ob/runtime/topology.h"
 #include "ob/status.h"
 #include "ob/torch_compat.h"
@@ -91,7 +92,8 @@ class StageWorker {
       const model::GptConfig& cfg, const Topology& topo, int rank,
       const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
       const model::TokenSource& data,
-      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+      std::chrono::milliseconds timeout = std::chrono::seconds(60),
+      SnapshotArena* arena = nullptr);
 
   ~StageWorker();
   StageWorker(const StageWorker&) = delete;
@@ -131,7 +133,30 @@ class StageWorker {
       const c10::intrusive_ptr<c10d::Store>& store,
       std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
+  // The same across processes: a worker of `topo` (rank `rank`) whose state
+  // after step `step` comes from snapshots rather than from an old worker.
+  // `own` is this process's snapshot at `step` (from its SnapshotArena; null
+  // for a node that holds nothing, e.g. one that joined); `held[r]` says
+  // which layers rank r's own snapshot holds, for every rank of `topo`
+  // (every rank passes the same list: they derive the same transfers). A
+  // layer a rank needs and does not hold comes from the fetch list's holder
+  // when that rank holds it, else from the lowest rank that holds it.
+  // With `arena`, the new worker keeps its snapshots there; `arena_keep` is
+  // the slot `own` lives in, left intact until the state at `step` is in
+  // the other one. kConfig when a layer has no holder or `own` is missing
+  // layers `held` claims; kUnavailable when a peer fails.
+  struct Held {
+    int first_layer = 0, last_layer = -1;   // none when first > last
+  };
+  static Result<std::unique_ptr<StageWorker>> Restore(
+      const model::GptConfig& cfg, const Topology& topo, int rank,
+      const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
+      const model::TokenSource& data, int64_t step, const StageSnapshot* own,
+      const std::vector<Held>& held, const std::vector<plan::LayerFetch>& fetches,
+      std::chrono::milliseconds timeout, SnapshotArena* arena = nullptr, int arena_keep = -1);
+
   const model::GptStage& stage() const { return stage_; }
+  double join_seconds() const { return join_seconds_; }  // joining the groups in Create
   const RankInfo& info() const { return topo_.ranks[rank_]; }
   const Topology& topology() const { return topo_; }
 
@@ -142,6 +167,9 @@ class StageWorker {
   void JoinGroups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
+  // Moves the newest snapshot into `arena` (not into slot `keep`) and keeps
+  // both snapshots there from now on.
+  Status AttachArena(SnapshotArena* arena, int keep);
 
   model::GptConfig cfg_;
   Topology topo_;
@@ -159,6 +187,8 @@ class StageWorker {
   // The states after the last two completed steps; snapshots_[newest_] the later.
   StageSnapshot snapshots_[2];
   int newest_ = 0;
+  SnapshotArena* arena_ = nullptr;
+  double join_seconds_ = 0;   // where snapshots_ live when set (not owned)
 };
 
 }  // namespace ob::runtime

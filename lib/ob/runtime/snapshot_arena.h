@@ -1,0 +1,96 @@
+// SnapshotArena: the two StageSnapshots of a worker (snapshot.h) kept in a
+// shared-memory file that outlives the worker process (SPEC §4.6).
+//
+// The ob-launch agent creates one memfd per local worker and hands it to
+// every worker it starts in that slot (fd inheritance; $OB_SNAPSHOT_FD).
+// The worker lays its snapshots out in it and CaptureSnapshot writes
+// straight into the mapping, so a snapshot costs the same copy as a heap
+// one. When any worker dies the master restarts all of them under a new
+// generation: a restarted worker finds here the state after its last
+// completed steps, whatever killed its predecessor, and a host that is lost
+// takes its arenas with it (the agent's memfds die with the agent). Nothing
+// touches a disk.
+//
+// Layout (native endianness; one machine only): a 4 KiB header, then one
+// region per slot: an entry table (key, dtype, shape, AdamW step, offset)
+// and the data, each tensor's value, exp_avg and exp_avg_sq back to back at
+// 64-byte alignment. A slot is empty, being written, or complete; it turns
+// complete (with its step) only after every byte is in place, so a worker
+// killed mid-copy leaves that slot unusable and the other one intact. A
+// slot that must grow is moved to the end of the file; the file never
+// shrinks. The mapping reserves a large virtual range once, so views stay
+// valid as the file grows.
+//
+// Thread-safety: one thread at a time. Failure: kIoErr on mapping or
+// growing errors; kDataErr for a file that is not an arena (a worker given
+// the wrong descriptor).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ob/runtime/snapshot.h"
+#include "ob/status.h"
+
+namespace ob::runtime {
+
+class SnapshotArena {
+ public:
+  static constexpr int kSlots = 2;
+
+  struct SlotInfo {
+    int64_t step = -2;      // -2: not complete
+    int first_layer = 0;
+    int last_layer = -1;
+    bool complete() const { return step >= -1; }
+  };
+
+  // Maps `fd` (shared; an empty file becomes an empty arena). The arena
+  // dups `fd`; the caller keeps its own.
+  static Result<std::unique_ptr<SnapshotArena>> Open(int fd, const std::string& name);
+  // A private arena on a fresh memfd (tests, or a worker started by hand).
+  static Result<std::unique_ptr<SnapshotArena>> Anonymous();
+
+  ~SnapshotArena();
+  SnapshotArena(const SnapshotArena&) = delete;
+  SnapshotArena& operator=(const SnapshotArena&) = delete;
+
+  SlotInfo info(int slot) const;
+  // The slot whose complete snapshot is after step `step`, or -1.
+  int SlotAt(int64_t step) const;
+
+  // The complete snapshot in `slot`, its tensors viewing the arena (valid
+  // until the slot is prepared again). kDataErr if the slot is not complete
+  // or its table is damaged.
+  Result<StageSnapshot> View(int slot) const;
+
+  // Lays `slot` out for tensors named and shaped like `like`'s values
+  // (dtype and sizes; the data is not read), marks it empty, and fills
+  // `out` with views ready for CaptureSnapshot (step -2).
+  Status Prepare(int slot, const StageSnapshot& like, StageSnapshot* out);
+
+  // Brackets a capture into `slot` (prepared from the same tensors):
+  // Begin marks it incomplete; Commit records `snap`'s step, layers and
+  // AdamW step counts and marks it complete.
+  void Begin(int slot);
+  void Commit(int slot, const StageSnapshot& snap);
+
+  const std::string& name() const { return name_; }
+
+ private:
+  SnapshotArena() = default;
+  Status Map(int fd);
+  Status Grow(uint64_t bytes);
+  struct Header;
+  Header* header() const;
+
+  std::string name_;
+  int fd_ = -1;
+  char* base_ = nullptr;
+  uint64_t file_bytes_ = 0;
+};
+
+}  // namespace ob::runtime

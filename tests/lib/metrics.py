@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Reads ob-launch's --metrics stream (varint-delimited ob.pb.Metrics
+records, ob-formats(5)) with the standard library only, for the process
+tests. A record still being written at the end of the file is ignored.
+
+  metrics.py max-step FILE           highest step any rank reported (-1: none)
+  metrics.py check FILE STEPS RANKS  every step 0..STEPS-1 reported by RANKS
+                                     ranks of the last generation that ran it,
+                                     all agreeing on the loss; prints the loss
+  metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
+                                     generation that ran it) equals REF's
+                                     within REL (default 1e-4) relative
+"""
+import struct
+import sys
+
+RANK, STEP, GENERATION, LOSS, HEARTBEAT = 3, 6, 7, 13, 17
+
+
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << s
+        s += 7
+        if c < 0x80:
+            return v, i
+
+
+def records(path):
+    data = open(path, "rb").read()
+    out, i = [], 0
+    try:
+        while i < len(data):
+            n, i = varint(data, i)
+            if i + n > len(data):
+                break
+            body, i, f, j = data[i:i + n], i + n, {}, 0
+            while j < len(body):
+                key, j = varint(body, j)
+                num, wt = key >> 3, key & 7
+                if wt == 0:
+                    f[num], j = varint(body, j)
+                elif wt == 1:
+                    f[num] = struct.unpack("<d", body[j:j + 8])[0]
+                    j += 8
+                elif wt == 2:
+                    ln, j = varint(body, j)
+                    f[num] = body[j:j + ln]
+                    j += ln
+                elif wt == 5:
+                    j += 4
+                else:
+                    raise ValueError(f"{path}: wire type {wt}")
+            if not f.get(HEARTBEAT):
+                out.append(f)
+    except IndexError:
+        pass
+    return out
+
+
+def final_steps(recs):
+    """{step: [(rank, loss)] of the last generation that reported it}."""
+    best = {}
+    for r in recs:
+        step, gen = r.get(STEP, 0), r.get(GENERATION, 0)
+        have = best.get(step)
+        if have is None or gen > have[0]:
+            best[step] = (gen, [])
+        if best[step][0] == gen:
+            best[step][1].append((r.get(RANK, 0), r.get(LOSS, 0.0)))
+    return {s: v[1] for s, v in best.items()}
+
+
+def losses(recs):
+    out = {}
+    for step, rl in final_steps(recs).items():
+        ls = [l for _, l in rl]
+        if max(ls) - min(ls) > 1e-9 * abs(max(ls)):
+            raise SystemExit(f"step {step}: ranks disagree on the loss: {rl}")
+        out[step] = ls[0]
+    return out
+
+
+def main(argv):
+    cmd = argv[1]
+    if cmd == "max-step":
+        print(max((r.get(STEP, 0) for r in records(argv[2])), default=-1))
+    elif cmd == "check":
+        steps, ranks = int(argv[3]), int(argv[4])
+        final = final_steps(records(argv[2]))
+        if sorted(final) != list(range(steps)):
+            raise SystemExit(f"steps reported: {sorted(final)[:5]}..{sorted(final)[-5:]}, want 0..{steps - 1}")
+        for s, rl in final.items():
+            if len(rl) != ranks:
+                raise SystemExit(f"step {s}: {len(rl)} reports, want {ranks}: {rl}")
+        ls = losses(records(argv[2]))
+        print(f"loss {ls[0]:.4f} -> {ls[steps - 1]:.4f}")
+    elif cmd == "compare":
+        rel = float(argv[4]) if len(argv) > 4 else 1e-4
+        ref, run = losses(records(argv[2])), losses(records(argv[3]))
+        missing = sorted(set(ref) - set(run))
+        if missing:
+            raise SystemExit(f"steps missing from {argv[3]}: {missing[:10]}")
+        worst = max(abs(run[s] - ref[s]) / abs(ref[s]) for s in ref)
+        gens = sorted({r.get(GENERATION, 0) for r in records(argv[3])})
+        print(f"{len(ref)} steps, generations {gens}, max relative loss difference {worst:.2e}")
+        if worst > rel:
+            bad = [s for s in sorted(ref) if abs(run[s] - ref[s]) / abs(ref[s]) > rel]
+            raise SystemExit(f"losses differ beyond {rel} at steps {bad[:10]}: "
+                             f"{[(s, ref[s], run[s]) for s in bad[:3]]}")
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

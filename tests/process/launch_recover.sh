@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# In-place recovery (issue 4, acceptance 3; SPEC §4.6), f = 1, 4 local
+# hosts in 2 pipelines of 2 stages, 60 steps on the fixed corpus:
+#  1. kill -9 of one host's agent and everything it started, after step 15:
+#     the master re-instantiates on the 3 survivors, training reaches the
+#     last step and exits 0, and every step's loss equals an uninterrupted
+#     run's within 1e-4 relative (no lost or repeated samples), with no
+#     checkpoint anywhere: the state comes from the survivors' snapshots;
+#  2. kill -9 of a single worker: the same, every worker restarted in place.
+# Each recovery is logged with its phases (`recovered ...` in events.log).
+NAME=launch_recover
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+make_two_by_two
+STEPS=60
+
+run_start ref "$STEPS"
+run_wait
+[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+python3 "$METRICS_PY" check "$WORK/ref.pb" "$STEPS" 4 >/dev/null || fail "uninterrupted run's metrics"
+
+# check_recovered RUN WHAT: the run finished every step with the reference's losses.
+check_recovered() {
+  local run=$1 what=$2
+  [ "$RC" = 0 ] || fail "$what: exit $RC: $(tail -3 "$WORK/$run.err")"
+  grep -q "trained $STEPS steps: final loss" "$WORK/$run.err" || fail "$what: no closing line"
+  local rec
+  rec=$(grep " recovered generation=2 " "$WORK/$run/events.log") || fail "$what: no recovery logged"
+  for phase in detect decide teardown regroup copy first_step total; do
+    [[ "$rec" =~ " ${phase}_ms="[0-9]+ ]] || fail "$what: no $phase phase in: $rec"
+  done
+  python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/$run.pb" 1e-4 > "$WORK/$run.cmp" \
+    || fail "$what: $(cat "$WORK/$run.cmp")"
+  wait_for 3 no_tagged || fail "$what: processes left behind: $(tagged)"
+  echo "$NAME: $what: $(cat "$WORK/$run.cmp"); ${rec#* recovered }"
+}
+
+# 1. A host: its agent, its worker and its standby, all at once.
+run_start host "$STEPS"
+wait_step host 15 || fail "host run did not reach step 15: $(tail -3 "$WORK/host.err")"
+victims=$(host_pids "${TAG}h3")
+[ -n "$victims" ] || fail "no processes for ${TAG}h3"
+kill -9 $victims
+run_wait
+grep -q "decide generation=2 lost hosts ${TAG}h3; re-instantiated" "$WORK/host/events.log" \
+  || fail "no re-instantiation decision: $(grep decide "$WORK/host/events.log")"
+check_recovered host "kill -9 of host ${TAG}h3"
+
+# 2. One worker (rank 1: the last stage of the first pipeline).
+run_start worker "$STEPS"
+wait_step worker 15 || fail "worker run did not reach step 15: $(tail -3 "$WORK/worker.err")"
+victim=$(worker_pid 1)
+[ -n "$victim" ] || fail "no worker process for rank 1"
+kill -9 "$victim"
+run_wait
+grep -q "decide generation=2 restarting every worker in place" "$WORK/worker/events.log" \
+  || fail "no restart decision: $(grep decide "$WORK/worker/events.log")"
+check_recovered worker "kill -9 of worker rank 1"
+echo "$NAME: ok"

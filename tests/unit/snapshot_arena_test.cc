@@ -1,0 +1,106 @@
+// SnapshotArena (runtime/snapshot_arena.h): snapshots in a memfd that a
+// later process maps again and finds intact, and a slot caught mid-write
+// that reads as incomplete.
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ob/runtime/snapshot_arena.h"
+
+namespace {
+
+using ob::runtime::SnapshotArena;
+using ob::runtime::StageSnapshot;
+using ob::runtime::TensorSnapshot;
+
+StageSnapshot Like(int first, int last, int64_t width) {
+  StageSnapshot s;
+  s.first_layer = first;
+  s.last_layer = last;
+  for (int l = first; l <= last; ++l) {
+    TensorSnapshot t;
+    t.value = torch::empty({width, 3});
+    s.tensors[std::to_string(l) + ".w"] = t;
+  }
+  TensorSnapshot tied;
+  tied.value = torch::empty({5});
+  s.tensors[StageSnapshot::kTied] = tied;
+  return s;
+}
+
+// Fills `views` with values derived from `seed` and commits it as `step`.
+void Write(SnapshotArena& arena, int slot, StageSnapshot& views, int64_t step, float seed) {
+  arena.Begin(slot);
+  float x = seed;
+  for (auto& [key, t] : views.tensors) {
+    t.value.fill_(x);
+    t.exp_avg.fill_(x + 1);
+    t.exp_avg_sq.fill_(x + 2);
+    t.adam_step = static_cast<int64_t>(x);
+    x += 10;
+  }
+  views.step = step;
+  arena.Commit(slot, views);
+}
+
+}  // namespace
+
+TEST_CASE("snapshots in a shared arena outlive the arena that wrote them") {
+  const int fd = memfd_create("arena-test", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  {
+    auto a = SnapshotArena::Open(fd, "test arena");
+    REQUIRE(a.ok());
+    StageSnapshot s0, s1;
+    REQUIRE((*a)->Prepare(0, Like(2, 4, 7), &s0).ok());
+    REQUIRE((*a)->Prepare(1, Like(2, 4, 7), &s1).ok());
+    CHECK_FALSE((*a)->info(0).complete());
+    Write(**a, 0, s0, 11, 1.0f);
+    Write(**a, 1, s1, 12, 3.0f);
+    (*a)->Begin(0);  // a writer killed while copying step 13 into slot 0
+    s0.tensors.begin()->second.value.fill_(-1);
+  }
+  auto b = SnapshotArena::Open(fd, "test arena");
+  REQUIRE(b.ok());
+  CHECK_FALSE((*b)->info(0).complete());
+  CHECK((*b)->SlotAt(11) == -1);
+  REQUIRE((*b)->SlotAt(12) == 1);
+  CHECK((*b)->info(1).first_layer == 2);
+  CHECK((*b)->info(1).last_layer == 4);
+  auto view = (*b)->View(1);
+  REQUIRE(view.ok());
+  CHECK(view->step == 12);
+  REQUIRE(view->tensors.size() == 4);
+  float x = 3.0f;
+  for (const auto& [key, t] : view->tensors) {
+    CHECK(t.value.sizes() == (key == StageSnapshot::kTied ? torch::IntArrayRef{5} : torch::IntArrayRef{7, 3}));
+    CHECK(t.value.eq(x).all().item<bool>());
+    CHECK(t.exp_avg.eq(x + 1).all().item<bool>());
+    CHECK(t.exp_avg_sq.eq(x + 2).all().item<bool>());
+    CHECK(t.adam_step == static_cast<int64_t>(x));
+    x += 10;
+  }
+  CHECK_FALSE((*b)->View(0).ok());
+
+  // A larger layout moves the slot; the other slot's views stay valid.
+  StageSnapshot big;
+  REQUIRE((*b)->Prepare(0, Like(0, 9, 1000), &big).ok());
+  Write(**b, 0, big, 13, 5.0f);
+  CHECK(view->tensors.at("2.w").value.eq(3.0f).all().item<bool>());
+  CHECK((*b)->SlotAt(13) == 0);
+  close(fd);
+}
+
+TEST_CASE("a descriptor that is not an arena is refused") {
+  const int fd = memfd_create("not-arena", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const std::string junk(8192, 'x');
+  REQUIRE(write(fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+  auto a = SnapshotArena::Open(fd, "junk");
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.status().message().find("not a snapshot arena") != std::string::npos);
+  close(fd);
+}
