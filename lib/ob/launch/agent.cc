@@ -180,6 +180,7 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   }
   conn_ = std::move(r).value();
   OB_LOG(Info) << "connected to the master at " << conn_->peer();
+  SpawnStandby(0);  // loading while the master waits for the other agents
   conn_->SetHandlers([this](Connection&, pb::Control& m) { OnMessage(m); },
                      [this](Connection&, const std::string& reason) {
                        Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
