@@ -4,6 +4,9 @@
 # worker and standby of each) in the same instant, after step 15. The
 # failures are decided together as one re-instantiation, training reaches
 # the last step with every step's loss equal to an uninterrupted run's.
+# Then a failure during recovery: one host killed, and the other as soon as
+# the first decision is made: a second re-instantiation (generation 3)
+# takes over, with the same losses.
 NAME=launch_recover_two
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -35,4 +38,18 @@ rec=$(grep " recovered generation=2 " "$WORK/two/events.log") || fail "no recove
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/two.pb" 1e-4 > "$WORK/cmp" || fail "$(cat "$WORK/cmp")"
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: hosts $a and $b: $(cat "$WORK/cmp"); ${rec#* recovered }"
+
+run_start during "$STEPS"
+wait_step during 15 || fail "did not reach step 15: $(tail -3 "$WORK/during.err")"
+kill -9 $(host_pids "$a")
+decided() { grep -q " decide generation=2 " "$WORK/during/events.log"; }
+wait_for 5 decided || fail "no decision after the first kill"
+kill -9 $(host_pids "$b")
+run_wait
+[ "$RC" = 0 ] || fail "failure during recovery: exit $RC: $(tail -3 "$WORK/during.err")"
+rec=$(grep " recovered generation=3 " "$WORK/during/events.log") \
+  || fail "no generation 3: $(grep -E 'decide|recovered' "$WORK/during/events.log")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/during.pb" 1e-4 > "$WORK/cmp" || fail "$(cat "$WORK/cmp")"
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: failure during recovery: $(cat "$WORK/cmp"); ${rec#* recovered }"
 echo "$NAME: ok"
