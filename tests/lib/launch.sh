@@ -51,8 +51,11 @@ wait_for() {
 count_tagged() { tagged | grep -c . ; }
 no_tagged() { [ "$(count_tagged)" = 0 ]; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-# Worker processes of this test now running (found by OB_HOST).
-count_workers() { grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | grep -c . ; }
+# Worker processes of this test now running (found by OB_HOST; a standby
+# worker, which has no rank yet, does not count).
+count_workers() {
+  grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "OB_RANK=" | grep -c .
+}
 
 # make_pipelines N F: N hosts, gpt-tiny (sequence 32) planned with f = F on
 # GPUs so small that n0 = 2: N/2 pipelines of two stages, so stages talk
@@ -79,8 +82,8 @@ make_two_by_two() { make_pipelines 4 1; }
 
 METRICS_PY="$OB_SOURCE_DIR/tests/lib/metrics.py"
 
-# run_start RUN STEPS [FLAGS...]: trains $WORK/plan.pb on $WORK/hosts.txt (the
-# fixed corpus) in the background: run directory $WORK/RUN, metrics
+# run_start RUN STEPS [FLAGS...]: trains $WORK/plan.pb on $WORK/hosts.txt (or
+# $RUN_PLAN on $RUN_HOSTS; the fixed corpus) in the background: run directory $WORK/RUN, metrics
 # $WORK/RUN.pb, stderr $WORK/RUN.err; sets MASTER_PID.
 run_start() {
   local run=$1 steps=$2
@@ -88,7 +91,7 @@ run_start() {
   rm -rf "${WORK:?}/$run" "$WORK/$run.pb"
   timeout 240 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/$run" \
     --steps "$steps" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/$run.pb" "$@" \
-    "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
+    "${RUN_PLAN:-$WORK/plan.pb}" "${RUN_HOSTS:-$WORK/hosts.txt}" 2> "$WORK/$run.err" &
   MASTER_PID=$!
 }
 # run_wait: waits for the master; RC is its exit status.

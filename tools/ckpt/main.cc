@@ -1,13 +1,301 @@
-// ob-ckpt: Inspect, verify, export and prune asynchronous checkpoints.
-// Not built yet: see the issue that introduces it. The common flags
-// (--help, --version, -o, --json) already behave as in every ob tool.
+// ob-ckpt: list, show, verify, export and prune checkpoint directories.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <sys/stat.h>
+
+#include "ob/ckpt/checkpoint.h"
 #include "ob/cli/cli.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/log.h"
+
+namespace {
+
+struct Options {
+  std::string path;             // DIR, or a checkpoint directory
+  bool with_optimizer = false;  // export: Adam moments too
+  int keep = 0;                 // prune: complete checkpoints to keep
+};
+
+Options g;
+CLI::App* g_ls = nullptr;
+CLI::App* g_show = nullptr;
+CLI::App* g_verify = nullptr;
+CLI::App* g_export = nullptr;
+CLI::App* g_prune = nullptr;
+
+std::string HumanBytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A checkpoint directory (rather than a root holding them): it has a
+// manifest, or is named like one (step-<digits>[.partial]).
+bool IsCheckpointDir(const std::string& path) {
+  struct stat st;
+  if (stat((path + "/manifest.pb").c_str(), &st) == 0) return true;
+  std::string name = BaseName(path);
+  if (name.rfind("step-", 0) != 0) return false;
+  name = name.substr(5, name.find('.') == std::string::npos ? std::string::npos : name.find('.') - 5);
+  return !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// The checkpoint PATH means: itself, or the one to resume from under it.
+ob::Result<std::string> ResolveCheckpoint(const std::string& path) {
+  if (IsCheckpointDir(path)) return path;
+  return ob::ckpt::Latest(path);
+}
+
+// "\rverify  42% 1.2 GiB / 2.9 GiB" on a terminal's stderr, at most 10 times a second.
+class ProgressBar {
+ public:
+  ProgressBar(std::string what, bool quiet)
+      : what_(std::move(what)), on_(!quiet && ob::io::IsTerminal(STDERR_FILENO)) {}
+  ~ProgressBar() {
+    if (drawn_) std::fputs("\r\033[K", stderr);
+  }
+  ob::ckpt::Progress Callback() {
+    if (!on_) return {};
+    return [this](uint64_t done, uint64_t total) { Draw(done, total); };
+  }
+
+ private:
+  void Draw(uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (drawn_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    drawn_ = true;
+    const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / total) : 100;
+    std::fprintf(stderr, "\r%s %3d%% %s / %s\033[K", what_.c_str(), pct, HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str());
+    std::fflush(stderr);
+  }
+
+  std::string what_;
+  bool on_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+ob::Status Ls(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(auto all, ob::ckpt::List(g.path));
+  std::string out;
+  if (common.json) {
+    for (const auto& c : all)
+      out += "{\"step\":" + std::to_string(c.step) + ",\"path\":" + JsonString(c.path) +
+             ",\"bytes\":" + std::to_string(c.bytes) +
+             ",\"complete\":" + (c.complete ? "true" : "false") +
+             ",\"latest\":" + (c.latest ? "true" : "false") + "}\n";
+    return ob::io::WriteFile(common.output, out);
+  }
+  char line[512];
+  out += "# checkpoints in " + g.path + " (* = latest)\n";
+  std::snprintf(line, sizeof line, "#%13s  %10s  %-12s %s\n", "step", "size", "state", "directory");
+  out += line;
+  int complete = 0;
+  for (const auto& c : all) {
+    complete += c.complete;
+    std::snprintf(line, sizeof line, "%14lld  %10s  %-10s %s %s\n", static_cast<long long>(c.step),
+                  HumanBytes(c.bytes).c_str(), c.complete ? "complete" : "incomplete",
+                  c.latest ? "*" : " ", BaseName(c.path).c_str());
+    out += line;
+  }
+  out += "# " + std::to_string(all.size()) + " checkpoint" + (all.size() == 1 ? "" : "s") + ", " +
+         std::to_string(complete) + " complete\n";
+  return ob::io::WriteFile(common.output, out);
+}
+
+std::string ManifestText(const std::string& path, const ob::pb::Manifest& m) {
+  std::string out;
+  char line[512];
+  auto row = [&](const char* key, const std::string& value) {
+    std::snprintf(line, sizeof line, "%-12s %s\n", key, value.c_str());
+    out += line;
+  };
+  uint64_t bytes = 0;
+  for (const auto& f : m.files()) bytes += f.size();
+  const auto& mc = m.model();
+  row("checkpoint", path);
+  row("step", std::to_string(m.step()));
+  row("model", (mc.name().empty() ? std::string("(unnamed)") : mc.name()) + ": " +
+                   std::to_string(mc.n_layer()) + " blocks, h " + std::to_string(mc.n_embd()) +
+                   ", " + std::to_string(mc.n_head()) + " heads, context " +
+                   std::to_string(mc.n_positions()) + ", vocabulary " +
+                   std::to_string(mc.vocab_size()));
+  row("layers", std::to_string(m.num_layers()));
+  row("data", "seed " + std::to_string(m.data_seed()) + ", " + std::to_string(m.samples_seen()) +
+                  " samples seen");
+  const std::time_t t = static_cast<std::time_t>(m.created_unix_ms() / 1000);
+  char when[64];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  row("created", when);
+  row("plan", m.plan().empty() ? "none" : std::to_string(m.plan().size()) + " bytes");
+  row("written by", m.ob_version().empty() ? "?" : "ob " + m.ob_version());
+  row("files", std::to_string(m.files_size()) + ", " + HumanBytes(bytes));
+  std::snprintf(line, sizeof line, "#%-11s %10s  %-21s  %s\n", "layers", "size", "checksum", "path");
+  out += line;
+  for (const auto& f : m.files()) {
+    std::string layers;
+    for (int i = 0; i < f.layers_size(); ++i) layers += (i ? "," : "") + std::to_string(f.layers(i));
+    std::snprintf(line, sizeof line, " %-11s %10s  %-21s  %s\n", layers.c_str(),
+                  HumanBytes(f.size()).c_str(), f.checksum().c_str(), f.path().c_str());
+    out += line;
+  }
+  return out;
+}
+
+ob::Status Show(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(g.path));
+  OB_ASSIGN_OR_RETURN(auto m, ob::ckpt::LoadManifest(path));
+  if (common.json) return ob::io::WriteFile(common.output, ob::io::ToJson(m));
+  return ob::io::WriteFile(common.output, ManifestText(path, m));
+}
+
+// Damage is the expected "no" of verify (exit 1); other failures keep theirs.
+ob::Status AsNo(const ob::Status& s) {
+  return s.code() == ob::Code::kDataErr ? ob::Status(ob::Code::kNo, s.message()) : s;
+}
+
+ob::Status VerifyCmd(const ob::cli::CommonOptions& common) {
+  std::vector<std::string> targets;
+  if (IsCheckpointDir(g.path)) {
+    targets.push_back(g.path);
+  } else {
+    OB_ASSIGN_OR_RETURN(auto all, ob::ckpt::List(g.path));
+    for (const auto& c : all)
+      if (BaseName(c.path).find('.') == std::string::npos) targets.push_back(c.path);  // not .partial
+    if (targets.empty()) return ob::Status::NoInput(g.path + ": no checkpoints to verify");
+  }
+  uint64_t files = 0, bytes = 0;
+  std::vector<ob::Status> damage;
+  for (const auto& t : targets) {
+    ProgressBar bar("verify " + BaseName(t), common.quiet);
+    ob::Status s = ob::ckpt::Verify(t, bar.Callback());
+    if (!s.ok()) {
+      if (s.code() != ob::Code::kDataErr) return s;
+      damage.push_back(AsNo(s));
+      continue;
+    }
+    auto m = ob::ckpt::LoadManifest(t);
+    if (!m.ok()) return m.status();
+    files += static_cast<uint64_t>(m->files_size());
+    for (const auto& f : m->files()) bytes += f.size();
+  }
+  if (!damage.empty()) {
+    // One line per damaged checkpoint; the last is reported by the caller.
+    for (size_t i = 0; i + 1 < damage.size(); ++i)
+      std::fprintf(stderr, "ob-ckpt: %s\n", damage[i].message().c_str());
+    return damage.back();
+  }
+  std::string out = "ok: ";
+  if (targets.size() > 1) out += std::to_string(targets.size()) + " checkpoints, ";
+  out += std::to_string(files) + " file" + (files == 1 ? "" : "s") + ", " + std::to_string(bytes) +
+         " bytes verified\n";
+  return ob::io::WriteFile("-", out);
+}
+
+ob::Status ExportCmd(const ob::cli::CommonOptions& common) {
+  if ((common.output == "-" || common.output.empty()) && ob::io::StdoutIsTerminal())
+    return ob::Status::Usage(
+        "refusing to write a binary safetensors file to a terminal; use -o FILE or a pipe");
+  OB_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(g.path));
+  ProgressBar bar("export", common.quiet);
+  OB_RETURN_IF_ERROR(ob::ckpt::Export(path, common.output, g.with_optimizer, bar.Callback()));
+  OB_LOG(Debug) << "exported " << path << " to " << ob::io::DisplayName(common.output, true);
+  return ob::Status::Ok();
+}
+
+ob::Status PruneCmd(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(auto removed, ob::ckpt::Prune(g.path, g.keep));
+  std::string out;
+  for (const auto& r : removed) out += "removed " + r + "\n";
+  if (out.empty()) return ob::Status::Ok();
+  return ob::io::WriteFile(common.output, out);
+}
+
+ob::Status Run(const ob::cli::CommonOptions& common) {
+  if (g_ls->parsed()) return Ls(common);
+  if (g_show->parsed()) return Show(common);
+  if (g_verify->parsed()) return VerifyCmd(common);
+  if (g_export->parsed()) return ExportCmd(common);
+  if (g_prune->parsed()) return PruneCmd(common);
+  return ob::Status::Usage("no command: give ls, show, verify, export or prune");
+}
+
+CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* dir_help) {
+  CLI::App* sub = app.add_subcommand(name, what);
+  sub->fallthrough();  // the common options (-o, --json, -q, ...) work after the command
+  sub->add_option("DIR", g.path, dir_help)->required()->option_text(" ");
+  return sub;
+}
+
+void Setup(CLI::App& app) {
+  app.require_subcommand(0, 1);
+  g_ls = Command(app, "ls", "List checkpoints: step, size, complete or not, * for latest",
+                 "Checkpoint root directory");
+  g_show = Command(app, "show", "Print a checkpoint's manifest (text, or --json)",
+                   "A checkpoint, or a root (its latest checkpoint)");
+  g_verify = Command(app, "verify", "Recompute checksums; exit 1 naming a damaged file",
+                     "A checkpoint, or a root (all its committed checkpoints)");
+  g_export = Command(app, "export", "Write one safetensors file of the weights (-o FILE)",
+                     "A checkpoint, or a root (its latest checkpoint)");
+  g_export->add_flag("--with-optimizer", g.with_optimizer,
+                     "Also export the Adam moments (<name>.exp_avg, <name>.exp_avg_sq)");
+  g_prune = Command(app, "prune", "Delete all but the newest K complete checkpoints",
+                    "Checkpoint root directory");
+  g_prune->add_option("-k,--keep", g.keep, "Complete checkpoints to keep (at least 1)")
+      ->required()
+      ->option_text("K");
+  // After the commands, which would otherwise inherit it.
+  app.footer(
+      "Each command has its own --help, e.g. 'ob-ckpt export --help'.\n"
+      "Examples:\n"
+      "  ob-ckpt ls ckpt/\n"
+      "  ob-ckpt verify ckpt/step-000000001000\n"
+      "  ob-ckpt export ckpt/ -o model.safetensors\n"
+      "  ob-ckpt prune ckpt/ --keep 3");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
-                       {"ckpt", "Inspect, verify, export and prune asynchronous checkpoints.",
-                        [](CLI::App&) {},
-                        [](const ob::cli::CommonOptions&) {
-                          return ob::Status::Internal("not implemented yet in this version of ob");
-                        }});
+                       {"ckpt", "Inspect, verify, export and prune checkpoints.", Setup, Run});
 }

@@ -32,6 +32,9 @@ struct Options {
   std::string run_dir;
   double master_timeout = 3.0;
   double start_timeout = 30.0;
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  std::string resume;
   // Hidden: the agent and worker roles.
   bool agent = false;
   std::string master;
@@ -81,6 +84,12 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
     spec.add_argv("--store");
     spec.add_argv(ctx.store);
   }
+  if (!g.ckpt_dir.empty()) {
+    for (const std::string& a : {std::string("--ckpt-dir"), Absolute(g.ckpt_dir),
+                                 std::string("--ckpt-every"), std::to_string(g.ckpt_every)}) {
+      spec.add_argv(a);
+    }
+  }
   return spec;
 }
 
@@ -112,6 +121,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     w.world = g.world;
     w.store = g.store;
     w.generation = g.generation;
+    w.ckpt_dir = g.ckpt_dir;
+    w.ckpt_every = g.ckpt_every;
     w.steps = g.steps;
     w.data = g.data;
     w.lr = g.lr;
@@ -138,6 +149,10 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.log_to_run_dir = common.log_file.empty();
   o.master_timeout_s = g.master_timeout;
   o.start_timeout_s = g.start_timeout;
+  o.ckpt_dir = Absolute(g.ckpt_dir);
+  o.resume = g.resume == "auto" ? g.resume : Absolute(g.resume);
+  o.seed = g.seed;
+  if (g.ckpt_every > 0 && g.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
   o.self_exe = SelfExe();
   if (common.verbose > 0) o.agent_flags.push_back("-v");
   if (common.quiet) o.agent_flags.push_back("-q");
@@ -189,6 +204,11 @@ void Setup(CLI::App& app) {
       ->option_text("SECONDS");
   app.add_option("--start-timeout", g.start_timeout, "Time for every agent to connect (default 30 s)")
       ->option_text("SECONDS");
+  app.add_option("--ckpt-dir", g.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
+  app.add_option("--ckpt-every", g.ckpt_every, "Save a checkpoint every N steps, in the background")
+      ->option_text("N")->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", g.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
+      ->option_text("WHAT");
   // Roles started by ob-launch itself; not for people.
   app.add_flag("--agent", g.agent)->group("");
   app.add_option("--master", g.master)->group("");

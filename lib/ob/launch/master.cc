@@ -8,9 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <deque>
+#include <future>
+#include <map>
 #include <memory>
 #include <set>
 
+#include "ob/ckpt/checkpoint.h"
 #include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -141,6 +145,9 @@ class Master {
   Status LaunchGeneration();
   void HostLost(AgentState& a, const std::string& what, int64_t latency_ms);
   void OnFirstSteps(const pb::Metrics& m);
+  void OnCheckpointPart(const pb::Metrics& m);
+  void CommitCheckpoints();     // starts the next queued commit, collects a finished one
+  Result<plan::Instantiation> InstantiateOnLive();
   void ReapAgents();
   void Tick();
   void Progress();
@@ -190,6 +197,15 @@ class Master {
     uint64_t first_step = 0;
   } rec_;
   int fruitless_ = 0;                       // recoveries since a generation last completed a step
+  // Checkpoints: parts reported per step (this generation), steps ready to
+  // commit, the commit running on its own thread (fsyncs must not stall
+  // the loop), and the checkpoint the next generation starts from.
+  std::map<int64_t, std::set<uint32_t>> ckpt_parts_;
+  std::set<int64_t> ckpt_failed_;
+  std::deque<int64_t> ckpt_ready_;
+  std::future<Result<pb::Manifest>> commit_;
+  int64_t commit_step_ = -1, commit_start_ms_ = 0;
+  std::string resume_path_;
   std::vector<std::string> failures_;       // what was detected, in order
   std::set<std::string> failed_hosts_;
   int64_t decide_deadline_ms_ = -1;
@@ -226,6 +242,33 @@ Status Master::Prepare() {
   loaded_ = std::move(loaded).value();
   ranks_.resize(layout_.ranks.size());
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
+  if (!opt_.ckpt_dir.empty()) {  // saves a killed run left half-written would mix with ours
+    Result<std::vector<std::string>> removed = ckpt::RemovePartials(opt_.ckpt_dir);
+    if (!removed.ok() && removed.status().code() != Code::kNoInput) return removed.status();
+    if (removed.ok() && !removed->empty()) {
+      OB_LOG(Info) << "removed " << removed->size() << " unfinished checkpoint(s) from " << opt_.ckpt_dir;
+    }
+  }
+  if (!opt_.resume.empty()) {
+    if (opt_.resume == "auto") {
+      if (opt_.ckpt_dir.empty()) return Status::Usage("--resume auto needs --ckpt-dir");
+      Result<std::string> latest = ckpt::Latest(opt_.ckpt_dir);
+      if (latest.ok()) {
+        resume_path_ = *latest;
+      } else if (latest.status().code() != Code::kNoInput) {
+        return latest.status();
+      }
+    } else {
+      resume_path_ = opt_.resume;
+    }
+    if (!resume_path_.empty()) {
+      OB_ASSIGN_OR_RETURN(pb::Manifest m, ckpt::LoadManifest(resume_path_));
+      if (m.model().SerializeAsString() != plan_.model().SerializeAsString()) {
+        return Status::Config(resume_path_ + ": holds a " + m.model().name() + " model, the plan's is " +
+                              plan_.model().name());
+      }
+    }
+  }
   if (!opt_.worker_command) return Status::Internal("no worker command");
 
   if (!opt_.metrics.empty()) {
@@ -301,6 +344,10 @@ Result<int> Master::Run() {
                  kProgressMs, kProgressMs);
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (state_ != State::kDone) FinishStop();
+  while (commit_.valid() || !ckpt_ready_.empty()) {  // the last checkpoints, committed before we exit
+    if (commit_.valid()) commit_.wait();
+    CommitCheckpoints();
+  }
   if (!outcome_.ok()) return outcome_;
   return 0;
 }
@@ -396,6 +443,7 @@ Status Master::LaunchGeneration() {
     pb::Generation g;
     g.set_generation(generation_);
     *g.mutable_plan() = plan_;
+    g.set_resume(resume_path_);
     for (const auto& f : fetches_) {
       auto* x = g.add_fetches();
       x->set_node(static_cast<uint32_t>(f.node));
@@ -404,8 +452,13 @@ Status Master::LaunchGeneration() {
     }
     OB_RETURN_IF_ERROR(opt_.publish("ob/gen/" + std::to_string(generation_), g.SerializeAsString()));
   }
+  if (!resume_path_.empty()) {
+    events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + resume_path_);
+    resume_path_.clear();
+  }
   ranks_.assign(layout_.ranks.size(), RankState{});
   ranks_done_ = 0;
+  ckpt_parts_.clear();  // parts of earlier generations' workers no longer count
   const int world = static_cast<int>(layout_.ranks.size());
   for (size_t i = 0; i < agents_.size(); ++i) {
     AgentState& a = *agents_[i];
@@ -445,6 +498,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       }
     }
     const bool current = mx.generation() == 0 || mx.generation() == generation_;
+    if (current && mx.has_checkpoint()) OnCheckpointPart(mx);
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       ranks_[mx.rank()].last = mx;
       ranks_[mx.rank()].have_metrics = true;
@@ -516,6 +570,7 @@ void Master::ReapAgents() {
 
 void Master::Tick() {
   ReapAgents();
+  CommitCheckpoints();
   const int64_t now = Now();
   if (state_ == State::kStopping) {
     bool all_gone = true;
@@ -649,24 +704,51 @@ void Master::Decide() {
   } else {
     const plan::Recovery r =
         plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost, added);
-    if (!r.ok) {
+    Result<std::string> latest = Status::NoInput("no --ckpt-dir");
+    Result<plan::Instantiation> fresh = Status::NoInput("");
+    if (!r.ok && !opt_.ckpt_dir.empty()) {
+      latest = ckpt::Latest(opt_.ckpt_dir);
+      if (latest.ok()) fresh = InstantiateOnLive();
+    }
+    if (!r.ok && !(latest.ok() && fresh.ok())) {
       decision = (lost.empty() ? std::string("re-instantiation failed") : "lost hosts " + hosts) +
-                 ": " + r.reason + "; restart from a checkpoint";
+                 ": " + r.reason + "; restart from a checkpoint" +
+                 (opt_.ckpt_dir.empty() ? std::string("")
+                                        : !latest.ok() ? " (none in " + opt_.ckpt_dir + ")"
+                                                       : " (" + fresh.status().message() + ")");
       events_.Write("decide", decision);
       OB_LOG(Error) << decision;
       return BeginStop(what, Status::TempFail(decision));
     }
-    loaded_.instantiation = r.next;
-    fetches_ = r.fetches;
-    idle_ = r.idle;
+    if (r.ok) {
+      loaded_.instantiation = r.next;
+      fetches_ = r.fetches;
+      idle_ = r.idle;
+    } else {  // every replica of some layer is gone: back to the latest checkpoint
+      loaded_.instantiation = *fresh;
+      fetches_.clear();
+      idle_.clear();
+      std::set<int> used;
+      for (const auto& p : fresh->pipelines) used.insert(p.nodes.begin(), p.nodes.end());
+      for (const auto& a : agents_) {
+        if (a->state == AgentState::State::kConnected && !used.count(a->node)) idle_.push_back(a->node);
+      }
+      resume_path_ = *latest;
+    }
     std::string sizes;
-    for (const auto& p : r.next.pipelines) sizes += (sizes.empty() ? "" : "+") + std::to_string(p.template_nodes);
+    for (const auto& p : loaded_.instantiation.pipelines) {
+      sizes += (sizes.empty() ? "" : "+") + std::to_string(p.template_nodes);
+    }
+    std::string how = "re-instantiated as pipelines of " + sizes + " nodes, " +
+                      std::to_string(r.fetches.size()) + " layer copies (" +
+                      std::to_string(r.bytes_copied >> 20) + " MiB)";
+    if (!r.ok) {
+      how = r.reason + "; restarting from checkpoint " + resume_path_ + " as pipelines of " + sizes +
+            " nodes";
+    }
     decision = (lost.empty() ? "" : "lost hosts " + hosts + "; ") +
-               (added.empty() ? "" : std::to_string(added.size()) + " node(s) added; ") +
-               "re-instantiated as pipelines of " + sizes + " nodes, " +
-               std::to_string(r.fetches.size()) + " layer copies (" +
-               std::to_string(r.bytes_copied >> 20) + " MiB)" +
-               (r.idle.empty() ? "" : ", " + std::to_string(r.idle.size()) + " node(s) idle");
+               (added.empty() ? "" : std::to_string(added.size()) + " node(s) added; ") + how +
+               (idle_.empty() ? "" : ", " + std::to_string(idle_.size()) + " node(s) idle");
     plan::SetInstantiation(loaded_.problem, loaded_.templates, loaded_.instantiation, &plan_);
   }
   rec_.active = true;
@@ -706,6 +788,91 @@ void Master::OnFirstSteps(const pb::Metrics& m) {
   events_.Write("recovered", line);
   OB_LOG(Info) << "recovered: " << line;
   rec_ = Recovering();
+}
+
+// The templates instantiated afresh on the hosts still connected (for a
+// restart from a checkpoint): the plan's fault tolerance if they allow it,
+// else as much as they do.
+Result<plan::Instantiation> Master::InstantiateOnLive() {
+  std::vector<int> live;
+  for (const auto& a : agents_) {
+    if (a->state == AgentState::State::kConnected) live.push_back(a->node);
+  }
+  plan::Problem p = loaded_.problem;
+  p.cluster.nodes = static_cast<int>(live.size());
+  Status last = Status::Config("no host left");
+  for (int f = p.faults; f >= 0 && !live.empty(); --f) {
+    p.faults = f;
+    Result<plan::Instantiation> inst = plan::Instantiate(p, loaded_.templates);
+    if (!inst.ok()) {
+      last = inst.status();
+      continue;
+    }
+    for (auto& pipe : inst->pipelines) {
+      for (int& n : pipe.nodes) n = live[static_cast<size_t>(n)];
+    }
+    if (f < loaded_.problem.faults) {
+      OB_LOG(Warn) << live.size() << " hosts tolerate only " << f << " failure(s), not "
+                   << loaded_.problem.faults;
+    }
+    return inst;
+  }
+  return Status::Config("cannot instantiate the plan on " + std::to_string(live.size()) +
+                        " hosts: " + last.message());
+}
+
+void Master::OnCheckpointPart(const pb::Metrics& m) {
+  const pb::CheckpointPart& c = m.checkpoint();
+  if (!c.error().empty()) {
+    if (ckpt_failed_.insert(c.step()).second) {
+      events_.Write("checkpoint-failed", "step=" + std::to_string(c.step()) + " rank=" +
+                                             std::to_string(m.rank()) + " " + c.error());
+      OB_LOG(Error) << "checkpoint of step " << c.step() << " failed on rank " << m.rank() << ": "
+                    << c.error() << " (training goes on)";
+    }
+    return;
+  }
+  auto& ranks = ckpt_parts_[c.step()];
+  ranks.insert(m.rank());
+  if (ranks.size() == ranks_.size() && !ckpt_failed_.count(c.step())) {
+    ckpt_parts_.erase(c.step());
+    ckpt_ready_.push_back(c.step());
+    CommitCheckpoints();
+  }
+}
+
+void Master::CommitCheckpoints() {
+  if (commit_.valid()) {
+    if (commit_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    Result<pb::Manifest> r = commit_.get();
+    const std::string step = std::to_string(commit_step_);
+    if (r.ok()) {
+      uint64_t bytes = 0;
+      for (const auto& f : r->files()) bytes += f.size();
+      events_.Write("checkpoint", "step=" + step + " files=" + std::to_string(r->files_size()) +
+                                      " bytes=" + std::to_string(bytes) + " commit_ms=" +
+                                      std::to_string(UnixMs() - commit_start_ms_));
+      OB_LOG(Info) << "checkpoint of step " << step << " committed (" << (bytes >> 20) << " MiB)";
+    } else {
+      events_.Write("checkpoint-failed", "step=" + step + " " + r.status().message());
+      OB_LOG(Error) << "checkpoint of step " << step << ": " << r.status().message()
+                    << " (training goes on)";
+    }
+  }
+  if (ckpt_ready_.empty()) return;
+  commit_step_ = ckpt_ready_.front();
+  ckpt_ready_.pop_front();
+  pb::Manifest base;
+  base.set_format_version(io::kManifestFormatVersion);
+  base.set_step(static_cast<uint64_t>(commit_step_));
+  *base.mutable_model() = plan_.model();
+  base.set_data_seed(opt_.seed);
+  base.set_samples_seen(static_cast<uint64_t>(commit_step_ + 1) * plan_.global_batch());
+  base.set_created_unix_ms(UnixMs());
+  base.set_plan(plan_.SerializeAsString());
+  commit_start_ms_ = UnixMs();
+  commit_ = std::async(std::launch::async, ckpt::Commit, opt_.ckpt_dir, commit_step_, base,
+                       loaded_.problem.num_layers());
 }
 
 void Master::RequestStop(const std::string& reason) {
@@ -780,6 +947,25 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
       break;
     case pb::OPERATOR_STATUS:
       break;
+    case pb::OPERATOR_CHECKPOINT_NOW: {
+      // Every worker saves after step K, a step none has reached yet
+      // (workers are at most one step apart).
+      if (opt_.ckpt_dir.empty() || !opt_.publish) {
+        r.set_ok(false);
+        r.set_error("no --ckpt-dir: nowhere to save");
+        return r;
+      }
+      const int64_t k = static_cast<int64_t>(last_step_) + 2;
+      Status st = opt_.publish("ob/gen/" + std::to_string(generation_) + "/checkpoint-now",
+                               std::to_string(k));
+      if (!st.ok()) {
+        r.set_ok(false);
+        r.set_error(st.message());
+        return r;
+      }
+      events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + req.reason());
+      break;
+    }
     default:
       r.set_ok(false);
       r.set_error("not implemented yet");

@@ -24,7 +24,10 @@
 // the same way, with the same instantiation. A lost host whose agent comes
 // back (started by hand or by a supervisor, with the secret) is added at the
 // next generation. Each recovery is logged as phases with durations
-// (`recovered` in events.log). Three recoveries in a row that complete no
+// (`recovered` in events.log). When a layer has no replica left and a
+// complete checkpoint exists, the master instantiates the templates afresh
+// on the surviving hosts and restarts every worker from that checkpoint
+// (steps since it are redone). Three recoveries in a row that complete no
 // step end the run with kTempFail. When every worker exited 0 the run is
 // complete. SIGTERM/SIGINT (or `stop` on the control socket) stop the
 // agents and return 0; `on_stop_request` lets the caller finish the step
@@ -89,6 +92,14 @@ struct MasterOptions {
   // generation (control.proto's Generation) under "ob/gen/<G>" before its
   // workers start. Unset (tests with stand-in workers): nothing published.
   std::function<Status(const std::string& key, const std::string& value)> publish;
+  // Checkpoints (ckpt/checkpoint.h): the directory workers save into (""
+  // = none); the master commits each step once every rank's part is in,
+  // restores from the latest complete one when failures take every replica
+  // of a layer, and with `resume` ("auto": the latest in ckpt_dir, or a
+  // step-… directory) starts from one.
+  std::string ckpt_dir;
+  std::string resume;
+  uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
   // instead of stopping at once: it should let the step finish and then call
   // `stop_now` (on the loop). A second signal, or stop_grace_s, stops anyway.

@@ -21,6 +21,8 @@
 #include "ob/model/data.h"
 #include "ob/plan/plan_io.h"
 #include "ob/profile/profile.h"
+#include "ob/ckpt/checkpoint.h"
+#include "ob/runtime/checkpointer.h"
 #include "ob/runtime/snapshot_arena.h"
 #include "ob/runtime/stage_worker.h"
 #include "ob/torch_compat.h"
@@ -167,7 +169,8 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   sp.fresh = false;
   sp.step = newest;
   for (const auto& slots : all) {  // S: the least newest step among current ranks
-    int64_t n = std::max(slots[0].step, slots[1].step);
+    int64_t n = -2;
+    for (const auto& i : slots) n = std::max(n, i.step);
     if (n >= newest - 1) sp.step = std::min(sp.step, n);
   }
   for (int q = 0; q < world; ++q) {
@@ -252,14 +255,36 @@ Status RunWorker(const WorkerOptions& o) {
   int64_t first_step = 0;
   double restore_seconds = 0;
   StartPoint sp;
-  try {
-    auto agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size());
-    if (!agreed.ok()) return agreed.status();
-    sp = std::move(agreed).value();
-  } catch (const std::exception& e) {
-    return Status::Unavailable("generation " + std::to_string(o.generation) +
-                               ": peers did not publish their snapshots: " + FirstLine(e.what()));
+  runtime::StageSnapshot own;
+  if (!gen.resume().empty()) {  // a checkpoint, whatever layout saved it
+    const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
+    auto manifest = ckpt::LoadManifest(gen.resume());
+    if (!manifest.ok()) return manifest.status();
+    auto loaded_state = runtime::LoadStageSnapshot(
+        gen.resume(), me.first_layer, me.last_layer,
+        me.first_layer == 0 || me.last_layer == topo.num_layers - 1);
+    if (!loaded_state.ok()) return loaded_state.status();
+    own = std::move(loaded_state).value();
+    sp.fresh = false;
+    sp.step = static_cast<int64_t>(manifest->step());
+    for (const auto& r : topo.ranks) sp.held.push_back({r.first_layer, r.last_layer});
+    OB_LOG(Info) << "restoring step " << sp.step << " from " << gen.resume();
+  } else {
+    try {
+      auto agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size());
+      if (!agreed.ok()) return agreed.status();
+      sp = std::move(agreed).value();
+    } catch (const std::exception& e) {
+      return Status::Unavailable("generation " + std::to_string(o.generation) +
+                                 ": peers did not publish their snapshots: " + FirstLine(e.what()));
+    }
+    if (sp.own_slot >= 0) {
+      auto view = arena->View(sp.own_slot);
+      if (!view.ok()) return view.status();
+      own = std::move(view).value();
+    }
   }
+  const bool have_own = !gen.resume().empty() || sp.own_slot >= 0;
   if (sp.fresh) {
     if (o.generation > 1) {
       OB_LOG(Warn) << "no rank holds a snapshot: starting from the initial weights";
@@ -273,16 +298,10 @@ Status RunWorker(const WorkerOptions& o) {
       fetches.push_back({static_cast<int>(f.node()), static_cast<int>(f.layer()),
                          static_cast<int>(f.from_node()), 0});
     }
-    runtime::StageSnapshot own;
-    if (sp.own_slot >= 0) {
-      auto view = arena->View(sp.own_slot);
-      if (!view.ok()) return view.status();
-      own = std::move(view).value();
-    }
     const auto t0 = std::chrono::steady_clock::now();
     auto restored = runtime::StageWorker::Restore(cfg, topo, o.rank, gen_store, t, data, sp.step,
-                                                  sp.own_slot >= 0 ? &own : nullptr, sp.held,
-                                                  fetches, timeout, arena.get(), sp.own_slot);
+                                                  have_own ? &own : nullptr, sp.held, fetches,
+                                                  timeout, arena.get(), sp.own_slot);
     if (!restored.ok()) return restored.status();
     worker = std::move(restored).value();
     restore_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
@@ -296,6 +315,22 @@ Status RunWorker(const WorkerOptions& o) {
                << me.num_microbatches << " micro-batches per step"
                << (first_step > 0 ? ", resuming after step " + std::to_string(first_step - 1) : "");
 
+  std::unique_ptr<runtime::Checkpointer> saver;
+  if (!o.ckpt_dir.empty()) {  // ckpt_every 0: only when the master asks
+    saver = std::make_unique<runtime::Checkpointer>(o.ckpt_dir, o.ckpt_every, topo, o.rank);
+  }
+  auto report = [](const runtime::Checkpointer::Done& d, pb::Metrics* m) {
+    auto* c = m->mutable_checkpoint();
+    c->set_step(d.step);
+    c->set_error(d.error);
+    c->set_seconds(d.seconds);
+    c->set_bytes(d.bytes);
+    if (!d.error.empty()) {
+      OB_LOG(Error) << "checkpoint of step " << d.step << ": " << d.error;
+    }
+  };
+  const std::string now_key = gen_key + "/checkpoint-now";
+  int64_t now_done = -1;
   io::RecordWriter out(STDOUT_FILENO, "<stdout>");
   for (int64_t step = first_step; step < o.steps; ++step) {
     OB_ASSIGN_OR_RETURN(runtime::StepResult r, worker->Step(step));
@@ -321,6 +356,35 @@ Status RunWorker(const WorkerOptions& o) {
       m.set_ready_unix_ms(ready_ms);
       m.set_restore_seconds(restore_seconds);
     }
+    if (saver) {
+      runtime::Checkpointer::Done done;
+      double waited = 0;
+      bool now = false;  // the master's "checkpoint now": save after step K
+      try {
+        if (root->check({now_key})) {
+          const int64_t k = std::stoll(StoreGet(root, now_key));
+          now = k == step || (k < step && k > now_done);
+          if (now) now_done = step;
+        }
+      } catch (const std::exception& e) {
+        OB_LOG(Warn) << "cannot read " << now_key << ": " << FirstLine(e.what());
+      }
+      if (saver->AfterStep(*worker, step, o.steps - 1, &done, &waited, now)) report(done, &m);
+      m.set_checkpoint_stall_seconds(waited);
+    }
+    OB_RETURN_IF_ERROR(out.Write(m));
+  }
+  runtime::Checkpointer::Done done;
+  if (saver && saver->Finish(*worker, &done)) {  // the last save, in a record of its own
+    pb::Metrics m;
+    m.set_format_version(io::kMetricsFormatVersion);
+    m.set_host(o.host);
+    m.set_rank(o.rank);
+    m.set_generation(o.generation);
+    m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, o.steps - 1)));
+    m.set_unix_ms(profile::NowUnixMs());
+    m.set_heartbeat(true);
+    report(done, &m);
     OB_RETURN_IF_ERROR(out.Write(m));
   }
   return Status::Ok();

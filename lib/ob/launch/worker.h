@@ -12,6 +12,14 @@
 // least newest step among them, and each restores the state after S from
 // its own snapshot and from peers (StageWorker::Restore), then trains from
 // step S + 1. With no snapshot anywhere it starts from the initial weights.
+// A generation that names a checkpoint (Generation.resume) starts from it
+// instead: each worker reads the layers of its stage, whatever layout saved
+// them, and trains from the step after.
+//
+// Checkpoints: with ckpt_dir and ckpt_every, the worker's snapshot of every
+// ckpt_every-th step is written in the background (runtime/checkpointer.h);
+// each rank reports its finished part in its Metrics, and the master
+// commits the checkpoint when every rank's part is in.
 //
 // Torch-free header. Failure: a bad plan or data → kDataErr/kConfig before
 // any collective; a peer lost mid-step → kUnavailable (the agent reports
@@ -38,6 +46,8 @@ struct WorkerOptions {
   uint64_t seed = 1234;        // model initialisation and data sampling
   std::string host;            // for the Metrics records
   double timeout_s = 60;       // bound on rendezvous and every collective
+  std::string ckpt_dir;        // checkpoints (runtime/checkpointer.h); "" = none
+  int64_t ckpt_every = 0;      // save after every that many steps (and the last)
 };
 
 Status RunWorker(const WorkerOptions& opts);

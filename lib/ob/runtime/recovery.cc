@@ -256,7 +256,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       SetAdamState(*w->optimizer_, p, it->second);
     }
     CaptureSnapshot(w->stage_, w->tied_, *w->optimizer_, step, &w->snapshots_[0]);
-    w->snapshots_[1] = StageSnapshot();
+    for (int s = 1; s < kSnapshots; ++s) w->snapshots_[s] = StageSnapshot();
     w->newest_ = 0;
     if (arena != nullptr) {
       Status st = w->AttachArena(arena, arena_keep);

@@ -1,4 +1,4 @@
-// SnapshotArena: the two StageSnapshots of a worker (snapshot.h) kept in a
+// SnapshotArena: the StageSnapshots of a worker (snapshot.h) kept in a
 // shared-memory file that outlives the worker process (SPEC §4.6).
 //
 // The ob-launch agent creates one memfd per local worker and hands it to
@@ -39,7 +39,7 @@ namespace ob::runtime {
 
 class SnapshotArena {
  public:
-  static constexpr int kSlots = 2;
+  static constexpr int kSlots = 3;  // the last two steps, and one a checkpoint may hold
 
   struct SlotInfo {
     int64_t step = -2;      // -2: not complete

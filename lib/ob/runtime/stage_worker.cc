@@ -149,8 +149,7 @@ const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
 Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
   const StageSnapshot& current = snapshots_[newest_];
   const int a = keep == 0 ? 1 : 0;
-  const int b = 1 - a;
-  StageSnapshot first, second;
+  StageSnapshot first;
   OB_RETURN_IF_ERROR(arena->Prepare(a, current, &first));
   arena->Begin(a);
   for (auto& [key, t] : first.tensors) {
@@ -162,12 +161,27 @@ Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
   }
   first.step = current.step;
   arena->Commit(a, first);
-  OB_RETURN_IF_ERROR(arena->Prepare(b, current, &second));
-  snapshots_[a] = std::move(first);
-  snapshots_[b] = std::move(second);
+  // The others (`keep` too: its state is in the stage by now) start empty.
+  StageSnapshot views[kSnapshots];
+  for (int s = 0; s < kSnapshots; ++s) {
+    if (s != a) OB_RETURN_IF_ERROR(arena->Prepare(s, current, &views[s]));
+  }
+  views[a] = std::move(first);
+  for (int s = 0; s < kSnapshots; ++s) snapshots_[s] = std::move(views[s]);
   newest_ = a;
+  pinned_ = -1;
   arena_ = arena;
   return Status::Ok();
+}
+
+const StageSnapshot* StageWorker::Pin(int64_t step) {
+  for (int s = 0; s < kSnapshots; ++s) {
+    if (snapshots_[s].valid() && snapshots_[s].step == step) {
+      pinned_ = s;
+      return &snapshots_[s];
+    }
+  }
+  return nullptr;
 }
 
 Result<StepResult> StageWorker::ForwardBackward(int64_t step) {
@@ -185,7 +199,11 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     StepResult r = RunSchedule(step);
     ApplyUpdate(&r);
     const auto t_snap = Clock::now();
-    const int slot = 1 - newest_;
+    int slot = -1;  // the oldest slot that is neither the newest nor pinned
+    for (int s = 0; s < kSnapshots; ++s) {
+      if (s == newest_ || s == pinned_) continue;
+      if (slot < 0 || snapshots_[s].step < snapshots_[slot].step) slot = s;
+    }
     if (arena_ != nullptr) arena_->Begin(slot);
     CaptureSnapshot(stage_, tied_, *optimizer_, step, &snapshots_[slot]);
     if (arena_ != nullptr) arena_->Commit(slot, snapshots_[slot]);

@@ -115,6 +115,16 @@ class StageWorker {
   int64_t last_completed_step() const { return snapshots_[newest_].step; }
   const StageSnapshot* SnapshotAt(int64_t step) const;
 
+  // Checkpoints (SPEC §7): keeps the snapshot after `step` from being
+  // overwritten until Unpin, so another thread may persist it while
+  // training goes on (later steps rotate through the other slots: the last
+  // two steps stay available for recovery). nullptr when this worker holds
+  // no snapshot at `step`. One pin at a time; call both on the training
+  // thread.
+  const StageSnapshot* Pin(int64_t step);
+  void Unpin() { pinned_ = -1; }
+  static constexpr int kSnapshots = SnapshotArena::kSlots;
+
   // This survivor's worker in the next generation: `next` is the topology of
   // the plan's re-instantiation (BuildTopology over Recovery::next), ranks
   // matched to this one by node id; `fetches` the plan's fetch list;
@@ -184,11 +194,14 @@ class StageWorker {
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
   torch::Tensor tied_;
-  // The states after the last two completed steps; snapshots_[newest_] the later.
-  StageSnapshot snapshots_[2];
+  // The states after the last completed steps; snapshots_[newest_] the
+  // latest, snapshots_[pinned_] kept for a checkpoint (-1: none), the other
+  // one(s) rotate.
+  StageSnapshot snapshots_[kSnapshots];
   int newest_ = 0;
-  SnapshotArena* arena_ = nullptr;
-  double join_seconds_ = 0;   // where snapshots_ live when set (not owned)
+  int pinned_ = -1;
+  SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
+  double join_seconds_ = 0;
 };
 
 }  // namespace ob::runtime

@@ -1,0 +1,209 @@
+// Background checkpoint saves from pinned snapshots, and loading a stage's
+// layers from any checkpoint (see checkpointer.h).
+#include "ob/runtime/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <utility>
+
+#include "ob/ckpt/checkpoint.h"
+#include "ob/ckpt/safetensors.h"
+#include "ob/manifest.pb.h"
+
+namespace ob::runtime {
+
+namespace {
+
+Result<ckpt::DType> ToDType(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Double: return ckpt::DType::kF64;
+    case c10::ScalarType::Float: return ckpt::DType::kF32;
+    case c10::ScalarType::Half: return ckpt::DType::kF16;
+    case c10::ScalarType::BFloat16: return ckpt::DType::kBF16;
+    case c10::ScalarType::Long: return ckpt::DType::kI64;
+    case c10::ScalarType::Int: return ckpt::DType::kI32;
+    default: return Status::Internal(std::string("no checkpoint dtype for ") + c10::toString(t));
+  }
+}
+
+Result<c10::ScalarType> FromDType(ckpt::DType t) {
+  switch (t) {
+    case ckpt::DType::kF64: return c10::ScalarType::Double;
+    case ckpt::DType::kF32: return c10::ScalarType::Float;
+    case ckpt::DType::kF16: return c10::ScalarType::Half;
+    case ckpt::DType::kBF16: return c10::ScalarType::BFloat16;
+    case ckpt::DType::kI64: return c10::ScalarType::Long;
+    case ckpt::DType::kI32: return c10::ScalarType::Int;
+    default: return Status::DataErr(std::string("unsupported dtype ") + ckpt::DTypeName(t));
+  }
+}
+
+// The names a snapshot key is stored under: the weight, its two moments,
+// and the metadata key of its AdamW step count.
+struct Names {
+  std::string value, exp_avg, exp_avg_sq, adam_step;
+};
+Names StoredNames(const std::string& key) {
+  return {key, key + ".exp_avg", key + ".exp_avg_sq", key + ".adam_step"};
+}
+
+std::string LayerPrefix(int layer) { return std::to_string(layer) + "."; }
+
+Status AddTensor(const std::string& name, const torch::Tensor& t, std::vector<ckpt::TensorView>* out) {
+  OB_ASSIGN_OR_RETURN(ckpt::DType dtype, ToDType(t.scalar_type()));
+  if (!t.is_contiguous() || t.device().type() != c10::DeviceType::CPU) {
+    return Status::Internal(name + ": snapshot tensor is not contiguous host memory");
+  }
+  ckpt::TensorView v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape.assign(t.sizes().begin(), t.sizes().end());
+  v.data = t.data_ptr();
+  v.bytes = static_cast<uint64_t>(t.nbytes());
+  out->push_back(std::move(v));
+  return Status::Ok();
+}
+
+// Writes the layers' files and this rank's part; runs on the save thread.
+Checkpointer::Done Save(const std::string& dir, int64_t step, int rank, const std::vector<int>& layers,
+                        bool with_tied, const StageSnapshot* snap) {
+  const auto start = std::chrono::steady_clock::now();
+  Checkpointer::Done done;
+  done.step = step;
+  pb::Manifest part;
+  part.set_step(static_cast<uint64_t>(step));
+  Status st = ckpt::BeginStep(dir, step);
+  for (int layer : layers) {
+    if (!st.ok()) break;
+    std::vector<ckpt::TensorView> views;
+    std::map<std::string, std::string> meta{{"step", std::to_string(step)}};
+    const std::string prefix = LayerPrefix(layer);
+    for (const auto& [key, t] : snap->tensors) {
+      const bool mine = key.compare(0, prefix.size(), prefix) == 0 ||
+                        (with_tied && layer == 0 && key == StageSnapshot::kTied);
+      if (!mine || !st.ok()) continue;
+      const Names n = StoredNames(key);
+      st = AddTensor(n.value, t.value, &views);
+      if (st.ok()) st = AddTensor(n.exp_avg, t.exp_avg, &views);
+      if (st.ok()) st = AddTensor(n.exp_avg_sq, t.exp_avg_sq, &views);
+      meta[n.adam_step] = std::to_string(t.adam_step);
+    }
+    if (!st.ok()) break;
+    auto file = ckpt::WriteLayer(dir, step, layer, views, meta);
+    if (!file.ok()) {
+      st = file.status();
+      break;
+    }
+    done.bytes += file->size();
+    *part.add_files() = *file;
+  }
+  if (st.ok()) st = ckpt::WritePart(dir, step, rank, part);
+  if (!st.ok()) done.error = st.message();
+  done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return done;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(std::string dir, int64_t every, const Topology& topo, int rank)
+    : dir_(std::move(dir)), every_(every), rank_(rank), num_layers_(topo.num_layers) {
+  for (int l = 0; l < topo.num_layers; ++l) {
+    const auto& owners = topo.layer_groups[static_cast<size_t>(topo.layer_group_of[static_cast<size_t>(l)])].ranks;
+    if (!owners.empty() && owners.front() == rank) layers_.push_back(l);
+  }
+  // The tied weight goes with layer 0, written by layer 0's writer, which
+  // holds it (the embedding stage owns the tied weight).
+  writes_tied_ = std::find(layers_.begin(), layers_.end(), 0) != layers_.end();
+}
+
+Checkpointer::~Checkpointer() {
+  if (pending_.valid()) pending_.wait();
+}
+
+bool Checkpointer::IsCheckpointStep(int64_t step, int64_t last_step) const {
+  if (every_ <= 0) return false;
+  return (step + 1) % every_ == 0 || step == last_step;
+}
+
+bool Checkpointer::AfterStep(StageWorker& worker, int64_t step, int64_t last_step, Done* finished,
+                             double* waited, bool force) {
+  *waited = 0;
+  bool have = false;
+  const bool save = force || IsCheckpointStep(step, last_step);
+  if (pending_.valid() &&
+      (save || pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    *finished = pending_.get();  // waits only at a checkpoint step
+    *waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    worker.Unpin();
+    have = true;
+  }
+  if (!save) return have;
+  const StageSnapshot* snap = worker.Pin(step);
+  if (snap != nullptr) {
+    pending_ = std::async(std::launch::async, Save, dir_, step, rank_, layers_, writes_tied_, snap);
+  }
+  return have;
+}
+
+bool Checkpointer::Finish(StageWorker& worker, Done* finished) {
+  if (!pending_.valid()) return false;
+  *finished = pending_.get();
+  worker.Unpin();
+  return true;
+}
+
+Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, int last, bool tied) {
+  StageSnapshot out;
+  out.first_layer = first;
+  out.last_layer = last;
+  std::vector<int> layers;
+  for (int l = first; l <= last; ++l) layers.push_back(l);
+  if (tied && first != 0) layers.insert(layers.begin(), 0);  // the tied weight lives with layer 0
+  int64_t step = -2;
+  for (int layer : layers) {
+    const std::string path = ckpt_dir + "/" + ckpt::LayerFileName(layer);
+    OB_ASSIGN_OR_RETURN(ckpt::SafetensorsHeader h, ckpt::ReadSafetensorsHeader(path));
+    std::map<std::string, const ckpt::SafetensorsEntry*> by_name;
+    for (const auto& e : h.tensors) by_name[e.name] = &e;
+    auto read = [&](const std::string& tensor) -> Result<torch::Tensor> {
+      auto it = by_name.find(tensor);
+      if (it == by_name.end()) return Status::DataErr(path + ": no tensor " + tensor);
+      OB_ASSIGN_OR_RETURN(c10::ScalarType type, FromDType(it->second->dtype));
+      torch::Tensor t = torch::empty(it->second->shape, torch::TensorOptions().dtype(type));
+      OB_RETURN_IF_ERROR(ckpt::ReadTensor(path, h, *it->second, t.data_ptr()));
+      return t;
+    };
+    const bool own_layer = first <= layer && layer <= last;
+    for (const auto& e : h.tensors) {
+      const std::string& key = e.name;
+      const bool is_value = key.find(".exp_avg") == std::string::npos;
+      if (!is_value) continue;
+      const bool is_tied = key == StageSnapshot::kTied;
+      if ((is_tied && !tied) || (!is_tied && !own_layer)) continue;
+      const Names n = StoredNames(key);
+      TensorSnapshot t;
+      OB_ASSIGN_OR_RETURN(t.value, read(n.value));
+      OB_ASSIGN_OR_RETURN(t.exp_avg, read(n.exp_avg));
+      OB_ASSIGN_OR_RETURN(t.exp_avg_sq, read(n.exp_avg_sq));
+      auto m = h.metadata.find(n.adam_step);
+      if (m == h.metadata.end()) return Status::DataErr(path + ": no metadata " + n.adam_step);
+      try {
+        t.adam_step = std::stoll(m->second);
+      } catch (const std::exception&) {
+        return Status::DataErr(path + ": metadata " + n.adam_step + " is not a number");
+      }
+      out.tensors[key] = std::move(t);
+    }
+    auto s = h.metadata.find("step");
+    if (s != h.metadata.end()) step = std::stoll(s->second);
+  }
+  if (tied && out.tensors.count(StageSnapshot::kTied) == 0) {
+    return Status::DataErr(ckpt_dir + ": layer 0 holds no tied weight");
+  }
+  out.step = step;
+  return out;
+}
+
+}  // namespace ob::runtime

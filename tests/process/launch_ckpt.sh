@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Checkpoints from ob-launch (issue 5; SPEC §7), 4 local hosts in 2
+# pipelines of 2 stages, f = 1, 40 steps, --ckpt-every 10:
+#  1. round trip: a run killed (kill -9 of the master) after the step-19
+#     checkpoint is committed, then --resume auto: steps 20..39 have the
+#     uninterrupted run's losses exactly; the same checkpoint loaded under a
+#     3-stage plan and under one process trains on with the same losses
+#     (within 1e-4: other layouts sum in another order);
+#  2. beyond f: with every replica of the first stage's layers killed, the
+#     master restarts the survivors from the latest checkpoint and reaches
+#     the last step; no more than 10 steps are redone.
+NAME=launch_ckpt
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+make_two_by_two
+STEPS=40
+CKPT=(--ckpt-dir "$WORK/ckpt" --ckpt-every 10)
+
+run_start ref "$STEPS"
+run_wait
+[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+
+# 1. Killed after the step-19 checkpoint, resumed.
+run_start first "$STEPS" "${CKPT[@]}"
+committed() { grep -q " checkpoint step=19 " "$WORK/first/events.log" 2>/dev/null; }
+wait_for 60 committed || fail "no checkpoint of step 19: $(tail -3 "$WORK/first.err")"
+kill -9 $(pgrep -P "$MASTER_PID" -x ob-launch)  # the master itself, not its timeout(1)
+run_wait
+wait_for 5 no_tagged || fail "processes left after kill -9 of the master: $(tagged)"
+"$OB_BIN/ob-ckpt" ls "$WORK/ckpt" > "$WORK/ls" || fail "ob-ckpt ls: $(cat "$WORK/ls")"
+latest=$(readlink -f "$WORK/ckpt/$(cat "$WORK/ckpt/latest")")
+"$OB_BIN/ob-ckpt" verify "$latest" > /dev/null || fail "the latest checkpoint does not verify"
+
+run_start resumed "$STEPS" "${CKPT[@]}" --resume auto
+run_wait
+[ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
+grep -q " resume generation=1 from .*step-0*19$" "$WORK/resumed/events.log" \
+  || fail "did not resume from step 19: $(grep resume "$WORK/resumed/events.log")"
+python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
+echo "$NAME: resumed in the same layout: $(cat "$WORK/cmp")"
+
+# "checkpoint" on the control socket: a save at the next step, whatever
+# --ckpt-every says (0 here).
+run_start now "$STEPS" --ckpt-dir "$WORK/ckpt-now"
+wait_step now 5 || fail "no step 5: $(tail -3 "$WORK/now.err")"
+python3 - "$WORK/now/control.sock" <<'PY' || fail "checkpoint request refused"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"checkpoint from the test\n")
+reply = json.loads(s.makefile().readline())
+assert reply.get("ok"), reply
+PY
+run_wait
+[ "$RC" = 0 ] || fail "checkpoint-now run: exit $RC"
+grep -q " checkpoint step=[0-9]* " "$WORK/now/events.log" || fail "no checkpoint after the request"
+"$OB_BIN/ob-ckpt" verify "$WORK/ckpt-now/$(cat "$WORK/ckpt-now/latest")" >/dev/null \
+  || fail "the requested checkpoint does not verify"
+echo "$NAME: checkpoint on request: $(grep -o 'checkpoint step=[0-9]*' "$WORK/now/events.log" | tr '\n' ' ')"
+
+# ... and in other layouts: one 3-stage pipeline, and a single process.
+for layout in three:3:0.008 one:1:1; do
+  IFS=: read -r name n mem <<< "$layout"
+  : > "$WORK/hosts-$name.txt"
+  for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts-$name.txt"; done
+  "$OB_BIN/ob-plan" --hosts "$WORK/hosts-$name.txt" -g 1 -f 0 -B 8 --gpu-memory "$mem" \
+    --overhead-gib 0 -o "$WORK/plan-$name.pb" "$WORK/tiny.pb" || fail "ob-plan ($name)"
+  RUN_PLAN="$WORK/plan-$name.pb" RUN_HOSTS="$WORK/hosts-$name.txt" run_start "$name" "$STEPS" --resume "$latest"
+  run_wait
+  [ "$RC" = 0 ] || fail "resumed as $name: exit $RC: $(tail -3 "$WORK/$name.err")"
+  python3 "$METRICS_PY" compare "$WORK/$name.pb" "$WORK/ref.pb" 1e-4 > "$WORK/cmp" \
+    || fail "resumed as $name: $(cat "$WORK/cmp")"
+  echo "$NAME: resumed on $n host(s): $(cat "$WORK/cmp")"
+done
+
+# 2. Beyond f: both first stages (every replica of layers 0-1) killed.
+rm -rf "$WORK/ckpt"
+read -r first_a first_b < <(python3 - "$WORK/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"]
+print(p[0]["nodes"][0], p[1]["nodes"][0])
+PY
+)
+run_start beyond "$STEPS" "${CKPT[@]}"
+committed() { grep -q " checkpoint step=19 " "$WORK/beyond/events.log" 2>/dev/null; }
+wait_for 60 committed || fail "no checkpoint of step 19: $(tail -3 "$WORK/beyond.err")"
+kill -9 $(host_pids "$first_a") $(host_pids "$first_b")
+killed_at=$(max_step "$WORK/beyond.pb")
+run_wait
+[ "$RC" = 0 ] || fail "beyond f: exit $RC: $(tail -3 "$WORK/beyond.err")"
+grep -q "decide generation=2 lost hosts .*no surviving replica.*; restarting from checkpoint .*step-0*19 " \
+  "$WORK/beyond/events.log" || fail "no restart from the checkpoint: $(grep decide "$WORK/beyond/events.log")"
+rec=$(grep " recovered generation=2 from_step=19 " "$WORK/beyond/events.log") || fail "no recovery logged"
+[ $((killed_at - 19)) -le 10 ] || fail "$((killed_at - 19)) steps redone (> 10)"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/beyond.pb" 1e-4 > "$WORK/cmp" || fail "beyond f: $(cat "$WORK/cmp")"
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: beyond f: killed at step $killed_at, restarted after step 19: $(cat "$WORK/cmp"); ${rec#* recovered }"
+echo "$NAME: ok"
