@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Reads ob-launch's --metrics stream (varint-delimited ob.pb.Metrics
 records, ob-formats(5)) with the standard library only, for the process
-tests. A record still being written at the end of the file is ignored.
+tests: the records of completed steps (heartbeats and the master's exit
+records are left out). A record still being written at the end of the file
+is ignored.
 
   metrics.py max-step FILE           highest step any rank reported (-1: none)
   metrics.py check FILE STEPS RANKS  every step 0..STEPS-1 reported by RANKS
@@ -14,7 +16,7 @@ tests. A record still being written at the end of the file is ignored.
 import struct
 import sys
 
-RANK, STEP, GENERATION, LOSS, HEARTBEAT = 3, 6, 7, 13, 17
+RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT = 3, 6, 7, 13, 17, 26
 
 
 def varint(b, i):
@@ -53,7 +55,7 @@ def records(path):
                     j += 4
                 else:
                     raise ValueError(f"{path}: wire type {wt}")
-            if not f.get(HEARTBEAT):
+            if not f.get(HEARTBEAT) and EXIT not in f:  # steps only
                 out.append(f)
     except IndexError:
         pass

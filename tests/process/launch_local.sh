@@ -38,19 +38,17 @@ rc=$?
 grep -q 'master: info: step 5  loss 2.5000  tokens/s 1000' "$WORK/err3" \
   || fail "no progress line: $(grep -c step "$WORK/err3")"
 if command -v python3 >/dev/null; then
-  python3 - "$WORK/metrics.pb" "$TAG" <<'PY' || fail "metrics file"
-import sys
-data = open(sys.argv[1], "rb").read()
-ranks, pos = set(), 0
-while pos < len(data):
-    n = data[pos]; pos += 1
-    rec = data[pos:pos + n]; pos += n
-    assert rec.startswith(b"\x12"), rec          # field 2 (host) comes first, filled by the agent
-    host_len = rec[1]
-    assert rec[2:2 + host_len].decode().startswith(sys.argv[2] + "h"), rec
-    assert b"\x30\x05" in rec, rec               # step 5 kept
-    ranks.add(rec)
-assert len(ranks) == 4, len(ranks)
+  python3 - "$WORK/metrics.pb" "$TAG" "$METRICS_PY" <<'PY' || fail "metrics file"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("metrics", sys.argv[3])
+metrics = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(metrics)
+recs = metrics.records(sys.argv[1])             # the workers' records (exits left out)
+assert len(recs) == 4, recs
+for r in recs:
+    assert r[2].decode().startswith(sys.argv[2] + "h"), r   # host, filled by the agent
+    assert r[metrics.STEP] == 5, r
+assert {r.get(metrics.RANK, 0) for r in recs} == {0, 1, 2, 3}, recs
 PY
 fi
 

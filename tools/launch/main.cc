@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <vector>
 
 #include <unistd.h>
 
 #include "ob/cli/cli.h"
 #include "ob/control.pb.h"
 #include "ob/launch/agent.h"
+#include "ob/launch/inject.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/worker.h"
@@ -35,6 +37,7 @@ struct Options {
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   std::string resume;
+  std::vector<std::string> inject;
   // Hidden: the agent and worker roles.
   bool agent = false;
   std::string master;
@@ -68,6 +71,11 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
   env["OB_WORLD_SIZE"] = std::to_string(ctx.world_size);
   env["OB_LOCAL_RANK"] = std::to_string(ctx.local_rank);
   env["OB_HOST"] = ctx.host;
+  if (!g.inject.empty()) {
+    std::string spec;
+    for (const auto& i : g.inject) spec += (spec.empty() ? "" : ";") + i;
+    env["OB_INJECT"] = spec;
+  }
   if (const char* test = std::getenv("OB_TEST_WORKER_CMD"); test != nullptr && *test != '\0') {
     for (const char* a : {"/bin/sh", "-c", test}) spec.add_argv(a);
     return spec;
@@ -153,6 +161,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.resume = g.resume == "auto" ? g.resume : Absolute(g.resume);
   o.seed = g.seed;
   if (g.ckpt_every > 0 && g.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
+  for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   o.self_exe = SelfExe();
   if (common.verbose > 0) o.agent_flags.push_back("-v");
   if (common.quiet) o.agent_flags.push_back("-q");
@@ -207,6 +216,11 @@ void Setup(CLI::App& app) {
   app.add_option("--ckpt-dir", g.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
   app.add_option("--ckpt-every", g.ckpt_every, "Save a checkpoint every N steps, in the background")
       ->option_text("N")->check(CLI::NonNegativeNumber);
+  app.add_option("--inject", g.inject,
+                 "Fault injection for tests: RANK:slow=F, RANK:hang=STEP or RANK:nan=STEP")
+      ->option_text("SPEC")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--resume", g.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
       ->option_text("WHAT");
   // Roles started by ob-launch itself; not for people.

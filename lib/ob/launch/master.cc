@@ -146,6 +146,9 @@ class Master {
   void HostLost(AgentState& a, const std::string& what, int64_t latency_ms);
   void OnFirstSteps(const pb::Metrics& m);
   void OnCheckpointPart(const pb::Metrics& m);
+  // A record for --metrics and for every watcher of the control socket.
+  void Publish(const pb::Metrics& m);
+  std::string Rollback(const std::string& reason);
   void CommitCheckpoints();     // starts the next queued commit, collects a finished one
   Result<plan::Instantiation> InstantiateOnLive();
   void ReapAgents();
@@ -490,13 +493,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
   if (m.has_worker_metrics()) {
     const pb::Metrics& mx = m.worker_metrics().metrics();
-    if (metrics_out_) {
-      Status st = metrics_out_->Write(mx);
-      if (!st.ok()) {
-        OB_LOG(Error) << st.message() << "; no more metrics are written";
-        metrics_out_.reset();
-      }
-    }
+    Publish(mx);
     const bool current = mx.generation() == 0 || mx.generation() == generation_;
     if (current && mx.has_checkpoint()) OnCheckpointPart(mx);
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
@@ -521,6 +518,19 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     if (x.rank() >= ranks_.size() || ranks_[x.rank()].exited) return;
     ranks_[x.rank()].exited = true;
     const int64_t latency = std::max<int64_t>(0, UnixMs() - x.unix_ms());
+    {  // the exit, in the metrics stream too (ob-watch's crash detector)
+      pb::Metrics rec;
+      rec.set_format_version(io::kMetricsFormatVersion);
+      rec.set_host(a.host.name);
+      rec.set_rank(x.rank());
+      rec.set_generation(x.generation() != 0 ? x.generation() : generation_);
+      rec.set_step(ranks_[x.rank()].have_metrics ? ranks_[x.rank()].last.step() : 0);
+      rec.set_unix_ms(x.unix_ms());
+      rec.mutable_exit()->set_exit_status(x.exit_status());
+      rec.mutable_exit()->set_signal(x.signal());
+      rec.mutable_exit()->set_description(x.description());
+      Publish(rec);
+    }
     events_.Write("worker-exit", "rank=" + std::to_string(x.rank()) + " host=" + a.host.name +
                                      " " + x.description() + " latency_ms=" + std::to_string(latency));
     if (x.exit_status() == 0 && x.signal() == 0) {
@@ -790,6 +800,50 @@ void Master::OnFirstSteps(const pb::Metrics& m) {
   rec_ = Recovering();
 }
 
+void Master::Publish(const pb::Metrics& m) {
+  if (metrics_out_) {
+    Status st = metrics_out_->Write(m);
+    if (!st.ok()) {
+      OB_LOG(Error) << st.message() << "; no more metrics are written";
+      metrics_out_.reset();
+    }
+  }
+  if (operator_.watchers() > 0) {
+    std::string bytes;
+    io::AppendRecord(m, &bytes);
+    operator_.Broadcast(bytes);
+  }
+}
+
+// Every worker back to the latest complete checkpoint, on the same
+// instantiation (a diverged loss). "" when under way, else why not: then,
+// with no checkpoint at all, the run stops (exit 65: the model diverged).
+std::string Master::Rollback(const std::string& reason) {
+  if (state_ != State::kRunning) return "the run is not running";
+  Result<std::string> latest = opt_.ckpt_dir.empty()
+                                   ? Result<std::string>(Status::NoInput("no --ckpt-dir"))
+                                   : ckpt::Latest(opt_.ckpt_dir);
+  if (!latest.ok()) {
+    const std::string msg = "rollback asked (" + reason + ") but there is no checkpoint to roll back to (" +
+                            latest.status().message() + "); stopping";
+    events_.Write("decide", msg);
+    OB_LOG(Error) << msg;
+    BeginStop(msg, Status::DataErr(msg));
+    return msg;
+  }
+  resume_path_ = *latest;
+  rec_ = Recovering();
+  rec_.active = true;
+  rec_.detect_unix_ms = UnixMs();
+  fetches_.clear();
+  events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " rollback to " +
+                              resume_path_ + ": " + reason);
+  OB_LOG(Warn) << "rolling back to " << resume_path_ << ": " << reason;
+  Status st = LaunchGeneration();
+  if (!st.ok()) BeginStop(st.message(), Status::TempFail(st.message()));
+  return "";
+}
+
 // The templates instantiated afresh on the hosts still connected (for a
 // restart from a checkpoint): the plan's fault tolerance if they allow it,
 // else as much as they do.
@@ -966,9 +1020,33 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
       events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + req.reason());
       break;
     }
+    case pb::OPERATOR_EXCLUDE_HOST:
+    case pb::OPERATOR_DRAIN: {
+      // Both take the host out now: the survivors resume from the last step
+      // every one of them completed, so nothing is lost by not waiting.
+      AgentState* a = FindAgent(req.host());
+      if (a == nullptr || a->state != AgentState::State::kConnected || state_ != State::kRunning) {
+        r.set_ok(false);
+        r.set_error(a == nullptr ? "no host '" + req.host() + "' in this run"
+                                 : "host '" + req.host() + "' is not running workers");
+        return r;
+      }
+      const char* verb = req.command() == pb::OPERATOR_DRAIN ? "drained" : "excluded";
+      events_.Write("exclude", "host=" + req.host() + " " + req.reason());
+      HostLost(*a, std::string("host ") + req.host() + " " + verb + ": " + req.reason(), 0);
+      break;
+    }
+    case pb::OPERATOR_ROLLBACK: {
+      const std::string why = Rollback(req.reason());
+      if (!why.empty()) {
+        r.set_ok(false);
+        r.set_error(why);
+      }
+      break;
+    }
     default:
       r.set_ok(false);
-      r.set_error("not implemented yet");
+      r.set_error("not a request the master takes here");
       return r;
   }
   static const char* kStates[] = {"starting", "running", "stopping", "stopped"};

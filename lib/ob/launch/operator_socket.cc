@@ -6,29 +6,42 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "ob/log.h"
 
 namespace ob::launch {
-namespace {
 
-constexpr size_t kMaxRequestLine = 4096;
-
-struct Client {
-  uv_pipe_t pipe;   // first: the handle's address is the Client's
+struct OperatorClient {
+  uv_pipe_t pipe;   // first: the handle's address is the client's
   std::string buf;
-  OperatorSocket::Handler* handler;
+  OperatorSocket* owner = nullptr;
+  bool watching = false;
+
+  static void Close(OperatorClient* c) {
+    if (c->owner != nullptr) c->owner->watchers_.erase(c);
+    c->owner = nullptr;
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->pipe))) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
+               [](uv_handle_t* h) { delete reinterpret_cast<OperatorClient*>(h); });
+    }
+  }
 };
 
-void Reply(Client* c, const std::string& line) {
+namespace {
+
+using Client = OperatorClient;
+constexpr size_t kMaxRequestLine = 4096;
+
+void Send(Client* c, std::string data) {
   struct WriteReq {
     uv_write_t req;
     std::string data;
   };
   auto* w = new WriteReq;
-  w->data = line + "\n";
+  w->data = std::move(data);
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
   if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c->pipe), &b, 1,
                [](uv_write_t* r, int) { delete reinterpret_cast<WriteReq*>(r); }) != 0) {
@@ -36,13 +49,12 @@ void Reply(Client* c, const std::string& line) {
   }
 }
 
-void CloseClient(Client* c) {
-  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->pipe))) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
-             [](uv_handle_t* h) { delete reinterpret_cast<Client*>(h); });
-  }
-}
+void Reply(Client* c, const std::string& line) { Send(c, line + "\n"); }
 
+}  // namespace
+
+namespace {
+void CloseClient(Client* c) { OperatorClient::Close(c); }
 }  // namespace
 
 Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line) {
@@ -57,14 +69,25 @@ Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line) {
     r.set_command(pb::OPERATOR_STOP);
     r.set_reason(arg.empty() ? "an operator asked to stop" : arg);
   } else if (word == "exclude" || word == "drain") {
-    if (arg.empty()) return Status::Usage(word + ": which host?");
+    std::istringstream rest(arg);
+    std::string host, reason;
+    rest >> host;
+    std::getline(rest >> std::ws, reason);
+    if (host.empty()) return Status::Usage(word + ": which host?");
     r.set_command(word == "exclude" ? pb::OPERATOR_EXCLUDE_HOST : pb::OPERATOR_DRAIN);
-    r.set_host(arg);
+    r.set_host(host);
+    r.set_reason(reason.empty() ? "an operator asked to " + word + " it" : reason);
   } else if (word == "checkpoint") {
     r.set_command(pb::OPERATOR_CHECKPOINT_NOW);
+    r.set_reason(arg);
+  } else if (word == "rollback") {
+    r.set_command(pb::OPERATOR_ROLLBACK);
+    r.set_reason(arg.empty() ? "an operator asked to roll back" : arg);
+  } else if (word == "watch") {
+    r.set_command(pb::OPERATOR_WATCH);
   } else {
     return Status::Usage("unknown request '" + word +
-                         "' (status, stop, exclude HOST, drain HOST, checkpoint)");
+                         "' (status, stop, exclude HOST, drain HOST, checkpoint, rollback, watch)");
   }
   return r;
 }
@@ -100,7 +123,24 @@ Status OperatorSocket::Listen(const std::string& path, Handler handler) {
   return Status::Ok();
 }
 
+void OperatorSocket::Broadcast(const std::string& bytes) {
+  std::vector<Client*> drop;
+  for (Client* c : watchers_) {
+    if (uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c->pipe)) > kMaxWatchBacklog) {
+      drop.push_back(c);
+    } else {
+      Send(c, bytes);
+    }
+  }
+  for (Client* c : drop) {
+    OB_LOG(Warn) << "dropping a watcher of the control socket: it fell " << (kMaxWatchBacklog >> 20)
+                 << " MiB behind";
+    CloseClient(c);
+  }
+}
+
 void OperatorSocket::Close() {
+  for (Client* c : std::vector<Client*>(watchers_.begin(), watchers_.end())) CloseClient(c);
   if (server_ != nullptr) {
     server_->data = nullptr;
     uv_close(reinterpret_cast<uv_handle_t*>(server_),
@@ -115,7 +155,7 @@ void OperatorSocket::OnConnection(uv_stream_t* server, int status) {
   auto* self = static_cast<OperatorSocket*>(server->data);
   if (self == nullptr || status < 0) return;
   auto* c = new Client;
-  c->handler = &self->handler_;
+  c->owner = self;
   uv_pipe_init(self->loop_, &c->pipe, 0);
   if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c->pipe)) != 0) {
     CloseClient(c);
@@ -140,14 +180,19 @@ void OperatorSocket::OnConnection(uv_stream_t* server, int status) {
           std::string line = c->buf.substr(0, nl);
           c->buf.erase(0, nl + 1);
           if (!line.empty() && line.back() == '\r') line.pop_back();
-          if (line.empty()) continue;
+          if (line.empty() || c->watching || c->owner == nullptr) continue;
           Result<pb::OperatorRequest> req = ParseOperatorRequest(line);
+          if (req.ok() && req->command() == pb::OPERATOR_WATCH) {  // no answer: the stream
+            c->watching = true;
+            c->owner->watchers_.insert(c);
+            continue;
+          }
           pb::OperatorResponse resp;
           if (!req.ok()) {
             resp.set_ok(false);
             resp.set_error(req.status().message());
           } else {
-            resp = (*c->handler)(*req);
+            resp = c->owner->handler_(*req);
           }
           Reply(c, OperatorResponseJson(resp));
         }

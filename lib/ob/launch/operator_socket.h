@@ -1,8 +1,12 @@
 // The master's control socket for operators and ob-watch: a unix socket
 // (run-dir/control.sock, mode 0600) that takes one text request per line
-//   status | stop [REASON] | exclude HOST | drain HOST | checkpoint
+//   status | stop [REASON] | exclude HOST [REASON] | drain HOST [REASON] |
+//   checkpoint [REASON] | rollback [REASON] | watch
 // and answers each with one line: an OperatorResponse (control.proto) in
 // protobuf's JSON mapping. `echo status | socat - UNIX:run/control.sock`.
+// "watch" turns the connection into a stream: Broadcast's bytes go to it
+// (ob-watch --attach reads the metrics so); a watcher that falls more than
+// kMaxWatchBacklog bytes behind is dropped rather than let grow the master.
 //
 // Thread model: runs on the master's uv loop; the handler is called there.
 // Failure: Listen returns kIoErr naming the path; a bad request gets
@@ -10,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 
 #include <uv.h>
@@ -18,6 +23,8 @@
 #include "ob/status.h"
 
 namespace ob::launch {
+
+struct OperatorClient;
 
 // "status" → OPERATOR_STATUS, ...; kUsage naming the unknown command.
 Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line);
@@ -38,9 +45,16 @@ class OperatorSocket {
   Status Listen(const std::string& path, Handler handler);
   // Stops listening and removes the socket file. Idempotent.
   void Close();
+  // Writes `bytes` to every watching connection.
+  void Broadcast(const std::string& bytes);
+  size_t watchers() const { return watchers_.size(); }
+
+  static constexpr size_t kMaxWatchBacklog = 16u << 20;
 
  private:
+  friend struct OperatorClient;
   static void OnConnection(uv_stream_t* server, int status);
+  std::set<OperatorClient*> watchers_;
 
   uv_loop_t* loop_;
   uv_pipe_t* server_ = nullptr;

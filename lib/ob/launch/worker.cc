@@ -9,6 +9,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -16,6 +23,7 @@
 #include "ob/control.pb.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
+#include "ob/launch/inject.h"
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
 #include "ob/model/data.h"
@@ -140,6 +148,37 @@ struct StartPoint {
   int64_t step = -1;                 // S: the state after it is restored
   std::vector<runtime::StageWorker::Held> held;
   int own_slot = -1;                 // this rank's arena slot at S
+};
+
+// Calls `beat` every kBeatMs on a thread of its own until destroyed.
+class Heartbeat {
+ public:
+  static constexpr int kBeatMs = 500;
+  explicit Heartbeat(std::function<void()> beat) : beat_(std::move(beat)) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(kBeatMs), [this] { return stop_; })) {
+        lock.unlock();
+        beat_();
+        lock.lock();
+      }
+    });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::function<void()> beat_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
@@ -310,6 +349,14 @@ Status RunWorker(const WorkerOptions& o) {
   }
   const int64_t ready_ms = profile::NowUnixMs();
   const auto& me = worker->info();
+  Injection inject;
+  if (const char* spec = std::getenv("OB_INJECT"); spec != nullptr && o.generation == 1) {
+    OB_ASSIGN_OR_RETURN(inject, ParseInjection(spec, o.rank));
+    if (inject.any()) {
+      OB_LOG(Warn) << "fault injection: " << spec;
+    }
+    worker->SetSlowdown(inject.slow);
+  }
   OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
                << me.num_microbatches << " micro-batches per step"
@@ -331,18 +378,44 @@ Status RunWorker(const WorkerOptions& o) {
   };
   const std::string now_key = gen_key + "/checkpoint-now";
   int64_t now_done = -1;
-  io::RecordWriter out(STDOUT_FILENO, "<stdout>");
-  for (int64_t step = first_step; step < o.steps; ++step) {
-    OB_ASSIGN_OR_RETURN(runtime::StepResult r, worker->Step(step));
+  // One record per step, and a heartbeat every kBeatMs from a thread of its
+  // own: a stopped process stops beating, a blocked one does not.
+  auto record = [&](int64_t step) {
     pb::Metrics m;
     m.set_format_version(io::kMetricsFormatVersion);
     m.set_host(o.host);
     m.set_rank(o.rank);
     m.set_pipeline(me.pipeline);
     m.set_stage(me.stage);
-    m.set_step(static_cast<uint64_t>(step));
+    m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, step)));
     m.set_generation(o.generation);
     m.set_unix_ms(profile::NowUnixMs());
+    m.set_first_layer(me.first_layer);
+    m.set_last_layer(me.last_layer);
+    m.set_num_microbatches(me.num_microbatches);
+    return m;
+  };
+  io::RecordWriter out(STDOUT_FILENO, "<stdout>");
+  std::mutex out_mu;
+  auto emit = [&](const pb::Metrics& m) {
+    std::lock_guard<std::mutex> lock(out_mu);
+    return out.Write(m);
+  };
+  std::atomic<int64_t> last_done{first_step - 1};
+  Heartbeat beat([&] {
+    pb::Metrics m = record(last_done.load());
+    m.set_heartbeat(true);
+    (void)emit(m);
+  });
+  for (int64_t step = first_step; step < o.steps; ++step) {
+    if (step == inject.hang_at) {
+      OB_LOG(Warn) << "fault injection: stopping before step " << step;
+      ::raise(SIGSTOP);
+    }
+    OB_ASSIGN_OR_RETURN(runtime::StepResult r, worker->Step(step));
+    last_done = step;
+    if (step == inject.nan_at) r.loss = std::nan("");
+    pb::Metrics m = record(step);
     m.set_step_seconds(r.seconds);
     m.set_forward_seconds(r.forward_seconds);
     m.set_backward_seconds(r.backward_seconds);
@@ -372,20 +445,14 @@ Status RunWorker(const WorkerOptions& o) {
       if (saver->AfterStep(*worker, step, o.steps - 1, &done, &waited, now)) report(done, &m);
       m.set_checkpoint_stall_seconds(waited);
     }
-    OB_RETURN_IF_ERROR(out.Write(m));
+    OB_RETURN_IF_ERROR(emit(m));
   }
   runtime::Checkpointer::Done done;
   if (saver && saver->Finish(*worker, &done)) {  // the last save, in a record of its own
-    pb::Metrics m;
-    m.set_format_version(io::kMetricsFormatVersion);
-    m.set_host(o.host);
-    m.set_rank(o.rank);
-    m.set_generation(o.generation);
-    m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, o.steps - 1)));
-    m.set_unix_ms(profile::NowUnixMs());
+    pb::Metrics m = record(o.steps - 1);
     m.set_heartbeat(true);
     report(done, &m);
-    OB_RETURN_IF_ERROR(out.Write(m));
+    OB_RETURN_IF_ERROR(emit(m));
   }
   return Status::Ok();
 }

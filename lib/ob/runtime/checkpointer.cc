@@ -3,8 +3,10 @@
 #include "ob/runtime/checkpointer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "ob/ckpt/checkpoint.h"
@@ -65,38 +67,60 @@ Status AddTensor(const std::string& name, const torch::Tensor& t, std::vector<ck
   return Status::Ok();
 }
 
-// Writes the layers' files and this rank's part; runs on the save thread.
+// The tensors of `layer` in `snap` (with the tied weight for layer 0 when
+// `with_tied`), and their metadata.
+Status LayerViews(const StageSnapshot& snap, int layer, bool with_tied, int64_t step,
+                  std::vector<ckpt::TensorView>* views, std::map<std::string, std::string>* meta) {
+  (*meta)["step"] = std::to_string(step);
+  const std::string prefix = LayerPrefix(layer);
+  for (const auto& [key, t] : snap.tensors) {
+    const bool mine = key.compare(0, prefix.size(), prefix) == 0 ||
+                      (with_tied && layer == 0 && key == StageSnapshot::kTied);
+    if (!mine) continue;
+    const Names n = StoredNames(key);
+    OB_RETURN_IF_ERROR(AddTensor(n.value, t.value, views));
+    OB_RETURN_IF_ERROR(AddTensor(n.exp_avg, t.exp_avg, views));
+    OB_RETURN_IF_ERROR(AddTensor(n.exp_avg_sq, t.exp_avg_sq, views));
+    (*meta)[n.adam_step] = std::to_string(t.adam_step);
+  }
+  return Status::Ok();
+}
+
+constexpr size_t kWriters = 4;  // layer files written at once: keeps the disk's queue full
+
+// Writes the layers' files and this rank's part; runs on the save thread,
+// which fans the files out over kWriters threads.
 Checkpointer::Done Save(const std::string& dir, int64_t step, int rank, const std::vector<int>& layers,
                         bool with_tied, const StageSnapshot* snap) {
   const auto start = std::chrono::steady_clock::now();
   Checkpointer::Done done;
   done.step = step;
   pb::Manifest part;
-  part.set_step(static_cast<uint64_t>(step));
   Status st = ckpt::BeginStep(dir, step);
-  for (int layer : layers) {
-    if (!st.ok()) break;
-    std::vector<ckpt::TensorView> views;
-    std::map<std::string, std::string> meta{{"step", std::to_string(step)}};
-    const std::string prefix = LayerPrefix(layer);
-    for (const auto& [key, t] : snap->tensors) {
-      const bool mine = key.compare(0, prefix.size(), prefix) == 0 ||
-                        (with_tied && layer == 0 && key == StageSnapshot::kTied);
-      if (!mine || !st.ok()) continue;
-      const Names n = StoredNames(key);
-      st = AddTensor(n.value, t.value, &views);
-      if (st.ok()) st = AddTensor(n.exp_avg, t.exp_avg, &views);
-      if (st.ok()) st = AddTensor(n.exp_avg_sq, t.exp_avg_sq, &views);
-      meta[n.adam_step] = std::to_string(t.adam_step);
+  std::vector<Result<pb::CheckpointFile>> files(layers.size(), Status::Internal("not written"));
+  std::atomic<size_t> next{0};
+  auto writer = [&] {
+    for (size_t i = next++; i < layers.size(); i = next++) {
+      std::vector<ckpt::TensorView> views;
+      std::map<std::string, std::string> meta;
+      Status s = LayerViews(*snap, layers[i], with_tied, step, &views, &meta);
+      files[i] = s.ok() ? ckpt::WriteLayer(dir, step, layers[i], views, meta) : Result<pb::CheckpointFile>(s);
     }
+  };
+  if (st.ok()) {
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < std::min(kWriters, layers.size()); ++k) pool.emplace_back(writer);
+    writer();
+    for (auto& t : pool) t.join();
+  }
+  for (auto& f : files) {
     if (!st.ok()) break;
-    auto file = ckpt::WriteLayer(dir, step, layer, views, meta);
-    if (!file.ok()) {
-      st = file.status();
+    if (!f.ok()) {
+      st = f.status();
       break;
     }
-    done.bytes += file->size();
-    *part.add_files() = *file;
+    done.bytes += f->size();
+    *part.add_files() = *f;
   }
   if (st.ok()) st = ckpt::WritePart(dir, step, rank, part);
   if (!st.ok()) done.error = st.message();

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "ob/runtime/schedule.h"
@@ -146,6 +147,11 @@ const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
   return nullptr;
 }
 
+void StageWorker::SlowDown(Clock::time_point since) const {
+  if (slowdown_ <= 1) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * SecondsSince(since)));
+}
+
 Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
   const StageSnapshot& current = snapshots_[newest_];
   const int a = keep == 0 ? 1 : 0;
@@ -272,6 +278,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         loss_sum += out.detach().to(torch::kDouble) * weight;
         out = out * weight;
       }
+      SlowDown(t0);
       r.forward_seconds += SecondsSince(t0);
       if (!me.is_last_stage()) {
         std::vector<torch::Tensor> buf{out.detach().contiguous()};
@@ -295,6 +302,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
       } else {
         torch::autograd::backward({outputs[j]}, {grad_out});
       }
+      SlowDown(t0);
       r.backward_seconds += SecondsSince(t0);
       if (!me.is_first_stage()) {
         std::vector<torch::Tensor> buf{inputs[j].grad().contiguous()};

@@ -165,6 +165,10 @@ class StageWorker {
       const std::vector<Held>& held, const std::vector<plan::LayerFetch>& fetches,
       std::chrono::milliseconds timeout, SnapshotArena* arena = nullptr, int arena_keep = -1);
 
+  // Fault injection (tests and demos, ob-launch --inject): every forward
+  // and backward computation of this rank takes `factor` (> 1) times as long.
+  void SetSlowdown(double factor) { slowdown_ = factor; }
+
   const model::GptStage& stage() const { return stage_; }
   double join_seconds() const { return join_seconds_; }  // joining the groups in Create
   const RankInfo& info() const { return topo_.ranks[rank_]; }
@@ -177,6 +181,7 @@ class StageWorker {
   void JoinGroups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
+  void SlowDown(std::chrono::steady_clock::time_point since) const;
   // Moves the newest snapshot into `arena` (not into slot `keep`) and keeps
   // both snapshots there from now on.
   Status AttachArena(SnapshotArena* arena, int keep);
@@ -202,6 +207,7 @@ class StageWorker {
   int pinned_ = -1;
   SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
   double join_seconds_ = 0;
+  double slowdown_ = 1;
 };
 
 }  // namespace ob::runtime

@@ -1,0 +1,31 @@
+// Fault injection for tests and demos (ob-launch --inject, SPEC §6): make
+// one rank slow, hang or report a NaN loss, so that ob-watch's detectors
+// and actions can be exercised on a real run. Torch-free, pure.
+//
+// A spec is one or more ';'-separated items RANK:WHAT=VALUE:
+//   2:slow=1.5    rank 2 computes every forward and backward 1.5× as long
+//   1:hang=30     rank 1 stops itself (SIGSTOP) before step 30
+//   0:nan=40      rank 0 reports a NaN loss for step 40
+// The master passes the whole spec to every worker ($OB_INJECT); each
+// worker takes the items naming its rank in the first generation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ob/status.h"
+
+namespace ob::launch {
+
+struct Injection {
+  double slow = 1;        // > 1: slowdown factor
+  int64_t hang_at = -1;   // step before which the worker stops itself
+  int64_t nan_at = -1;    // step whose loss is reported as NaN
+  bool any() const { return slow > 1 || hang_at >= 0 || nan_at >= 0; }
+};
+
+// The items of `spec` for `rank` (every item is checked). kUsage naming
+// the malformed item.
+Result<Injection> ParseInjection(const std::string& spec, int rank);
+
+}  // namespace ob::launch
