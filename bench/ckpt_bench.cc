@@ -147,6 +147,11 @@ int main(int argc, char** argv) {
     if (round % 2 == 0) dd();
   }
   const double persist_bw = Median(persist), dd_write_bw = Median(dd_write);
+  std::printf("# persist MB/s by round:");
+  for (double b : persist) std::printf(" %.0f", b / 1e6);
+  std::printf("; dd:");
+  for (double b : dd_write) std::printf(" %.0f", b / 1e6);
+  std::printf("\n");
 
   // The peer: torch.save of tensors shaped like the state.
   {

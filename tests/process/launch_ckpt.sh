@@ -39,6 +39,22 @@ grep -q " resume generation=1 from .*step-0*19$" "$WORK/resumed/events.log" \
 python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
 echo "$NAME: resumed in the same layout: $(cat "$WORK/cmp")"
 
+# A damaged checkpoint is refused before any host starts: exit 65 naming the file.
+cp -r "$latest" "$WORK/ckpt-damaged"
+python3 - "$WORK/ckpt-damaged/layer-0002.safetensors" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-100, 2)
+    b = f.read(1)
+    f.seek(-100, 2)
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
+run_start damaged "$STEPS" --resume "$WORK/ckpt-damaged"
+run_wait
+[ "$RC" = 65 ] || fail "damaged checkpoint: exit $RC, expected 65: $(tail -2 "$WORK/damaged.err")"
+grep -q "layer-0002.safetensors" "$WORK/damaged.err" || fail "the damaged file is not named: $(tail -2 "$WORK/damaged.err")"
+! grep -qs agent-start "$WORK/damaged/events.log" || fail "hosts were started for a damaged checkpoint"
+
 # "checkpoint" on the control socket: a save at the next step, whatever
 # --ckpt-every says (0 here).
 run_start now "$STEPS" --ckpt-dir "$WORK/ckpt-now"

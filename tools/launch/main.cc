@@ -248,6 +248,7 @@ const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when 
 // becomes that worker, in this process when the spec runs ob-launch,
 // else by exec. End of file alone: it was not needed.
 int RunStandby() {
+  ob::launch::WarmUpLibTorch();
   std::string bytes;
   char buf[4096];
   for (;;) {

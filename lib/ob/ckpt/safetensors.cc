@@ -30,8 +30,6 @@ constexpr DTypeInfo kDTypes[] = {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The data section starts at a multiple of this (the JSON is space-padded).
 constexpr uint64_t kDataAlign = 8;
-// Writeback is started every this many bytes (sync_file_range).
-constexpr uint64_t kWritebackBytes = 16ull << 20;
 // Largest single write(2)/pread(2); Linux moves at most ~2 GiB per call.
 constexpr size_t kMaxIo = size_t{1} << 30;
 
@@ -514,13 +512,6 @@ Status SafetensorsWriter::Write(const void* data, uint64_t n) {
     off += static_cast<uint64_t>(w);
   }
   written_ += n;
-  // Start writing back what is written so far, without waiting: the disk
-  // works while we copy the next bytes, and Finish's fsync has little left.
-  if (!to_stdout_ && written_ - flushed_ >= kWritebackBytes) {
-    sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(written_ - flushed_),
-                    SYNC_FILE_RANGE_WRITE);
-    flushed_ = written_;
-  }
   return Status::Ok();
 }
 

@@ -126,7 +126,6 @@ class SafetensorsWriter {
   bool to_stdout_ = false;
   std::vector<SafetensorsEntry> tensors_;
   uint64_t data_bytes_ = 0, appended_ = 0, written_ = 0;
-  uint64_t flushed_ = 0;   // bytes whose writeback was started
   void* hash_ = nullptr;  // XXH3_state_t*, kept out of this header
 };
 

@@ -108,6 +108,7 @@ class Agent {
   std::map<uint32_t, cluster::ChildProcess> standby_;  // per slot, waiting for a role
   uint64_t generation_ = 0;
   uint64_t sequence_ = 0;
+  bool master_suspect_ = false;  // the master was silent too long at the last watchdog tick
   int exit_code_ = -1;
 };
 
@@ -197,7 +198,12 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
     a->ReapWorkers();  // a backstop for a coalesced SIGCHLD
     if (!a->conn_) return;
     double silent_s = (static_cast<int64_t>(uv_now(&a->loop_)) - a->conn_->last_receive_ms()) / 1e3;
-    if (silent_s > a->opt_.master_timeout_s) {
+    // Confirmed at the next tick, after an I/O poll: a loop that was
+    // descheduled must read what waits in the socket before it judges.
+    const bool silent = silent_s > a->opt_.master_timeout_s;
+    const bool confirmed = silent && a->master_suspect_;
+    a->master_suspect_ = silent;
+    if (confirmed) {
       char text[64];
       snprintf(text, sizeof text, "%.1f s", silent_s);
       a->Shutdown(static_cast<int>(Code::kTempFail),

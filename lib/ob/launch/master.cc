@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kTickMs = 50;        // detection granularity (well under the 1 s bound)
 constexpr int kProgressMs = 1000;  // progress line period
-constexpr int kDecideMs = 250;     // failures this close together are one event
+constexpr int kDecideMs = 100;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
 
@@ -105,6 +105,7 @@ struct AgentState {
   std::shared_ptr<Connection> conn;
   State state = State::kStarting;
   int node = 0;              // plan node id (index into the plan's hosts)
+  bool suspect = false;      // silent too long at the last tick; lost if still so at the next
 };
 
 struct RankState {
@@ -265,6 +266,9 @@ Status Master::Prepare() {
       resume_path_ = opt_.resume;
     }
     if (!resume_path_.empty()) {
+      // Every checksum, before any host starts: a damaged checkpoint is
+      // refused here (kDataErr naming the file), never half loaded.
+      OB_RETURN_IF_ERROR(ckpt::Verify(resume_path_));
       OB_ASSIGN_OR_RETURN(pb::Manifest m, ckpt::LoadManifest(resume_path_));
       if (m.model().SerializeAsString() != plan_.model().SerializeAsString()) {
         return Status::Config(resume_path_ + ": holds a " + m.model().name() + " model, the plan's is " +
@@ -615,7 +619,13 @@ void Master::Tick() {
     for (auto& a : agents_) {
       if (a->state != AgentState::State::kConnected || !a->conn) continue;
       const int64_t silent = now - a->conn->last_receive_ms();
-      if (silent > static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
+      if (silent <= static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
+        a->suspect = false;
+      } else if (!a->suspect) {
+        // Not yet: if this loop was descheduled, the agent's heartbeats wait
+        // in the socket, read by the I/O poll that runs before the next tick.
+        a->suspect = true;
+      } else {
         HostLost(*a, "lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
                          std::to_string(silent) + " ms)",
                  silent);
@@ -718,6 +728,10 @@ void Master::Decide() {
     Result<plan::Instantiation> fresh = Status::NoInput("");
     if (!r.ok && !opt_.ckpt_dir.empty()) {
       latest = ckpt::Latest(opt_.ckpt_dir);
+      if (latest.ok()) {
+        Status verified = ckpt::Verify(*latest);  // blocks the loop: every worker restarts anyway
+        if (!verified.ok()) latest = verified;
+      }
       if (latest.ok()) fresh = InstantiateOnLive();
     }
     if (!r.ok && !(latest.ok() && fresh.ok())) {

@@ -14,7 +14,7 @@
 // Run: heartbeats both ways every 200 ms. A dead agent (connection lost,
 // its rsh process exited, or silent > agent_timeout_s) or a worker that
 // exits with a non-zero status is detected within a second. Failures within
-// 250 ms of the first are decided together (SPEC §4.6): lost hosts go to the
+// 100 ms of the first are decided together (SPEC §4.6): lost hosts go to the
 // plan's re-instantiation (plan/recovery.h); if some layer has no replica
 // left the run ends with kTempFail naming the layers; otherwise the master
 // publishes the next generation (the new instantiation and fetch list) and

@@ -226,6 +226,19 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
 
 }  // namespace
 
+void WarmUpLibTorch() {
+  try {
+    auto w = torch::randn({64, 64}, torch::requires_grad());
+    auto x = torch::randn({8, 64});
+    auto y = torch::layer_norm(torch::gelu(torch::matmul(x, w)), {64}).softmax(-1);
+    torch::nn::functional::cross_entropy(y, torch::zeros({8}, torch::kLong)).backward();
+    torch::optim::AdamW opt(std::vector<torch::Tensor>{w});
+    opt.step();
+  } catch (const std::exception& e) {
+    OB_LOG(Debug) << "warm-up: " << FirstLine(e.what());
+  }
+}
+
 Status RunWorker(const WorkerOptions& o) {
   const int64_t process_start_ms = profile::NowUnixMs();  // (a standby's: when it got its role)
   // ps, top and pgrep show which rank a process is (a standby's command line

@@ -52,6 +52,11 @@ struct WorkerOptions {
 
 Status RunWorker(const WorkerOptions& opts);
 
+// Runs a tiny forward, backward and AdamW step so that LibTorch's lazy
+// start-up (autograd's threads, the allocator, kernels' first use) is paid
+// by a standby worker while it waits for a role, not by a recovery.
+void WarmUpLibTorch();
+
 // The master's rendezvous store: a c10d TCPStore server on `host`, on a port
 // the OS picks. Workers join it (through a prefix per group) to form their
 // communication groups. Lives as long as the object; not thread-safe.

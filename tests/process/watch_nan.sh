@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# ob-watch --attach --act on a NaN loss (issue 6, acceptance 3): 4 local
+# hosts, 2 pipelines of 2 stages, checkpoints every 10 steps, rank 0 reports
+# a NaN loss for step 25 (ob-launch --inject). ob-watch raises a loss-NaN
+# event at step 25 and asks the master to roll back; the master restarts
+# every worker from the latest checkpoint (step 19) and training reaches its
+# last step with finite losses. Without a checkpoint, the rollback stops the
+# run with exit 65.
+NAME=watch_nan
+source "$(dirname "$0")/../lib/launch.sh"
+[ -x "$OB_BIN/ob-watch" ] || fail "no $OB_BIN/ob-watch"
+command -v python3 >/dev/null || skip "no python3"
+make_two_by_two
+STEPS=60
+
+# watched RUN [ob-launch flags...]: a run with ob-watch --act attached; RC, WRC.
+watched() {
+  local run=$1; shift
+  run_start "$run" "$STEPS" --inject "0:nan=25" "$@"
+  wait_for 30 test -S "$WORK/$run/control.sock" || fail "no control socket: $(tail -3 "$WORK/$run.err")"
+  timeout 120 "$OB_BIN/ob-watch" --attach "$WORK/$run" --act --json > "$WORK/$run.events" \
+    2> "$WORK/$run.watch" &
+  local watch=$!
+  run_wait
+  wait "$watch"; WRC=$?
+}
+
+watched rollback --ckpt-dir "$WORK/ckpt" --ckpt-every 10
+[ "$RC" = 0 ] || fail "exit $RC: $(tail -3 "$WORK/rollback.err")"
+python3 - "$WORK/rollback.events" <<'PY' || fail "events: $(cut -c 1-300 "$WORK/rollback.events")"
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+nan = [e for e in events if e["kind"] == "EVENT_LOSS_NAN"]
+assert nan and int(nan[0]["step"]) == 25, nan
+acts = [e for e in events if e["kind"] == "EVENT_ACTION"]
+assert acts and acts[0]["request"].startswith("rollback"), acts
+assert acts[0]["evidence"]["ok"] == 1, acts[0]
+print("watch_nan: NaN at step %s; %s" % (nan[0]["step"], acts[0]["request"][:60]))
+PY
+grep -q "decide generation=2 rollback to .*step-0*19: " "$WORK/rollback/events.log" \
+  || fail "no rollback to step 19: $(grep decide "$WORK/rollback/events.log")"
+[ "$(max_step "$WORK/rollback.pb")" = $((STEPS - 1)) ] || fail "did not reach the last step"
+python3 "$METRICS_PY" check "$WORK/rollback.pb" "$STEPS" 4 > /dev/null || fail "metrics after the rollback"
+
+watched nockpt
+[ "$RC" = 65 ] || fail "rollback without a checkpoint: exit $RC, expected 65: $(tail -3 "$WORK/nockpt.err")"
+grep -q "no checkpoint to roll back to" "$WORK/nockpt.err" || fail "no reason given: $(tail -2 "$WORK/nockpt.err")"
+wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: ok"
