@@ -11,6 +11,8 @@
 #include <cstring>
 #include <set>
 
+#include "ob/io/json.h"
+
 namespace ob::ckpt {
 namespace {
 
@@ -76,28 +78,6 @@ size_t InvalidUtf8At(const std::string& s) {
   return std::string::npos;
 }
 
-void AppendJsonString(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          *out += buf;
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 std::string BuildHeader(const std::vector<SafetensorsEntry>& tensors,
                         const std::map<std::string, std::string>& metadata) {
@@ -108,15 +88,15 @@ std::string BuildHeader(const std::vector<SafetensorsEntry>& tensors,
     for (const auto& [k, v] : metadata) {
       if (!first) j += ',';
       first = false;
-      AppendJsonString(&j, k);
+      io::AppendJsonString(&j, k);
       j += ':';
-      AppendJsonString(&j, v);
+      io::AppendJsonString(&j, v);
     }
     j += '}';
   }
   for (const auto& t : tensors) {
     if (j.size() > 1) j += ',';
-    AppendJsonString(&j, t.name);
+    io::AppendJsonString(&j, t.name);
     j += ":{\"dtype\":\"";
     j += DTypeName(t.dtype);
     j += "\",\"shape\":[";
