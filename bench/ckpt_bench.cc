@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
     base.set_step(round);
     auto committed = ob::ckpt::Commit(dir, round, base, L);
     if (!committed.ok()) return Fail(committed.status().message());
+    (void)ob::ckpt::Prune(dir, 1);  // as a long run keeps only its latest few
     mib = (done.bytes + (1 << 20) - 1) >> 20;
     if (round % 2 == 0) dd();
   }
