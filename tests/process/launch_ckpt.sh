@@ -30,14 +30,18 @@ wait_for 5 no_tagged || fail "processes left after kill -9 of the master: $(tagg
 "$OB_BIN/ob-ckpt" ls "$WORK/ckpt" > "$WORK/ls" || fail "ob-ckpt ls: $(cat "$WORK/ls")"
 latest=$(readlink -f "$WORK/ckpt/$(cat "$WORK/ckpt/latest")")
 "$OB_BIN/ob-ckpt" verify "$latest" > /dev/null || fail "the latest checkpoint does not verify"
+cp -r "$latest" "$WORK/step19"  # kept aside: --ckpt-keep below prunes the original
+latest="$WORK/step19"
 
-run_start resumed "$STEPS" "${CKPT[@]}" --resume auto
+run_start resumed "$STEPS" "${CKPT[@]}" --ckpt-keep 2 --resume auto
 run_wait
 [ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
 grep -q " resume generation=1 from .*step-0*19$" "$WORK/resumed/events.log" \
   || fail "did not resume from step 19: $(grep resume "$WORK/resumed/events.log")"
 python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
 echo "$NAME: resumed in the same layout: $(cat "$WORK/cmp")"
+kept=$(cd "$WORK/ckpt" && ls -d step-* | tr '\n' ' ')
+[ "$kept" = "step-000000000029 step-000000000039 " ] || fail "--ckpt-keep 2 kept: $kept"
 
 # A damaged checkpoint is refused before any host starts: exit 65 naming the file.
 cp -r "$latest" "$WORK/ckpt-damaged"

@@ -36,6 +36,7 @@ struct Options {
   double start_timeout = 30.0;
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
+  int ckpt_keep = 0;
   std::string resume;
   std::vector<std::string> inject;
   // Hidden: the agent and worker roles.
@@ -158,6 +159,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.master_timeout_s = g.master_timeout;
   o.start_timeout_s = g.start_timeout;
   o.ckpt_dir = Absolute(g.ckpt_dir);
+  o.ckpt_keep = g.ckpt_keep;
   o.resume = g.resume == "auto" ? g.resume : Absolute(g.resume);
   o.seed = g.seed;
   if (g.ckpt_every > 0 && g.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
@@ -215,6 +217,8 @@ void Setup(CLI::App& app) {
       ->option_text("SECONDS");
   app.add_option("--ckpt-dir", g.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
   app.add_option("--ckpt-every", g.ckpt_every, "Save a checkpoint every N steps, in the background")
+      ->option_text("N")->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-keep", g.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
       ->option_text("N")->check(CLI::NonNegativeNumber);
   app.add_option("--inject", g.inject,
                  "Fault injection for tests: RANK:slow=F, RANK:hang=STEP or RANK:nan=STEP")

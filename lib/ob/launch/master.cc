@@ -939,8 +939,18 @@ void Master::CommitCheckpoints() {
   base.set_created_unix_ms(UnixMs());
   base.set_plan(plan_.SerializeAsString());
   commit_start_ms_ = UnixMs();
-  commit_ = std::async(std::launch::async, ckpt::Commit, opt_.ckpt_dir, commit_step_, base,
-                       loaded_.problem.num_layers());
+  commit_ = std::async(std::launch::async, [dir = opt_.ckpt_dir, step = commit_step_, base,
+                                             layers = loaded_.problem.num_layers(),
+                                             keep = opt_.ckpt_keep]() -> Result<pb::Manifest> {
+    Result<pb::Manifest> m = ckpt::Commit(dir, step, base, layers);
+    if (m.ok() && keep > 0) {  // retention: never the newest, latest's, or one being written
+      Result<std::vector<std::string>> pruned = ckpt::Prune(dir, keep);
+      if (!pruned.ok()) {
+        OB_LOG(Warn) << "pruning " << dir << ": " << pruned.status().message();
+      }
+    }
+    return m;
+  });
 }
 
 void Master::RequestStop(const std::string& reason) {

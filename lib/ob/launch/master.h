@@ -98,6 +98,7 @@ struct MasterOptions {
   // of a layer, and with `resume` ("auto": the latest in ckpt_dir, or a
   // step-… directory) starts from one.
   std::string ckpt_dir;
+  int ckpt_keep = 0;                 // > 0: after each commit keep only the newest that many
   std::string resume;
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
