@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "ob/io/json.h"
@@ -142,33 +143,20 @@ class HeaderParser {
     if (!Eat('{')) return Fail("expected '{' to open the header object");
     std::set<std::string> names;
     bool have_metadata = false;
-    SkipWs();
-    if (!Eat('}')) {
-      for (;;) {
-        std::string key;
-        SkipWs();
-        OB_RETURN_IF_ERROR(String(&key));
-        SkipWs();
-        if (!Eat(':')) return Fail("expected ':' after " + Quote(key));
-        SkipWs();
-        if (key == "__metadata__") {
-          if (have_metadata) return Status::DataErr(name_ + ": __metadata__ given twice");
-          have_metadata = true;
-          OB_RETURN_IF_ERROR(Metadata(&h->metadata));
-        } else {
-          if (!names.insert(key).second)
-            return Status::DataErr(name_ + ": duplicate tensor name " + Quote(key));
-          SafetensorsEntry e;
-          e.name = key;
-          OB_RETURN_IF_ERROR(Tensor(&e));
-          h->tensors.push_back(std::move(e));
-        }
-        SkipWs();
-        if (Eat(',')) continue;
-        if (Eat('}')) break;
-        return Fail("expected ',' or '}'");
+    OB_RETURN_IF_ERROR(Members("", [&](const std::string& key) -> Status {
+      if (key == "__metadata__") {
+        if (have_metadata) return Status::DataErr(name_ + ": __metadata__ given twice");
+        have_metadata = true;
+        return Metadata(&h->metadata);
       }
-    }
+      if (!names.insert(key).second)
+        return Status::DataErr(name_ + ": duplicate tensor name " + Quote(key));
+      SafetensorsEntry e;
+      e.name = key;
+      OB_RETURN_IF_ERROR(Tensor(&e));
+      h->tensors.push_back(std::move(e));
+      return Status::Ok();
+    }));
     SkipWs();
     if (i_ != s_.size()) return Fail("unexpected text after the header object");
     return Status::Ok();
@@ -309,75 +297,73 @@ class HeaderParser {
     }
   }
 
-  Status Metadata(std::map<std::string, std::string>* out) {
-    if (!Eat('{')) return Fail("__metadata__ must be an object of strings");
+  // The members of an object whose '{' was just read: `member` parses each
+  // value, after "key": and whitespace. `in` names the object in the error
+  // for a missing ',' or '}' ("" for the header object itself).
+  Status Members(const std::string& in, const std::function<Status(const std::string& key)>& member) {
     SkipWs();
     if (Eat('}')) return Status::Ok();
     for (;;) {
-      std::string k, v;
+      std::string key;
       SkipWs();
-      OB_RETURN_IF_ERROR(String(&k));
+      OB_RETURN_IF_ERROR(String(&key));
       SkipWs();
-      if (!Eat(':')) return Fail("expected ':' after " + Quote(k));
+      if (!Eat(':')) return Fail("expected ':' after " + Quote(key));
       SkipWs();
-      if (i_ >= s_.size() || s_[i_] != '"')
-        return Fail("__metadata__ value of " + Quote(k) + " is not a string");
-      OB_RETURN_IF_ERROR(String(&v));
-      if (!out->emplace(k, v).second)
-        return Status::DataErr(name_ + ": duplicate __metadata__ key " + Quote(k));
+      OB_RETURN_IF_ERROR(member(key));
       SkipWs();
       if (Eat(',')) continue;
       if (Eat('}')) return Status::Ok();
-      return Fail("expected ',' or '}' in __metadata__");
+      return Fail(in.empty() ? std::string("expected ',' or '}'") : "expected ',' or '}' in " + in);
     }
+  }
+
+  Status Metadata(std::map<std::string, std::string>* out) {
+    if (!Eat('{')) return Fail("__metadata__ must be an object of strings");
+    return Members("__metadata__", [&](const std::string& k) -> Status {
+      if (i_ >= s_.size() || s_[i_] != '"')
+        return Fail("__metadata__ value of " + Quote(k) + " is not a string");
+      std::string v;
+      OB_RETURN_IF_ERROR(String(&v));
+      if (!out->emplace(k, v).second)
+        return Status::DataErr(name_ + ": duplicate __metadata__ key " + Quote(k));
+      return Status::Ok();
+    });
   }
 
   Status Tensor(SafetensorsEntry* e) {
     const std::string who = "tensor " + Quote(e->name);
     if (!Eat('{')) return Fail(who + " must be an object");
     bool have_dtype = false, have_shape = false, have_offsets = false;
-    SkipWs();
-    if (!Eat('}')) {
-      for (;;) {
-        std::string key;
-        SkipWs();
-        OB_RETURN_IF_ERROR(String(&key));
-        SkipWs();
-        if (!Eat(':')) return Fail("expected ':' after " + Quote(key));
-        SkipWs();
-        if (key == "dtype") {
-          if (have_dtype) return Status::DataErr(name_ + ": " + who + ": dtype given twice");
-          have_dtype = true;
-          std::string d;
-          OB_RETURN_IF_ERROR(String(&d));
-          auto dt = ParseDType(d);
-          if (!dt.ok()) return Status::DataErr(name_ + ": " + who + ": " + dt.status().message());
-          e->dtype = *dt;
-        } else if (key == "shape") {
-          if (have_shape) return Status::DataErr(name_ + ": " + who + ": shape given twice");
-          have_shape = true;
-          std::vector<uint64_t> dims;
-          OB_RETURN_IF_ERROR(Counts(who + " shape", &dims));
-          e->shape.assign(dims.begin(), dims.end());
-        } else if (key == "data_offsets") {
-          if (have_offsets)
-            return Status::DataErr(name_ + ": " + who + ": data_offsets given twice");
-          have_offsets = true;
-          std::vector<uint64_t> off;
-          OB_RETURN_IF_ERROR(Counts(who + " data_offsets", &off));
-          if (off.size() != 2)
-            return Status::DataErr(name_ + ": " + who + ": data_offsets must be [begin, end]");
-          e->begin = off[0];
-          e->end = off[1];
-        } else {
-          return Status::DataErr(name_ + ": " + who + ": unknown field " + Quote(key));
-        }
-        SkipWs();
-        if (Eat(',')) continue;
-        if (Eat('}')) break;
-        return Fail("expected ',' or '}' in " + who);
+    OB_RETURN_IF_ERROR(Members(who, [&](const std::string& key) -> Status {
+      if (key == "dtype") {
+        if (have_dtype) return Status::DataErr(name_ + ": " + who + ": dtype given twice");
+        have_dtype = true;
+        std::string d;
+        OB_RETURN_IF_ERROR(String(&d));
+        auto dt = ParseDType(d);
+        if (!dt.ok()) return Status::DataErr(name_ + ": " + who + ": " + dt.status().message());
+        e->dtype = *dt;
+      } else if (key == "shape") {
+        if (have_shape) return Status::DataErr(name_ + ": " + who + ": shape given twice");
+        have_shape = true;
+        std::vector<uint64_t> dims;
+        OB_RETURN_IF_ERROR(Counts(who + " shape", &dims));
+        e->shape.assign(dims.begin(), dims.end());
+      } else if (key == "data_offsets") {
+        if (have_offsets) return Status::DataErr(name_ + ": " + who + ": data_offsets given twice");
+        have_offsets = true;
+        std::vector<uint64_t> off;
+        OB_RETURN_IF_ERROR(Counts(who + " data_offsets", &off));
+        if (off.size() != 2)
+          return Status::DataErr(name_ + ": " + who + ": data_offsets must be [begin, end]");
+        e->begin = off[0];
+        e->end = off[1];
+      } else {
+        return Status::DataErr(name_ + ": " + who + ": unknown field " + Quote(key));
       }
-    }
+      return Status::Ok();
+    }));
     const char* missing = !have_dtype ? "dtype" : !have_shape ? "shape" : !have_offsets ? "data_offsets" : nullptr;
     if (missing) return Status::DataErr(name_ + ": " + who + ": no " + missing);
     return Status::Ok();
