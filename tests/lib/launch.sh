@@ -107,6 +107,17 @@ wait_step() {
     sleep 0.05
   done
 }
+# control SOCKET LINE: one request on a master's control socket; prints
+# its one-line JSON answer.
+control() {
+  python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+print(s.makefile().readline().strip())
+PY
+}
 # host_pids HOST: its agent, and every worker and standby it started.
 host_pids() {
   { pgrep -f -- "--agent .*--host $1( |\$)"; grep -lsa "OB_HOST=$1\b" /proc/[0-9]*/environ | cut -d/ -f3; } \

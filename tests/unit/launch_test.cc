@@ -305,6 +305,23 @@ TEST_CASE("control socket requests") {
   CHECK(stop->reason() == "maintenance window");
   CHECK(ParseOperatorRequest("exclude").status().code() == ob::Code::kUsage);
   CHECK(ParseOperatorRequest("reboot").status().code() == ob::Code::kUsage);
+  auto slow = ParseOperatorRequest("exclude h3 slow=1.49 straggler: rank 2 straggles");
+  REQUIRE(slow.ok());
+  CHECK(slow->command() == ob::pb::OPERATOR_EXCLUDE_HOST);
+  CHECK(slow->host() == "h3");
+  CHECK(slow->slowdown() == 1.49);
+  CHECK(slow->reason() == "straggler: rank 2 straggles");
+  auto bare = ParseOperatorRequest("drain h3 slow=2 ");
+  REQUIRE(bare.ok());
+  CHECK(bare->slowdown() == 2);
+  CHECK(bare->reason() == "an operator asked to drain it");
+  auto plain = ParseOperatorRequest("exclude h3 bad disk");
+  REQUIRE(plain.ok());
+  CHECK(plain->slowdown() == 0);
+  CHECK(plain->reason() == "bad disk");
+  for (const char* bad : {"exclude h3 slow=", "exclude h3 slow=0.5 x", "exclude h3 slow=fast",
+                          "exclude h3 slow=nan"})
+    CHECK(ParseOperatorRequest(bad).status().code() == ob::Code::kUsage);
   ob::pb::OperatorResponse r;
   r.set_ok(true);
   r.set_state("running");

@@ -446,6 +446,44 @@ TEST_CASE("a failure and a new node in one step", "[plan][recovery]") {
     CHECK(again.fetches[i].from_node == r.fetches[i].from_node);
 }
 
+TEST_CASE("excluding a straggler pays only when the smaller instantiation is faster",
+          "[plan][recovery]") {
+  const Problem p = testing::UniformProblem(12, 6, 1, 16);
+  auto x = Plan(p);
+  REQUIRE(x);
+  const int node = x->inst.pipelines[0].nodes[0];
+  const Recovery r = Reinstantiate(x->p, x->ts, x->inst, {node});
+  REQUIRE(r.ok);
+  REQUIRE(r.next.pipelines.size() >= 2);
+  // Five nodes run the batch slower than six: a small slowdown is kept.
+  REQUIRE(r.next.iteration_seconds > x->inst.iteration_seconds * 1.1);
+  const Exclusion mild = WeighExclusion(x->p, x->ts, x->inst, node, 1.05);
+  CHECK_FALSE(mild.pays);
+  CHECK(mild.without_seconds == r.next.iteration_seconds);
+  CHECK(mild.slowed_seconds == Approx(x->inst.iteration_seconds * 1.05).epsilon(0.05));
+  CHECK(mild.reason.find("1.05x") != std::string::npos);
+  // A node that slows its pipeline beyond what the others lose pays.
+  const double tipping = r.next.iteration_seconds / x->inst.iteration_seconds;
+  CHECK_FALSE(WeighExclusion(x->p, x->ts, x->inst, node, tipping * 0.98).pays);
+  CHECK(WeighExclusion(x->p, x->ts, x->inst, node, tipping * 1.1).pays);
+  // With an idle node to take its place, even a mild slowdown pays.
+  const Exclusion spare = WeighExclusion(x->p, x->ts, x->inst, node, 1.2, {100});
+  CHECK(spare.without_seconds == Approx(x->inst.iteration_seconds));
+  CHECK(spare.pays);
+  const Exclusion nobody = WeighExclusion(x->p, x->ts, x->inst, 77, 2);
+  CHECK_FALSE(nobody.pays);
+  CHECK(nobody.reason == "node 77 runs no pipeline");
+
+  // Never below f + 1 pipelines, however slow: f = 3 on 4 nodes.
+  auto y = Plan(testing::UniformProblem(12, 4, 3, 16));
+  REQUIRE(y);
+  REQUIRE(y->inst.pipelines.size() == 4);
+  const Exclusion tolerance = WeighExclusion(y->p, y->ts, y->inst, y->inst.pipelines[0].nodes[0], 100);
+  CHECK_FALSE(tolerance.pays);
+  CHECK(tolerance.reason ==
+        "without it 3 pipelines would remain, fewer than the 4 that survive f = 3 failures");
+}
+
 TEST_CASE("Validate names what is wrong", "[plan][recovery]") {
   const Problem p = testing::UniformProblem(10, 6, 1, 12);
   auto x = Plan(p);

@@ -421,6 +421,13 @@ TEST_CASE("actions: hangs act at once and stragglers after --confirm events with
   REQUIRE(r);
   CHECK(r->line == "exclude h3 straggler: h3 rank 2 straggles at step 10");
   CHECK(r->confirmations == 3);
+  // With its measured slowdown, which the master weighs before excluding.
+  (*slow.mutable_evidence())["ratio"] = 1.4871;
+  for (int64_t t : {40000, 40100}) CHECK_FALSE(p.Consider(slow, t));
+  r = p.Consider(slow, 40200);
+  REQUIRE(r);
+  CHECK(r->line == "exclude h3 slow=1.49 straggler: h3 rank 2 straggles at step 10");
+  (*slow.mutable_evidence())["ratio"] = 1;
   // A new generation starts the count afresh.
   slow.set_generation(2);
   CHECK_FALSE(p.Consider(slow, 100000));

@@ -1055,9 +1055,35 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
                                  : "host '" + req.host() + "' is not running workers");
         return r;
       }
+      std::string reason = req.reason();
+      if (req.slowdown() > 0) {
+        // A slow host, not a failed one: out only if the plan runs faster
+        // without it than with it at that speed.
+        if (decide_deadline_ms_ >= 0 || rec_.active) {
+          r.set_ok(false);
+          r.set_error("kept " + req.host() + ": a recovery is in progress");
+          return r;
+        }
+        std::vector<int> idle;
+        for (int n : idle_) {
+          if (agents_[static_cast<size_t>(n)]->state == AgentState::State::kConnected)
+            idle.push_back(n);
+        }
+        const plan::Exclusion x =
+            plan::WeighExclusion(loaded_.problem, loaded_.templates, loaded_.instantiation,
+                                 a->node, req.slowdown(), idle);
+        if (!x.pays) {
+          events_.Write("keep", "host=" + req.host() + " " + x.reason + "; " + reason);
+          OB_LOG(Warn) << "kept slow host " << req.host() << ": " << x.reason;
+          r.set_ok(false);
+          r.set_error("kept " + req.host() + ": " + x.reason);
+          return r;
+        }
+        reason += " (" + x.reason + ")";
+      }
       const char* verb = req.command() == pb::OPERATOR_DRAIN ? "drained" : "excluded";
-      events_.Write("exclude", "host=" + req.host() + " " + req.reason());
-      HostLost(*a, std::string("host ") + req.host() + " " + verb + ": " + req.reason(), 0);
+      events_.Write("exclude", "host=" + req.host() + " " + reason);
+      HostLost(*a, std::string("host ") + req.host() + " " + verb + ": " + reason, 0);
       break;
     }
     case pb::OPERATOR_ROLLBACK: {

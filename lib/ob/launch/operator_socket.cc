@@ -4,6 +4,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -74,6 +76,17 @@ Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line) {
     rest >> host;
     std::getline(rest >> std::ws, reason);
     if (host.empty()) return Status::Usage(word + ": which host?");
+    if (reason.rfind("slow=", 0) == 0) {
+      const size_t end = std::min(reason.find(' '), reason.size());
+      const std::string ratio = reason.substr(5, end - 5);
+      char* stop = nullptr;
+      const double x = std::strtod(ratio.c_str(), &stop);
+      if (ratio.empty() || *stop != '\0' || !(x >= 1) || !std::isfinite(x))
+        return Status::Usage(word + " " + host + ": slow=" + ratio + " is not a ratio >= 1");
+      r.set_slowdown(x);
+      const size_t next = reason.find_first_not_of(' ', end);
+      reason = next == std::string::npos ? "" : reason.substr(next);
+    }
     r.set_command(word == "exclude" ? pb::OPERATOR_EXCLUDE_HOST : pb::OPERATOR_DRAIN);
     r.set_host(host);
     r.set_reason(reason.empty() ? "an operator asked to " + word + " it" : reason);
@@ -87,7 +100,8 @@ Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line) {
     r.set_command(pb::OPERATOR_WATCH);
   } else {
     return Status::Usage("unknown request '" + word +
-                         "' (status, stop, exclude HOST, drain HOST, checkpoint, rollback, watch)");
+                         "' (status, stop, exclude HOST [slow=RATIO], drain HOST [slow=RATIO], checkpoint, "
+                         "rollback, watch)");
   }
   return r;
 }

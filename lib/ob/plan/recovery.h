@@ -69,6 +69,23 @@ struct Recovery {
 Recovery Reinstantiate(const Problem& p, const TemplateSet& ts, const Instantiation& current,
                        const std::vector<int>& lost, const std::vector<int>& added = {});
 
+// Whether taking a slow (not failed) node out pays, for a straggler
+// (SPEC §6): the re-instantiation without `node` (the nodes in `idle` may
+// join it) against `current` with the pipeline that holds `node` running
+// `slowdown` times slower (an upper bound on its cost when only that node's
+// stage is slow). It pays when it is faster by more than 2% (a recovery
+// costs a pause, and a marginal gain is within the measurement's noise) and
+// still keeps f + 1 pipelines: a slow replica still survives failures, so
+// speed is never bought with the plan's fault tolerance.
+struct Exclusion {
+  bool pays = false;
+  double slowed_seconds = 0;    // iteration time of `current` with the slowdown
+  double without_seconds = 0;   // iteration time without `node`; 0 when there is no recovery
+  std::string reason;           // one line: the comparison, or why it cannot be done
+};
+Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instantiation& current,
+                         int node, double slowdown, const std::vector<int>& idle = {});
+
 // Checks an instantiation: every pipeline's template exists and its node
 // count matches, no node twice, ≥ 1 pipeline, micro-batches ≥ 1 each and
 // summing to M, and every stage fits in memory. "" when valid, else why.

@@ -93,7 +93,13 @@ std::optional<ActionRequest> ActionPolicy::Consider(const pb::Event& e, int64_t 
   last_action_ms_[r.verb == "exclude" ? r.target : ""] = now_ms;
   if (r.verb == "exclude") {
     straggles_.erase(r.target);
-    r.line = OneLine("exclude " + r.target + " " + reason);
+    // A straggler is slow, not gone: the master weighs its slowdown against
+    // running without it (slow=RATIO) and may keep it.
+    std::string slow;
+    const auto ratio = e.evidence().find("ratio");
+    if (e.kind() == pb::EVENT_STRAGGLER && ratio != e.evidence().end() && ratio->second >= 1)
+      slow = "slow=" + FormatDouble(std::round(ratio->second * 100) / 100) + " ";
+    r.line = OneLine("exclude " + r.target + " " + slow + reason);
   } else {
     r.line = OneLine(r.verb + " " + reason);
   }
