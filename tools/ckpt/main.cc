@@ -8,6 +8,7 @@
 
 #include "ob/ckpt/checkpoint.h"
 #include "ob/cli/cli.h"
+#include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/log.h"
@@ -160,12 +161,7 @@ std::string ManifestText(const std::string& path, const ob::pb::Manifest& m) {
   row("layers", std::to_string(m.num_layers()));
   row("data", "seed " + std::to_string(m.data_seed()) + ", " + std::to_string(m.samples_seen()) +
                   " samples seen");
-  const std::time_t t = static_cast<std::time_t>(m.created_unix_ms() / 1000);
-  char when[64];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  row("created", when);
+  row("created", ob::FormatUtcSeconds(static_cast<int64_t>(m.created_unix_ms())));
   row("plan", m.plan().empty() ? "none" : std::to_string(m.plan().size()) + " bytes");
   row("written by", m.ob_version().empty() ? "?" : "ob " + m.ob_version());
   row("files", std::to_string(m.files_size()) + ", " + HumanBytes(bytes));

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 
+#include "ob/clock.h"
 #include "ob/build_info.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -284,9 +285,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
   merged.set_step(static_cast<uint64_t>(step));
   merged.set_num_layers(static_cast<uint32_t>(num_layers));
   if (merged.created_unix_ms() == 0)
-    merged.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
+    merged.set_created_unix_ms(UnixMs());
   if (merged.ob_version().empty()) merged.set_ob_version(OB_VERSION);
 
   std::vector<std::string> owner(static_cast<size_t>(num_layers));  // "file (part)"

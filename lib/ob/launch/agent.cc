@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "ob/clock.h"
 #include "ob/cluster/rsh.h"
 #include "ob/io/records.h"
 #include "ob/launch/channel.h"
@@ -25,12 +26,6 @@ namespace {
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
 constexpr int kSecretWaitMs = 30000;     // the master writes the secret right after starting us
 constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The first line of `fd`, read a byte at a time so nothing after it is
 // consumed. Empty on end of file, timeout or error.

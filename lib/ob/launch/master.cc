@@ -15,12 +15,14 @@
 #include <set>
 
 #include "ob/ckpt/checkpoint.h"
+#include "ob/clock.h"
 #include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/event_log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/log.h"
@@ -35,12 +37,6 @@ constexpr int kProgressMs = 1000;  // progress line period
 constexpr int kDecideMs = 100;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string FormatTime(int64_t unix_ms, const char* fmt) {
   time_t s = static_cast<time_t>(unix_ms / 1000);
@@ -68,33 +64,6 @@ Status MakeDirs(const std::string& path) {
   }
   return Status::Ok();
 }
-
-// run_dir/events.log: one line per detection and decision, with wall time
-// and seconds since the master started.
-class EventLog {
- public:
-  ~EventLog() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status Open(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Status::IoErr(path + ": cannot open: " + std::strerror(errno));
-    return Status::Ok();
-  }
-  void Write(const std::string& kind, const std::string& text) {
-    int64_t now = UnixMs();
-    std::string line = FormatTime(now, "%Y-%m-%dT%H:%M:%S") + "." + Fixed(now % 1000 / 1e3, 3).substr(2) +
-                       "Z +" + Fixed((now - start_ms_) / 1e3, 3) + "s " + kind + " " + text + "\n";
-    if (fd_ >= 0) {
-      ssize_t unused = ::write(fd_, line.data(), line.size());
-      (void)unused;
-    }
-  }
-
- private:
-  int fd_ = -1;
-  int64_t start_ms_ = UnixMs();
-};
 
 struct AgentState {
   enum class State { kStarting, kConnected, kLost, kStopped };

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "ob/clock.h"
 #include "ob/control.pb.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
@@ -240,7 +241,7 @@ void WarmUpLibTorch() {
 }
 
 Status RunWorker(const WorkerOptions& o) {
-  const int64_t process_start_ms = profile::NowUnixMs();  // (a standby's: when it got its role)
+  const int64_t process_start_ms = UnixMs();  // (a standby's: when it got its role)
   // ps, top and pgrep show which rank a process is (a standby's command line
   // does not say).
   const std::string comm = "ob-worker-" + std::to_string(o.rank);
@@ -360,7 +361,7 @@ Status RunWorker(const WorkerOptions& o) {
                       worker->join_seconds();
     first_step = sp.step + 1;
   }
-  const int64_t ready_ms = profile::NowUnixMs();
+  const int64_t ready_ms = UnixMs();
   const auto& me = worker->info();
   Injection inject;
   if (const char* spec = std::getenv("OB_INJECT"); spec != nullptr && o.generation == 1) {
@@ -402,7 +403,7 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_stage(me.stage);
     m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, step)));
     m.set_generation(o.generation);
-    m.set_unix_ms(profile::NowUnixMs());
+    m.set_unix_ms(UnixMs());
     m.set_first_layer(me.first_layer);
     m.set_last_layer(me.last_layer);
     m.set_num_microbatches(me.num_microbatches);

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "ob/clock.h"
 #include "ob/profile/profile.h"
 
 namespace ob::plan {
@@ -117,7 +118,7 @@ void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiati
 pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
                  const PlanMeta& meta) {
   pb::Plan plan;
-  plan.set_created_unix_ms(profile::NowUnixMs());
+  plan.set_created_unix_ms(UnixMs());
   if (meta.profile) {
     *plan.mutable_model() = meta.profile->model();
     *plan.mutable_profile() = *meta.profile;

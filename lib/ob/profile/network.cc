@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ob/clock.h"
 #include "ob/cluster/rsh.h"
 #include "ob/profile/net_io.h"
 
@@ -170,7 +171,7 @@ struct Coordinator {
       }
     }
     m.set_rounds(static_cast<uint32_t>(rounds.size()));
-    m.set_measured_unix_ms(NowUnixMs());
+    m.set_measured_unix_ms(UnixMs());
     return m;
   }
 };

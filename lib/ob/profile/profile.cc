@@ -5,14 +5,9 @@
 #include <chrono>
 
 #include "ob/build_info.h"
+#include "ob/clock.h"
 
 namespace ob::profile {
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string HostName() {
   char host[256] = {0};
@@ -23,7 +18,7 @@ std::string HostName() {
 pb::Profile NewProfile(pb::ProfileMode mode) {
   pb::Profile p;
   p.set_mode(mode);
-  p.set_created_unix_ms(NowUnixMs());
+  p.set_created_unix_ms(UnixMs());
   p.set_host(HostName());
   p.set_ob_version(OB_VERSION);
   return p;

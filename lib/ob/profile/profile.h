@@ -13,7 +13,6 @@
 
 namespace ob::profile {
 
-int64_t NowUnixMs();
 std::string HostName();
 
 // A Profile with mode and provenance set (created_unix_ms, host, ob_version).

@@ -2,9 +2,10 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <vector>
-#include <ctime>
 #include <string>
+#include <vector>
+
+#include "ob/clock.h"
 
 namespace ob::profile {
 namespace {
@@ -77,10 +78,7 @@ std::string FormatNetwork(const pb::NetworkMatrix& n) {
       out += i == j ? Fmt(" %12s", "-") : Fmt(" %12.1f", lat[i * hosts + j] * 1e6);
     out += "\n";
   }
-  time_t t = static_cast<time_t>(n.measured_unix_ms() / 1000);
-  char when[64];
-  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
-  out += Fmt("# measured %s\n", when);
+  out += "# measured " + FormatUtcSeconds(static_cast<int64_t>(n.measured_unix_ms())) + "\n";
   return out;
 }
 

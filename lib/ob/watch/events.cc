@@ -121,17 +121,6 @@ std::string FormatDouble(double v) {
   return buf;
 }
 
-std::string FormatUnixMs(int64_t unix_ms) {
-  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(unix_ms % 1000));
-  return buf;
-}
-
 std::string EventLine(const pb::Event& e) {
   std::string o;
   if (e.unix_ms() != 0) o = FormatUnixMs(e.unix_ms()) + " ";

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ob/clock.h"  // FormatUnixMs, for event lines
 #include "ob/metrics.pb.h"
 
 namespace ob::watch {
@@ -39,7 +40,5 @@ std::string EventLine(const pb::Event& e);
 
 // Shortest decimal that reads back as `v` ("0.1", "1e-05"); "nan", "inf", "-inf".
 std::string FormatDouble(double v);
-// "2024-05-01T12:00:01.250Z"
-std::string FormatUnixMs(int64_t unix_ms);
 
 }  // namespace ob::watch

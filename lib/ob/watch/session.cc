@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/records.h"
 #include "ob/log.h"
@@ -33,11 +34,6 @@ constexpr int64_t kRedrawMs = 1000;                       // live terminal summa
 constexpr size_t kSummaryEvents = 8;
 
 std::atomic<bool> g_stop{false};
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Records from the reader thread to the session's.
 struct Queue {
@@ -261,15 +257,15 @@ Status RunSession(const SessionOptions& o) {
     {
       std::lock_guard<std::mutex> lock(state_mu);
       for (const auto& m : batch) {
-        watcher.Feed(m, WallMs(), &events);
+        watcher.Feed(m, UnixMs(), &events);
         if (!o.plot.empty()) timeline.Add(m);
       }
-      watcher.Tick(WallMs(), &events);
+      watcher.Tick(UnixMs(), &events);
     }
     handle(events);
-    if (human && clock == Clock::kWall && WallMs() - last_redraw >= kRedrawMs) {
+    if (human && clock == Clock::kWall && UnixMs() - last_redraw >= kRedrawMs) {
       redraw();
-      last_redraw = WallMs();
+      last_redraw = UnixMs();
     }
     if (done || g_stop) break;
   }

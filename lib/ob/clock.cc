@@ -1,0 +1,41 @@
+#include "ob/clock.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace ob {
+namespace {
+
+std::tm Utc(int64_t unix_ms) {
+  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return tm;
+}
+
+}  // namespace
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatUnixMs(int64_t unix_ms) {
+  const std::tm tm = Utc(unix_ms);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+std::string FormatUtcSeconds(int64_t unix_ms) {
+  const std::tm tm = Utc(unix_ms);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace ob

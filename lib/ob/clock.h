@@ -1,0 +1,20 @@
+// Wall-clock time as the formats carry it: milliseconds since the Unix
+// epoch, and its two printed forms. Thread-safe; no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ob {
+
+// Milliseconds since the Unix epoch (system clock: comparable across hosts
+// as far as their clocks agree; use a steady clock for durations).
+int64_t UnixMs();
+
+// "2023-11-14T22:13:20.123Z" (RFC 3339, UTC, milliseconds): log and event lines.
+std::string FormatUnixMs(int64_t unix_ms);
+
+// "2023-11-14 22:13:20 UTC": tables for people.
+std::string FormatUtcSeconds(int64_t unix_ms);
+
+}  // namespace ob
