@@ -16,6 +16,7 @@
 #include "ob/ckpt/safetensors.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/launch/commit_queue.h"
 
 namespace {
 
@@ -610,4 +611,69 @@ TEST_CASE("Prune keeps the newest, latest's and those being written") {
   CHECK(removed->empty());
   CHECK(fs::exists(StepPath(dir, 4)));
   CHECK(fs::exists(StepPath(dir, 6)));
+}
+
+// --- the master's commit queue ---------------------------------------------
+
+TEST_CASE("CommitQueue commits a step once every rank wrote it, in order, with retention") {
+  TempDir t;
+  const std::string dir = t / "ck";
+  ob::launch::CommitQueue q(dir, 2, 4);
+  int bases = 0;
+  auto base = [&](int64_t step) {
+    ++bases;
+    pb::Manifest m = Base();
+    m.set_samples_seen(static_cast<uint64_t>(step) * 10);
+    return m;
+  };
+  auto drain = [&] {
+    std::vector<int64_t> done;
+    while (!q.idle()) {
+      if (auto o = q.Poll(base, true)) {
+        REQUIRE(o->manifest.ok());
+        CHECK(o->manifest->samples_seen() == static_cast<uint64_t>(o->step) * 10);
+        CHECK(o->commit_ms >= 0);
+        done.push_back(o->step);
+      }
+    }
+    return done;
+  };
+
+  WriteStepFiles(dir, 1, 4, 2);
+  q.Part(1, 0, 2);
+  q.Part(1, 0, 2);  // a repeated report counts once
+  CHECK(q.idle());
+  q.Part(1, 1, 2);
+  CHECK_FALSE(q.idle());
+  CHECK(drain() == std::vector<int64_t>{1});
+  CHECK(bases == 1);
+  CHECK(*Latest(dir) == StepPath(dir, 1));
+
+  // A step one rank failed is never committed, whatever the others report.
+  WriteStepFiles(dir, 2, 4, 2);
+  CHECK(q.Failed(2));
+  CHECK_FALSE(q.Failed(2));  // reported once
+  q.Part(2, 0, 2);
+  q.Part(2, 1, 2);
+  CHECK(q.idle());
+
+  // Parts of an earlier generation's workers no longer count.
+  WriteStepFiles(dir, 3, 4, 2);
+  q.Part(3, 0, 2);
+  q.ForgetParts();
+  q.Part(3, 1, 2);
+  CHECK(q.idle());
+
+  // Several ready steps commit one at a time in step order; keep 2.
+  for (int64_t s = 4; s <= 6; ++s) WriteStepFiles(dir, s, 4, 2);
+  for (int64_t s = 4; s <= 6; ++s)
+    for (uint32_t r = 0; r < 2; ++r) q.Part(s, r, 2);
+  CHECK(drain() == std::vector<int64_t>{4, 5, 6});
+  CHECK(*Latest(dir) == StepPath(dir, 6));
+  auto list = List(dir);
+  REQUIRE(list.ok());
+  std::vector<int64_t> complete;
+  for (const auto& c : *list)
+    if (c.complete) complete.push_back(c.step);
+  CHECK(complete == std::vector<int64_t>{5, 6});
 }

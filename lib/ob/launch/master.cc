@@ -8,8 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <deque>
-#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -22,6 +20,7 @@
 #include "ob/io/records.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/commit_queue.h"
 #include "ob/launch/event_log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
@@ -119,7 +118,9 @@ class Master {
   // A record for --metrics and for every watcher of the control socket.
   void Publish(const pb::Metrics& m);
   std::string Rollback(const std::string& reason);
-  void CommitCheckpoints();     // starts the next queued commit, collects a finished one
+  // Reports a finished commit and starts the next queued one; with `wait`,
+  // waits for the running one.
+  void CommitCheckpoints(bool wait = false);
   Result<plan::Instantiation> InstantiateOnLive();
   void ReapAgents();
   void Tick();
@@ -170,14 +171,9 @@ class Master {
     uint64_t first_step = 0;
   } rec_;
   int fruitless_ = 0;                       // recoveries since a generation last completed a step
-  // Checkpoints: parts reported per step (this generation), steps ready to
-  // commit, the commit running on its own thread (fsyncs must not stall
-  // the loop), and the checkpoint the next generation starts from.
-  std::map<int64_t, std::set<uint32_t>> ckpt_parts_;
-  std::set<int64_t> ckpt_failed_;
-  std::deque<int64_t> ckpt_ready_;
-  std::future<Result<pb::Manifest>> commit_;
-  int64_t commit_step_ = -1, commit_start_ms_ = 0;
+  // Checkpoints: their commits (with --ckpt-dir), and the checkpoint the
+  // next generation starts from.
+  std::unique_ptr<CommitQueue> commits_;
   std::string resume_path_;
   std::vector<std::string> failures_;       // what was detected, in order
   std::set<std::string> failed_hosts_;
@@ -216,6 +212,8 @@ Status Master::Prepare() {
   ranks_.resize(layout_.ranks.size());
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
   if (!opt_.ckpt_dir.empty()) {  // saves a killed run left half-written would mix with ours
+    commits_ = std::make_unique<CommitQueue>(opt_.ckpt_dir, opt_.ckpt_keep,
+                                             loaded_.problem.num_layers());
     Result<std::vector<std::string>> removed = ckpt::RemovePartials(opt_.ckpt_dir);
     if (!removed.ok() && removed.status().code() != Code::kNoInput) return removed.status();
     if (removed.ok() && !removed->empty()) {
@@ -320,10 +318,7 @@ Result<int> Master::Run() {
                  kProgressMs, kProgressMs);
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (state_ != State::kDone) FinishStop();
-  while (commit_.valid() || !ckpt_ready_.empty()) {  // the last checkpoints, committed before we exit
-    if (commit_.valid()) commit_.wait();
-    CommitCheckpoints();
-  }
+  while (commits_ && !commits_->idle()) CommitCheckpoints(true);  // the last ones, before we exit
   if (!outcome_.ok()) return outcome_;
   return 0;
 }
@@ -434,7 +429,7 @@ Status Master::LaunchGeneration() {
   }
   ranks_.assign(layout_.ranks.size(), RankState{});
   ranks_done_ = 0;
-  ckpt_parts_.clear();  // parts of earlier generations' workers no longer count
+  if (commits_) commits_->ForgetParts();  // parts of earlier generations' workers no longer count
   const int world = static_cast<int>(layout_.ranks.size());
   for (size_t i = 0; i < agents_.size(); ++i) {
     AgentState& a = *agents_[i];
@@ -860,66 +855,48 @@ Result<plan::Instantiation> Master::InstantiateOnLive() {
 
 void Master::OnCheckpointPart(const pb::Metrics& m) {
   const pb::CheckpointPart& c = m.checkpoint();
-  if (!c.error().empty()) {
-    if (ckpt_failed_.insert(c.step()).second) {
-      events_.Write("checkpoint-failed", "step=" + std::to_string(c.step()) + " rank=" +
-                                             std::to_string(m.rank()) + " " + c.error());
-      OB_LOG(Error) << "checkpoint of step " << c.step() << " failed on rank " << m.rank() << ": "
-                    << c.error() << " (training goes on)";
-    }
-    return;
+  if (!commits_) return;
+  if (c.error().empty()) {
+    commits_->Part(c.step(), m.rank(), ranks_.size());
+    return CommitCheckpoints();
   }
-  auto& ranks = ckpt_parts_[c.step()];
-  ranks.insert(m.rank());
-  if (ranks.size() == ranks_.size() && !ckpt_failed_.count(c.step())) {
-    ckpt_parts_.erase(c.step());
-    ckpt_ready_.push_back(c.step());
-    CommitCheckpoints();
+  if (commits_->Failed(c.step())) {
+    events_.Write("checkpoint-failed", "step=" + std::to_string(c.step()) + " rank=" +
+                                           std::to_string(m.rank()) + " " + c.error());
+    OB_LOG(Error) << "checkpoint of step " << c.step() << " failed on rank " << m.rank() << ": "
+                  << c.error() << " (training goes on)";
   }
 }
 
-void Master::CommitCheckpoints() {
-  if (commit_.valid()) {
-    if (commit_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-    Result<pb::Manifest> r = commit_.get();
-    const std::string step = std::to_string(commit_step_);
-    if (r.ok()) {
-      uint64_t bytes = 0;
-      for (const auto& f : r->files()) bytes += f.size();
-      events_.Write("checkpoint", "step=" + step + " files=" + std::to_string(r->files_size()) +
-                                      " bytes=" + std::to_string(bytes) + " commit_ms=" +
-                                      std::to_string(UnixMs() - commit_start_ms_));
-      OB_LOG(Info) << "checkpoint of step " << step << " committed (" << (bytes >> 20) << " MiB)";
-    } else {
-      events_.Write("checkpoint-failed", "step=" + step + " " + r.status().message());
-      OB_LOG(Error) << "checkpoint of step " << step << ": " << r.status().message()
-                    << " (training goes on)";
-    }
-  }
-  if (ckpt_ready_.empty()) return;
-  commit_step_ = ckpt_ready_.front();
-  ckpt_ready_.pop_front();
-  pb::Manifest base;
-  base.set_format_version(io::kManifestFormatVersion);
-  base.set_step(static_cast<uint64_t>(commit_step_));
-  *base.mutable_model() = plan_.model();
-  base.set_data_seed(opt_.seed);
-  base.set_samples_seen(static_cast<uint64_t>(commit_step_ + 1) * plan_.global_batch());
-  base.set_created_unix_ms(UnixMs());
-  base.set_plan(plan_.SerializeAsString());
-  commit_start_ms_ = UnixMs();
-  commit_ = std::async(std::launch::async, [dir = opt_.ckpt_dir, step = commit_step_, base,
-                                             layers = loaded_.problem.num_layers(),
-                                             keep = opt_.ckpt_keep]() -> Result<pb::Manifest> {
-    Result<pb::Manifest> m = ckpt::Commit(dir, step, base, layers);
-    if (m.ok() && keep > 0) {  // retention: never the newest, latest's, or one being written
-      Result<std::vector<std::string>> pruned = ckpt::Prune(dir, keep);
-      if (!pruned.ok()) {
-        OB_LOG(Warn) << "pruning " << dir << ": " << pruned.status().message();
-      }
-    }
+void Master::CommitCheckpoints(bool wait) {
+  if (!commits_) return;
+  auto base = [this](int64_t step) {
+    pb::Manifest m;
+    m.set_format_version(io::kManifestFormatVersion);
+    m.set_step(static_cast<uint64_t>(step));
+    *m.mutable_model() = plan_.model();
+    m.set_data_seed(opt_.seed);
+    m.set_samples_seen(static_cast<uint64_t>(step + 1) * plan_.global_batch());
+    m.set_created_unix_ms(UnixMs());
+    m.set_plan(plan_.SerializeAsString());
     return m;
-  });
+  };
+  const std::optional<CommitQueue::Outcome> done = commits_->Poll(base, wait);
+  if (!done) return;
+  const std::string step = std::to_string(done->step);
+  if (done->manifest.ok()) {
+    uint64_t bytes = 0;
+    for (const auto& f : done->manifest->files()) bytes += f.size();
+    events_.Write("checkpoint", "step=" + step + " files=" +
+                                    std::to_string(done->manifest->files_size()) +
+                                    " bytes=" + std::to_string(bytes) +
+                                    " commit_ms=" + std::to_string(done->commit_ms));
+    OB_LOG(Info) << "checkpoint of step " << step << " committed (" << (bytes >> 20) << " MiB)";
+  } else {
+    events_.Write("checkpoint-failed", "step=" + step + " " + done->manifest.status().message());
+    OB_LOG(Error) << "checkpoint of step " << step << ": " << done->manifest.status().message()
+                  << " (training goes on)";
+  }
 }
 
 void Master::RequestStop(const std::string& reason) {
