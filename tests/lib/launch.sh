@@ -57,6 +57,35 @@ count_workers() {
   grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "OB_RANK=" | grep -c .
 }
 
+# stand_in_start RUN [FLAGS...]: ob-launch on $WORK/plan.pb and
+# $WORK/hosts.txt with stand-in workers (sleep 60), in the background: run
+# directory $WORK/RUN, stderr $WORK/RUN.err; returns once every host's
+# worker runs. Sets MASTER_PID (the `timeout` wrapper; master_process is
+# ob-launch itself).
+stand_in_start() {
+  local run=$1
+  shift
+  OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+    --secret-file "$WORK/secret" --run-dir "$WORK/$run" "$@" "$WORK/plan.pb" "$WORK/hosts.txt" \
+    2> "$WORK/$run.err" &
+  MASTER_PID=$!
+  local hosts
+  hosts=$(grep -c . "$WORK/hosts.txt")
+  stand_ins_up() { grep -q start-workers "$WORK/$run/events.log" 2>/dev/null && [ "$(count_workers)" -ge "$hosts" ]; }
+  wait_for 10 stand_ins_up || fail "$run: workers did not start: $(tail -3 "$WORK/$run.err")"
+}
+master_process() { pgrep -P "$MASTER_PID" -f ob-launch | head -1; }
+# stop_master RUN: SIGTERM to the master of RUN, which must exit 0 and
+# leave no process behind.
+stop_master() {
+  kill -TERM "$(master_process)"
+  wait "$MASTER_PID"
+  local rc=$?
+  MASTER_PID=""
+  [ "$rc" = 0 ] || fail "$1: SIGTERM: exit $rc, expected 0: $(tail -3 "$WORK/$1.err")"
+  wait_for 3 no_tagged || fail "$1: processes left after SIGTERM: $(tagged | xargs -r ps -o pid,args -p)"
+}
+
 # make_pipelines N F: N hosts, gpt-tiny (sequence 32) planned with f = F on
 # GPUs so small that n0 = 2: N/2 pipelines of two stages, so stages talk
 # across processes. $WORK/plan.pb, $WORK/plan.json, $WORK/hosts.txt,
@@ -94,6 +123,15 @@ run_start() {
     "${RUN_PLAN:-$WORK/plan.pb}" "${RUN_HOSTS:-$WORK/hosts.txt}" 2> "$WORK/$run.err" &
   MASTER_PID=$!
 }
+# reference_run STEPS: an uninterrupted run "ref" of STEPS steps that must
+# succeed, to compare others with ($WORK/ref.pb).
+reference_run() {
+  run_start ref "$1"
+  run_wait
+  [ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+  python3 "$METRICS_PY" check "$WORK/ref.pb" "$1" "$(grep -c . "${RUN_HOSTS:-$WORK/hosts.txt}")" \
+    > /dev/null || fail "uninterrupted run's metrics"
+}
 # run_wait: waits for the master; RC is its exit status.
 run_wait() { wait "$MASTER_PID"; RC=$?; MASTER_PID=""; }
 max_step() { [ -s "$1" ] && python3 "$METRICS_PY" max-step "$1" || echo -1; }
@@ -113,6 +151,7 @@ control() {
   python3 - "$1" "$2" <<'PY'
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
 s.connect(sys.argv[1])
 s.sendall(sys.argv[2].encode() + b"\n")
 print(s.makefile().readline().strip())

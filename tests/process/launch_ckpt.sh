@@ -16,9 +16,7 @@ make_two_by_two
 STEPS=40
 CKPT=(--ckpt-dir "$WORK/ckpt" --ckpt-every 10)
 
-run_start ref "$STEPS"
-run_wait
-[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+reference_run "$STEPS"
 
 # 1. Killed after the step-19 checkpoint, resumed.
 run_start first "$STEPS" "${CKPT[@]}"

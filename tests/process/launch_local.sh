@@ -54,43 +54,19 @@ fi
 
 # 3. Long workers, stopped through the control socket.
 command -v python3 >/dev/null || skip "no python3 for the control socket part"
-OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
-  --secret-file "$WORK/secret" --run-dir "$WORK/run2" "$WORK/plan.pb" "$WORK/hosts.txt" \
-  2> "$WORK/err2" &
-MASTER_PID=$!
-workers_up() { grep -q start-workers "$WORK/run2/events.log" 2>/dev/null && [ "$(count_workers)" -ge 4 ]; }
-wait_for 10 workers_up || fail "workers did not start: $(tail -3 "$WORK/err2")"
-ask() {
-  python3 - "$WORK/run2/control.sock" "$1" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(5)
-s.connect(sys.argv[1])
-s.sendall((sys.argv[2] + "\n").encode())
-print(s.makefile().readline().strip())
-PY
-}
-status=$(ask status) || fail "control socket: no answer to status"
+stand_in_start run2
+status=$(control "$WORK/run2/control.sock" status) || fail "control socket: no answer to status"
 echo "$status" | grep -q '"state":"running"' || fail "status: $status"
 echo "$status" | grep -q '"world_size":4' || fail "status: $status"
 [ "$(echo "$status" | grep -o '"state":"connected"' | wc -l)" = 4 ] || fail "status hosts: $status"
-ask stop > /dev/null || fail "control socket: no answer to stop"
+control "$WORK/run2/control.sock" stop > /dev/null || fail "control socket: no answer to stop"
 wait "$MASTER_PID"; rc=$?
 MASTER_PID=""
-[ "$rc" = 0 ] || fail "stop via control socket: exit $rc: $(tail -3 "$WORK/err2")"
+[ "$rc" = 0 ] || fail "stop via control socket: exit $rc: $(tail -3 "$WORK/run2.err")"
 wait_for 2 no_tagged || fail "processes left after stop: $(tagged | xargs -r ps -o pid,args -p)"
 
 # 4. SIGTERM to the master: everyone stops, exit 0.
-OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
-  --secret-file "$WORK/secret" --run-dir "$WORK/run4" "$WORK/plan.pb" "$WORK/hosts.txt" \
-  2> "$WORK/err4" &
-MASTER_PID=$!
-workers_up4() { grep -q start-workers "$WORK/run4/events.log" 2>/dev/null && [ "$(count_workers)" -ge 4 ]; }
-wait_for 10 workers_up4 || fail "workers did not start: $(tail -3 "$WORK/err4")"
-kill -TERM "$(pgrep -P "$MASTER_PID" -f ob-launch | head -1)"
-wait "$MASTER_PID"; rc=$?
-MASTER_PID=""
-[ "$rc" = 0 ] || fail "SIGTERM: exit $rc, expected 0: $(tail -3 "$WORK/err4")"
+stand_in_start run4
+stop_master run4
 grep -q 'stop-request got Terminated' "$WORK/run4/events.log" || fail "events.log lacks the stop request"
-wait_for 2 no_tagged || fail "processes left after SIGTERM: $(tagged | xargs -r ps -o pid,args -p)"
 echo "launch_local: ok"

@@ -14,10 +14,7 @@ command -v python3 >/dev/null || skip "no python3"
 make_two_by_two
 STEPS=60
 
-run_start ref "$STEPS"
-run_wait
-[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
-python3 "$METRICS_PY" check "$WORK/ref.pb" "$STEPS" 4 >/dev/null || fail "uninterrupted run's metrics"
+reference_run "$STEPS"
 
 # check_recovered RUN WHAT: the run finished every step with the reference's losses.
 check_recovered() {

@@ -13,9 +13,7 @@ command -v python3 >/dev/null || skip "no python3"
 make_pipelines 6 2
 STEPS=50
 
-run_start ref "$STEPS"
-run_wait
-[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+reference_run "$STEPS"
 
 # The first node of pipeline 0 and the last of pipeline 2.
 read -r a b < <(python3 - "$WORK/plan.json" <<'PY'

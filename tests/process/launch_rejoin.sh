@@ -12,9 +12,7 @@ command -v python3 >/dev/null || skip "no python3"
 make_two_by_two
 STEPS=80
 
-run_start ref "$STEPS"
-run_wait
-[ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
+reference_run "$STEPS"
 
 run_start rejoin "$STEPS"
 wait_step rejoin 10 || fail "did not reach step 10: $(tail -3 "$WORK/rejoin.err")"
