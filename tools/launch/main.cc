@@ -22,35 +22,18 @@
 
 namespace {
 
+// The flags bind straight into the options of the role that uses them; the
+// master passes the workers' own to them on their command lines.
 struct Options {
-  std::string plan;
-  std::string hosts;
-  std::string rsh = "ssh";
-  int steps = 100;
-  std::string data = "synthetic";
-  std::string secret_file;
-  std::string bind = "127.0.0.1";
-  std::string metrics;
-  std::string run_dir;
-  double master_timeout = 3.0;
-  double start_timeout = 30.0;
-  std::string ckpt_dir;
-  int64_t ckpt_every = 0;
-  int ckpt_keep = 0;
-  std::string resume;
+  ob::launch::MasterOptions master;
+  ob::launch::WorkerOptions worker;  // steps, data, lr, warm-up, seed, checkpoints
+  ob::launch::AgentOptions agent;
   std::vector<std::string> inject;
-  // Hidden: the agent and worker roles.
-  bool agent = false;
-  std::string master;
-  std::string host;
-  bool worker = false;
-  int rank = -1;
-  int world = 0;
-  std::string store;
-  uint64_t generation = 1;
-  double lr = 1e-3;
-  int warmup_steps = 0;
-  uint64_t seed = 1234;
+  bool as_agent = false, as_worker = false;  // hidden: the roles ob-launch starts itself
+  Options() {
+    worker.steps = 100;
+    worker.rank = -1;
+  }
 };
 
 Options g;
@@ -84,18 +67,19 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
   for (const std::string& a :
        {self, std::string("--worker"), std::string("--rank"), std::to_string(ctx.rank),
         std::string("--world"), std::to_string(ctx.world_size), std::string("--generation"),
-        std::to_string(ctx.generation), std::string("--steps"), std::to_string(g.steps), std::string("--data"), g.data,
-        std::string("--lr"), std::to_string(g.lr), std::string("--warmup-steps"),
-        std::to_string(g.warmup_steps), std::string("--seed"), std::to_string(g.seed)}) {
+        std::to_string(ctx.generation), std::string("--steps"), std::to_string(g.worker.steps),
+        std::string("--data"), g.worker.data, std::string("--lr"), std::to_string(g.worker.lr),
+        std::string("--warmup-steps"), std::to_string(g.worker.warmup_steps), std::string("--seed"),
+        std::to_string(g.worker.seed)}) {
     spec.add_argv(a);
   }
   if (!ctx.store.empty()) {
     spec.add_argv("--store");
     spec.add_argv(ctx.store);
   }
-  if (!g.ckpt_dir.empty()) {
-    for (const std::string& a : {std::string("--ckpt-dir"), Absolute(g.ckpt_dir),
-                                 std::string("--ckpt-every"), std::to_string(g.ckpt_every)}) {
+  if (!g.worker.ckpt_dir.empty()) {
+    for (const std::string& a : {std::string("--ckpt-dir"), Absolute(g.worker.ckpt_dir),
+                                 std::string("--ckpt-every"), std::to_string(g.worker.ckpt_every)}) {
       spec.add_argv(a);
     }
   }
@@ -109,60 +93,37 @@ std::string SelfExe() {
 }
 
 ob::Status Run(const ob::cli::CommonOptions& common) {
-  if (g.agent + g.worker > 1) return ob::Status::Usage("--agent and --worker exclude each other");
-  if (g.agent) {
-    if (g.master.empty() || g.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
-    ob::log::Init("agent", -1, g.host);
-    ob::launch::AgentOptions o;
-    o.master = g.master;
-    o.host = g.host;
-    o.master_timeout_s = g.master_timeout;
+  if (g.as_agent && g.as_worker) return ob::Status::Usage("--agent and --worker exclude each other");
+  if (g.as_agent) {
+    ob::launch::AgentOptions& o = g.agent;
+    if (o.master.empty() || o.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
+    ob::log::Init("agent", -1, o.host);
+    o.master_timeout_s = g.master.master_timeout_s;
     o.standby_exe = SelfExe();
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);
     return ob::Status::Ok();
   }
-  if (g.worker) {
-    ob::log::Init("worker", g.rank);
-    ob::launch::WorkerOptions w;
-    w.rank = g.rank;
-    w.world = g.world;
-    w.store = g.store;
-    w.generation = g.generation;
-    w.ckpt_dir = g.ckpt_dir;
-    w.ckpt_every = g.ckpt_every;
-    w.steps = g.steps;
-    w.data = g.data;
-    w.lr = g.lr;
-    w.warmup_steps = g.warmup_steps;
-    w.seed = g.seed;
-    if (const char* host = std::getenv("OB_HOST")) w.host = host;
-    return ob::launch::RunWorker(w);
+  if (g.as_worker) {
+    ob::log::Init("worker", g.worker.rank);
+    if (const char* host = std::getenv("OB_HOST")) g.worker.host = host;
+    return ob::launch::RunWorker(g.worker);
   }
-  if (g.plan.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
-  if (g.master_timeout <= 0 || g.start_timeout <= 0) {
+  ob::launch::MasterOptions& o = g.master;
+  if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
+  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0) {
     return ob::Status::Usage("timeouts must be positive");
   }
   ob::log::Init("master");
   // Refuse a plan whose model cannot take the data before any host is touched.
-  OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(Absolute(g.data), Absolute(g.plan)));
-  ob::launch::MasterOptions o;
-  o.plan_path = Absolute(g.plan);
-  o.hosts_path = g.hosts;
-  o.rsh = g.rsh;
-  o.secret_file = g.secret_file;
-  o.bind = g.bind;
-  o.metrics = g.metrics;
-  o.run_dir = g.run_dir;
+  OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path)));
+  o.plan_path = Absolute(o.plan_path);
   o.log_to_run_dir = common.log_file.empty();
-  o.master_timeout_s = g.master_timeout;
-  o.start_timeout_s = g.start_timeout;
-  o.ckpt_dir = Absolute(g.ckpt_dir);
-  o.ckpt_keep = g.ckpt_keep;
-  o.resume = g.resume == "auto" ? g.resume : Absolute(g.resume);
-  o.seed = g.seed;
-  if (g.ckpt_every > 0 && g.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
+  o.ckpt_dir = Absolute(g.worker.ckpt_dir);
+  o.resume = o.resume == "auto" ? o.resume : Absolute(o.resume);
+  o.seed = g.worker.seed;
+  if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   o.self_exe = SelfExe();
   if (common.verbose > 0) o.agent_flags.push_back("-v");
@@ -172,7 +133,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   if (std::getenv("OB_TEST_WORKER_CMD") == nullptr) {
     std::string bind_addr;
     int bind_port = 0;
-    OB_RETURN_IF_ERROR(ob::launch::ParseBind(g.bind, &bind_addr, &bind_port));
+    OB_RETURN_IF_ERROR(ob::launch::ParseBind(o.bind, &bind_addr, &bind_port));
     OB_ASSIGN_OR_RETURN(store, ob::launch::RendezvousStore::Start(bind_addr));
     o.store = store->address();
     o.publish = [&store](const std::string& key, const std::string& value) {
@@ -188,54 +149,54 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 }
 
 void Setup(CLI::App& app) {
-  app.add_option("PLAN", g.plan, "The plan to run (from ob-plan)")->option_text("PLAN");
-  app.add_option("HOSTS", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
+  app.add_option("PLAN", g.master.plan_path, "The plan to run (from ob-plan)")->option_text("PLAN");
+  app.add_option("HOSTS", g.master.hosts_path, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("HOSTS");
-  app.add_option("--rsh", g.rsh, "How agents are started: ssh, local, or a prefix command (default ssh)")
+  app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, or a prefix command (default ssh)")
       ->option_text("CMD");
-  app.add_option("--steps", g.steps, "Training steps (default 100)")->option_text("N")
+  app.add_option("--steps", g.worker.steps, "Training steps (default 100)")->option_text("N")
       ->check(CLI::PositiveNumber);
-  app.add_option("--data", g.data, "Token file, text file, or 'synthetic' (the default)")
+  app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")
       ->option_text("SPEC");
-  app.add_option("--lr", g.lr, "Peak learning rate (default 1e-3)")->option_text("X");
-  app.add_option("--warmup-steps", g.warmup_steps, "Linear warm-up steps before cosine decay (default 0)")
+  app.add_option("--lr", g.worker.lr, "Peak learning rate (default 1e-3)")->option_text("X");
+  app.add_option("--warmup-steps", g.worker.warmup_steps, "Linear warm-up steps before cosine decay (default 0)")
       ->option_text("N");
-  app.add_option("--seed", g.seed, "Seed of the weights and of data sampling (default 1234)")
+  app.add_option("--seed", g.worker.seed, "Seed of the weights and of data sampling (default 1234)")
       ->option_text("N");
-  app.add_option("--secret-file", g.secret_file, "Shared secret for agents (mode 600; else $OB_SECRET)")
+  app.add_option("--secret-file", g.master.secret_file, "Shared secret for agents (mode 600; else $OB_SECRET)")
       ->option_text("FILE");
-  app.add_option("--bind", g.bind, "Control channel address, ADDR[:PORT] (default 127.0.0.1)")
+  app.add_option("--bind", g.master.bind, "Control channel address, ADDR[:PORT] (default 127.0.0.1)")
       ->option_text("ADDR");
-  app.add_option("--metrics", g.metrics, "Write delimited Metrics records to FILE ('-' stdout)")
+  app.add_option("--metrics", g.master.metrics, "Write delimited Metrics records to FILE ('-' stdout)")
       ->option_text("FILE");
-  app.add_option("--run-dir", g.run_dir, "Logs, events and control socket (default ./ob-run-TIME)")
+  app.add_option("--run-dir", g.master.run_dir, "Logs, events and control socket (default ./ob-run-TIME)")
       ->option_text("DIR");
-  app.add_option("--master-timeout", g.master_timeout,
+  app.add_option("--master-timeout", g.master.master_timeout_s,
                  "Agents kill their workers after a silent master (default 3 s)")
       ->option_text("SECONDS");
-  app.add_option("--start-timeout", g.start_timeout, "Time for every agent to connect (default 30 s)")
+  app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
       ->option_text("SECONDS");
-  app.add_option("--ckpt-dir", g.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
-  app.add_option("--ckpt-every", g.ckpt_every, "Save a checkpoint every N steps, in the background")
+  app.add_option("--ckpt-dir", g.worker.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
+  app.add_option("--ckpt-every", g.worker.ckpt_every, "Save a checkpoint every N steps, in the background")
       ->option_text("N")->check(CLI::NonNegativeNumber);
-  app.add_option("--ckpt-keep", g.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
+  app.add_option("--ckpt-keep", g.master.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
       ->option_text("N")->check(CLI::NonNegativeNumber);
   app.add_option("--inject", g.inject,
                  "Fault injection for tests: RANK:slow=F, RANK:hang=STEP or RANK:nan=STEP")
       ->option_text("SPEC")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--resume", g.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
+  app.add_option("--resume", g.master.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
       ->option_text("WHAT");
   // Roles started by ob-launch itself; not for people.
-  app.add_flag("--agent", g.agent)->group("");
-  app.add_option("--master", g.master)->group("");
-  app.add_option("--host", g.host)->group("");
-  app.add_flag("--worker", g.worker)->group("");
-  app.add_option("--rank", g.rank)->group("");
-  app.add_option("--world", g.world)->group("");
-  app.add_option("--store", g.store)->group("");
-  app.add_option("--generation", g.generation)->group("");
+  app.add_flag("--agent", g.as_agent)->group("");
+  app.add_option("--master", g.agent.master)->group("");
+  app.add_option("--host", g.agent.host)->group("");
+  app.add_flag("--worker", g.as_worker)->group("");
+  app.add_option("--rank", g.worker.rank)->group("");
+  app.add_option("--world", g.worker.world)->group("");
+  app.add_option("--store", g.worker.store)->group("");
+  app.add_option("--generation", g.worker.generation)->group("");
   app.footer(
       "Examples:\n"
       "  ob-launch --rsh local --steps 200 --secret-file secret plan.pb hosts.txt\n"
