@@ -7,13 +7,10 @@
 #
 #   bench/ckpt_overhead.sh [STEPS] [ROUNDS]     (default 60 3)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
 steps=${1:-60}
 rounds=${2:-3}
-work=$(mktemp -d /tmp/ob-ckpt-overhead.XXXXXX)
-trap 'pkill -f -- "--host ovh[0-9]" 2>/dev/null || true; rm -rf "$work"' EXIT
-cd "$work"
+bench_cluster ckpt-overhead ovh
 cat > model.yaml <<'Y'
 name: gpt-6x384
 n_layer: 6
@@ -22,8 +19,6 @@ n_head: 6
 n_positions: 128
 vocab_size: 256
 Y
-printf 'ovh1\novh2\novh3\novh4\n' > hosts.txt
-(umask 077; echo "bench-secret" > secret)
 "$bin/ob-profile" --model model.yaml --analytic --gpu h100 --dtype float32 --seq-len 128 -q -o p.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 8 --gpu-memory 0.2 --overhead-gib 0 -o plan.pb p.pb
 run() {  # run NAME [FLAGS...]: prints tokens/s
@@ -31,7 +26,7 @@ run() {  # run NAME [FLAGS...]: prints tokens/s
   rm -rf "run-$name" ckpt
   "$bin/ob-launch" --rsh local --secret-file secret --steps "$steps" --data "$root/tests/data/corpus.txt" \
     --run-dir "run-$name" "$@" plan.pb hosts.txt 2> "$name.err" || { tail -3 "$name.err" >&2; exit 1; }
-  sed -n 's/.*trained [0-9]* steps: final loss [0-9.]*, \([0-9]*\) tokens\/s.*/\1/p' "$name.err"
+  closing_tokens "$name.err"
 }
 plain=() ckpt=()
 for ((r = 0; r < rounds; r++)); do
@@ -40,7 +35,6 @@ for ((r = 0; r < rounds; r++)); do
   saved=$(grep -c " checkpoint step=" run-ckpt/events.log || true)
   echo "round $r: plain ${plain[-1]} tokens/s, --ckpt-every 10 ${ckpt[-1]} tokens/s ($saved checkpoints)"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 p=$(median "${plain[@]}"); c=$(median "${ckpt[@]}")
 du -sh ckpt/step-* 2>/dev/null | tail -1 | sed 's/^/one checkpoint: /'
 awk -v p="$p" -v c="$c" 'BEGIN { printf "median: plain %d, --ckpt-every 10 %d tokens/s: overhead %.1f%% (target <= 3%%)\n", p, c, 100 * (1 - c / p) }'

@@ -6,15 +6,10 @@
 #
 #   bench/watch_overhead.sh [STEPS] [ROUNDS]     (default 300 3)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
 steps=${1:-300}
 rounds=${2:-3}
-work=$(mktemp -d /tmp/ob-watch-overhead.XXXXXX)
-trap 'pkill -f -- "--host wov[0-9]" 2>/dev/null || true; rm -rf "$work"' EXIT
-cd "$work"
-printf 'wov1\nwov2\nwov3\nwov4\n' > hosts.txt
-(umask 077; echo "bench-secret" > secret)
+bench_cluster watch-overhead wov
 "$bin/ob-profile" --model gpt-tiny -q -o tiny.pb
 "$bin/ob-plan" --hosts hosts.txt -f 1 --global-batch 16 -o plan.pb tiny.pb
 run() {  # run NAME WATCH(0|1): prints tokens/s
@@ -28,7 +23,7 @@ run() {  # run NAME WATCH(0|1): prints tokens/s
   fi
   wait "$master"
   wait
-  sed -n 's/.*trained [0-9]* steps: final loss [0-9.]*, \([0-9]*\) tokens\/s.*/\1/p' "$1.err"
+  closing_tokens "$1.err"
 }
 plain=() watched=()
 for ((r = 0; r < rounds; r++)); do
@@ -37,6 +32,5 @@ for ((r = 0; r < rounds; r++)); do
   echo "round $r: unwatched ${plain[-1]} tokens/s, watched ${watched[-1]} tokens/s" \
        "($(wc -l < watched.events) events)"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 p=$(median "${plain[@]}"); w=$(median "${watched[@]}")
 awk -v p="$p" -v w="$w" 'BEGIN { printf "median: unwatched %d, watched %d tokens/s: overhead %.1f%% (target <= 1%%)\n", p, w, 100 * (1 - w / p) }'
