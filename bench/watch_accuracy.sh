@@ -54,31 +54,17 @@ for ((i = 1; i <= runs; i++)); do
     --inject "$rank:slow=$slow" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err$i" \
     || fail "run $i: ob-launch exited $?: $(tail -3 "$WORK/err$i")"
   "$OB_BIN/ob-watch" --json "$WORK/m$i.pb" > "$WORK/e$i.jsonl" 2>/dev/null
-  read -r host n ok first latency gens < <(python3 - "$WORK/m$i.pb" "$WORK/e$i.jsonl" "$rank" <<'PY'
+  read -r host n ok first latency gens < <(python3 - "$WORK/m$i.pb" "$WORK/e$i.jsonl" "$rank" "$METRICS_PY" <<'PY'
 import json, sys
-sys.path.insert(0, sys.argv[0].rsplit("/", 1)[0])
+sys.path.insert(0, sys.argv[4].rsplit("/", 1)[0])
+import metrics
 rank = int(sys.argv[3])
-data = open(sys.argv[1], "rb").read()
-def varint(b, i):
-    v = s = 0
-    while True:
-        c = b[i]; i += 1; v |= (c & 0x7F) << s; s += 7
-        if c < 0x80: return v, i
-host, first_step, i, gens = "?", None, 0, set()
-while i < len(data):
-    n, j = varint(data, i); body = data[j:j + n]; i = j + n
-    f, k = {}, 0
-    while k < len(body):
-        key, k = varint(body, k); num, wt = key >> 3, key & 7
-        if wt == 0: f[num], k = varint(body, k)
-        elif wt == 1: k += 8
-        elif wt == 2:
-            ln, k = varint(body, k); f[num] = body[k:k + ln]; k += ln
-        elif wt == 5: k += 4
-    gens.add(f.get(7, 0))
-    if f.get(3, 0) == rank and f.get(7, 1) == 1 and 2 in f and not f.get(17):
+host, first_step, gens = "?", None, set()
+for _, f in metrics.frames(open(sys.argv[1], "rb").read(), sys.argv[1]):
+    gens.add(f.get(metrics.GENERATION, 0))
+    if f.get(metrics.RANK, 0) == rank and f.get(metrics.GENERATION, 1) == 1 and 2 in f and not f.get(metrics.HEARTBEAT):
         host = f[2].decode()
-        if first_step is None: first_step = f.get(6, 0)
+        if first_step is None: first_step = f.get(metrics.STEP, 0)
 ev = [json.loads(l) for l in open(sys.argv[2]) if '"EVENT_STRAGGLER"' in l]
 ok = sum(1 for e in ev if e["rank"] == rank)
 mine = [int(e["step"]) for e in ev if e["rank"] == rank]

@@ -7,29 +7,12 @@ WATCH="$OB_BIN/ob-watch"
 "$OB_BIN/watch_synth" --steps 100 --seed 6 --compute 0.08 --stop 2:15 > "$TMP/run.pb"
 
 # Replays records at their recorded pace; notes when rank 2's last one went.
-python3 - "$TMP/run.pb" "$TMP/last" <<'PY' | "$WATCH" --json --clock wall > "$TMP/events" 2> "$TMP/log"
-import os, struct, sys, time
+python3 - "$TMP/run.pb" "$TMP/last" "$OB_SOURCE_DIR/tests/lib" <<'PY' | "$WATCH" --json --clock wall > "$TMP/events" 2> "$TMP/log"
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+import metrics
 data = open(sys.argv[1], "rb").read()
-def varint(b, i):
-    v = s = 0
-    while True:
-        c = b[i]; i += 1; v |= (c & 0x7F) << s; s += 7
-        if c < 0x80: return v, i
-recs, i = [], 0
-while i < len(data):
-    n, j = varint(data, i)
-    body = data[j:j + n]
-    f, k = {}, 0
-    while k < len(body):
-        key, k = varint(body, k)
-        num, wt = key >> 3, key & 7
-        if wt == 0: f[num], k = varint(body, k)
-        elif wt == 1: f[num] = body[k:k + 8]; k += 8
-        elif wt == 2:
-            ln, k = varint(body, k); f[num] = body[k:k + ln]; k += ln
-        elif wt == 5: k += 4
-    recs.append((f.get(8, 0), f.get(3, 0), data[i:j + n]))
-    i = j + n
+recs = [(f.get(8, 0), f.get(metrics.RANK, 0), raw) for raw, f in metrics.frames(data, sys.argv[1])]
 last_of_2 = max(idx for idx, r in enumerate(recs) if r[1] == 2)
 start, t0 = time.time(), recs[0][0]
 out = sys.stdout.buffer

@@ -30,36 +30,48 @@ def varint(b, i):
             return v, i
 
 
-def records(path):
-    data = open(path, "rb").read()
-    out, i = [], 0
+def fields(body, where="record"):
+    """A record's fields by number: varints as ints, doubles as floats,
+    length-delimited fields as bytes (32-bit fields skipped)."""
+    f, j = {}, 0
+    while j < len(body):
+        key, j = varint(body, j)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            f[num], j = varint(body, j)
+        elif wt == 1:
+            f[num] = struct.unpack("<d", body[j:j + 8])[0]
+            j += 8
+        elif wt == 2:
+            ln, j = varint(body, j)
+            f[num] = body[j:j + ln]
+            j += ln
+        elif wt == 5:
+            j += 4
+        else:
+            raise ValueError(f"{where}: wire type {wt}")
+    return f
+
+
+def frames(data, where="stream"):
+    """Every complete record of a stream's bytes, heartbeats and exit
+    records included, as (its bytes with the length prefix, its fields)."""
+    i = 0
     try:
         while i < len(data):
-            n, i = varint(data, i)
-            if i + n > len(data):
-                break
-            body, i, f, j = data[i:i + n], i + n, {}, 0
-            while j < len(body):
-                key, j = varint(body, j)
-                num, wt = key >> 3, key & 7
-                if wt == 0:
-                    f[num], j = varint(body, j)
-                elif wt == 1:
-                    f[num] = struct.unpack("<d", body[j:j + 8])[0]
-                    j += 8
-                elif wt == 2:
-                    ln, j = varint(body, j)
-                    f[num] = body[j:j + ln]
-                    j += ln
-                elif wt == 5:
-                    j += 4
-                else:
-                    raise ValueError(f"{path}: wire type {wt}")
-            if not f.get(HEARTBEAT) and EXIT not in f:  # steps only
-                out.append(f)
+            n, j = varint(data, i)
+            if j + n > len(data):
+                return
+            yield data[i:j + n], fields(data[j:j + n], where)
+            i = j + n
     except IndexError:
-        pass
-    return out
+        return
+
+
+def records(path):
+    """The records of completed steps (no heartbeats, no exit records)."""
+    return [f for _, f in frames(open(path, "rb").read(), path)
+            if not f.get(HEARTBEAT) and EXIT not in f]
 
 
 def final_steps(recs):
