@@ -136,6 +136,14 @@ class Master {
   void FinishStop();
   pb::OperatorResponse OnOperator(const pb::OperatorRequest& req);
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop_)); }
+  // Nodes the current instantiation leaves out whose agents are connected.
+  std::vector<int> LiveIdle() const {
+    std::vector<int> live;
+    for (int n : idle_) {
+      if (agents_[static_cast<size_t>(n)]->state == AgentState::State::kConnected) live.push_back(n);
+    }
+    return live;
+  }
   AgentState* FindAgent(const std::string& host) {
     for (auto& a : agents_) {
       if (a->host.name == host) return a.get();
@@ -665,10 +673,7 @@ void Master::Decide() {
     hosts += (hosts.empty() ? "" : ", ") + h;
   }
   std::vector<int> added = added_;
-  // Idle nodes whose agents are alive may be usable again now.
-  for (int n : idle_) {
-    if (agents_[static_cast<size_t>(n)]->state == AgentState::State::kConnected) added.push_back(n);
-  }
+  for (int n : LiveIdle()) added.push_back(n);  // usable again now
   std::string what = failures_.empty() ? "hosts came back" : failures_.front();
   if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
   failures_.clear();
@@ -1010,14 +1015,9 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
           r.set_error("kept " + req.host() + ": a recovery is in progress");
           return r;
         }
-        std::vector<int> idle;
-        for (int n : idle_) {
-          if (agents_[static_cast<size_t>(n)]->state == AgentState::State::kConnected)
-            idle.push_back(n);
-        }
         const plan::Exclusion x =
             plan::WeighExclusion(loaded_.problem, loaded_.templates, loaded_.instantiation,
-                                 a->node, req.slowdown(), idle);
+                                 a->node, req.slowdown(), LiveIdle());
         if (!x.pays) {
           events_.Write("keep", "host=" + req.host() + " " + x.reason + "; " + reason);
           OB_LOG(Warn) << "kept slow host " << req.host() << ": " << x.reason;
