@@ -12,6 +12,7 @@
 #include <functional>
 #include <set>
 
+#include "ob/io/file.h"
 #include "ob/io/json.h"
 
 namespace ob::ckpt {
@@ -434,14 +435,22 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
   w->hash_ = state;
   if (path == "-") {
     w->fd_ = STDOUT_FILENO;
-    w->to_stdout_ = true;
+    w->through_ = true;
+    w->own_fd_ = false;
   } else {
-    w->tmp_ = path + ".tmp";
-    w->fd_ = open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd_ < 0) {
-      std::string err = Errno();
-      w->tmp_.clear();
-      return Status::IoErr(path + ": cannot create: " + err);
+    OB_ASSIGN_OR_RETURN(io::OutputTarget out, io::ResolveOutput(path));
+    if (!out.replace) {  // a device or pipe: written through, never renamed over
+      OB_ASSIGN_OR_RETURN(w->fd_, io::OpenWriteThrough(out.path));
+      w->through_ = true;
+    } else {
+      w->real_path_ = out.path;
+      w->tmp_ = out.path + ".tmp";
+      w->fd_ = open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (w->fd_ < 0) {
+        std::string err = Errno();
+        w->tmp_.clear();
+        return Status::IoErr(path + ": cannot create: " + err);
+      }
     }
   }
   unsigned char len[8];
@@ -457,7 +466,7 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::Abandon() {
-  if (fd_ >= 0 && !to_stdout_) close(fd_);
+  if (fd_ >= 0 && own_fd_) close(fd_);
   fd_ = -1;
   if (!tmp_.empty()) unlink(tmp_.c_str());
   tmp_.clear();
@@ -497,18 +506,22 @@ Status SafetensorsWriter::Finish(uint64_t* size_out, std::string* checksum_out) 
     return Status::DataErr(path_ + ": only " + std::to_string(appended_) + " of " +
                            std::to_string(data_bytes_) + " data bytes were given");
   }
-  if (!to_stdout_) {
+  if (!through_) {
     Status s;
     if (fsync(fd_) != 0) s = Status::IoErr(path_ + ": fsync failed: " + Errno());
     if (close(fd_) != 0 && s.ok()) s = Status::IoErr(path_ + ": close failed: " + Errno());
     fd_ = -1;
-    if (s.ok() && rename(tmp_.c_str(), path_.c_str()) != 0)
+    if (s.ok() && rename(tmp_.c_str(), real_path_.c_str()) != 0)
       s = Status::IoErr(path_ + ": rename failed: " + Errno());
     if (!s.ok()) {
       Abandon();
       return s;
     }
     tmp_.clear();
+  } else if (own_fd_ && close(fd_) != 0) {
+    const std::string err = Errno();
+    fd_ = -1;
+    return Status::IoErr(path_ + ": close failed: " + err);
   }
   fd_ = -1;
   if (size_out) *size_out = written_;

@@ -97,7 +97,8 @@ Status ReadTensor(const std::string& path, const SafetensorsHeader& h, const Saf
 // arrives in pieces (ob-ckpt export never holds a whole model in memory).
 // Open writes the header; Append the data section in order; Finish checks
 // that every byte came, fsyncs and renames. Destroying an unfinished writer
-// removes its temporary file. `path` "-" writes standard output (no rename).
+// removes its temporary file. `path` "-" writes standard output, and a
+// device or pipe is written through (io::ResolveOutput): no rename then.
 // Not thread-safe.
 class SafetensorsWriter {
  public:
@@ -121,9 +122,10 @@ class SafetensorsWriter {
   Status Write(const void* data, uint64_t n);
   void Abandon();
 
-  std::string path_, tmp_;
+  std::string path_, real_path_, tmp_;  // real_path_: path_ with its links followed
   int fd_ = -1;
-  bool to_stdout_ = false;
+  bool through_ = false;  // stdout, a device or a pipe: no temporary, fsync or rename
+  bool own_fd_ = true;    // false for stdout
   std::vector<SafetensorsEntry> tensors_;
   uint64_t data_bytes_ = 0, appended_ = 0, written_ = 0;
   void* hash_ = nullptr;  // XXH3_state_t*, kept out of this header

@@ -57,15 +57,76 @@ Result<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
+namespace {
+
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
+
+// /dev/stdout, /dev/fd/3, /proc/self/fd/3, /proc/4711/fd/3: a descriptor
+// the caller already holds, whatever it points at.
+bool IsDescriptorPath(const std::string& path) {
+  if (path == "/dev/stdout" || path == "/dev/stderr" || StartsWith(path, "/dev/fd/")) return true;
+  if (!StartsWith(path, "/proc/")) return false;
+  const size_t fd = path.find("/fd/", 6);
+  return fd != std::string::npos && path.find('/', fd + 4) == std::string::npos;
+}
+
+// The directory part of `path` ("." for a bare name), for relative links.
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+Result<OutputTarget> ResolveOutput(const std::string& path) {
+  if (IsDescriptorPath(path)) return OutputTarget{path, false};
+  // Follow links by hand: a dangling one names the file to create.
+  std::string at = path;
+  for (int hops = 0;; ++hops) {
+    struct stat ls;
+    if (lstat(at.c_str(), &ls) != 0) {
+      if (errno == ENOENT) return OutputTarget{at, true};  // a new file
+      return Status::IoErr(path + ": cannot inspect: " + Errno());
+    }
+    if (!S_ISLNK(ls.st_mode)) {
+      if (S_ISDIR(ls.st_mode)) return Status::IoErr(path + ": is a directory");
+      if (!S_ISREG(ls.st_mode)) return OutputTarget{at, false};  // device, FIFO, socket
+      return OutputTarget{at, true};
+    }
+    if (hops >= 40) return Status::IoErr(path + ": too many levels of symbolic links");
+    char buf[4096];
+    const ssize_t n = readlink(at.c_str(), buf, sizeof buf - 1);
+    if (n < 0) return Status::IoErr(path + ": cannot read the link: " + Errno());
+    std::string target(buf, static_cast<size_t>(n));
+    at = target[0] == '/' ? target : DirName(at) + "/" + target;
+  }
+}
+
+Result<int> OpenWriteThrough(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return Status::IoErr(path + ": cannot open for writing: " + Errno());
+  return fd;
+}
+
 Status WriteFile(const std::string& path, const std::string& data) {
   if (path == "-" || path.empty()) return WriteAll(STDOUT_FILENO, data, "<stdout>");
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  OB_ASSIGN_OR_RETURN(OutputTarget out, ResolveOutput(path));
+  if (!out.replace) {
+    OB_ASSIGN_OR_RETURN(int fd, OpenWriteThrough(out.path));
+    Status s = WriteAll(fd, data, path);
+    if (close(fd) != 0 && s.ok()) s = Status::IoErr(path + ": close failed: " + Errno());
+    return s;
+  }
+  std::string tmp = out.path + ".tmp." + std::to_string(getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoErr(path + ": cannot create: " + Errno());
   Status s = WriteAll(fd, data, path);
   if (s.ok() && fsync(fd) != 0) s = Status::IoErr(path + ": fsync failed: " + Errno());
   if (close(fd) != 0 && s.ok()) s = Status::IoErr(path + ": close failed: " + Errno());
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0)
+  if (s.ok() && rename(tmp.c_str(), out.path.c_str()) != 0)
     s = Status::IoErr(path + ": rename failed: " + Errno());
   if (!s.ok()) unlink(tmp.c_str());
   return s;

@@ -11,9 +11,32 @@ namespace ob::io {
 // Reads all of `path`; "-" reads stdin. Missing/unreadable → kNoInput.
 Result<std::string> ReadFile(const std::string& path);
 
-// Writes `data` to `path`: "-" writes stdout; otherwise a temporary file in the
-// same directory is written, fsynced and renamed over `path`, so a reader
-// never sees a half-written file. Failure → kIoErr, and `path` is untouched.
+// Where an output path (`-o PATH` and the like) really goes.
+//  - A regular file, a path that does not exist yet, or a symbolic link to
+//    either: replaced atomically. `path` is the real file (every symlink
+//    followed, so the link stays a link and its target gets the new bytes);
+//    write a temporary beside it, fsync, rename over it.
+//  - Anything else that exists (a device such as /dev/null, a FIFO, a
+//    socket, a terminal) and the descriptor paths /dev/stdout, /dev/stderr,
+//    /dev/fd/N and /proc/<pid>/fd/N (what `-o >(cmd)` passes): written
+//    through in place (`replace` false) — never unlinked or renamed over.
+// kIoErr for a directory or an unresolvable link, naming `path`.
+struct OutputTarget {
+  std::string path;
+  bool replace = true;
+};
+Result<OutputTarget> ResolveOutput(const std::string& path);
+
+// Opens a write-through target (ResolveOutput's replace == false) for
+// writing: O_WRONLY | O_TRUNC (the truncation is a no-op on devices and
+// FIFOs). kIoErr naming `path`.
+Result<int> OpenWriteThrough(const std::string& path);
+
+// Writes `data` to `path`: "-" writes stdout; otherwise as ResolveOutput
+// says: a temporary file beside the real target is written, fsynced and
+// renamed over it, so a reader never sees a half-written file, or a device
+// or pipe is written through. Failure → kIoErr, and a replaced file is
+// untouched.
 Status WriteFile(const std::string& path, const std::string& data);
 
 bool IsTerminal(int fd);
