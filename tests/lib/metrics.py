@@ -6,6 +6,7 @@ records are left out). A record still being written at the end of the file
 is ignored.
 
   metrics.py max-step FILE           highest step any rank reported (-1: none)
+  metrics.py min-step FILE           lowest step any rank trained (-1: none)
   metrics.py check FILE STEPS RANKS  every step 0..STEPS-1 reported by RANKS
                                      ranks of the last generation that ran it,
                                      all agreeing on the loss; prints the loss
@@ -101,6 +102,8 @@ def main(argv):
     cmd = argv[1]
     if cmd == "max-step":
         print(max((r.get(STEP, 0) for r in records(argv[2])), default=-1))
+    elif cmd == "min-step":  # of the steps trained (heartbeats and exits do not count)
+        print(min(losses(records(argv[2])), default=-1))
     elif cmd == "check":
         steps, ranks = int(argv[3]), int(argv[4])
         final = final_steps(records(argv[2]))

@@ -543,6 +543,38 @@ TEST_CASE("Verify names the damaged file") {
   CHECK(Verify(ckpt).ok());
 }
 
+TEST_CASE("NewestVerified passes over damaged and refused checkpoints, newest first") {
+  TempDir t;
+  const std::string dir = t / "ck";
+  CHECK(NewestVerified(dir).status().code() == ob::Code::kNoInput);
+  fs::create_directories(dir);
+  CHECK(NewestVerified(dir).status().code() == ob::Code::kNoInput);
+  for (int64_t step : {1, 2, 3}) SaveStep(dir, step);
+  auto v = NewestVerified(dir);
+  REQUIRE(v.ok());
+  CHECK(v->path == dir + "/step-000000000003");
+  CHECK(v->manifest.step() == 3);
+  CHECK(v->skipped.empty());
+
+  // The newest damaged (a flipped byte only Verify sees), the next refused.
+  const std::string victim = dir + "/step-000000000003/" + LayerFileName(2);
+  std::string bytes = Slurp(victim);
+  bytes[bytes.size() - 3] ^= 0x01;
+  Spit(victim, bytes);
+  auto refuse2 = [](const ob::pb::Manifest& m) { return m.step() == 2 ? std::string("not ours") : ""; };
+  v = NewestVerified(dir, refuse2);
+  REQUIRE(v.ok());
+  CHECK(v->path == dir + "/step-000000000001");
+  REQUIRE(v->skipped.size() == 2);
+  CHECK_THAT(v->skipped[0], Catch::StartsWith(victim + ": checksum mismatch"));
+  CHECK(v->skipped[1] == dir + "/step-000000000002: not ours");
+
+  // None qualifies: kDataErr naming the newest and why (never "none").
+  auto none = NewestVerified(dir, [](const ob::pb::Manifest&) { return std::string("another job"); });
+  CHECK(none.status().code() == ob::Code::kDataErr);
+  CHECK_THAT(none.status().message(), Catch::Contains("none of 3 checkpoint(s) can be used (newest: " + victim));
+}
+
 TEST_CASE("Export streams weights, and moments on request") {
   TempDir t;
   const std::string dir = t / "ck";

@@ -94,6 +94,29 @@ TEST_CASE("snapshots in a shared arena outlive the arena that wrote them") {
   close(fd);
 }
 
+TEST_CASE("every snapshot carries the lineage its writer set, for the next process to see") {
+  const int fd = memfd_create("arena-lineage", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  {
+    auto a = SnapshotArena::Open(fd, "lineage arena");
+    REQUIRE(a.ok());
+    StageSnapshot s0, s1;
+    REQUIRE((*a)->Prepare(0, Like(0, 1, 4), &s0).ok());
+    REQUIRE((*a)->Prepare(1, Like(0, 1, 4), &s1).ok());
+    (*a)->set_lineage(3);
+    Write(**a, 0, s0, 30, 1.0f);  // before a rollback: lineage 3
+    (*a)->set_lineage(7);
+    Write(**a, 1, s1, 19, 2.0f);  // the rollback's checkpoint: lineage 7
+  }
+  auto b = SnapshotArena::Open(fd, "lineage arena");
+  REQUIRE(b.ok());
+  CHECK((*b)->info(0).step == 30);
+  CHECK((*b)->info(0).lineage == 3);
+  CHECK((*b)->info(1).step == 19);
+  CHECK((*b)->info(1).lineage == 7);
+  close(fd);
+}
+
 TEST_CASE("a descriptor that is not an arena is refused") {
   const int fd = memfd_create("not-arena", MFD_CLOEXEC);
   REQUIRE(fd >= 0);

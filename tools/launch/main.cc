@@ -73,6 +73,10 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
         std::to_string(g.worker.seed)}) {
     spec.add_argv(a);
   }
+  if (!g.worker.data_facts.empty()) {
+    spec.add_argv("--data-facts");
+    spec.add_argv(g.worker.data_facts);
+  }
   if (!ctx.store.empty()) {
     spec.add_argv("--store");
     spec.add_argv(ctx.store);
@@ -117,12 +121,15 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   ob::log::Init("master");
   // Refuse a plan whose model cannot take the data before any host is touched.
-  OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path)));
+  OB_ASSIGN_OR_RETURN(g.worker.data_facts,
+                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path)));
   o.plan_path = Absolute(o.plan_path);
   o.log_to_run_dir = common.log_file.empty();
   o.ckpt_dir = Absolute(g.worker.ckpt_dir);
   o.resume = o.resume == "auto" ? o.resume : Absolute(o.resume);
   o.seed = g.worker.seed;
+  o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
+  o.steps = g.worker.steps;
   if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   o.self_exe = SelfExe();
@@ -188,6 +195,8 @@ void Setup(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--resume", g.master.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
       ->option_text("WHAT");
+  app.add_flag("--resume-from-other", g.master.resume_from_other,
+               "Resume from a checkpoint another job saved (another seed or data)");
   // Roles started by ob-launch itself; not for people.
   app.add_flag("--agent", g.as_agent)->group("");
   app.add_option("--master", g.agent.master)->group("");
@@ -196,6 +205,7 @@ void Setup(CLI::App& app) {
   app.add_option("--rank", g.worker.rank)->group("");
   app.add_option("--world", g.worker.world)->group("");
   app.add_option("--store", g.worker.store)->group("");
+  app.add_option("--data-facts", g.worker.data_facts)->group("");
   app.add_option("--generation", g.worker.generation)->group("");
   app.footer(
       "Examples:\n"

@@ -438,6 +438,33 @@ Result<std::string> Latest(const std::string& dir) {
   return Status::NoInput(dir + ": no complete checkpoint");
 }
 
+Result<Verified> NewestVerified(const std::string& dir,
+                                const std::function<std::string(const pb::Manifest&)>& accept) {
+  if (!IsDir(dir)) return Status::NoInput(dir + ": no such checkpoint directory");
+  std::vector<std::string> order;
+  if (Result<std::string> latest = Latest(dir); latest.ok()) order.push_back(*latest);
+  OB_ASSIGN_OR_RETURN(auto all, List(dir));
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->complete && (order.empty() || it->path != order.front())) order.push_back(it->path);
+  }
+  Verified out;
+  for (const std::string& path : order) {
+    Status st = Verify(path);
+    Result<pb::Manifest> m = st.ok() ? LoadManifest(path) : Result<pb::Manifest>(st);
+    std::string why = m.ok() ? (accept ? accept(*m) : "") : FirstLine(m.status().message());
+    if (why.empty()) {
+      out.path = path;
+      out.manifest = std::move(m).value();
+      return out;
+    }
+    // Verify's messages name the file already; others get the checkpoint.
+    out.skipped.push_back(why.compare(0, path.size(), path) == 0 ? why : path + ": " + why);
+  }
+  if (out.skipped.empty()) return Status::NoInput(dir + ": no complete checkpoint");
+  return Status::DataErr(dir + ": none of " + std::to_string(out.skipped.size()) +
+                         " checkpoint(s) can be used (newest: " + out.skipped.front() + ")");
+}
+
 Result<pb::Manifest> LoadManifest(const std::string& ckpt_path) {
   struct stat st;
   if (stat(ckpt_path.c_str(), &st) != 0)

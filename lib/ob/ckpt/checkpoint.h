@@ -104,6 +104,22 @@ Result<std::vector<CheckpointInfo>> List(const std::string& dir);
 // else the newest complete one. kNoInput when there is none.
 Result<std::string> Latest(const std::string& dir);
 
+// The checkpoint to restore from when its bytes matter (a resume, a
+// restart beyond f, a rollback): the newest one of DIR that passes Verify
+// and `accept` (when given: "" accepts, anything else is why not, e.g.
+// another job's), trying what Latest returns first, then every complete one
+// newest first. Each one passed over is in `skipped` with why. kNoInput
+// when DIR holds no complete checkpoint; kDataErr when it holds some and
+// none qualifies, naming the newest and why it was passed over.
+struct Verified {
+  std::string path;
+  pb::Manifest manifest;
+  std::vector<std::string> skipped;  // "DIR/step-…: <why>"
+};
+Result<Verified> NewestVerified(
+    const std::string& dir,
+    const std::function<std::string(const pb::Manifest&)>& accept = {});
+
 // Loads CKPT/manifest.pb. kNoInput when CKPT does not exist; kDataErr for a
 // missing or damaged manifest, one naming a file twice or by a path that is
 // empty, absolute, contains "..", or otherwise leaves the checkpoint

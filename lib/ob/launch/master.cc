@@ -15,6 +15,7 @@
 #include "ob/ckpt/checkpoint.h"
 #include "ob/clock.h"
 #include "ob/cluster/rsh.h"
+#include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
@@ -25,6 +26,7 @@
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/log.h"
+#include "ob/model/data.h"
 #include "ob/plan/plan_io.h"
 #include "ob/plan/recovery.h"
 
@@ -36,6 +38,7 @@ constexpr int kProgressMs = 1000;  // progress line period
 constexpr int kDecideMs = 100;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
+constexpr int kStallBlameMs = 5000;  // losses this soon after the master's own stall are its fault
 
 std::string FormatTime(int64_t unix_ms, const char* fmt) {
   time_t s = static_cast<time_t>(unix_ms / 1000);
@@ -122,6 +125,14 @@ class Master {
   // waits for the running one.
   void CommitCheckpoints(bool wait = false);
   Result<plan::Instantiation> InstantiateOnLive();
+  // The newest checkpoint of --ckpt-dir that verifies and is this job's
+  // (or any job's with --resume-from-other); those passed over go to
+  // events.log and the log.
+  Result<ckpt::Verified> UsableCheckpoint(const std::string& dir);
+  std::string OtherJob(const pb::Manifest& m) const;
+  // Where the next generation's weights come from (see lineage_).
+  pb::WeightSource NextSource();
+  void CheckpointFailed(int64_t step, const std::string& why);
   void ReapAgents();
   void Tick();
   void Progress();
@@ -182,10 +193,30 @@ class Master {
   // Checkpoints: their commits (with --ckpt-dir), and the checkpoint the
   // next generation starts from.
   std::unique_ptr<CommitQueue> commits_;
-  std::string resume_path_;
+  // Checkpoint saves: the newest committed and the newest that failed in
+  // this run. A run whose newest save failed does not exit 0.
+  int64_t ckpt_good_step_ = -1, ckpt_failed_step_ = -1;
+  std::string ckpt_failure_;
+  // The weights' source (control.proto's WeightSource). `lineage_` is where
+  // the current lineage started (INITIAL or CHECKPOINT); once every rank of
+  // one of its generations has completed a step, later generations start
+  // from the workers' snapshots of that lineage, before that from its start
+  // again. A checkpoint chosen for the next generation (a resume, a restart
+  // beyond f, a rollback) starts a new lineage.
+  pb::WeightSource lineage_;
+  bool lineage_has_steps_ = false;
+  int ranks_reported_ = 0;                  // ranks of this generation that completed a step
+  std::string restore_from_;                // the checkpoint the next generation starts from
+  int64_t restore_step_ = -1;
+  pb::JobIdentity job_;                     // recorded in manifests, checked on resume
+  io::DirLock run_lock_, ckpt_lock_;
   std::vector<std::string> failures_;       // what was detected, in order
   std::set<std::string> failed_hosts_;
   int64_t decide_deadline_ms_ = -1;
+  // The loop's own stalls (SIGSTOP, a starved CPU): the last tick, and a
+  // stall longer than --master-timeout, after which every agent has given
+  // up on us (then the losses that follow are ours, not the hosts').
+  int64_t last_tick_ms_ = -1, stalled_ms_ = 0, stall_seen_ms_ = 0;
   std::vector<std::unique_ptr<AgentState>> agents_;
   std::vector<RankState> ranks_;
   int metrics_fd_ = -1;
@@ -219,9 +250,23 @@ Status Master::Prepare() {
   loaded_ = std::move(loaded).value();
   ranks_.resize(layout_.ranks.size());
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
-  if (!opt_.ckpt_dir.empty()) {  // saves a killed run left half-written would mix with ours
+  // The run directory is ours alone: a second master there would delete
+  // our control socket and interleave its events.log with ours.
+  run_dir_ = opt_.run_dir.empty() ? "ob-run-" + FormatTime(UnixMs(), "%Y%m%d-%H%M%S") : opt_.run_dir;
+  OB_RETURN_IF_ERROR(MakeDirs(run_dir_));
+  OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
+  OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
+  job_.set_seed(opt_.seed);
+  job_.set_data(opt_.data);
+  job_.set_data_fingerprint(model::DataFingerprint(opt_.data));
+  if (!opt_.ckpt_dir.empty()) {
+    // So is the checkpoint directory: two jobs saving into one overwrite
+    // each other's steps and remove each other's unfinished saves.
+    OB_RETURN_IF_ERROR(MakeDirs(opt_.ckpt_dir));
+    OB_ASSIGN_OR_RETURN(ckpt_lock_, io::DirLock::Acquire(opt_.ckpt_dir, "ob-launch, run directory " + run_dir_));
     commits_ = std::make_unique<CommitQueue>(opt_.ckpt_dir, opt_.ckpt_keep,
                                              loaded_.problem.num_layers());
+    // Saves a killed run left half-written would mix with ours.
     Result<std::vector<std::string>> removed = ckpt::RemovePartials(opt_.ckpt_dir);
     if (!removed.ok() && removed.status().code() != Code::kNoInput) return removed.status();
     if (removed.ok() && !removed->empty()) {
@@ -229,25 +274,36 @@ Status Master::Prepare() {
     }
   }
   if (!opt_.resume.empty()) {
+    // Every checksum, before any host starts: a damaged checkpoint is never
+    // half loaded.
+    pb::Manifest m;
     if (opt_.resume == "auto") {
       if (opt_.ckpt_dir.empty()) return Status::Usage("--resume auto needs --ckpt-dir");
-      Result<std::string> latest = ckpt::Latest(opt_.ckpt_dir);
-      if (latest.ok()) {
-        resume_path_ = *latest;
-      } else if (latest.status().code() != Code::kNoInput) {
-        return latest.status();
+      Result<ckpt::Verified> v = UsableCheckpoint(opt_.ckpt_dir);
+      if (v.ok()) {
+        restore_from_ = v->path;
+        m = v->manifest;
+      } else if (v.status().code() != Code::kNoInput) {
+        return v.status();  // there are checkpoints, none usable: never a silent fresh start
+      } else {
+        OB_LOG(Info) << "--resume auto: no checkpoint in " << opt_.ckpt_dir << " yet; starting afresh";
       }
     } else {
-      resume_path_ = opt_.resume;
+      OB_RETURN_IF_ERROR(ckpt::Verify(opt_.resume));
+      OB_ASSIGN_OR_RETURN(m, ckpt::LoadManifest(opt_.resume));
+      if (const std::string why = OtherJob(m); !why.empty()) return Status::Config(opt_.resume + ": " + why);
+      restore_from_ = opt_.resume;
     }
-    if (!resume_path_.empty()) {
-      // Every checksum, before any host starts: a damaged checkpoint is
-      // refused here (kDataErr naming the file), never half loaded.
-      OB_RETURN_IF_ERROR(ckpt::Verify(resume_path_));
-      OB_ASSIGN_OR_RETURN(pb::Manifest m, ckpt::LoadManifest(resume_path_));
+    if (!restore_from_.empty()) {
       if (m.model().SerializeAsString() != plan_.model().SerializeAsString()) {
-        return Status::Config(resume_path_ + ": holds a " + m.model().name() + " model, the plan's is " +
+        return Status::Config(restore_from_ + ": holds a " + m.model().name() + " model, the plan's is " +
                               plan_.model().name());
+      }
+      restore_step_ = static_cast<int64_t>(m.step());
+      if (opt_.steps > 0 && restore_step_ + 1 >= opt_.steps) {
+        return Status::Usage(restore_from_ + ": the checkpoint is of step " + std::to_string(restore_step_) +
+                             " and --steps " + std::to_string(opt_.steps) + " ends at step " +
+                             std::to_string(opt_.steps - 1) + ": nothing left to train (raise --steps)");
       }
     }
   }
@@ -267,12 +323,68 @@ Status Master::Prepare() {
     }
     metrics_out_ = std::make_unique<io::RecordWriter>(metrics_fd_, io::DisplayName(opt_.metrics, true));
   }
-  run_dir_ = opt_.run_dir.empty() ? "ob-run-" + FormatTime(UnixMs(), "%Y%m%d-%H%M%S") : opt_.run_dir;
-  OB_RETURN_IF_ERROR(MakeDirs(run_dir_));
   if (opt_.log_to_run_dir && !log::SetFile(run_dir_ + "/master.log")) {
     return Status::IoErr(run_dir_ + "/master.log: cannot open");
   }
-  return events_.Open(run_dir_ + "/events.log");
+  return Status::Ok();
+}
+
+std::string Master::OtherJob(const pb::Manifest& m) const {
+  if (opt_.resume_from_other || !m.has_job()) return "";  // (saved before job identities)
+  const pb::JobIdentity& j = m.job();
+  std::string why;
+  if (j.seed() != job_.seed()) {
+    why = "seed " + std::to_string(j.seed()) + ", this run's is " + std::to_string(job_.seed());
+  } else if (!j.data_fingerprint().empty() && !job_.data_fingerprint().empty() &&
+             j.data_fingerprint() != job_.data_fingerprint()) {
+    why = "data " + j.data() + " (" + j.data_fingerprint() + "), this run reads " + job_.data() + " (" +
+          job_.data_fingerprint() + ")";
+  }
+  return why.empty() ? "" : "saved by another job (" + why + "); --resume-from-other takes it anyway";
+}
+
+Result<ckpt::Verified> Master::UsableCheckpoint(const std::string& dir) {
+  Result<ckpt::Verified> v =
+      ckpt::NewestVerified(dir, [this](const pb::Manifest& m) { return OtherJob(m); });
+  if (v.ok()) {
+    for (const std::string& why : v->skipped) {
+      events_.Write("skip-checkpoint", why);
+      OB_LOG(Warn) << "skipping checkpoint " << why;
+    }
+  }
+  return v;
+}
+
+pb::WeightSource Master::NextSource() {
+  if (!restore_from_.empty()) {  // a new lineage from a checkpoint
+    lineage_.Clear();
+    lineage_.set_kind(pb::WeightSource::CHECKPOINT);
+    lineage_.set_checkpoint(restore_from_);
+    lineage_.set_step(restore_step_);
+    lineage_.set_lineage(generation_);
+    lineage_has_steps_ = false;
+    restore_from_.clear();
+    return lineage_;
+  }
+  if (lineage_.kind() == pb::WeightSource::KIND_UNSPECIFIED) {  // the first generation
+    lineage_.set_kind(pb::WeightSource::INITIAL);
+    lineage_.set_step(-1);
+    lineage_.set_lineage(generation_);
+    return lineage_;
+  }
+  if (!lineage_has_steps_) return lineage_;  // no step since its start: the start again
+  pb::WeightSource s;
+  s.set_kind(pb::WeightSource::SNAPSHOTS);
+  s.set_step(lineage_.step());
+  s.set_lineage(lineage_.lineage());
+  return s;
+}
+
+void Master::CheckpointFailed(int64_t step, const std::string& why) {
+  if (step > ckpt_failed_step_) {
+    ckpt_failed_step_ = step;
+    ckpt_failure_ = why;
+  }
 }
 
 Result<int> Master::Run() {
@@ -327,6 +439,17 @@ Result<int> Master::Run() {
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (state_ != State::kDone) FinishStop();
   while (commits_ && !commits_->idle()) CommitCheckpoints(true);  // the last ones, before we exit
+  if (outcome_.ok() && ckpt_failed_step_ > ckpt_good_step_) {
+    // Asked to checkpoint, and the newest save failed: the work since the
+    // latest good one is not on disk, and the exit status must say so.
+    Result<std::string> good = ckpt::Latest(opt_.ckpt_dir);
+    const std::string msg = "the checkpoint of step " + std::to_string(ckpt_failed_step_) +
+                            " failed (" + ckpt_failure_ + "); the latest good one is " +
+                            (good.ok() ? *good : std::string("none"));
+    OB_LOG(Error) << msg;
+    outcome_ = Status::IoErr(msg);
+  }
+  events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
   if (!outcome_.ok()) return outcome_;
   return 0;
 }
@@ -418,11 +541,19 @@ Status Master::LaunchGeneration() {
   Result<LaunchLayout> layout = LayOut(plan_, hosts_, hosts_name_);
   if (!layout.ok()) return layout.status().WithContext("generation " + std::to_string(generation_));
   layout_ = std::move(layout).value();
+  const pb::WeightSource source = NextSource();
+  std::string from;
+  switch (source.kind()) {
+    case pb::WeightSource::INITIAL: from = "initial"; break;
+    case pb::WeightSource::CHECKPOINT: from = "checkpoint:" + source.checkpoint(); break;
+    default: from = "snapshots"; break;
+  }
+  from += " step=" + std::to_string(source.step()) + " lineage=" + std::to_string(source.lineage());
   if (opt_.publish) {
     pb::Generation g;
     g.set_generation(generation_);
     *g.mutable_plan() = plan_;
-    g.set_resume(resume_path_);
+    *g.mutable_source() = source;
     for (const auto& f : fetches_) {
       auto* x = g.add_fetches();
       x->set_node(static_cast<uint32_t>(f.node));
@@ -431,11 +562,11 @@ Status Master::LaunchGeneration() {
     }
     OB_RETURN_IF_ERROR(opt_.publish("ob/gen/" + std::to_string(generation_), g.SerializeAsString()));
   }
-  if (!resume_path_.empty()) {
-    events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + resume_path_);
-    resume_path_.clear();
+  if (source.kind() == pb::WeightSource::CHECKPOINT) {
+    events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + source.checkpoint());
   }
   ranks_.assign(layout_.ranks.size(), RankState{});
+  ranks_reported_ = 0;
   ranks_done_ = 0;
   if (commits_) commits_->ForgetParts();  // parts of earlier generations' workers no longer count
   const int world = static_cast<int>(layout_.ranks.size());
@@ -461,7 +592,8 @@ Status Master::LaunchGeneration() {
   std::string pipes;
   for (const auto& p : loaded_.instantiation.pipelines) pipes += (pipes.empty() ? "" : "+") + std::to_string(p.template_nodes);
   events_.Write("start-workers", "generation=" + std::to_string(generation_) +
-                                     " world=" + std::to_string(world) + " pipelines=" + pipes);
+                                     " world=" + std::to_string(world) + " pipelines=" + pipes +
+                                     " source=" + from);
   return Status::Ok();
 }
 
@@ -473,6 +605,9 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     const bool current = mx.generation() == 0 || mx.generation() == generation_;
     if (current && mx.has_checkpoint()) OnCheckpointPart(mx);
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
+      if (!ranks_[mx.rank()].have_metrics && ++ranks_reported_ == static_cast<int>(ranks_.size())) {
+        lineage_has_steps_ = true;  // every rank holds a snapshot of this lineage past its start
+      }
       ranks_[mx.rank()].last = mx;
       ranks_[mx.rank()].have_metrics = true;
       last_step_ = std::max<uint64_t>(last_step_, mx.step());
@@ -555,9 +690,20 @@ void Master::ReapAgents() {
 }
 
 void Master::Tick() {
+  const int64_t now = Now();
+  if (last_tick_ms_ >= 0 && state_ == State::kRunning &&
+      now - last_tick_ms_ > static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
+    stalled_ms_ = now - last_tick_ms_;
+    stall_seen_ms_ = now;
+    const std::string msg = "the master itself did not run for " + std::to_string(stalled_ms_) +
+                            " ms (stopped, or starved of CPU), longer than --master-timeout " +
+                            Fixed(opt_.master_timeout_s, 1) + " s";
+    events_.Write("detect", msg);
+    OB_LOG(Error) << msg;
+  }
+  last_tick_ms_ = now;
   ReapAgents();
   CommitCheckpoints();
-  const int64_t now = Now();
   if (state_ == State::kStopping) {
     bool all_gone = true;
     for (auto& a : agents_) all_gone = all_gone && a->rsh_done;
@@ -686,6 +832,18 @@ void Master::Decide() {
     events_.Write("decide", msg);
     return BeginStop(msg, Status::TempFail(msg));
   }
+  // Hosts lost right after our own stall (the agents' timeout ran out while
+  // we could not answer): say so, rather than blame the hosts.
+  const bool after_stall = stalled_ms_ > 0 && Now() - stall_seen_ms_ < kStallBlameMs;
+  stalled_ms_ = 0;
+  if (after_stall && !lost.empty()) {
+    const std::string msg = "the master did not run for " + std::to_string(stalled_ms_) +
+                            " ms (stopped, or starved of CPU), longer than --master-timeout " +
+                            Fixed(opt_.master_timeout_s, 1) + " s, so the agents on " + hosts +
+                            " gave up on it and stopped their workers; restart the job (--resume auto)";
+    events_.Write("decide", msg);
+    return BeginStop(msg, Status::TempFail(msg));
+  }
   std::string decision;
   if (lost.empty() && added.empty()) {
     decision = "restarting every worker in place on the same instantiation";
@@ -693,21 +851,17 @@ void Master::Decide() {
   } else {
     const plan::Recovery r =
         plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost, added);
-    Result<std::string> latest = Status::NoInput("no --ckpt-dir");
+    Result<ckpt::Verified> latest = Status::NoInput("no --ckpt-dir");
     Result<plan::Instantiation> fresh = Status::NoInput("");
     if (!r.ok && !opt_.ckpt_dir.empty()) {
-      latest = ckpt::Latest(opt_.ckpt_dir);
-      if (latest.ok()) {
-        Status verified = ckpt::Verify(*latest);  // blocks the loop: every worker restarts anyway
-        if (!verified.ok()) latest = verified;
-      }
+      latest = UsableCheckpoint(opt_.ckpt_dir);  // blocks the loop: every worker restarts anyway
       if (latest.ok()) fresh = InstantiateOnLive();
     }
     if (!r.ok && !(latest.ok() && fresh.ok())) {
       decision = (lost.empty() ? std::string("re-instantiation failed") : "lost hosts " + hosts) +
                  ": " + r.reason + "; restart from a checkpoint" +
                  (opt_.ckpt_dir.empty() ? std::string("")
-                                        : !latest.ok() ? " (none in " + opt_.ckpt_dir + ")"
+                                        : !latest.ok() ? " (" + latest.status().message() + ")"
                                                        : " (" + fresh.status().message() + ")");
       events_.Write("decide", decision);
       OB_LOG(Error) << decision;
@@ -726,7 +880,8 @@ void Master::Decide() {
       for (const auto& a : agents_) {
         if (a->state == AgentState::State::kConnected && !used.count(a->node)) idle_.push_back(a->node);
       }
-      resume_path_ = *latest;
+      restore_from_ = latest->path;
+      restore_step_ = static_cast<int64_t>(latest->manifest.step());
     }
     std::string sizes;
     for (const auto& p : loaded_.instantiation.pipelines) {
@@ -736,7 +891,7 @@ void Master::Decide() {
                       std::to_string(r.fetches.size()) + " layer copies (" +
                       std::to_string(r.bytes_copied >> 20) + " MiB)";
     if (!r.ok) {
-      how = r.reason + "; restarting from checkpoint " + resume_path_ + " as pipelines of " + sizes +
+      how = r.reason + "; restarting from checkpoint " + restore_from_ + " as pipelines of " + sizes +
             " nodes";
     }
     decision = (lost.empty() ? "" : "lost hosts " + hosts + "; ") +
@@ -803,9 +958,9 @@ void Master::Publish(const pb::Metrics& m) {
 // with no checkpoint at all, the run stops (exit 65: the model diverged).
 std::string Master::Rollback(const std::string& reason) {
   if (state_ != State::kRunning) return "the run is not running";
-  Result<std::string> latest = opt_.ckpt_dir.empty()
-                                   ? Result<std::string>(Status::NoInput("no --ckpt-dir"))
-                                   : ckpt::Latest(opt_.ckpt_dir);
+  Result<ckpt::Verified> latest = opt_.ckpt_dir.empty()
+                                      ? Result<ckpt::Verified>(Status::NoInput("no --ckpt-dir"))
+                                      : UsableCheckpoint(opt_.ckpt_dir);
   if (!latest.ok()) {
     const std::string msg = "rollback asked (" + reason + ") but there is no checkpoint to roll back to (" +
                             latest.status().message() + "); stopping";
@@ -814,14 +969,15 @@ std::string Master::Rollback(const std::string& reason) {
     BeginStop(msg, Status::DataErr(msg));
     return msg;
   }
-  resume_path_ = *latest;
+  restore_from_ = latest->path;
+  restore_step_ = static_cast<int64_t>(latest->manifest.step());
   rec_ = Recovering();
   rec_.active = true;
   rec_.detect_unix_ms = UnixMs();
   fetches_.clear();
   events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " rollback to " +
-                              resume_path_ + ": " + reason);
-  OB_LOG(Warn) << "rolling back to " << resume_path_ << ": " << reason;
+                              restore_from_ + ": " + reason);
+  OB_LOG(Warn) << "rolling back to " << restore_from_ << ": " << reason;
   Status st = LaunchGeneration();
   if (!st.ok()) BeginStop(st.message(), Status::TempFail(st.message()));
   return "";
@@ -865,6 +1021,7 @@ void Master::OnCheckpointPart(const pb::Metrics& m) {
     commits_->Part(c.step(), m.rank(), ranks_.size());
     return CommitCheckpoints();
   }
+  CheckpointFailed(static_cast<int64_t>(c.step()), "rank " + std::to_string(m.rank()) + ": " + c.error());
   if (commits_->Failed(c.step())) {
     events_.Write("checkpoint-failed", "step=" + std::to_string(c.step()) + " rank=" +
                                            std::to_string(m.rank()) + " " + c.error());
@@ -884,12 +1041,14 @@ void Master::CommitCheckpoints(bool wait) {
     m.set_samples_seen(static_cast<uint64_t>(step + 1) * plan_.global_batch());
     m.set_created_unix_ms(UnixMs());
     m.set_plan(plan_.SerializeAsString());
+    *m.mutable_job() = job_;
     return m;
   };
   const std::optional<CommitQueue::Outcome> done = commits_->Poll(base, wait);
   if (!done) return;
   const std::string step = std::to_string(done->step);
   if (done->manifest.ok()) {
+    ckpt_good_step_ = std::max(ckpt_good_step_, done->step);
     uint64_t bytes = 0;
     for (const auto& f : done->manifest->files()) bytes += f.size();
     events_.Write("checkpoint", "step=" + step + " files=" +
@@ -898,6 +1057,7 @@ void Master::CommitCheckpoints(bool wait) {
                                     " commit_ms=" + std::to_string(done->commit_ms));
     OB_LOG(Info) << "checkpoint of step " << step << " committed (" << (bytes >> 20) << " MiB)";
   } else {
+    CheckpointFailed(done->step, done->manifest.status().message());
     events_.Write("checkpoint-failed", "step=" + step + " " + done->manifest.status().message());
     OB_LOG(Error) << "checkpoint of step " << step << ": " << done->manifest.status().message()
                   << " (training goes on)";
@@ -946,7 +1106,6 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
 void Master::FinishStop() {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
-  events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
   for (auto& a : agents_) {
     a->rsh.CloseStdin();
     if (a->conn) {
@@ -985,6 +1144,12 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
         return r;
       }
       const int64_t k = static_cast<int64_t>(last_step_) + 2;
+      if (opt_.steps > 0 && k > opt_.steps - 1) {
+        r.set_ok(false);
+        r.set_error("too late: the run ends at step " + std::to_string(opt_.steps - 1) +
+                    ", before step " + std::to_string(k) + ", the first no worker may have begun");
+        return r;
+      }
       Status st = opt_.publish("ob/gen/" + std::to_string(generation_) + "/checkpoint-now",
                                std::to_string(k));
       if (!st.ok()) {

@@ -100,7 +100,12 @@ struct MasterOptions {
   std::string ckpt_dir;
   int ckpt_keep = 0;                 // > 0: after each commit keep only the newest that many
   std::string resume;
+  // Resume from a checkpoint another job saved (another seed or data):
+  // refused unless this is set.
+  bool resume_from_other = false;
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
+  std::string data;                  // --data as the workers get it (for the job identity)
+  int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)
   // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
   // instead of stopping at once: it should let the step finish and then call
   // `stop_now` (on the loop). A second signal, or stop_grace_s, stops anyway.

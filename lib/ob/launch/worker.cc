@@ -57,9 +57,11 @@ Result<PlanData> LoadPlanData(const std::string& path) {
 }
 
 Result<model::TokenSource> OpenData(const std::string& spec, const model::GptConfig& cfg,
-                                    uint64_t seed) {
+                                    uint64_t seed, const std::string& facts) {
   if (spec == "synthetic") return model::TokenSource::Synthetic(cfg.vocab_size, seed);
-  return model::TokenSource::Open(spec);
+  if (facts.empty()) return model::TokenSource::Open(spec);
+  OB_ASSIGN_OR_RETURN(model::TokenFileFacts known, model::TokenFileFacts::Decode(facts));
+  return model::TokenSource::Open(spec, model::TokenFormat::kAuto, &known);
 }
 
 }  // namespace
@@ -92,16 +94,16 @@ Result<std::unique_ptr<RendezvousStore>> RendezvousStore::Start(const std::strin
   return rs;
 }
 
-Status CheckDataForPlan(const std::string& data, const std::string& plan_path) {
+Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path) {
   OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
-  if (data == "synthetic") return Status::Ok();
-  if (access(data.c_str(), R_OK) != 0) return Status::Ok();  // only on the hosts: they check
+  if (data == "synthetic") return std::string();
+  if (access(data.c_str(), R_OK) != 0) return std::string();  // only on the hosts: they check
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
   const int seq = static_cast<int>(pd.plan.sequence_length());
   Status st = src.Check(seq > 0 ? seq : pd.cfg.n_positions, pd.cfg.vocab_size);
   if (!st.ok())
     return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
-  return Status::Ok();
+  return src.facts().Encode();
 }
 
 namespace {
@@ -141,11 +143,11 @@ void StoreSet(const c10::intrusive_ptr<c10d::Store>& store, const std::string& k
   store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
-// Where this generation starts from: every rank publishes the complete
-// snapshots its arena holds, and all derive the same answer. Ranks more
-// than one step behind the newest (a slot idle for a while) hold nothing.
+// Where a SNAPSHOTS generation starts from: every rank publishes the
+// complete snapshots of the generation's lineage its arena holds, and all
+// derive the same answer. Ranks more than one step behind the newest (a slot
+// idle for a while) hold nothing.
 struct StartPoint {
-  bool fresh = true;                 // nobody holds anything: initial weights
   int64_t step = -1;                 // S: the state after it is restored
   std::vector<runtime::StageWorker::Held> held;
   int own_slot = -1;                 // this rank's arena slot at S
@@ -183,15 +185,18 @@ class Heartbeat {
 };
 
 Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
-                                const runtime::SnapshotArena& arena, int rank, int world) {
+                                const runtime::SnapshotArena& arena, int rank, int world,
+                                const pb::WeightSource& source) {
   using Arena = runtime::SnapshotArena;
   std::ostringstream mine;
   for (int s = 0; s < Arena::kSlots; ++s) {
-    const Arena::SlotInfo i = arena.info(s);
+    Arena::SlotInfo i = arena.info(s);
+    if (i.lineage != source.lineage()) i = Arena::SlotInfo();  // another lineage's: never ours
     mine << i.step << " " << i.first_layer << " " << i.last_layer << " ";
   }
   StoreSet(store, "held/" + std::to_string(rank), mine.str());
-  OB_LOG(Debug) << "own snapshots (step first last, per slot): " << mine.str();
+  OB_LOG(Debug) << "own snapshots of lineage " << source.lineage()
+                << " (step first last, per slot): " << mine.str();
   std::vector<std::array<Arena::SlotInfo, Arena::kSlots>> all(static_cast<size_t>(world));
   int64_t newest = -2;
   for (int q = 0; q < world; ++q) {
@@ -205,13 +210,20 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   }
   StartPoint sp;
   sp.held.resize(static_cast<size_t>(world));
-  if (newest < -1) return sp;  // nobody holds anything
-  sp.fresh = false;
   sp.step = newest;
   for (const auto& slots : all) {  // S: the least newest step among current ranks
     int64_t n = -2;
     for (const auto& i : slots) n = std::max(n, i.step);
     if (n >= newest - 1) sp.step = std::min(sp.step, n);
+  }
+  if (newest < -1 || sp.step < source.step()) {
+    return Status::DataErr("the generation's source is the snapshots of lineage " +
+                           std::to_string(source.lineage()) + " from step " +
+                           std::to_string(source.step()) + " on, and " +
+                           (newest < -1 ? std::string("no rank holds one")
+                                        : "the ranks share none newer than step " +
+                                              std::to_string(sp.step)) +
+                           ": refusing to start from anything else");
   }
   for (int q = 0; q < world; ++q) {
     for (int s = 0; s < Arena::kSlots; ++s) {
@@ -223,6 +235,17 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
     }
   }
   return sp;
+}
+
+std::string DescribeSource(const pb::WeightSource& s) {
+  switch (s.kind()) {
+    case pb::WeightSource::INITIAL: return "the initial weights";
+    case pb::WeightSource::CHECKPOINT: return "checkpoint " + s.checkpoint() + " (step " + std::to_string(s.step()) + ")";
+    case pb::WeightSource::SNAPSHOTS:
+      return "the snapshots of lineage " + std::to_string(s.lineage()) + " (step " +
+             std::to_string(s.step()) + " or later)";
+    default: return "no source";
+  }
 }
 
 }  // namespace
@@ -281,7 +304,7 @@ Status RunWorker(const WorkerOptions& o) {
                           std::to_string(topo.world_size()) + " ranks");
   if (o.rank < 0 || o.rank >= topo.world_size())
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
-  OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed));
+  OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed, o.data_facts));
 
   model::TrainOptions t;
   t.steps = o.steps;
@@ -307,45 +330,55 @@ Status RunWorker(const WorkerOptions& o) {
   std::unique_ptr<runtime::StageWorker> worker;
   int64_t first_step = 0;
   double restore_seconds = 0;
-  StartPoint sp;
-  runtime::StageSnapshot own;
-  if (!gen.resume().empty()) {  // a checkpoint, whatever layout saved it
-    const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
-    auto manifest = ckpt::LoadManifest(gen.resume());
-    if (!manifest.ok()) return manifest.status();
-    auto loaded_state = runtime::LoadStageSnapshot(
-        gen.resume(), me.first_layer, me.last_layer,
-        me.first_layer == 0 || me.last_layer == topo.num_layers - 1);
-    if (!loaded_state.ok()) return loaded_state.status();
-    own = std::move(loaded_state).value();
-    sp.fresh = false;
-    sp.step = static_cast<int64_t>(manifest->step());
-    for (const auto& r : topo.ranks) sp.held.push_back({r.first_layer, r.last_layer});
-    OB_LOG(Info) << "restoring step " << sp.step << " from " << gen.resume();
-  } else {
-    try {
-      auto agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size());
-      if (!agreed.ok()) return agreed.status();
-      sp = std::move(agreed).value();
-    } catch (const std::exception& e) {
-      return Status::Unavailable("generation " + std::to_string(o.generation) +
-                                 ": peers did not publish their snapshots: " + FirstLine(e.what()));
-    }
-    if (sp.own_slot >= 0) {
-      auto view = arena->View(sp.own_slot);
-      if (!view.ok()) return view.status();
-      own = std::move(view).value();
-    }
-  }
-  const bool have_own = !gen.resume().empty() || sp.own_slot >= 0;
-  if (sp.fresh) {
+  const pb::WeightSource& source = gen.source();
+  arena->set_lineage(source.lineage());
+  auto refuse = [&](const Status& why) {
+    return Status::DataErr("generation " + std::to_string(o.generation) + ": cannot start from " +
+                           DescribeSource(source) + ": " + why.message());
+  };
+  if (source.kind() == pb::WeightSource::INITIAL) {
     if (o.generation > 1) {
-      OB_LOG(Warn) << "no rank holds a snapshot: starting from the initial weights";
+      OB_LOG(Warn) << "starting from the initial weights, as the master decided";
     }
     auto created = runtime::StageWorker::Create(cfg, topo, o.rank, gen_store, t, data, timeout, arena.get());
     if (!created.ok()) return created.status();
     worker = std::move(created).value();
-  } else {
+  } else if (source.kind() == pb::WeightSource::CHECKPOINT ||
+             source.kind() == pb::WeightSource::SNAPSHOTS) {
+    StartPoint sp;
+    runtime::StageSnapshot own;
+    if (source.kind() == pb::WeightSource::CHECKPOINT) {  // whatever layout saved it
+      const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
+      auto manifest = ckpt::LoadManifest(source.checkpoint());
+      if (!manifest.ok()) return refuse(manifest.status());
+      if (static_cast<int64_t>(manifest->step()) != source.step()) {
+        return refuse(Status::DataErr("it holds step " + std::to_string(manifest->step())));
+      }
+      auto loaded_state = runtime::LoadStageSnapshot(
+          source.checkpoint(), me.first_layer, me.last_layer,
+          me.first_layer == 0 || me.last_layer == topo.num_layers - 1);
+      if (!loaded_state.ok()) return refuse(loaded_state.status());
+      own = std::move(loaded_state).value();
+      sp.step = source.step();
+      for (const auto& r : topo.ranks) sp.held.push_back({r.first_layer, r.last_layer});
+    } else {
+      Result<StartPoint> agreed = Status::Internal("");
+      try {
+        agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size(), source);
+      } catch (const std::exception& e) {
+        return Status::Unavailable("generation " + std::to_string(o.generation) +
+                                   ": peers did not publish their snapshots: " + FirstLine(e.what()));
+      }
+      if (!agreed.ok()) return refuse(agreed.status());
+      sp = std::move(agreed).value();
+      if (sp.own_slot >= 0) {
+        auto view = arena->View(sp.own_slot);
+        if (!view.ok()) return view.status();
+        own = std::move(view).value();
+      }
+    }
+    OB_LOG(Info) << "restoring step " << sp.step << " from " << DescribeSource(source);
+    const bool have_own = source.kind() == pb::WeightSource::CHECKPOINT || sp.own_slot >= 0;
     std::vector<plan::LayerFetch> fetches;
     for (const auto& f : gen.fetches()) {
       fetches.push_back({static_cast<int>(f.node()), static_cast<int>(f.layer()),
@@ -360,6 +393,8 @@ Status RunWorker(const WorkerOptions& o) {
     restore_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                       worker->join_seconds();
     first_step = sp.step + 1;
+  } else {
+    return Status::DataErr(gen_key + ": the generation names no weight source");
   }
   const int64_t ready_ms = UnixMs();
   const auto& me = worker->info();

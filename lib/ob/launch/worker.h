@@ -41,6 +41,9 @@ struct WorkerOptions {
   uint64_t generation = 1;     // reads its plan from the store's "ob/gen/<generation>"
   int64_t steps = 0;
   std::string data = "synthetic";  // token file, text file, or "synthetic"
+  // model::TokenFileFacts::Encode() of `data` as the master found it: a
+  // worker whose copy matches skips the pass over the whole file. "": scan.
+  std::string data_facts;
   double lr = 1e-3;
   int64_t warmup_steps = 0;
   uint64_t seed = 1234;        // model initialisation and data sampling
@@ -77,8 +80,10 @@ class RendezvousStore {
 };
 
 // The checks the master makes before any worker starts: the data exists (when
-// readable here) and fits the plan's model (vocabulary, sequence length).
-// kDataErr naming the file and the mismatch.
-Status CheckDataForPlan(const std::string& data, const std::string& plan_path);
+// readable here), is a regular file, and fits the plan's model (vocabulary,
+// sequence length). kDataErr naming the file and the mismatch. Returns the
+// file's model::TokenFileFacts, encoded for WorkerOptions::data_facts (""
+// for synthetic data or a file only the hosts can read).
+Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path);
 
 }  // namespace ob::launch

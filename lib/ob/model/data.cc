@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace ob::model {
@@ -74,7 +76,54 @@ Result<TokenFormat> ParseTokenFormat(const std::string& name) {
                        "' (known: auto, u16, u32, text, synthetic)");
 }
 
-Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat format) {
+std::string DataFingerprint(const std::string& spec) {
+  if (spec == "synthetic") return spec;
+  const int fd = ::open(spec.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return "";
+  }
+  constexpr size_t kEdge = size_t{1} << 20;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string buf(reinterpret_cast<const char*>(&size), sizeof size);
+  const size_t head = static_cast<size_t>(std::min<uint64_t>(size, kEdge));
+  const uint64_t tail_at = size > 2 * kEdge ? size - kEdge : head;
+  const size_t tail = static_cast<size_t>(size - tail_at);
+  buf.resize(sizeof size + head + tail);
+  bool ok = ::pread(fd, &buf[sizeof size], head, 0) == static_cast<ssize_t>(head) &&
+            (tail == 0 || ::pread(fd, &buf[sizeof size + head], tail, static_cast<off_t>(tail_at)) ==
+                              static_cast<ssize_t>(tail));
+  ::close(fd);
+  if (!ok) return "";
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx",
+           static_cast<unsigned long long>(XXH3_64bits(buf.data(), buf.size())));
+  return "bytes=" + std::to_string(size) + " xxh3=" + hex;
+}
+
+std::string TokenFileFacts::Encode() const {
+  return std::to_string(bytes) + ":" + std::to_string(mtime_ns) + ":" + std::to_string(max_token);
+}
+
+Result<TokenFileFacts> TokenFileFacts::Decode(const std::string& text) {
+  TokenFileFacts f;
+  unsigned long long bytes = 0;
+  long long mtime = 0;
+  int max = -1, end = 0;
+  if (std::sscanf(text.c_str(), "%llu:%lld:%d%n", &bytes, &mtime, &max, &end) != 3 ||
+      end != static_cast<int>(text.size()) || max < 0) {
+    return Status::Usage("malformed token file facts '" + text + "' (want BYTES:MTIME_NS:MAX_TOKEN)");
+  }
+  f.bytes = bytes;
+  f.mtime_ns = mtime;
+  f.max_token = max;
+  return f;
+}
+
+Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat format,
+                                      const TokenFileFacts* known) {
   if (format == TokenFormat::kSynthetic) {
     return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
   }
@@ -83,7 +132,8 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
              : EndsWith(path, ".u32") ? TokenFormat::kU32
                                       : TokenFormat::kText;
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
@@ -93,7 +143,10 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::NoInput(path + ": not a regular file");
+    return Status::DataErr(path + ": not a regular file (" +
+                           (S_ISFIFO(st.st_mode) ? std::string("a FIFO") : std::string("a device or socket")) +
+                           "): training samples token windows at random offsets, so the data "
+                           "must be a file; save the stream to one first");
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes == 0) {
@@ -113,6 +166,8 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   TokenSource src;
   src.path_ = path;
   src.map_ = map;
+  src.file_bytes_ = bytes;
+  src.mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   const auto* base = static_cast<const unsigned char*>(addr);
   size_t offset = 0;
   size_t payload = bytes;
@@ -148,6 +203,11 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   if (src.size_ == 0) return Status::DataErr(path + ": no tokens");
 
   // Largest id, once, so a model with too small a vocabulary can be refused.
+  if (known != nullptr && known->bytes == src.file_bytes_ && known->mtime_ns == src.mtime_ns_ &&
+      known->max_token >= 0) {
+    src.max_token_ = known->max_token;
+    return src;
+  }
   uint64_t max_id = 0;
   if (format == TokenFormat::kU16) {
     for (size_t i = 0; i < src.size_; ++i) {

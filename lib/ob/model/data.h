@@ -37,11 +37,35 @@ const char* TokenFormatName(TokenFormat f);
 // Parses the names above; kUsage on anything else.
 Result<TokenFormat> ParseTokenFormat(const std::string& name);
 
+// What identifies a data spec across runs: "synthetic", or "bytes=N
+// xxh3=<16 hex>" over the file's size and its first and last MiB (cheap on
+// a multi-GB file; catches another file, a regenerated one, a truncation).
+// "" when `spec` cannot be read here (it may exist only on the hosts).
+std::string DataFingerprint(const std::string& spec);
+
+// What opening a token file learned that costs a pass over the whole file
+// to learn again: its largest token id (seconds for a file of GBs). The
+// ob-launch master opens the data once and hands these facts to every
+// worker it starts, so that a restarted worker's start-up does not grow
+// with the data set: a worker whose file has the same size and
+// modification time takes the facts instead of scanning.
+struct TokenFileFacts {
+  uint64_t bytes = 0;
+  int64_t mtime_ns = 0;
+  int max_token = -1;
+  std::string Encode() const;  // "BYTES:MTIME_NS:MAX_TOKEN"
+  // kUsage naming the text when it is not what Encode writes.
+  static Result<TokenFileFacts> Decode(const std::string& text);
+};
+
 class TokenSource {
  public:
-  // Maps `path`. kUsage for format kSynthetic (use Synthetic below).
+  // Maps `path`. kUsage for format kSynthetic (use Synthetic below). With
+  // `known` facts of a file of the same size and modification time, the
+  // largest id is taken from them rather than scanned for.
   static Result<TokenSource> Open(const std::string& path,
-                                  TokenFormat format = TokenFormat::kAuto);
+                                  TokenFormat format = TokenFormat::kAuto,
+                                  const TokenFileFacts* known = nullptr);
   // A file-less source of `size` pseudo-random tokens in [0, vocab_size).
   // REQUIRES: vocab_size > 0, size >= 2.
   static TokenSource Synthetic(int vocab_size, uint64_t seed,
@@ -68,6 +92,8 @@ class TokenSource {
   TokenFormat format() const { return format_; }
   // The file, or "synthetic".
   const std::string& path() const { return path_; }
+  // For Open's `known` (bytes 0 for synthetic data).
+  TokenFileFacts facts() const { return {file_bytes_, mtime_ns_, max_token_}; }
 
  private:
   struct Mapping;
@@ -77,6 +103,8 @@ class TokenSource {
   const unsigned char* tokens_ = nullptr;  // first token, inside map_
   size_t size_ = 0;                         // number of tokens
   int max_token_ = 0;
+  uint64_t file_bytes_ = 0;
+  int64_t mtime_ns_ = 0;
   TokenFormat format_ = TokenFormat::kText;
   std::string path_;
   uint64_t synthetic_seed_ = 0;

@@ -14,7 +14,7 @@ namespace ob::runtime {
 namespace {
 
 constexpr uint64_t kMagic = 0x6f622d736e617031ull;  // "ob-snap1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: slots carry their lineage
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kReserveBytes = uint64_t{1} << 38;  // virtual only: 256 GiB
 constexpr int kMaxDims = 6;
@@ -30,6 +30,7 @@ struct SlotHeader {
   int64_t step;
   uint64_t offset;      // of the region, from the file start
   uint64_t capacity;    // bytes of the region
+  uint64_t lineage;     // of the state captured (control.proto's WeightSource)
 };
 
 struct Entry {
@@ -126,6 +127,7 @@ SnapshotArena::SlotInfo SnapshotArena::info(int slot) const {
   i.step = s.step;
   i.first_layer = s.first_layer;
   i.last_layer = s.last_layer;
+  i.lineage = s.lineage;
   return i;
 }
 
@@ -238,6 +240,7 @@ void SnapshotArena::Commit(int slot, const StageSnapshot& snap) {
   s.first_layer = snap.first_layer;
   s.last_layer = snap.last_layer;
   s.step = snap.step;
+  s.lineage = lineage_;
   __atomic_store_n(&s.state, kComplete, __ATOMIC_RELEASE);
 }
 

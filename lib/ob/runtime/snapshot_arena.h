@@ -45,6 +45,7 @@ class SnapshotArena {
     int64_t step = -2;      // -2: not complete
     int first_layer = 0;
     int last_layer = -1;
+    uint64_t lineage = 0;   // set_lineage() at the time of the Commit
     bool complete() const { return step >= -1; }
   };
 
@@ -78,6 +79,12 @@ class SnapshotArena {
   void Begin(int slot);
   void Commit(int slot, const StageSnapshot& snap);
 
+  // The lineage (control.proto's WeightSource.lineage) that every later
+  // Commit of this process stamps on its slot: a restarted worker tells the
+  // state of its own lineage from what an earlier one (before a rollback,
+  // say) left behind. 0 until set.
+  void set_lineage(uint64_t lineage) { lineage_ = lineage; }
+
   const std::string& name() const { return name_; }
 
  private:
@@ -91,6 +98,7 @@ class SnapshotArena {
   int fd_ = -1;
   char* base_ = nullptr;
   uint64_t file_bytes_ = 0;
+  uint64_t lineage_ = 0;
 };
 
 }  // namespace ob::runtime

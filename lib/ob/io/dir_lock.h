@@ -1,0 +1,41 @@
+// DirLock: one process at a time owns a directory (a run directory, a
+// checkpoint directory), so that two runs pointed at the same place refuse
+// instead of overwriting each other.
+//
+// The lock is an open-file-description lock (fcntl F_OFD_SETLK, Linux) on
+// DIR/.lock, held while the DirLock lives and released by the kernel when
+// the process dies, however it dies: a crashed run never leaves a stale
+// lock behind. The file holds "host pid what" for the message the next
+// contender prints. Works on local file systems and on NFSv4 (POSIX byte-
+// range locks); the file itself is never removed, so two contenders always
+// lock the same inode.
+//
+// Thread-safety: none needed (no shared state). Failure: kConfig "DIR is in
+// use by <what> (pid P on host H)" when another process holds it; kIoErr
+// when DIR/.lock cannot be created or locked.
+#pragma once
+
+#include <string>
+
+#include "ob/status.h"
+
+namespace ob::io {
+
+class DirLock {
+ public:
+  DirLock() = default;
+  // Locks `dir` (which must exist) for `what` (e.g. "the run in /x/run").
+  static Result<DirLock> Acquire(const std::string& dir, const std::string& what);
+  ~DirLock();
+  DirLock(DirLock&& other) noexcept;
+  DirLock& operator=(DirLock&& other) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace ob::io

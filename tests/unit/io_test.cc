@@ -1,0 +1,98 @@
+// io/file.h's output targets and io/dir_lock.h.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "ob/io/dir_lock.h"
+#include "ob/io/file.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/ob-io-test.XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string Slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("ResolveOutput replaces regular files and writes through everything else") {
+  TempDir t;
+  auto r = ob::io::ResolveOutput(t / "new.pb");  // does not exist yet
+  REQUIRE(r.ok());
+  CHECK(r->replace);
+  CHECK(r->path == t / "new.pb");
+
+  REQUIRE(ob::io::WriteFile(t / "file", "old").ok());
+  fs::create_directory(t.path / "links");
+  fs::create_symlink("../file", t.path / "links" / "rel");
+  fs::create_symlink(t.path / "links" / "rel", t.path / "chain");  // a link to a link
+  r = ob::io::ResolveOutput(t / "chain");
+  REQUIRE(r.ok());
+  CHECK(r->replace);
+  CHECK(fs::equivalent(r->path, t / "file"));
+  REQUIRE(ob::io::WriteFile(t / "chain", "new").ok());
+  CHECK(fs::is_symlink(t.path / "chain"));
+  CHECK(fs::is_symlink(t.path / "links" / "rel"));
+  CHECK(Slurp(t / "file") == "new");
+
+  fs::create_symlink("missing", t.path / "dangling");  // creates what it names
+  r = ob::io::ResolveOutput(t / "dangling");
+  REQUIRE(r.ok());
+  CHECK(r->path == t / "missing");
+
+  REQUIRE(::mkfifo((t / "fifo").c_str(), 0600) == 0);
+  r = ob::io::ResolveOutput(t / "fifo");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->replace);
+  for (const char* p : {"/dev/null", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/proc/4711/fd/9"}) {
+    r = ob::io::ResolveOutput(p);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->replace);
+    CHECK(r->path == p);
+  }
+  REQUIRE(ob::io::WriteFile("/dev/null", "bytes").ok());
+  struct stat st {};
+  REQUIRE(::stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+
+  auto dir = ob::io::ResolveOutput(t.path.string());
+  CHECK(dir.status().code() == ob::Code::kIoErr);
+  CHECK_THAT(dir.status().message(), Catch::EndsWith("is a directory"));
+  fs::create_symlink("loop", t.path / "loop");
+  CHECK_THAT(ob::io::ResolveOutput(t / "loop").status().message(), Catch::Contains("too many levels"));
+}
+
+TEST_CASE("DirLock: one holder at a time, released when dropped") {
+  TempDir t;
+  auto first = ob::io::DirLock::Acquire(t.path.string(), "the first run");
+  REQUIRE(first.ok());
+  CHECK(first->held());
+  // A second open file description conflicts, even in the same process.
+  auto second = ob::io::DirLock::Acquire(t.path.string(), "the second run");
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().code() == ob::Code::kConfig);
+  CHECK_THAT(second.status().message(), Catch::StartsWith(t.path.string() + " is in use by another process (host "));
+  CHECK_THAT(second.status().message(), Catch::EndsWith(": the first run)"));
+  { ob::io::DirLock moved = std::move(first).value(); }  // released here
+  auto third = ob::io::DirLock::Acquire(t.path.string(), "the third run");
+  CHECK(third.ok());
+  CHECK(ob::io::DirLock::Acquire(t / "missing", "x").status().code() == ob::Code::kIoErr);
+}
