@@ -32,7 +32,7 @@ done
 for k in profile plan svg plot export; do
   # A FIFO: the reader gets every byte, and it is still a FIFO.
   mkfifo "$TMP/fifo"
-  cat "$TMP/fifo" > "$TMP/got" &
+  timeout 10 cat "$TMP/fifo" > "$TMP/got" &
   reader=$!
   write_with $k "$TMP/fifo" 2>"$TMP/err"
   wait $reader

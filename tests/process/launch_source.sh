@@ -36,10 +36,10 @@ run_wait
 [ "$RC" = 0 ] || fail "resume + kill: exit $RC: $(tail -3 "$WORK/resumed.err")"
 grep -q " decide generation=2 lost hosts ${TAG}h4" "$WORK/resumed/events.log" \
   || fail "the kill was not seen: $(cat "$WORK/resumed/events.log")"
-grep -q "start-workers generation=2 .* source=checkpoint:.*step-0*19 step=19 " "$WORK/resumed/events.log" \
-  || fail "generation 2 does not start from the checkpoint: $(grep start-workers "$WORK/resumed/events.log")"
 first=$(python3 "$METRICS_PY" min-step "$WORK/resumed.pb")
 [ "$first" = 20 ] || fail "resume + kill trained step $first: it started over instead of from step 19"
+grep -q "start-workers generation=2 .* source=checkpoint:.*step-0*19 step=19 " "$WORK/resumed/events.log" \
+  || fail "generation 2 does not start from the checkpoint: $(grep start-workers "$WORK/resumed/events.log")"
 python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 1e-4 > "$WORK/cmp" \
   || fail "resume + kill: $(cat "$WORK/cmp")"
 echo "$NAME: resume + kill: $(grep -c start-workers "$WORK/resumed/events.log") generations, first step 20, $(cat "$WORK/cmp")"
@@ -54,10 +54,10 @@ run_wait
 [ "$RC" = 0 ] || fail "rollback + kill: exit $RC: $(tail -3 "$WORK/rb.err")"
 to=$(sed -n 's/.* decide generation=2 rollback to .*step-0*\([0-9][0-9]*\): .*/\1/p' "$WORK/rb/events.log")
 [ -n "$to" ] || fail "no rollback decision: $(grep decide "$WORK/rb/events.log")"
-grep -q "start-workers generation=3 .* source=checkpoint:.*step-0*$to step=$to " "$WORK/rb/events.log" \
-  || fail "generation 3 does not start from the rollback's checkpoint (step $to): $(grep start-workers "$WORK/rb/events.log")"
 rec=$(grep " recovered generation=3 " "$WORK/rb/events.log") || fail "generation 3 did not recover"
 [[ "$rec" == *" from_step=$to "* ]] || fail "after a rollback to $to: $rec"
+grep -q "start-workers generation=3 .* source=checkpoint:.*step-0*$to step=$to " "$WORK/rb/events.log" \
+  || fail "generation 3 does not start from the rollback's checkpoint (step $to): $(grep start-workers "$WORK/rb/events.log")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/rb.pb" 1e-4 > "$WORK/cmp" || fail "rollback + kill: $(cat "$WORK/cmp")"
 echo "$NAME: rollback to step $to + kill: ${rec#* recovered }; $(cat "$WORK/cmp")"
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"

@@ -116,7 +116,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
-  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0) {
+  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0 || o.agent_timeout_s <= 0) {
     return ob::Status::Usage("timeouts must be positive");
   }
   ob::log::Init("master");
@@ -178,6 +178,10 @@ void Setup(CLI::App& app) {
       ->option_text("FILE");
   app.add_option("--run-dir", g.master.run_dir, "Logs, events and control socket (default ./ob-run-TIME)")
       ->option_text("DIR");
+  app.add_option("--agent-timeout", g.master.agent_timeout_s,
+                 "Seconds of silence after which an agent counts as lost (default 1; up to 3x that "
+                 "while its host still acknowledges)")
+      ->option_text("SECONDS");
   app.add_option("--master-timeout", g.master.master_timeout_s,
                  "Agents kill their workers after a silent master (default 3 s)")
       ->option_text("SECONDS");

@@ -1,6 +1,9 @@
 #include "ob/launch/channel.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sodium.h>
 
 #include <cstdlib>
@@ -173,6 +176,15 @@ Connection::~Connection() {
     uv_read_stop(reinterpret_cast<uv_stream_t*>(tcp_));
     CloseHandle(reinterpret_cast<uv_handle_t*>(tcp_));
   }
+}
+
+int64_t Connection::peer_ack_age_ms() const {
+  uv_os_fd_t fd;
+  if (!open_ || tcp_ == nullptr || uv_fileno(reinterpret_cast<const uv_handle_t*>(tcp_), &fd) != 0) return -1;
+  struct tcp_info info {};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return -1;
+  return static_cast<int64_t>(info.tcpi_last_ack_recv);
 }
 
 void Connection::SetHandlers(MessageFn on_message, CloseFn on_close) {

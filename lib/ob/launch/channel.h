@@ -96,6 +96,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open() const { return open_; }
   const std::string& peer() const { return peer_; }   // "127.0.0.1:4711"
   int64_t last_receive_ms() const { return last_rx_ms_; }  // uv_now of the last frame
+  // Milliseconds since the peer's kernel last acknowledged anything we sent
+  // (TCP_INFO's tcpi_last_ack_recv), or -1 when unknown: a second signal
+  // beside silence. A peer host that still acknowledges is reachable, so a
+  // silence there is its process (stopped, starved), not the network.
+  int64_t peer_ack_age_ms() const;
 
   // Internal: adopts a connected stream (server accept, client connect).
   static std::shared_ptr<Connection> Adopt(uv_loop_t* loop, uv_tcp_t* tcp);

@@ -39,6 +39,7 @@ constexpr int kDecideMs = 100;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
 constexpr int kStallBlameMs = 5000;  // losses this soon after the master's own stall are its fault
+constexpr int kAckingGrace = 3;      // x --agent-timeout: a silent agent whose host still ACKs
 
 std::string FormatTime(int64_t unix_ms, const char* fmt) {
   time_t s = static_cast<time_t>(unix_ms / 1000);
@@ -77,6 +78,7 @@ struct AgentState {
   State state = State::kStarting;
   int node = 0;              // plan node id (index into the plan's hosts)
   bool suspect = false;      // silent too long at the last tick; lost if still so at the next
+  bool acking = false;       // silent, but its host's kernel still acknowledges
 };
 
 struct RankState {
@@ -737,12 +739,24 @@ void Master::Tick() {
     for (auto& a : agents_) {
       if (a->state != AgentState::State::kConnected || !a->conn) continue;
       const int64_t silent = now - a->conn->last_receive_ms();
-      if (silent <= static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
+      const int64_t limit = static_cast<int64_t>(opt_.agent_timeout_s * 1e3);
+      const int64_t ack_age = a->conn->peer_ack_age_ms();
+      if (silent <= limit) {
         a->suspect = false;
+        a->acking = false;
       } else if (!a->suspect) {
         // Not yet: if this loop was descheduled, the agent's heartbeats wait
         // in the socket, read by the I/O poll that runs before the next tick.
         a->suspect = true;
+      } else if (ack_age >= 0 && ack_age < limit && silent < kAckingGrace * limit) {
+        // Its host still acknowledges our heartbeats: the link is up (a flap
+        // that has passed, TCP retransmitting after it) or the agent's
+        // process is slow. Evict only if the silence goes on.
+        if (!a->acking) {
+          a->acking = true;
+          events_.Write("suspect", "host=" + a->host.name + " silent_ms=" + std::to_string(silent) +
+                                       " last_ack_ms=" + std::to_string(ack_age));
+        }
       } else {
         HostLost(*a, "lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
                          std::to_string(silent) + " ms)",
