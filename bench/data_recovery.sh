@@ -45,7 +45,7 @@ one() {
     sleep 0.05
   done
   pids=$( (pgrep -f -- "--agent .*--host ${TAG}1( |\$)" || true
-           grep -lsa "OB_HOST=${TAG}1\b" /proc/[0-9]*/environ | cut -d/ -f3) | sort -u | tr '\n' ' ')
+           grep -lsa "OB_HOST=${TAG}1\b" /proc/[0-9]*/environ | cut -d/ -f3 || true) | sort -u | tr '\n' ' ')
   kill_ms=$(now_ms)
   # shellcheck disable=SC2086
   kill -9 $pids 2>/dev/null || true
@@ -60,7 +60,9 @@ import metrics
 print(min(r.get(8, 0) for r in metrics.records(sys.argv[2]) if r.get(metrics.STEP, 0) == 0))
 PY
   )
-  echo "${line:+$(( $(date -d "${line%% *}" +%s%3N) - kill_ms ))}${line:--} $((first - start))"
+  local next=-
+  [ -z "$line" ] || next=$(( $(date -d "${line%% *}" +%s%3N) - kill_ms ))
+  echo "$next $((first - start))"
 }
 
 echo "# recovery vs data size: gpt-tiny, 4 local hosts (2 x 2 stages), SIGKILL of host 1 at step $kill_step"

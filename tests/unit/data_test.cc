@@ -1,6 +1,7 @@
 // TokenSource: token file formats, deterministic sampling, bad files.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -212,4 +213,48 @@ TEST_CASE("data format names parse", "[data]") {
   CHECK(*ob::model::ParseTokenFormat("u16") == TokenFormat::kU16);
   CHECK(*ob::model::ParseTokenFormat("synthetic") == TokenFormat::kSynthetic);
   CHECK(ob::model::ParseTokenFormat("utf8").status().code() == Code::kUsage);
+}
+
+TEST_CASE("known token-file facts spare the scan only for the same file", "[data]") {
+  auto u16 = Ramp<uint16_t>(1000, 300);  // largest id 299
+  TempData f("facts.bin", u16.data(), u16.size() * 2);
+  auto scanned = TokenSource::Open(f.path);
+  REQUIRE(scanned.ok());
+  CHECK(scanned->max_token() == 299);
+  const ob::model::TokenFileFacts facts = scanned->facts();
+  CHECK(facts.bytes == 2000);
+  auto decoded = ob::model::TokenFileFacts::Decode(facts.Encode());
+  REQUIRE(decoded.ok());
+  CHECK(decoded->Encode() == facts.Encode());
+
+  // Facts of this very file (size and modification time) are taken as they
+  // are: no pass over the tokens (a planted maximum shows it).
+  ob::model::TokenFileFacts planted = facts;
+  planted.max_token = 7;
+  auto trusted = TokenSource::Open(f.path, TokenFormat::kAuto, &planted);
+  REQUIRE(trusted.ok());
+  CHECK(trusted->max_token() == 7);
+  // Another modification time or size: scanned again.
+  planted.mtime_ns += 1;
+  CHECK(TokenSource::Open(f.path, TokenFormat::kAuto, &planted)->max_token() == 299);
+  planted = facts;
+  planted.bytes += 2;
+  planted.max_token = 7;
+  CHECK(TokenSource::Open(f.path, TokenFormat::kAuto, &planted)->max_token() == 299);
+
+  for (const char* bad : {"", "1:2", "1:2:x", "1:2:3:4", "1:2:-1", "a:b:c"}) {
+    CHECK(ob::model::TokenFileFacts::Decode(bad).status().code() == Code::kUsage);
+  }
+}
+
+TEST_CASE("a FIFO as data is refused at once, not waited on", "[data]") {
+  const std::string fifo = "/tmp/ob_data_test_" + std::to_string(getpid()) + "_fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto r = TokenSource::Open(fifo);  // blocked forever before the fix: no writer
+  std::remove(fifo.c_str());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kDataErr);
+  CHECK(r.status().message().find(": not a regular file (a FIFO)") != std::string::npos);
+  CHECK(ob::model::DataFingerprint(fifo).empty());
+  CHECK(ob::model::DataFingerprint("synthetic") == "synthetic");
 }
