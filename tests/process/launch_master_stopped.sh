@@ -7,6 +7,8 @@ NAME=launch_master_stopped
 source "$(dirname "$0")/../lib/launch.sh"
 make_cluster 2
 stand_in_start run --master-timeout 1
+# (And the run directory is the job's user's alone, whatever the umask.)
+[ "$(stat -c %a "$WORK/run")" = 700 ] || fail "run directory mode $(stat -c %a "$WORK/run"), expected 700"
 master=$(master_process)
 kill -STOP "$master"
 sleep 2.5

@@ -16,6 +16,7 @@ command -v python3 >/dev/null || skip "no python3"
 make_two_by_two
 STEPS=40
 reference_run "$STEPS"
+[ "$(stat -c %a "$WORK/ref.pb")" = 600 ] || fail "--metrics file mode $(stat -c %a "$WORK/ref.pb"), expected 600"
 gen_started() { grep -q "start-workers generation=$2 " "$WORK/$1/events.log" 2>/dev/null; }
 
 # 1. Resume + kill.

@@ -56,12 +56,14 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-Status MakeDirs(const std::string& path) {
+// Creates `path` and its parents (mode 0777 less the umask), the last one
+// with `mode` (also less the umask). One that exists is left as it is.
+Status MakeDirs(const std::string& path, const std::string& what, mode_t mode = 0777) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at == path.size() || path[at] == '/') {
       std::string part = path.substr(0, at);
-      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-        return Status::IoErr(part + ": cannot create the run directory: " + std::strerror(errno));
+      if (::mkdir(part.c_str(), at == path.size() ? mode : 0777) != 0 && errno != EEXIST) {
+        return Status::IoErr(part + ": cannot create the " + what + ": " + std::strerror(errno));
       }
     }
   }
@@ -255,7 +257,9 @@ Status Master::Prepare() {
   // The run directory is ours alone: a second master there would delete
   // our control socket and interleave its events.log with ours.
   run_dir_ = opt_.run_dir.empty() ? "ob-run-" + FormatTime(UnixMs(), "%Y%m%d-%H%M%S") : opt_.run_dir;
-  OB_RETURN_IF_ERROR(MakeDirs(run_dir_));
+  // Only the job's user enters it: its logs name hosts and carry the
+  // losses, its control socket steers the run.
+  OB_RETURN_IF_ERROR(MakeDirs(run_dir_, "run directory", 0700));
   OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
   OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
   job_.set_seed(opt_.seed);
@@ -264,7 +268,7 @@ Status Master::Prepare() {
   if (!opt_.ckpt_dir.empty()) {
     // So is the checkpoint directory: two jobs saving into one overwrite
     // each other's steps and remove each other's unfinished saves.
-    OB_RETURN_IF_ERROR(MakeDirs(opt_.ckpt_dir));
+    OB_RETURN_IF_ERROR(MakeDirs(opt_.ckpt_dir, "checkpoint directory"));
     OB_ASSIGN_OR_RETURN(ckpt_lock_, io::DirLock::Acquire(opt_.ckpt_dir, "ob-launch, run directory " + run_dir_));
     commits_ = std::make_unique<CommitQueue>(opt_.ckpt_dir, opt_.ckpt_keep,
                                              loaded_.problem.num_layers());
@@ -318,7 +322,7 @@ Status Master::Prepare() {
       }
       metrics_fd_ = STDOUT_FILENO;
     } else {
-      metrics_fd_ = ::open(opt_.metrics.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      metrics_fd_ = ::open(opt_.metrics.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (metrics_fd_ < 0) {
         return Status::IoErr(opt_.metrics + ": cannot write metrics: " + std::strerror(errno));
       }
