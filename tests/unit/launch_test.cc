@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ob/launch/channel.h"
+#include "ob/log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
 
@@ -204,6 +205,53 @@ TEST_CASE("loopback channel: an admit refusal reaches the agent with its reason"
   CHECK(result.code() == ob::Code::kConfig);
   CHECK(result.message().find("unknown host 'stranger'") != std::string::npos);
   CHECK(server.rejected() == 1);
+}
+
+TEST_CASE("peer text is made printable and bounded before it is logged") {
+  using ob::log::Printable;
+  CHECK(Printable("h1") == "h1");
+  CHECK(Printable("evil\x1b[2J\r\nerror: forged line") == "evil?[2J??error: forged line");
+  CHECK(Printable("caf\xc3\xa9") == "caf??");
+  CHECK(Printable(std::string("a\0b", 3)) == "a?b");
+  CHECK(Printable(std::string(300, 'x')) == std::string(128, 'x') + "...");
+  CHECK(Printable(std::string(10, 'x'), 4) == "xxxx...");
+}
+
+TEST_CASE("loopback channel: a hostile host name never reaches a log line raw") {
+  const std::string log_path = TempPath("hostile.log");
+  REQUIRE(ob::log::SetFile(log_path));
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, [](const ob::pb::Hello& h) { return "unknown host '" + h.host() + "'"; },
+                        [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  bool done = false;
+  ob::Status result;
+  ob::pb::Hello hello;
+  hello.set_host("evil\x1b]0;pwned\x07\nmaster: error: forged" + std::string(5000, 'A'));
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done && server.rejected() == 1; }));
+  REQUIRE(ob::log::SetFile(""));
+  std::ifstream in(log_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ::unlink(log_path.c_str());
+  REQUIRE(text.find("rejected agent connection") != std::string::npos);
+  size_t lines = 0;
+  for (char c : text) {
+    if (c == '\n') ++lines;
+    else CHECK((c >= 0x20 && c < 0x7f));
+  }
+  CHECK(lines == 1);           // the forged "line" stayed inside the real one
+  CHECK(text.size() < 600);    // 5000 bytes of name cut short
+  // What the agent is told (and logs) is as clean.
+  CHECK(result.code() == ob::Code::kConfig);
+  CHECK(result.message().size() < 600);
+  CHECK(result.message().find('\x1b') == std::string::npos);
 }
 
 TEST_CASE("loopback channel: garbage from a peer closes its connection") {

@@ -313,8 +313,10 @@ void Server::OnConnection(uv_stream_t* s, int status) {
   self->Handshake(Connection::Adopt(self->loop_, tcp));
 }
 
-void Server::Refuse(const std::shared_ptr<Connection>& conn, const std::string& why) {
+void Server::Refuse(const std::shared_ptr<Connection>& conn, const std::string& reason) {
   ++rejected_;
+  // The reason may quote the peer (its host name, its reject reason).
+  const std::string why = log::Printable(reason, 256);
   OB_LOG(Warn) << "rejected agent connection from " << conn->peer() << ": " << why;
   pb::Control m;
   m.mutable_reject()->set_reason(why);
@@ -435,7 +437,7 @@ struct ConnectAttempt : std::enable_shared_from_this<ConnectAttempt> {
   void OnMessage(pb::Control& m) {
     if (m.has_reject()) {
       return Finish(Status::Config("the master at " + where + " rejected this agent: " +
-                                   m.reject().reason()));
+                                   log::Printable(m.reject().reason(), 256)));
     }
     if (m.has_challenge()) {
       if (!CheckProof(secret, kMasterLabel, hello.nonce(), hello.host(),

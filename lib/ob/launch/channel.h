@@ -5,7 +5,8 @@
 // a serialised pb::Control (control.proto). A length over kMaxFrameBytes,
 // bytes that do not parse, or a Control with no message set is a malformed
 // frame: the connection is closed and the reason logged with the peer's
-// address.
+// address. Text a peer sends (its host name, a reject reason) reaches log
+// lines only through log::Printable.
 //
 // Authentication: a mutual HMAC-SHA256 challenge-response on a shared secret
 // (control.proto describes the exchange). Server hands a connection to its
