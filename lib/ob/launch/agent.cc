@@ -266,7 +266,7 @@ void Agent::SpawnStandby(uint32_t slot) {
   }
   std::vector<std::string> env = WorkerEnv(nullptr, slot);
   Result<cluster::ChildProcess> child =
-      cluster::SpawnWithPipes({opt_.standby_exe, "--standby-worker"}, &env, ArenaFd(slot));
+      cluster::SpawnWithPipes({opt_.standby_exe, "--standby-worker"}, &env, {ArenaFd(slot)});
   if (!child.ok()) {
     OB_LOG(Warn) << "no standby worker: " << child.status().message();
     return;
@@ -317,7 +317,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   }
   if (!child.ok() && !argv.empty()) {
     std::vector<std::string> env = WorkerEnv(&spec, spec.local_rank());
-    child = cluster::SpawnWithPipes(argv, &env, ArenaFd(spec.local_rank()));
+    child = cluster::SpawnWithPipes(argv, &env, {ArenaFd(spec.local_rank())});
   }
   if (!child.ok()) {
     OB_LOG(Error) << "worker rank " << spec.rank() << ": " << child.status().message();
