@@ -39,6 +39,20 @@ void CloseHandle(uv_handle_t* h) {
   if (h != nullptr && !uv_is_closing(h)) uv_close(h, FreeHandle);
 }
 
+// The IP of this end of `tcp` ("" if unknown).
+std::string LocalIp(uv_tcp_t* tcp) {
+  sockaddr_storage ss{};
+  int len = sizeof ss;
+  if (uv_tcp_getsockname(tcp, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char ip[64] = {0};
+  if (ss.ss_family == AF_INET6) {
+    uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&ss), ip, sizeof ip);
+  } else {
+    uv_ip4_name(reinterpret_cast<sockaddr_in*>(&ss), ip, sizeof ip);
+  }
+  return ip;
+}
+
 std::string PeerName(uv_tcp_t* tcp) {
   sockaddr_storage ss{};
   int len = sizeof ss;
@@ -83,10 +97,12 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<pb::Control
   while (buf_.size() - pos_ >= 4) {
     const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
     uint32_t n = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-    if (n > kMaxFrameBytes) {
+    if (n > max_) {
       failed_ = true;
       return Status::DataErr("frame of " + std::to_string(n) + " bytes exceeds the " +
-                             std::to_string(kMaxFrameBytes >> 20) + " MiB limit");
+                             (max_ % (1u << 20) == 0 ? std::to_string(max_ >> 20) + " MiB"
+                                                 : std::to_string(max_) + "-byte") +
+                             " limit");
     }
     if (buf_.size() - pos_ - 4 < n) break;
     pb::Control msg;
@@ -152,6 +168,7 @@ std::shared_ptr<Connection> Connection::Adopt(uv_loop_t* loop, uv_tcp_t* tcp) {
   c->loop_ = loop;
   c->tcp_ = tcp;
   c->peer_ = PeerName(tcp);
+  c->local_ip_ = LocalIp(tcp);
   c->last_rx_ms_ = static_cast<int64_t>(uv_now(loop));
   c->open_ = true;
   tcp->data = c.get();

@@ -52,12 +52,16 @@ void AppendFrame(const pb::Control& msg, std::string* out);
 // appended to `out`. After an error the decoder stays failed.
 class FrameDecoder {
  public:
+  // Frames longer than `max_frame_bytes` fail the stream (a relay that adds
+  // to what it forwards takes less than the channel does).
+  explicit FrameDecoder(uint32_t max_frame_bytes = kMaxFrameBytes) : max_(max_frame_bytes) {}
   // kDataErr "frame of N bytes exceeds the 4 MiB limit", "malformed frame:
   // ...": the stream cannot be trusted past this point.
   Status Feed(const char* data, size_t size, std::vector<pb::Control>* out);
   size_t buffered() const { return buf_.size() - pos_; }
 
  private:
+  uint32_t max_;
   std::string buf_;
   size_t pos_ = 0;
   bool failed_ = false;
@@ -96,6 +100,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   bool open() const { return open_; }
   const std::string& peer() const { return peer_; }   // "127.0.0.1:4711"
+  // This end's address ("10.0.0.2"; "" if unknown): where this host faces the peer.
+  const std::string& local_ip() const { return local_ip_; }
   int64_t last_receive_ms() const { return last_rx_ms_; }  // uv_now of the last frame
 
   // Internal: adopts a connected stream (server accept, client connect).
@@ -110,6 +116,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uv_tcp_t* tcp_ = nullptr;   // owned; freed in its close callback
   bool open_ = false;
   std::string peer_;
+  std::string local_ip_;
   int64_t last_rx_ms_ = 0;
   FrameDecoder decoder_;
   MessageFn on_message_;
