@@ -24,6 +24,9 @@
 #include "ob/launch/event_log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
+#include "ob/launch/store_keys.h"
+#include "ob/launch/store_relay.h"
+#include "ob/launch/store_server.h"
 #include "ob/log.h"
 #include "ob/plan/plan_io.h"
 #include "ob/plan/recovery.h"
@@ -155,6 +158,7 @@ class Master {
   uv_loop_t loop_;
   Server server_;
   OperatorSocket operator_;
+  StoreServer store_;                       // the job's rendezvous store (store_server.h)
   EventLog events_;
   std::string secret_, bind_addr_, run_dir_;
   int bind_port_ = 0;
@@ -418,7 +422,7 @@ Status Master::LaunchGeneration() {
   Result<LaunchLayout> layout = LayOut(plan_, hosts_, hosts_name_);
   if (!layout.ok()) return layout.status().WithContext("generation " + std::to_string(generation_));
   layout_ = std::move(layout).value();
-  if (opt_.publish) {
+  {
     pb::Generation g;
     g.set_generation(generation_);
     *g.mutable_plan() = plan_;
@@ -429,7 +433,9 @@ Status Master::LaunchGeneration() {
       x->set_layer(static_cast<uint32_t>(f.layer));
       x->set_from_node(static_cast<uint32_t>(f.from_node));
     }
-    OB_RETURN_IF_ERROR(opt_.publish("ob/gen/" + std::to_string(generation_), g.SerializeAsString()));
+    OB_RETURN_IF_ERROR(store_.Set(GenerationKey(generation_), g.SerializeAsString())
+                           .WithContext("cannot publish generation " + std::to_string(generation_)));
+    if (generation_ > 2) store_.ErasePrefix(GenerationKeysPrefix(generation_ - 2));
   }
   if (!resume_path_.empty()) {
     events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + resume_path_);
@@ -448,7 +454,7 @@ Status Master::LaunchGeneration() {
     sw->set_generation(generation_);
     for (int r : a.ranks) {
       const RankPlacement& p = layout_.ranks[static_cast<size_t>(r)];
-      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a.host.name, opt_.store,
+      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a.host.name,
                         opt_.plan_path, generation_};
       pb::WorkerSpec spec = opt_.worker_command(ctx);
       spec.set_rank(static_cast<uint32_t>(r));
@@ -467,6 +473,7 @@ Status Master::LaunchGeneration() {
 
 void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
+  if (m.has_store_request()) return ServeStoreRequest(&store_, a.conn, m.store_request(), Now());
   if (m.has_worker_metrics()) {
     const pb::Metrics& mx = m.worker_metrics().metrics();
     Publish(mx);
@@ -556,6 +563,7 @@ void Master::ReapAgents() {
 
 void Master::Tick() {
   ReapAgents();
+  store_.Sweep(Now());  // held GET/WAIT requests past their deadline
   CommitCheckpoints();
   const int64_t now = Now();
   if (state_ == State::kStopping) {
@@ -979,14 +987,13 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
     case pb::OPERATOR_CHECKPOINT_NOW: {
       // Every worker saves after step K, a step none has reached yet
       // (workers are at most one step apart).
-      if (opt_.ckpt_dir.empty() || !opt_.publish) {
+      if (opt_.ckpt_dir.empty()) {
         r.set_ok(false);
         r.set_error("no --ckpt-dir: nowhere to save");
         return r;
       }
       const int64_t k = static_cast<int64_t>(last_step_) + 2;
-      Status st = opt_.publish("ob/gen/" + std::to_string(generation_) + "/checkpoint-now",
-                               std::to_string(k));
+      Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
       if (!st.ok()) {
         r.set_ok(false);
         r.set_error(st.message());
