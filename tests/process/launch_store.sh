@@ -8,8 +8,9 @@
 # are on the bind address too, none on a wildcard. A stranger without the
 # secret who connects to the control port and sends store requests (get
 # ob/gen/1, set ob/gen/2) before or instead of the handshake, a partial
-# frame, or frames announcing 1 GiB, gets no store reply and is cut off;
-# the master's memory does not grow by more than a few MB; and the run
+# frame, frames announcing 1 GiB, or 100 connections each holding 2 MiB of
+# an unfinished frame, gets no store reply and is cut off; the master's
+# memory does not grow by more than a few MB; and the run
 # finishes every step with exit 0 on generation 1.
 NAME=launch_store
 source "$(dirname "$0")/../lib/launch.sh"
@@ -55,10 +56,10 @@ echo "$NAME: the master listens only on $addr; the job's other listeners seen (G
 # --- a stranger on the control port ------------------------------------------
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$mpid/status"; }
 rss_before=$(rss)
-python3 - 127.0.0.1 "$port" "${TAG}h1" > "$WORK/stranger.out" 2>&1 <<'PY' || fail "stranger: $(cat "$WORK/stranger.out")"
+python3 - 127.0.0.1 "$port" "${TAG}h1" "$mpid" > "$WORK/stranger.out" 2>&1 <<'PY' || fail "stranger: $(cat "$WORK/stranger.out")"
 import os, socket, struct, sys, threading, time
 
-host, port, agent_name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+host, port, agent_name, master_pid = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
 # Just enough protobuf (control.proto) to speak Control frames.
 def varint(n):
@@ -173,6 +174,28 @@ for t in ts: t.start()
 for t in ts: t.join()
 for i, r in enumerate(results):
     check(f"1 GiB frame, connection {i} of 8 at once", r, 4)
+
+# 100 connections at once, each sending most of a frame just under the
+# channel's 4 MiB limit and holding it: nothing of it may stay in the master.
+def rss_kb():
+    with open(f"/proc/{master_pid}/status") as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+before = rss_kb()
+held = []
+for i in range(100):
+    s = socket.create_connection((host, port), timeout=5)
+    try:
+        s.sendall(struct.pack(">I", (4 << 20) - 1) + b"\x00" * (2 << 20))
+    except (ConnectionResetError, BrokenPipeError, socket.timeout):
+        pass
+    held.append(s)
+time.sleep(0.5)
+grown = rss_kb() - before
+print(f"100 held 2 MiB partial frames: the master grew by {grown} kB")
+if grown > 8192:
+    failures.append(f"100 held partial frames grew the master by {grown} kB")
+for s in held:
+    s.close()
 if failures:
     print("\n".join(failures))
     sys.exit(1)

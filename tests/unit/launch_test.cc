@@ -279,6 +279,79 @@ TEST_CASE("loopback channel: garbage from a peer closes its connection") {
   ::close(fd);
 }
 
+namespace {
+
+int ConnectRaw(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool ClosedByPeer(int fd) {
+  char buf[256];
+  ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  while (n > 0) n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);  // a Reject, if any
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+}  // namespace
+
+TEST_CASE("loopback channel: a stranger cannot make the master buffer more than a small frame") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, nullptr, [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  // A frame under the 4 MiB channel limit but over the handshake's: cut off
+  // on its header, long before the handshake timeout.
+  int fd = ConnectRaw(server.port());
+  REQUIRE(fd >= 0);
+  const uint32_t n = kMaxHandshakeFrameBytes + 1;
+  const char head[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                        static_cast<char>(n >> 8), static_cast<char>(n)};
+  REQUIRE(::write(fd, head, 4) == 4);
+  REQUIRE(l.RunUntil([&] { return ClosedByPeer(fd); }, 1000));
+  ::close(fd);
+
+  // A flood of connections that never say Hello: beyond the limit, each
+  // new one is closed on arrival; once they are gone an agent gets in.
+  std::vector<int> flood;
+  for (size_t i = 0; i < kMaxPendingHandshakes; ++i) {
+    int f = ConnectRaw(server.port());
+    REQUIRE(f >= 0);
+    flood.push_back(f);
+    uv_run(&l.loop, UV_RUN_NOWAIT);  // accept as they come (the backlog is 128)
+  }
+  REQUIRE(l.RunUntil([&] { return false; }, 200) == false);  // let the server accept them
+  int extra = ConnectRaw(server.port());
+  REQUIRE(extra >= 0);
+  CHECK(l.RunUntil([&] { return ClosedByPeer(extra); }, 1000));
+  ::close(extra);
+  int still_open = 0;
+  for (int f : flood) still_open += ClosedByPeer(f) ? 0 : 1;
+  CHECK(still_open == static_cast<int>(kMaxPendingHandshakes));
+  for (int f : flood) ::close(f);
+  REQUIRE(l.RunUntil([&] { return false; }, 200) == false);
+  bool done = false;
+  ob::Status result = ob::Status::Internal("not done");
+  ob::pb::Hello hello;
+  hello.set_host("h1");
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done; }));
+  CHECK(result.ok());
+}
+
 TEST_CASE("a client gives up when nothing answers in time") {
   Loop l;
   // A listening socket that never accepts nor answers: the handshake times out.

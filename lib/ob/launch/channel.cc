@@ -327,7 +327,16 @@ void Server::OnConnection(uv_stream_t* s, int status) {
     CloseHandle(reinterpret_cast<uv_handle_t*>(tcp));
     return;
   }
-  self->Handshake(Connection::Adopt(self->loop_, tcp));
+  if (self->pending_.size() >= kMaxPendingHandshakes) {  // a flood: not one more
+    ++self->rejected_;
+    OB_LOG(Debug) << "control channel: " << kMaxPendingHandshakes
+                  << " connections already in the handshake; closing a new one";
+    CloseHandle(reinterpret_cast<uv_handle_t*>(tcp));
+    return;
+  }
+  std::shared_ptr<Connection> conn = Connection::Adopt(self->loop_, tcp);
+  conn->SetMaxFrameBytes(kMaxHandshakeFrameBytes);  // until the peer proved the secret
+  self->Handshake(std::move(conn));
 }
 
 void Server::Refuse(const std::shared_ptr<Connection>& conn, const std::string& reason) {
@@ -401,6 +410,7 @@ void Server::Handshake(std::shared_ptr<Connection> conn) {
         pb::Control ok;
         ok.mutable_accept();
         c.Send(ok);
+        c.SetMaxFrameBytes(kMaxFrameBytes);
         c.SetHandlers(nullptr, nullptr);
         ready_(keep->conn, keep->hello);
       },

@@ -13,7 +13,9 @@
 // owner only after the peer proved the secret; Connect hands one back only
 // after the server proved it. A wrong proof is rejected, logged with the
 // peer's address, and the connection closed. Unauthenticated peers get
-// kHandshakeTimeoutMs to finish.
+// kHandshakeTimeoutMs to finish, frames of at most kMaxHandshakeFrameBytes,
+// and at most kMaxPendingHandshakes of them at once, so strangers cannot
+// grow the master.
 //
 // Thread model: everything here runs on the one uv loop the caller passes;
 // no method may be called from another thread, and every callback runs on
@@ -41,6 +43,12 @@ inline constexpr uint32_t kProtocolVersion = 1;
 // Largest frame accepted; a Control carries argv, env or one step's metrics.
 inline constexpr uint32_t kMaxFrameBytes = 4u << 20;
 inline constexpr int kHandshakeTimeoutMs = 5000;
+// Largest frame a peer may send before it proved the secret (a Hello or a
+// Proof is tiny): a stranger cannot make the master hold more than this
+// per connection.
+inline constexpr uint32_t kMaxHandshakeFrameBytes = 16u << 10;
+// Connections in the handshake at once; more are closed on arrival.
+inline constexpr size_t kMaxPendingHandshakes = 256;
 inline constexpr size_t kNonceBytes = 32;
 
 // --- framing (pure; usable without a loop) --------------------------------
@@ -59,6 +67,7 @@ class FrameDecoder {
   // ...": the stream cannot be trusted past this point.
   Status Feed(const char* data, size_t size, std::vector<pb::Control>* out);
   size_t buffered() const { return buf_.size() - pos_; }
+  void set_max_frame_bytes(uint32_t n) { max_ = n; }
 
  private:
   uint32_t max_;
@@ -92,6 +101,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Replaces the callbacks (e.g. after the handshake).
   void SetHandlers(MessageFn on_message, CloseFn on_close);
+  // The largest frame accepted from now on (kMaxFrameBytes unless set).
+  void SetMaxFrameBytes(uint32_t n) { decoder_.set_max_frame_bytes(n); }
   // Queues `msg`; a no-op once closed. Frames go out in order.
   void Send(const pb::Control& msg);
   // Flushes queued frames, then closes; calls the close callback now.
