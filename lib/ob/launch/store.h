@@ -15,7 +15,8 @@
 // as decimal text; CompareSet sets `desired` when the key holds `expected`
 // (or is absent and `expected` is empty) and returns what the key holds
 // afterwards (`expected` when it is absent and was not set); Wait returns
-// once every key exists.
+// once every key exists. A timeout of 0 (c10d's "no timeout") waits
+// kMaxStoreWaitMs: nothing waits unbounded.
 //
 // Thread-safety: every implementation may be called from any number of
 // threads at once. Failure: values, never exceptions: kUnavailable when a
