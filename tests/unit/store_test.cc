@@ -204,7 +204,7 @@ struct Replies {
 
 }  // namespace
 
-TEST_CASE("store server: the total held is bounded; refusals never grow it", "[store]") {
+TEST_CASE("store server: the total held is bounded, and refusals never grow it", "[store]") {
   StoreServer::Limits lim;
   lim.max_total_bytes = 10000;
   StoreServer s(lim);
@@ -291,7 +291,7 @@ TEST_CASE("store server: malformed requests are refused with a reason", "[store]
   CHECK(s.bytes_held() == 0);
 }
 
-TEST_CASE("store server: replies echo id and client; a reply may call back in", "[store]") {
+TEST_CASE("store server: replies echo id and client, and a reply may call back in", "[store]") {
   StoreServer s;
   std::vector<ob::pb::StoreReply> got;
   auto req = Req(ob::pb::STORE_GET, {"k"}, "", 1000);
@@ -411,7 +411,7 @@ TEST_CASE("relay: replies for a worker that is gone are dropped", "[store]") {
   CHECK(dropped == 1);
 }
 
-TEST_CASE("relay: a worker sending junk is cut off; others go on", "[store]") {
+TEST_CASE("relay: a worker sending junk is cut off, and others go on", "[store]") {
   ob::testing::RelayHarness h;
   auto good = h.NewClient();
   uint64_t client = 0;
