@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <google/protobuf/stubs/logging.h>
@@ -52,6 +53,17 @@ bool SetFile(const std::string& path) {
   if (path.empty()) return true;
   g_file_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   return g_file_fd >= 0;
+}
+
+std::string Printable(const std::string& text, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 3);
+  for (size_t i = 0; i < text.size() && i < max_bytes; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
 }
 
 void Write(Level level, const std::string& message) {

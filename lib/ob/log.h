@@ -22,6 +22,11 @@ bool SetFile(const std::string& path);
 
 void Write(Level level, const std::string& message);
 
+// Text that came from a peer (a host name in a Hello, a reject reason), fit
+// for a log line: every byte outside printable ASCII becomes '?', and text
+// longer than `max_bytes` is cut and ends in "...". Pure.
+std::string Printable(const std::string& text, size_t max_bytes = 128);
+
 class Line {
  public:
   explicit Line(Level level) : level_(level) {}

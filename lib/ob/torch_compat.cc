@@ -12,7 +12,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 
 #ifdef OB_WITH_CUDA
@@ -43,22 +42,6 @@ std::string TorchVersion() { return TORCH_VERSION; }
 at::Generator MakeCpuGenerator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
 
 c10::intrusive_ptr<c10d::Store> MakeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
-
-c10::intrusive_ptr<c10d::Store> MakeTcpStore(const std::string& host, int port, bool is_server,
-                                             std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<uint16_t>(port);
-  o.isServer = is_server;
-  o.waitWorkers = false;  // workers come and go: never wait for a fixed count
-  o.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(host, o);
-}
-
-int StorePort(const c10::intrusive_ptr<c10d::Store>& tcp_store) {
-  auto* s = dynamic_cast<c10d::TCPStore*>(tcp_store.get());
-  TORCH_CHECK(s != nullptr, "not a TCPStore");
-  return static_cast<int>(s->getPort());
-}
 
 c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                              int size, const torch::Device& device,

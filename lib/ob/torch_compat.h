@@ -63,14 +63,15 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 
+// c10d::Store subclasses (launch/relay_store.h): newer LibTorch 2.x
+// declares a pure virtual `c10::intrusive_ptr<Store> clone()`; 1.13 has
+// none. A subclass declares `virtual c10::intrusive_ptr<c10d::Store> clone()`
+// without `override`: it overrides the base's where there is one and is an
+// ordinary member where not, so the same source builds against both.
+
 // An in-memory store for groups whose ranks are threads of this process.
 c10::intrusive_ptr<c10d::Store> MakeHashStore();
 
-// c10d's TCPStore: the server (is_server; port 0 picks a free port, see
-// StorePort) or a client of one. Throws c10::Error when it cannot connect.
-c10::intrusive_ptr<c10d::Store> MakeTcpStore(const std::string& host, int port, bool is_server,
-                                             std::chrono::milliseconds timeout);
-int StorePort(const c10::intrusive_ptr<c10d::Store>& tcp_store);
 
 // A communication group: Gloo for CPU tensors (on $OB_GLOO_ADDR, default
 // loopback), NCCL for CUDA

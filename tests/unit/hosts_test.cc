@@ -1,4 +1,5 @@
 // Hosts files, Slurm node lists and remote-start argv (SPEC §5).
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -213,4 +214,50 @@ TEST_CASE("rsh: spawn with pipes, exit status, exec failure, kill", "[rsh]") {
     pid = s->pid();
   }
   CHECK(::kill(pid, 0) != 0);
+}
+
+TEST_CASE("rsh: descriptors passed to a child land on 3, 4, ... whatever their numbers", "[rsh]") {
+  // Two pipes whose write ends sit at 3 and 4 in this process and are
+  // passed swapped ({4, 3}): moving them naively, the first dup2 would
+  // overwrite the second's source.
+  auto high = [](int fd) {
+    int h = ::fcntl(fd, F_DUPFD_CLOEXEC, 100);
+    ::close(fd);
+    return h;
+  };
+  int a[2], b[2];
+  REQUIRE(::pipe2(a, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(b, O_CLOEXEC) == 0);
+  for (int* fd : {&a[0], &a[1], &b[0], &b[1]}) *fd = high(*fd);
+  const int saved3 = ::fcntl(3, F_DUPFD_CLOEXEC, 100), saved4 = ::fcntl(4, F_DUPFD_CLOEXEC, 100);
+  REQUIRE(::dup3(a[1], 3, O_CLOEXEC) == 3);
+  REQUIRE(::dup3(b[1], 4, O_CLOEXEC) == 4);
+  ::close(a[1]);
+  ::close(b[1]);
+  auto child = ob::cluster::SpawnWithPipes({"sh", "-c", "echo three >&3; echo four >&4"}, nullptr,
+                                           {4, 3});
+  ::close(3);
+  ::close(4);
+  if (saved3 >= 0) ::dup3(saved3, 3, O_CLOEXEC), ::close(saved3);
+  if (saved4 >= 0) ::dup3(saved4, 4, O_CLOEXEC), ::close(saved4);
+  REQUIRE(child.ok());
+  CHECK(child->Wait() == 0);
+  char buf[32] = {};
+  ssize_t n = ::read(b[0], buf, sizeof buf);  // ours at 4 became the child's 3
+  CHECK(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0) == "three\n");
+  n = ::read(a[0], buf, sizeof buf);
+  CHECK(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0) == "four\n");
+  ::close(a[0]);
+  ::close(b[0]);
+
+  // -1 leaves a number unused; the next still lands on 4.
+  int c[2];
+  REQUIRE(::pipe2(c, O_CLOEXEC) == 0);
+  auto gap = ob::cluster::SpawnWithPipes({"sh", "-c", "echo ok >&4"}, nullptr, {-1, c[1]});
+  REQUIRE(gap.ok());
+  ::close(c[1]);
+  CHECK(gap->Wait() == 0);
+  n = ::read(c[0], buf, sizeof buf);
+  CHECK(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0) == "ok\n");
+  ::close(c[0]);
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ob/launch/channel.h"
+#include "ob/log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
 
@@ -206,6 +207,53 @@ TEST_CASE("loopback channel: an admit refusal reaches the agent with its reason"
   CHECK(server.rejected() == 1);
 }
 
+TEST_CASE("peer text is made printable and bounded before it is logged") {
+  using ob::log::Printable;
+  CHECK(Printable("h1") == "h1");
+  CHECK(Printable("evil\x1b[2J\r\nerror: forged line") == "evil?[2J??error: forged line");
+  CHECK(Printable("caf\xc3\xa9") == "caf??");
+  CHECK(Printable(std::string("a\0b", 3)) == "a?b");
+  CHECK(Printable(std::string(300, 'x')) == std::string(128, 'x') + "...");
+  CHECK(Printable(std::string(10, 'x'), 4) == "xxxx...");
+}
+
+TEST_CASE("loopback channel: a hostile host name never reaches a log line raw") {
+  const std::string log_path = TempPath("hostile.log");
+  REQUIRE(ob::log::SetFile(log_path));
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, [](const ob::pb::Hello& h) { return "unknown host '" + h.host() + "'"; },
+                        [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  bool done = false;
+  ob::Status result;
+  ob::pb::Hello hello;
+  hello.set_host("evil\x1b]0;pwned\x07\nmaster: error: forged" + std::string(5000, 'A'));
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done && server.rejected() == 1; }));
+  REQUIRE(ob::log::SetFile(""));
+  std::ifstream in(log_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ::unlink(log_path.c_str());
+  REQUIRE(text.find("rejected agent connection") != std::string::npos);
+  size_t lines = 0;
+  for (char c : text) {
+    if (c == '\n') ++lines;
+    else CHECK((c >= 0x20 && c < 0x7f));
+  }
+  CHECK(lines == 1);           // the forged "line" stayed inside the real one
+  CHECK(text.size() < 600);    // 5000 bytes of name cut short
+  // What the agent is told (and logs) is as clean.
+  CHECK(result.code() == ob::Code::kConfig);
+  CHECK(result.message().size() < 600);
+  CHECK(result.message().find('\x1b') == std::string::npos);
+}
+
 TEST_CASE("loopback channel: garbage from a peer closes its connection") {
   Loop l;
   Server server(&l.loop);
@@ -229,6 +277,79 @@ TEST_CASE("loopback channel: garbage from a peer closes its connection") {
     return closed;
   }));
   ::close(fd);
+}
+
+namespace {
+
+int ConnectRaw(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool ClosedByPeer(int fd) {
+  char buf[256];
+  ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  while (n > 0) n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);  // a Reject, if any
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+}  // namespace
+
+TEST_CASE("loopback channel: a stranger cannot make the master buffer more than a small frame") {
+  Loop l;
+  Server server(&l.loop);
+  Server::Options o;
+  o.secret = "s3cret";
+  REQUIRE(server.Listen(o, nullptr, [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
+  // A frame under the 4 MiB channel limit but over the handshake's: cut off
+  // on its header, long before the handshake timeout.
+  int fd = ConnectRaw(server.port());
+  REQUIRE(fd >= 0);
+  const uint32_t n = kMaxHandshakeFrameBytes + 1;
+  const char head[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                        static_cast<char>(n >> 8), static_cast<char>(n)};
+  REQUIRE(::write(fd, head, 4) == 4);
+  REQUIRE(l.RunUntil([&] { return ClosedByPeer(fd); }, 1000));
+  ::close(fd);
+
+  // A flood of connections that never say Hello: beyond the limit, each
+  // new one is closed on arrival; once they are gone an agent gets in.
+  std::vector<int> flood;
+  for (size_t i = 0; i < kMaxPendingHandshakes; ++i) {
+    int f = ConnectRaw(server.port());
+    REQUIRE(f >= 0);
+    flood.push_back(f);
+    uv_run(&l.loop, UV_RUN_NOWAIT);  // accept as they come (the backlog is 128)
+  }
+  REQUIRE(l.RunUntil([&] { return false; }, 200) == false);  // let the server accept them
+  int extra = ConnectRaw(server.port());
+  REQUIRE(extra >= 0);
+  CHECK(l.RunUntil([&] { return ClosedByPeer(extra); }, 1000));
+  ::close(extra);
+  int still_open = 0;
+  for (int f : flood) still_open += ClosedByPeer(f) ? 0 : 1;
+  CHECK(still_open == static_cast<int>(kMaxPendingHandshakes));
+  for (int f : flood) ::close(f);
+  REQUIRE(l.RunUntil([&] { return false; }, 200) == false);
+  bool done = false;
+  ob::Status result = ob::Status::Internal("not done");
+  ob::pb::Hello hello;
+  hello.set_host("h1");
+  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
+          [&](ob::Result<std::shared_ptr<Connection>> r) {
+            done = true;
+            result = r.ok() ? ob::Status::Ok() : r.status();
+          });
+  REQUIRE(l.RunUntil([&] { return done; }));
+  CHECK(result.ok());
 }
 
 TEST_CASE("a client gives up when nothing answers in time") {

@@ -77,10 +77,6 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
     spec.add_argv("--data-facts");
     spec.add_argv(g.worker.data_facts);
   }
-  if (!ctx.store.empty()) {
-    spec.add_argv("--store");
-    spec.add_argv(ctx.store);
-  }
   if (!g.worker.ckpt_dir.empty()) {
     for (const std::string& a : {std::string("--ckpt-dir"), Absolute(g.worker.ckpt_dir),
                                  std::string("--ckpt-every"), std::to_string(g.worker.ckpt_every)}) {
@@ -135,18 +131,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.self_exe = SelfExe();
   if (common.verbose > 0) o.agent_flags.push_back("-v");
   if (common.quiet) o.agent_flags.push_back("-q");
-  // The rendezvous store workers form their groups through; on the bind address.
-  std::unique_ptr<ob::launch::RendezvousStore> store;
-  if (std::getenv("OB_TEST_WORKER_CMD") == nullptr) {
-    std::string bind_addr;
-    int bind_port = 0;
-    OB_RETURN_IF_ERROR(ob::launch::ParseBind(o.bind, &bind_addr, &bind_port));
-    OB_ASSIGN_OR_RETURN(store, ob::launch::RendezvousStore::Start(bind_addr));
-    o.store = store->address();
-    o.publish = [&store](const std::string& key, const std::string& value) {
-      return store->Set(key, value);
-    };
-  }
   const std::string self = o.self_exe;
   o.worker_command = [self](const ob::launch::WorkerContext& c) { return WorkerCommand(c, self); };
   ob::Result<int> rc = ob::launch::RunMaster(o);
@@ -208,7 +192,6 @@ void Setup(CLI::App& app) {
   app.add_flag("--worker", g.as_worker)->group("");
   app.add_option("--rank", g.worker.rank)->group("");
   app.add_option("--world", g.worker.world)->group("");
-  app.add_option("--store", g.worker.store)->group("");
   app.add_option("--data-facts", g.worker.data_facts)->group("");
   app.add_option("--generation", g.worker.generation)->group("");
   app.footer(

@@ -170,8 +170,13 @@ std::string ChildProcess::DescribeExit() const {
 }
 
 Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
-                                    const std::vector<std::string>* env, int pass_fd) {
+                                    const std::vector<std::string>* env,
+                                    const std::vector<int>& pass_fds) {
   assert(!argv.empty());
+  assert(pass_fds.size() <= kMaxPassedFds);
+  int passed[kMaxPassedFds];  // copied now: no allocation in the child
+  const int npassed = static_cast<int>(pass_fds.size());
+  for (int i = 0; i < npassed; ++i) passed[i] = pass_fds[static_cast<size_t>(i)];
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
     return Status::Unavailable(std::string("cannot create pipe: ") + std::strerror(errno));
@@ -214,14 +219,17 @@ Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(in_pipe[0], 0);   // dup2 clears close-on-exec on the copies
     ::dup2(out_pipe[1], 1);
+    // Everything that must survive is first moved above the numbers the
+    // passed descriptors take, so no dup2 below overwrites a source still
+    // needed; the copies are close-on-exec, the dup2'd targets are not.
+    const int above = kPassedFd + npassed;
     int err_fd = err_pipe[1];
-    if (pass_fd >= 0 && err_fd == kPassedFd) err_fd = ::fcntl(err_fd, F_DUPFD_CLOEXEC, kPassedFd + 1);
-    if (pass_fd >= 0) {
-      if (pass_fd == kPassedFd) {
-        ::fcntl(pass_fd, F_SETFD, 0);  // keep it across exec
-      } else {
-        ::dup2(pass_fd, kPassedFd);
-      }
+    if (err_fd >= kPassedFd && err_fd < above) err_fd = ::fcntl(err_fd, F_DUPFD_CLOEXEC, above);
+    for (int i = 0; i < npassed; ++i) {
+      if (passed[i] >= 0) passed[i] = ::fcntl(passed[i], F_DUPFD_CLOEXEC, above);
+    }
+    for (int i = 0; i < npassed; ++i) {
+      if (passed[i] >= 0) ::dup2(passed[i], kPassedFd + i);
     }
     if (env != nullptr) {
       ::execvpe(cargv[0], cargv.data(), cenv.data());

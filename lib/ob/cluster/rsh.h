@@ -60,7 +60,8 @@ class ChildProcess {
 
  private:
   friend Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
-                                             const std::vector<std::string>* env, int pass_fd);
+                                             const std::vector<std::string>* env,
+                                             const std::vector<int>& pass_fds);
   void CloseFds();
 
   pid_t pid_ = -1;
@@ -75,13 +76,15 @@ class ChildProcess {
 // "cannot run 'X': No such file or directory" when exec fails (reported back
 // through a close-on-exec pipe, so the failure is known before this returns).
 // With `env` (KEY=VALUE strings), that is the child's whole environment;
-// without it the child inherits ours. `pass_fd` >= 0 becomes the child's
-// descriptor 3 (kPassedFd); the child gets no other descriptor of ours
-// beyond 0-2 as long as ours are close-on-exec.
-// REQUIRES: argv is not empty.
+// without it the child inherits ours. `pass_fds[i]` >= 0 becomes the
+// child's descriptor kPassedFd + i (3, 4, ...; -1 leaves that number
+// unused); the child gets no other descriptor of ours beyond 0-2 as long as
+// ours are close-on-exec.
+// REQUIRES: argv is not empty; at most kMaxPassedFds descriptors.
 inline constexpr int kPassedFd = 3;
+inline constexpr size_t kMaxPassedFds = 4;
 Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
                                     const std::vector<std::string>* env = nullptr,
-                                    int pass_fd = -1);
+                                    const std::vector<int>& pass_fds = {});
 
 }  // namespace ob::cluster

@@ -16,6 +16,7 @@
 #include "ob/cluster/rsh.h"
 #include "ob/io/records.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/store_relay.h"
 #include "ob/log.h"
 
 extern char** environ;
@@ -26,6 +27,9 @@ namespace {
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
 constexpr int kSecretWaitMs = 30000;     // the master writes the secret right after starting us
 constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
+// Where a worker finds what its agent passes it (cluster::SpawnWithPipes).
+constexpr int kSnapshotFd = cluster::kPassedFd;  // $OB_SNAPSHOT_FD
+constexpr int kStoreFd = cluster::kPassedFd + 1;  // $OB_STORE_FD
 
 // The first line of `fd`, read a byte at a time so nothing after it is
 // consumed. Empty on end of file, timeout or error.
@@ -49,9 +53,16 @@ struct Worker {
   uint64_t generation = 0;
   cluster::ChildProcess proc;
   uv_pipe_t* out = nullptr;   // its stdout; closed by the loop
+  uint64_t store_client = 0;  // its end of the store relay
   std::string buf;            // undecoded metrics bytes
   bool junk = false;          // its stdout stopped being a record stream
   bool exited = false;
+};
+
+// A standby worker (agent.h), and its end of the store relay.
+struct Standby {
+  cluster::ChildProcess proc;
+  uint64_t store_client = 0;
 };
 
 class Agent {
@@ -59,9 +70,11 @@ class Agent {
   explicit Agent(const AgentOptions& o) : opt_(o) {
     uv_loop_init(&loop_);
     loop_.data = this;
+    relay_ = std::make_unique<StoreRelay>(&loop_, [this](const pb::Control& m) { Send(m); });
   }
   ~Agent() {
     conn_.reset();
+    relay_.reset();  // its handles are closed while the loop can still free them
     uv_walk(&loop_, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); },
             nullptr);
     for (int i = 0; i < 3; ++i) uv_run(&loop_, UV_RUN_NOWAIT);
@@ -81,6 +94,11 @@ class Agent {
   void CloseOutputs();
   int ArenaFd(uint32_t local_rank);
   std::vector<std::string> WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot);
+  // Forks `argv` with the slot's snapshot arena and a new store endpoint;
+  // sets *store_client to the endpoint's id.
+  Result<cluster::ChildProcess> Spawn(const std::vector<std::string>& argv,
+                                      const pb::WorkerSpec* spec, uint32_t slot,
+                                      uint64_t* store_client);
   void SpawnStandby(uint32_t slot);
   void Shutdown(int code, const std::string& why);
   void Send(const pb::Control& m) {
@@ -100,7 +118,9 @@ class Agent {
   // (runtime/snapshot_arena.h). It outlives every worker, so a restarted
   // one finds its predecessor's state; it dies with the agent.
   std::map<uint32_t, int> arenas_;
-  std::map<uint32_t, cluster::ChildProcess> standby_;  // per slot, waiting for a role
+  std::map<uint32_t, Standby> standby_;  // per slot, waiting for a role
+  // Workers' and standbys' store requests, to the master and back.
+  std::unique_ptr<StoreRelay> relay_;
   uint64_t generation_ = 0;
   uint64_t sequence_ = 0;
   bool master_suspect_ = false;  // the master was silent too long at the last watchdog tick
@@ -211,6 +231,7 @@ void Agent::OnMessage(pb::Control& m) {
   switch (m.kind_case()) {
     case pb::Control::kHeartbeat: break;  // the connection noted the time
     case pb::Control::kStartWorkers: StartWorkers(m.start_workers()); break;
+    case pb::Control::kStoreReply: relay_->Deliver(m.store_reply()); break;
     case pb::Control::kStop: Shutdown(0, "told to stop: " + m.stop().reason()); break;
     default: OB_LOG(Debug) << "ignoring control message " << m.kind_case(); break;
   }
@@ -244,7 +265,10 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
-    if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || (spec != nullptr && spec->env().count(key) > 0)) continue;
+    if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || key == "OB_STORE_FD" ||
+        (spec != nullptr && spec->env().count(key) > 0)) {
+      continue;
+    }
     env.push_back(std::move(kv));
   }
   if (spec != nullptr) {
@@ -252,26 +276,50 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
   } else {
     env.push_back("OB_HOST=" + opt_.host);  // so tools that look for our workers find it
   }
-  if (ArenaFd(slot) >= 0) env.push_back("OB_SNAPSHOT_FD=" + std::to_string(cluster::kPassedFd));
+  if (ArenaFd(slot) >= 0) env.push_back("OB_SNAPSHOT_FD=" + std::to_string(kSnapshotFd));
+  env.push_back("OB_STORE_FD=" + std::to_string(kStoreFd));
+  // Gloo listens where this host faces the master, unless told otherwise.
+  const char* gloo = std::getenv("OB_GLOO_ADDR");
+  if ((gloo == nullptr || *gloo == '\0') && conn_ && !conn_->local_ip().empty()) {
+    env.push_back("OB_GLOO_ADDR=" + conn_->local_ip());
+  }
   return env;
+}
+
+Result<cluster::ChildProcess> Agent::Spawn(const std::vector<std::string>& argv,
+                                           const pb::WorkerSpec* spec, uint32_t slot,
+                                           uint64_t* store_client) {
+  OB_ASSIGN_OR_RETURN(StoreRelay::Endpoint ep, relay_->Open());
+  std::vector<std::string> env = WorkerEnv(spec, slot);
+  Result<cluster::ChildProcess> child =
+      cluster::SpawnWithPipes(argv, &env, {ArenaFd(slot), ep.child_fd});
+  if (!child.ok()) {
+    relay_->Close(ep.client);
+    return child;
+  }
+  relay_->Spawned(ep.client);
+  *store_client = ep.client;
+  return child;
 }
 
 void Agent::SpawnStandby(uint32_t slot) {
   if (opt_.standby_exe.empty() || exit_code_ >= 0) return;
   auto it = standby_.find(slot);
   if (it != standby_.end()) {
-    it->second.WaitFor(0);
-    if (it->second.running()) return;
+    it->second.proc.WaitFor(0);
+    if (it->second.proc.running()) return;
+    relay_->Close(it->second.store_client);
     standby_.erase(it);
   }
-  std::vector<std::string> env = WorkerEnv(nullptr, slot);
+  Standby s;
   Result<cluster::ChildProcess> child =
-      cluster::SpawnWithPipes({opt_.standby_exe, "--standby-worker"}, &env, ArenaFd(slot));
+      Spawn({opt_.standby_exe, "--standby-worker"}, nullptr, slot, &s.store_client);
   if (!child.ok()) {
     OB_LOG(Warn) << "no standby worker: " << child.status().message();
     return;
   }
-  standby_.emplace(slot, std::move(child).value());
+  s.proc = std::move(child).value();
+  standby_.emplace(slot, std::move(s));
 }
 
 int Agent::ArenaFd(uint32_t local_rank) {
@@ -305,7 +353,8 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   Result<cluster::ChildProcess> child = Status::Config("empty worker command");
   auto standby = standby_.find(spec.local_rank());
   if (standby != standby_.end()) {  // hand the spec to the waiting process
-    cluster::ChildProcess proc = std::move(standby->second);
+    cluster::ChildProcess proc = std::move(standby->second.proc);
+    const uint64_t store_client = standby->second.store_client;
     standby_.erase(standby);
     proc.WaitFor(0);
     const std::string bytes = spec.SerializeAsString();
@@ -313,11 +362,13 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
         ::write(proc.stdin_fd(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size())) {
       proc.CloseStdin();
       child = std::move(proc);
+      w->store_client = store_client;
+    } else {
+      relay_->Close(store_client);
     }
   }
   if (!child.ok() && !argv.empty()) {
-    std::vector<std::string> env = WorkerEnv(&spec, spec.local_rank());
-    child = cluster::SpawnWithPipes(argv, &env, ArenaFd(spec.local_rank()));
+    child = Spawn(argv, &spec, spec.local_rank(), &w->store_client);
   }
   if (!child.ok()) {
     OB_LOG(Error) << "worker rank " << spec.rank() << ": " << child.status().message();
@@ -415,6 +466,7 @@ void Agent::ReapWorkers() {
     int status = w->proc.WaitFor(0);
     if (w->proc.running()) continue;
     w->exited = true;
+    relay_->Close(w->store_client);  // replies still on their way are dropped
     std::string desc = w->proc.DescribeExit();
     OB_LOG(Info) << "worker rank " << w->rank << " exited: " << desc;
     pb::Control m;
@@ -438,6 +490,7 @@ void Agent::KillWorkers() {
     if (w->exited) continue;
     w->proc.Wait();
     w->exited = true;
+    relay_->Close(w->store_client);
     OB_LOG(Info) << "worker rank " << w->rank << " killed";
   }
 }
@@ -452,6 +505,7 @@ void Agent::Shutdown(int code, const std::string& why) {
   }
   KillWorkers();
   CloseOutputs();
+  for (auto& [slot, s] : standby_) relay_->Close(s.store_client);
   standby_.clear();  // killed and reaped
   uv_timer_stop(&heartbeat_);
   uv_timer_stop(&watchdog_);

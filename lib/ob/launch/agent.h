@@ -17,6 +17,13 @@
 // new worker finds its predecessor's snapshots; and, with standby_exe, a
 // standby process per slot that has already loaded LibTorch.
 //
+// The store: every worker (and standby) process gets one end of a
+// socketpair of its own as fd 4, $OB_STORE_FD; the agent relays the store
+// requests it sends there to the master over the control channel, and the
+// replies back (store_relay.h). Nothing of the agent or its workers listens
+// for the store. Workers also get $OB_GLOO_ADDR, this host's address on
+// the connection to the master, unless the agent's environment sets it.
+//
 // No orphans: the agent SIGKILLs every worker's process group and exits when
 // the master says Stop, when its stdin reaches end of file (the master or
 // its rsh is gone), when the master has been silent (no message at all)

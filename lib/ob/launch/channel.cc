@@ -42,6 +42,20 @@ void CloseHandle(uv_handle_t* h) {
   if (h != nullptr && !uv_is_closing(h)) uv_close(h, FreeHandle);
 }
 
+// The IP of this end of `tcp` ("" if unknown).
+std::string LocalIp(uv_tcp_t* tcp) {
+  sockaddr_storage ss{};
+  int len = sizeof ss;
+  if (uv_tcp_getsockname(tcp, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char ip[64] = {0};
+  if (ss.ss_family == AF_INET6) {
+    uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&ss), ip, sizeof ip);
+  } else {
+    uv_ip4_name(reinterpret_cast<sockaddr_in*>(&ss), ip, sizeof ip);
+  }
+  return ip;
+}
+
 std::string PeerName(uv_tcp_t* tcp) {
   sockaddr_storage ss{};
   int len = sizeof ss;
@@ -86,10 +100,12 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<pb::Control
   while (buf_.size() - pos_ >= 4) {
     const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
     uint32_t n = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-    if (n > kMaxFrameBytes) {
+    if (n > max_) {
       failed_ = true;
       return Status::DataErr("frame of " + std::to_string(n) + " bytes exceeds the " +
-                             std::to_string(kMaxFrameBytes >> 20) + " MiB limit");
+                             (max_ % (1u << 20) == 0 ? std::to_string(max_ >> 20) + " MiB"
+                                                 : std::to_string(max_) + "-byte") +
+                             " limit");
     }
     if (buf_.size() - pos_ - 4 < n) break;
     pb::Control msg;
@@ -155,6 +171,7 @@ std::shared_ptr<Connection> Connection::Adopt(uv_loop_t* loop, uv_tcp_t* tcp) {
   c->loop_ = loop;
   c->tcp_ = tcp;
   c->peer_ = PeerName(tcp);
+  c->local_ip_ = LocalIp(tcp);
   c->last_rx_ms_ = static_cast<int64_t>(uv_now(loop));
   c->open_ = true;
   tcp->data = c.get();
@@ -322,11 +339,22 @@ void Server::OnConnection(uv_stream_t* s, int status) {
     CloseHandle(reinterpret_cast<uv_handle_t*>(tcp));
     return;
   }
-  self->Handshake(Connection::Adopt(self->loop_, tcp));
+  if (self->pending_.size() >= kMaxPendingHandshakes) {  // a flood: not one more
+    ++self->rejected_;
+    OB_LOG(Debug) << "control channel: " << kMaxPendingHandshakes
+                  << " connections already in the handshake; closing a new one";
+    CloseHandle(reinterpret_cast<uv_handle_t*>(tcp));
+    return;
+  }
+  std::shared_ptr<Connection> conn = Connection::Adopt(self->loop_, tcp);
+  conn->SetMaxFrameBytes(kMaxHandshakeFrameBytes);  // until the peer proved the secret
+  self->Handshake(std::move(conn));
 }
 
-void Server::Refuse(const std::shared_ptr<Connection>& conn, const std::string& why) {
+void Server::Refuse(const std::shared_ptr<Connection>& conn, const std::string& reason) {
   ++rejected_;
+  // The reason may quote the peer (its host name, its reject reason).
+  const std::string why = log::Printable(reason, 256);
   OB_LOG(Warn) << "rejected agent connection from " << conn->peer() << ": " << why;
   pb::Control m;
   m.mutable_reject()->set_reason(why);
@@ -394,6 +422,7 @@ void Server::Handshake(std::shared_ptr<Connection> conn) {
         pb::Control ok;
         ok.mutable_accept();
         c.Send(ok);
+        c.SetMaxFrameBytes(kMaxFrameBytes);
         c.SetHandlers(nullptr, nullptr);
         ready_(keep->conn, keep->hello);
       },
@@ -447,7 +476,7 @@ struct ConnectAttempt : std::enable_shared_from_this<ConnectAttempt> {
   void OnMessage(pb::Control& m) {
     if (m.has_reject()) {
       return Finish(Status::Config("the master at " + where + " rejected this agent: " +
-                                   m.reject().reason()));
+                                   log::Printable(m.reject().reason(), 256)));
     }
     if (m.has_challenge()) {
       if (!CheckProof(secret, kMasterLabel, hello.nonce(), hello.host(),

@@ -5,14 +5,17 @@
 // a serialised pb::Control (control.proto). A length over kMaxFrameBytes,
 // bytes that do not parse, or a Control with no message set is a malformed
 // frame: the connection is closed and the reason logged with the peer's
-// address.
+// address. Text a peer sends (its host name, a reject reason) reaches log
+// lines only through log::Printable.
 //
 // Authentication: a mutual HMAC-SHA256 challenge-response on a shared secret
 // (control.proto describes the exchange). Server hands a connection to its
 // owner only after the peer proved the secret; Connect hands one back only
 // after the server proved it. A wrong proof is rejected, logged with the
 // peer's address, and the connection closed. Unauthenticated peers get
-// kHandshakeTimeoutMs to finish.
+// kHandshakeTimeoutMs to finish, frames of at most kMaxHandshakeFrameBytes,
+// and at most kMaxPendingHandshakes of them at once, so strangers cannot
+// grow the master.
 //
 // Thread model: everything here runs on the one uv loop the caller passes;
 // no method may be called from another thread, and every callback runs on
@@ -40,6 +43,12 @@ inline constexpr uint32_t kProtocolVersion = 1;
 // Largest frame accepted; a Control carries argv, env or one step's metrics.
 inline constexpr uint32_t kMaxFrameBytes = 4u << 20;
 inline constexpr int kHandshakeTimeoutMs = 5000;
+// Largest frame a peer may send before it proved the secret (a Hello or a
+// Proof is tiny): a stranger cannot make the master hold more than this
+// per connection.
+inline constexpr uint32_t kMaxHandshakeFrameBytes = 16u << 10;
+// Connections in the handshake at once; more are closed on arrival.
+inline constexpr size_t kMaxPendingHandshakes = 256;
 inline constexpr size_t kNonceBytes = 32;
 
 // --- framing (pure; usable without a loop) --------------------------------
@@ -51,12 +60,17 @@ void AppendFrame(const pb::Control& msg, std::string* out);
 // appended to `out`. After an error the decoder stays failed.
 class FrameDecoder {
  public:
+  // Frames longer than `max_frame_bytes` fail the stream (a relay that adds
+  // to what it forwards takes less than the channel does).
+  explicit FrameDecoder(uint32_t max_frame_bytes = kMaxFrameBytes) : max_(max_frame_bytes) {}
   // kDataErr "frame of N bytes exceeds the 4 MiB limit", "malformed frame:
   // ...": the stream cannot be trusted past this point.
   Status Feed(const char* data, size_t size, std::vector<pb::Control>* out);
   size_t buffered() const { return buf_.size() - pos_; }
+  void set_max_frame_bytes(uint32_t n) { max_ = n; }
 
  private:
+  uint32_t max_;
   std::string buf_;
   size_t pos_ = 0;
   bool failed_ = false;
@@ -87,6 +101,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Replaces the callbacks (e.g. after the handshake).
   void SetHandlers(MessageFn on_message, CloseFn on_close);
+  // The largest frame accepted from now on (kMaxFrameBytes unless set).
+  void SetMaxFrameBytes(uint32_t n) { decoder_.set_max_frame_bytes(n); }
   // Queues `msg`; a no-op once closed. Frames go out in order.
   void Send(const pb::Control& msg);
   // Flushes queued frames, then closes; calls the close callback now.
@@ -95,6 +111,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   bool open() const { return open_; }
   const std::string& peer() const { return peer_; }   // "127.0.0.1:4711"
+  // This end's address ("10.0.0.2"; "" if unknown): where this host faces the peer.
+  const std::string& local_ip() const { return local_ip_; }
   int64_t last_receive_ms() const { return last_rx_ms_; }  // uv_now of the last frame
   // Milliseconds since the peer's kernel last acknowledged anything we sent
   // (TCP_INFO's tcpi_last_ack_recv), or -1 when unknown: a second signal
@@ -114,6 +132,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uv_tcp_t* tcp_ = nullptr;   // owned; freed in its close callback
   bool open_ = false;
   std::string peer_;
+  std::string local_ip_;
   int64_t last_rx_ms_ = 0;
   FrameDecoder decoder_;
   MessageFn on_message_;

@@ -25,6 +25,9 @@
 #include "ob/launch/event_log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
+#include "ob/launch/store_keys.h"
+#include "ob/launch/store_relay.h"
+#include "ob/launch/store_server.h"
 #include "ob/log.h"
 #include "ob/model/data.h"
 #include "ob/plan/plan_io.h"
@@ -170,6 +173,7 @@ class Master {
   uv_loop_t loop_;
   Server server_;
   OperatorSocket operator_;
+  StoreServer store_;                       // the job's rendezvous store (store_server.h)
   EventLog events_;
   std::string secret_, bind_addr_, run_dir_;
   int bind_port_ = 0;
@@ -555,7 +559,7 @@ Status Master::LaunchGeneration() {
     default: from = "snapshots"; break;
   }
   from += " step=" + std::to_string(source.step()) + " lineage=" + std::to_string(source.lineage());
-  if (opt_.publish) {
+  {
     pb::Generation g;
     g.set_generation(generation_);
     *g.mutable_plan() = plan_;
@@ -566,7 +570,9 @@ Status Master::LaunchGeneration() {
       x->set_layer(static_cast<uint32_t>(f.layer));
       x->set_from_node(static_cast<uint32_t>(f.from_node));
     }
-    OB_RETURN_IF_ERROR(opt_.publish("ob/gen/" + std::to_string(generation_), g.SerializeAsString()));
+    OB_RETURN_IF_ERROR(store_.Set(GenerationKey(generation_), g.SerializeAsString())
+                           .WithContext("cannot publish generation " + std::to_string(generation_)));
+    if (generation_ > 2) store_.ErasePrefix(GenerationKeysPrefix(generation_ - 2));
   }
   if (source.kind() == pb::WeightSource::CHECKPOINT) {
     events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + source.checkpoint());
@@ -585,7 +591,7 @@ Status Master::LaunchGeneration() {
     sw->set_generation(generation_);
     for (int r : a.ranks) {
       const RankPlacement& p = layout_.ranks[static_cast<size_t>(r)];
-      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a.host.name, opt_.store,
+      WorkerContext ctx{r, world, p.local_rank, p.pipeline, p.stage, a.host.name,
                         opt_.plan_path, generation_};
       pb::WorkerSpec spec = opt_.worker_command(ctx);
       spec.set_rank(static_cast<uint32_t>(r));
@@ -605,6 +611,7 @@ Status Master::LaunchGeneration() {
 
 void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
+  if (m.has_store_request()) return ServeStoreRequest(&store_, a.conn, m.store_request(), Now());
   if (m.has_worker_metrics()) {
     const pb::Metrics& mx = m.worker_metrics().metrics();
     Publish(mx);
@@ -709,6 +716,7 @@ void Master::Tick() {
   }
   last_tick_ms_ = now;
   ReapAgents();
+  store_.Sweep(Now());  // held GET/WAIT requests past their deadline
   CommitCheckpoints();
   if (state_ == State::kStopping) {
     bool all_gone = true;
@@ -1156,7 +1164,7 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
     case pb::OPERATOR_CHECKPOINT_NOW: {
       // Every worker saves after step K, a step none has reached yet
       // (workers are at most one step apart).
-      if (opt_.ckpt_dir.empty() || !opt_.publish) {
+      if (opt_.ckpt_dir.empty()) {
         r.set_ok(false);
         r.set_error("no --ckpt-dir: nowhere to save");
         return r;
@@ -1168,8 +1176,7 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
                     ", before step " + std::to_string(k) + ", the first no worker may have begun");
         return r;
       }
-      Status st = opt_.publish("ob/gen/" + std::to_string(generation_) + "/checkpoint-now",
-                               std::to_string(k));
+      Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
       if (!st.ok()) {
         r.set_ok(false);
         r.set_error(st.message());

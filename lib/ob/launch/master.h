@@ -11,6 +11,12 @@
 // hosts). Peers with a wrong secret are rejected and logged with their
 // address; they do not count as agents.
 //
+// The store: the master holds the job's rendezvous store in memory
+// (store_server.h), publishes each generation there (control.proto's
+// Generation, under store_keys.h's GenerationKey) before its workers
+// start, and answers the StoreRequests agents relay from their workers
+// over the control channel (store_relay.h); nothing else listens for it.
+//
 // Run: heartbeats both ways every 200 ms. A dead agent (connection lost,
 // its rsh process exited, or silent > agent_timeout_s) or a worker that
 // exits with a non-zero status is detected within a second. Failures within
@@ -38,7 +44,7 @@
 // their workers on every path (agent.h).
 //
 // Thread model: one uv loop on the calling thread runs the control server,
-// the agents' connections, timers, signals and the control socket; every
+// the agents' connections, the store, timers, signals and the control socket; every
 // callback and hook runs on it (docs/threads.md). Not re-entrant; RunMaster
 // owns SIGCHLD, SIGTERM, SIGINT and ignores SIGPIPE while it runs.
 #pragma once
@@ -62,9 +68,8 @@ struct WorkerContext {
   int pipeline = 0;
   int stage = 0;
   std::string host;           // the agent's host name
-  std::string store;          // HOST:PORT of the rendezvous store
   std::string plan_path;      // as given to the master
-  uint64_t generation = 1;    // its plan is the store's "ob/gen/<generation>"
+  uint64_t generation = 1;    // its plan is the store's GenerationKey(generation)
 };
 
 // argv (and extra environment) of one worker; argv must not be empty.
@@ -86,12 +91,7 @@ struct MasterOptions {
   double stop_grace_s = 30.0;        // bound on on_stop_request before stopping anyway
   std::string self_exe;              // the ob-launch binary agents run; "" = /proc/self/exe
   std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")
-  std::string store;                 // HOST:PORT of the rendezvous store for workers
   WorkerCommand worker_command;      // REQUIRES: set
-  // Sets a key in the rendezvous store: the master publishes each
-  // generation (control.proto's Generation) under "ob/gen/<G>" before its
-  // workers start. Unset (tests with stand-in workers): nothing published.
-  std::function<Status(const std::string& key, const std::string& value)> publish;
   // Checkpoints (ckpt/checkpoint.h): the directory workers save into (""
   // = none); the master commits each step once every rank's part is in,
   // restores from the latest complete one when failures take every replica

@@ -2,10 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -25,6 +22,9 @@
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/launch/inject.h"
+#include "ob/launch/relay_store.h"
+#include "ob/launch/store_client.h"
+#include "ob/launch/store_keys.h"
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
 #include "ob/model/data.h"
@@ -66,34 +66,6 @@ Result<model::TokenSource> OpenData(const std::string& spec, const model::GptCon
 
 }  // namespace
 
-struct RendezvousStore::Impl {
-  c10::intrusive_ptr<c10d::Store> store;
-};
-
-Status RendezvousStore::Set(const std::string& key, const std::string& value) {
-  try {
-    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-  } catch (const std::exception& e) {
-    return Status::Unavailable("rendezvous store: cannot set " + key + ": " + FirstLine(e.what()));
-  }
-  return Status::Ok();
-}
-
-RendezvousStore::~RendezvousStore() = default;
-
-Result<std::unique_ptr<RendezvousStore>> RendezvousStore::Start(const std::string& host) {
-  std::unique_ptr<RendezvousStore> rs(new RendezvousStore());
-  rs->impl_ = std::make_unique<Impl>();
-  try {
-    rs->impl_->store = compat::MakeTcpStore(host, 0, /*is_server=*/true, std::chrono::seconds(60));
-    rs->address_ = host + ":" + std::to_string(compat::StorePort(rs->impl_->store));
-  } catch (const std::exception& e) {
-    return Status::Unavailable("cannot start the rendezvous store on " + host + ": " +
-                               FirstLine(e.what()));
-  }
-  return rs;
-}
-
 Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path) {
   OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
   if (data == "synthetic") return std::string();
@@ -107,31 +79,6 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
 }
 
 namespace {
-
-// The address of this host on the route to HOST:PORT ("" if unknown): Gloo
-// must listen where peers on other hosts can reach it.
-std::string LocalAddressFacing(const std::string& host, const std::string& port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    char buf[INET6_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* a = local.ss_family == AF_INET6
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (::inet_ntop(local.ss_family, a, buf, sizeof buf) != nullptr) out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  return out;
-}
 
 std::string StoreGet(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
   std::vector<uint8_t> v = store->get(key);
@@ -194,13 +141,13 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
     if (i.lineage != source.lineage()) i = Arena::SlotInfo();  // another lineage's: never ours
     mine << i.step << " " << i.first_layer << " " << i.last_layer << " ";
   }
-  StoreSet(store, "held/" + std::to_string(rank), mine.str());
+  StoreSet(store, HeldKey(rank), mine.str());
   OB_LOG(Debug) << "own snapshots of lineage " << source.lineage()
                 << " (step first last, per slot): " << mine.str();
   std::vector<std::array<Arena::SlotInfo, Arena::kSlots>> all(static_cast<size_t>(world));
   int64_t newest = -2;
   for (int q = 0; q < world; ++q) {
-    std::istringstream in(StoreGet(store, "held/" + std::to_string(q)));
+    std::istringstream in(StoreGet(store, HeldKey(q)));
     for (auto& i : all[static_cast<size_t>(q)]) {
       if (!(in >> i.step >> i.first_layer >> i.last_layer)) {
         return Status::DataErr("rank " + std::to_string(q) + " published a malformed snapshot list");
@@ -269,27 +216,22 @@ Status RunWorker(const WorkerOptions& o) {
   // does not say).
   const std::string comm = "ob-worker-" + std::to_string(o.rank);
   ::prctl(PR_SET_NAME, comm.c_str(), 0, 0, 0);
-  const auto colon = o.store.rfind(':');
-  if (colon == std::string::npos) return Status::Usage("--store must be HOST:PORT");
-  const std::string store_host = o.store.substr(0, colon);
-  const std::string store_port = o.store.substr(colon + 1);
-  if (const char* a = std::getenv("OB_GLOO_ADDR"); a == nullptr || *a == '\0') {
-    const std::string local = LocalAddressFacing(store_host, store_port);
-    if (!local.empty()) ::setenv("OB_GLOO_ADDR", local.c_str(), 1);
-  }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  c10::intrusive_ptr<c10d::Store> root;
+  // The job's store, through the socket our agent passed ($OB_STORE_FD);
+  // Gloo listens on $OB_GLOO_ADDR, which the agent sets.
+  OB_ASSIGN_OR_RETURN(std::shared_ptr<StoreClient> client, StoreClient::FromEnvironment());
+  client->set_op_timeout(timeout);
+  c10::intrusive_ptr<c10d::Store> root = c10::make_intrusive<RelayStore>(client, timeout);
   pb::Generation gen;
-  const std::string gen_key = "ob/gen/" + std::to_string(o.generation);
+  const std::string gen_key = GenerationKey(o.generation);
   try {
-    root = compat::MakeTcpStore(store_host, std::stoi(store_port), /*is_server=*/false, timeout);
     const std::string bytes = StoreGet(root, gen_key);
     if (!gen.ParseFromString(bytes)) {
-      return Status::DataErr(o.store + ": " + gen_key + " is not an ob Generation");
+      return Status::DataErr("the rendezvous store's " + gen_key + " is not an ob Generation");
     }
   } catch (const std::exception& e) {
-    return Status::Unavailable("cannot read " + gen_key + " from the rendezvous store " + o.store +
-                               ": " + FirstLine(e.what()));
+    return Status::Unavailable("cannot read " + gen_key + " from the rendezvous store: " +
+                               FirstLine(e.what()));
   }
   auto loaded = plan::FromProto(gen.plan());
   if (!loaded.ok()) return loaded.status().WithContext(gen_key);
@@ -326,7 +268,8 @@ Status RunWorker(const WorkerOptions& o) {
   }
   // Groups of this generation live under its own prefix: nothing of an
   // earlier generation's half-built groups can leak in.
-  c10::intrusive_ptr<c10d::Store> gen_store = c10::make_intrusive<c10d::PrefixStore>(gen_key + "/", root);
+  c10::intrusive_ptr<c10d::Store> gen_store =
+      c10::make_intrusive<c10d::PrefixStore>(GenerationStorePrefix(o.generation), root);
   std::unique_ptr<runtime::StageWorker> worker;
   int64_t first_step = 0;
   double restore_seconds = 0;
@@ -425,7 +368,7 @@ Status RunWorker(const WorkerOptions& o) {
       OB_LOG(Error) << "checkpoint of step " << d.step << ": " << d.error;
     }
   };
-  const std::string now_key = gen_key + "/checkpoint-now";
+  const std::string now_key = CheckpointNowKey(o.generation);
   int64_t now_done = -1;
   // One record per step, and a heartbeat every kBeatMs from a thread of its
   // own: a stopped process stops beating, a blocked one does not.

@@ -1,8 +1,11 @@
 // The worker role of ob-launch (SPEC §5): one process per pipeline stage,
 // started by an agent as `ob-launch --worker --rank R --generation G ...`.
-// It joins the master's rendezvous store, reads generation G there
-// (control.proto's Generation: the plan with this generation's
-// instantiation, and the fetch list), builds its stage (lib/ob/runtime),
+// It reaches the job's rendezvous store through the socket its agent
+// passes as $OB_STORE_FD (store_client.h; the agent relays to the master,
+// store_relay.h), reads generation G there (control.proto's Generation
+// under store_keys.h's GenerationKey: the plan with this generation's
+// instantiation, and the fetch list), forms its groups through it (a
+// RelayStore under the generation's prefix), builds its stage (lib/ob/runtime),
 // trains, and writes one delimited ob.pb.Metrics record per step to stdout,
 // which its agent relays to the master.
 //
@@ -22,8 +25,8 @@
 // commits the checkpoint when every rank's part is in.
 //
 // Torch-free header. Failure: a bad plan or data → kDataErr/kConfig before
-// any collective; a peer lost mid-step → kUnavailable (the agent reports
-// the exit and the master decides).
+// any collective; no $OB_STORE_FD → kConfig; a peer lost mid-step →
+// kUnavailable (the agent reports the exit and the master decides).
 #pragma once
 
 #include <cstdint>
@@ -37,8 +40,7 @@ namespace ob::launch {
 struct WorkerOptions {
   int rank = 0;
   int world = 0;               // checked against the plan's rank count
-  std::string store;           // HOST:PORT of the master's TCPStore
-  uint64_t generation = 1;     // reads its plan from the store's "ob/gen/<generation>"
+  uint64_t generation = 1;     // reads its plan from the store's GenerationKey(generation)
   int64_t steps = 0;
   std::string data = "synthetic";  // token file, text file, or "synthetic"
   // model::TokenFileFacts::Encode() of `data` as the master found it: a
@@ -59,25 +61,6 @@ Status RunWorker(const WorkerOptions& opts);
 // start-up (autograd's threads, the allocator, kernels' first use) is paid
 // by a standby worker while it waits for a role, not by a recovery.
 void WarmUpLibTorch();
-
-// The master's rendezvous store: a c10d TCPStore server on `host`, on a port
-// the OS picks. Workers join it (through a prefix per group) to form their
-// communication groups. Lives as long as the object; not thread-safe.
-class RendezvousStore {
- public:
-  // kUnavailable when it cannot listen on `host`.
-  static Result<std::unique_ptr<RendezvousStore>> Start(const std::string& host);
-  ~RendezvousStore();
-  std::string address() const { return address_; }  // "HOST:PORT"
-  // Sets `key` for every client (the master publishes generations so).
-  Status Set(const std::string& key, const std::string& value);
-
- private:
-  RendezvousStore() = default;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  std::string address_;
-};
 
 // The checks the master makes before any worker starts: the data exists (when
 // readable here), is a regular file, and fits the plan's model (vocabulary,

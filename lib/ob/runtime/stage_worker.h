@@ -26,8 +26,9 @@
 // named after the group over the given store, in Topology order; so every
 // rank of the topology must construct its worker concurrently with the same
 // topology and store (threads of one process sharing a HashStore, or
-// processes sharing a TCPStore). To rebuild groups after a failure, give the
-// new workers a store with a fresh prefix (e.g. a PrefixStore "gen/3").
+// processes sharing the job's store, launch/relay_store.h). To rebuild
+// groups after a failure, give the new workers a store with a fresh prefix
+// (e.g. a PrefixStore "gen/3").
 //
 // Ownership: the worker owns its stage, optimizer and groups; it shares the
 // store and the token source. Thread-safety: one thread at a time per

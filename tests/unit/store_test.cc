@@ -1,0 +1,452 @@
+// The store seam (SPEC §5): one conformance list run over every Store
+// implementation (the master's in-memory server directly, and the whole
+// relay path master ↔ agent ↔ worker), the server's limits, and the relay's
+// routing.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ob/launch/channel.h"
+#include "ob/launch/store_keys.h"
+#include "ob/launch/store_server.h"
+#include "store_testing.h"
+
+using namespace ob::launch;
+using ob::Code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Each fixture gives two handles on one store: `a` and `b` stand for two
+// workers (or a worker and the master).
+struct InMemory {
+  std::shared_ptr<Store> a = std::make_shared<ServerStore>();
+  std::shared_ptr<Store> b = a;
+};
+
+struct Relayed {
+  ob::testing::RelayHarness harness;
+  std::shared_ptr<Store> a = harness.NewClient();
+  std::shared_ptr<Store> b = harness.NewClient();
+};
+
+int64_t MsSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+// --- conformance: every Store ----------------------------------------------------
+
+TEMPLATE_TEST_CASE("store: set, get, overwrite, binary values", "[store]", InMemory, Relayed) {
+  TestType s;
+  REQUIRE(s.a->Set("k", "v1").ok());
+  auto v = s.b->Get("k", milliseconds(1000));
+  REQUIRE(v.ok());
+  CHECK(*v == "v1");
+  REQUIRE(s.b->Set("k", "v2").ok());
+  CHECK(*s.a->Get("k", milliseconds(1000)) == "v2");
+  const std::string binary("\0\xff\x01zero\0", 8);
+  REQUIRE(s.a->Set("bin", binary).ok());
+  CHECK(*s.b->Get("bin", milliseconds(1000)) == binary);
+  const std::string big(1 << 20, 'x');  // a plan-sized value
+  REQUIRE(s.a->Set(GenerationKey(1), big).ok());
+  CHECK(s.b->Get(GenerationKey(1), milliseconds(1000))->size() == big.size());
+  REQUIRE(s.a->Set("", "empty key").ok());
+  CHECK(*s.b->Get("", milliseconds(1000)) == "empty key");
+}
+
+TEMPLATE_TEST_CASE("store: a get of a missing key times out, naming it", "[store]", InMemory, Relayed) {
+  TestType s;
+  const auto t0 = Clock::now();
+  auto v = s.a->Get("never", milliseconds(200));
+  const int64_t ms = MsSince(t0);
+  REQUIRE_FALSE(v.ok());
+  CHECK(v.status().code() == Code::kUnavailable);
+  CHECK(v.status().message().find("'never'") != std::string::npos);
+  CHECK(ms >= 190);
+  CHECK(ms < 2000);
+  // The store is still usable after a timeout.
+  REQUIRE(s.a->Set("after", "1").ok());
+  CHECK(*s.a->Get("after", milliseconds(100)) == "1");
+}
+
+TEMPLATE_TEST_CASE("store: a value set by one client reaches a waiting one", "[store]", InMemory, Relayed) {
+  TestType s;
+  const auto t0 = Clock::now();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(150));
+    REQUIRE(s.b->Set("late", "here").ok());
+  });
+  auto v = s.a->Get("late", milliseconds(5000));
+  const int64_t ms = MsSince(t0);
+  setter.join();
+  REQUIRE(v.ok());
+  CHECK(*v == "here");
+  CHECK(ms >= 140);
+  CHECK(ms < 2000);  // answered when set, not at the timeout
+}
+
+TEMPLATE_TEST_CASE("store: wait for several keys, or time out on a missing one", "[store]", InMemory, Relayed) {
+  TestType s;
+  std::thread setter([&] {
+    for (const char* k : {"w1", "w2", "w3"}) {
+      std::this_thread::sleep_for(milliseconds(50));
+      REQUIRE(s.b->Set(k, "x").ok());
+    }
+  });
+  CHECK(s.a->Wait({"w1", "w2", "w3"}, milliseconds(5000)).ok());
+  setter.join();
+  const auto t0 = Clock::now();
+  ob::Status st = s.a->Wait({"w1", "nope"}, milliseconds(150));
+  CHECK(st.code() == Code::kUnavailable);
+  CHECK(st.message().find("'nope'") != std::string::npos);
+  CHECK(MsSince(t0) >= 140);
+  CHECK(s.a->Wait({}, milliseconds(10)).ok());
+}
+
+TEMPLATE_TEST_CASE("store: add counts from zero, as decimal text", "[store]", InMemory, Relayed) {
+  TestType s;
+  CHECK(*s.a->Add("n", 5) == 5);
+  CHECK(*s.b->Add("n", -7) == -2);
+  CHECK(*s.a->Get("n", milliseconds(100)) == "-2");
+  REQUIRE(s.a->Set("text", "abc").ok());
+  auto bad = s.a->Add("text", 1);
+  CHECK(bad.status().code() == Code::kDataErr);
+  CHECK(*s.a->Get("text", milliseconds(100)) == "abc");
+  // Concurrent adds from several workers lose nothing.
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      auto& st = t % 2 == 0 ? s.a : s.b;
+      for (int i = 0; i < 25; ++i) REQUIRE(st->Add("counter", 1).ok());
+    });
+  }
+  for (auto& t : ts) t.join();
+  CHECK(*s.a->Add("counter", 0) == 100);
+}
+
+TEMPLATE_TEST_CASE("store: compare-and-set as c10d's", "[store]", InMemory, Relayed) {
+  TestType s;
+  // Absent and expected empty: set.
+  CHECK(*s.a->CompareSet("c", "", "one") == "one");
+  CHECK(*s.b->Get("c", milliseconds(100)) == "one");
+  // Holds the expected value: swapped.
+  CHECK(*s.b->CompareSet("c", "one", "two") == "two");
+  // Holds something else: unchanged, the current value returned.
+  CHECK(*s.a->CompareSet("c", "one", "three") == "two");
+  CHECK(*s.a->Get("c", milliseconds(100)) == "two");
+  // Absent, expected not empty: not set, `expected` returned.
+  CHECK(*s.a->CompareSet("absent", "x", "y") == "x");
+  CHECK_FALSE(*s.a->Check({"absent"}));
+}
+
+TEMPLATE_TEST_CASE("store: check, delete, number of keys", "[store]", InMemory, Relayed) {
+  TestType s;
+  const int64_t before = *s.a->NumKeys();
+  REQUIRE(s.a->Set("d1", "1").ok());
+  REQUIRE(s.b->Set("d2", "2").ok());
+  CHECK(*s.a->NumKeys() == before + 2);
+  CHECK(*s.b->Check({"d1", "d2"}));
+  CHECK_FALSE(*s.b->Check({"d1", "d3"}));
+  CHECK(*s.b->Check({}));
+  CHECK(*s.a->DeleteKey("d1"));
+  CHECK_FALSE(*s.a->DeleteKey("d1"));
+  CHECK_FALSE(*s.b->Check({"d1"}));
+  CHECK(*s.a->NumKeys() == before + 1);
+  CHECK(s.b->Get("d1", milliseconds(50)).status().code() == Code::kUnavailable);
+}
+
+TEMPLATE_TEST_CASE("store: oversized keys and values are refused and change nothing", "[store]",
+                   InMemory, Relayed) {
+  TestType s;
+  const std::string long_key(kMaxStoreKeyBytes + 1, 'k');
+  CHECK(s.a->Set(long_key, "v").code() == Code::kDataErr);
+  CHECK(s.a->Get(long_key, milliseconds(10)).status().code() == Code::kDataErr);
+  const std::string huge(kMaxStoreValueBytes + 1, 'v');
+  ob::Status st = s.a->Set("huge", huge);
+  CHECK(st.code() == Code::kDataErr);
+  CHECK(st.message().find("limit") != std::string::npos);
+  CHECK(s.a->CompareSet("huge", "", huge).status().code() == Code::kDataErr);
+  CHECK_FALSE(*s.b->Check({"huge"}));
+  // The largest value allowed goes through.
+  REQUIRE(s.a->Set("max", std::string(kMaxStoreValueBytes, 'm')).ok());
+  CHECK(s.b->Get("max", milliseconds(1000))->size() == kMaxStoreValueBytes);
+}
+
+// --- StoreServer: the master's, driven directly ------------------------------------
+
+namespace {
+
+ob::pb::StoreRequest Req(ob::pb::StoreOp op, std::vector<std::string> keys, std::string value = "",
+                         int64_t timeout_ms = 0) {
+  ob::pb::StoreRequest r;
+  r.set_op(op);
+  for (auto& k : keys) r.add_keys(k);
+  r.set_value(value);
+  r.set_timeout_ms(timeout_ms);
+  return r;
+}
+
+// Collects replies.
+struct Replies {
+  std::vector<ob::pb::StoreReply> got;
+  StoreServer::ReplyFn fn() {
+    return [this](ob::pb::StoreReply r) { got.push_back(std::move(r)); };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("store server: the total held is bounded, and refusals never grow it", "[store]") {
+  StoreServer::Limits lim;
+  lim.max_total_bytes = 10000;
+  StoreServer s(lim);
+  Replies r;
+  int stored = 0;
+  for (int i = 0; i < 100; ++i) {
+    s.Handle(Req(ob::pb::STORE_SET, {"k" + std::to_string(i)}, std::string(900, 'x')), 0, r.fn());
+    if (r.got.back().code() == 0) ++stored;
+  }
+  CHECK(stored > 5);
+  CHECK(stored < 100);
+  CHECK(r.got.back().code() == static_cast<int>(Code::kDataErr));
+  CHECK(r.got.back().error().find("full") != std::string::npos);
+  CHECK(s.bytes_held() <= lim.max_total_bytes);
+  CHECK(s.num_keys() == static_cast<size_t>(stored));
+  // Growing a key that exists is refused the same way; shrinking is fine.
+  s.Handle(Req(ob::pb::STORE_SET, {"k0"}, std::string(5000, 'y')), 0, r.fn());
+  CHECK(r.got.back().code() == static_cast<int>(Code::kDataErr));
+  CHECK(s.Set("k0", "small").ok());
+  // Deleting makes room again.
+  s.Handle(Req(ob::pb::STORE_DELETE, {"k1"}), 0, r.fn());
+  CHECK(r.got.back().number() == 1);
+  CHECK(s.Set("again", std::string(800, 'z')).ok());
+  CHECK(s.bytes_held() <= lim.max_total_bytes);
+}
+
+TEST_CASE("store server: a held get is answered when the key appears, or times out at Sweep", "[store]") {
+  StoreServer s;
+  Replies r;
+  s.Handle(Req(ob::pb::STORE_GET, {"g"}, "", 100), 1000, r.fn());
+  s.Handle(Req(ob::pb::STORE_WAIT, {"g", "h"}, "", 100), 1000, r.fn());
+  CHECK(r.got.empty());
+  CHECK(s.waiters() == 2);
+  CHECK(s.Set("g", "value").ok());  // answers the get inside the set
+  REQUIRE(r.got.size() == 1);
+  CHECK(r.got[0].code() == 0);
+  CHECK(r.got[0].value() == "value");
+  CHECK(s.Sweep(1099) == 0);  // the wait's deadline is 1100
+  CHECK(s.Sweep(1100) == 1);
+  REQUIRE(r.got.size() == 2);
+  CHECK(r.got[1].code() == static_cast<int>(Code::kUnavailable));
+  CHECK(r.got[1].error().find("'h'") != std::string::npos);
+  CHECK(s.waiters() == 0);
+  CHECK(s.bytes_held() == std::string("g").size() + std::string("value").size() +
+                              StoreServer::kEntryOverhead);
+}
+
+TEST_CASE("store server: held requests are bounded in number and bytes", "[store]") {
+  StoreServer::Limits lim;
+  lim.max_waiters = 2;
+  StoreServer s(lim);
+  Replies r;
+  for (int i = 0; i < 3; ++i) s.Handle(Req(ob::pb::STORE_GET, {"x" + std::to_string(i)}, "", 1000), 0, r.fn());
+  REQUIRE(r.got.size() == 1);
+  CHECK(r.got[0].code() == static_cast<int>(Code::kDataErr));
+  CHECK(s.waiters() == 2);
+
+  StoreServer::Limits tiny;
+  tiny.max_total_bytes = 500;
+  StoreServer t(tiny);
+  Replies q;
+  t.Handle(Req(ob::pb::STORE_WAIT, {std::string(300, 'a'), std::string(300, 'b')}, "", 1000), 0, q.fn());
+  REQUIRE(q.got.size() == 1);
+  CHECK(q.got[0].code() == static_cast<int>(Code::kDataErr));
+  CHECK(t.waiters() == 0);
+}
+
+TEST_CASE("store server: malformed requests are refused with a reason", "[store]") {
+  StoreServer s;
+  Replies r;
+  s.Handle(Req(ob::pb::STORE_OP_UNSPECIFIED, {"a"}), 0, r.fn());
+  s.Handle(Req(ob::pb::STORE_SET, {}), 0, r.fn());
+  s.Handle(Req(ob::pb::STORE_GET, {"a", "b"}), 0, r.fn());
+  s.Handle(Req(ob::pb::STORE_SET, {std::string(kMaxStoreKeyBytes + 1, 'k')}), 0, r.fn());
+  auto huge = Req(ob::pb::STORE_NUM_KEYS, {});
+  huge.set_value(std::string(kMaxStoreValueBytes + 1, 'v'));
+  s.Handle(huge, 0, r.fn());
+  REQUIRE(r.got.size() == 5);
+  for (const auto& g : r.got) {
+    CHECK(g.code() == static_cast<int>(Code::kDataErr));
+    CHECK_FALSE(g.error().empty());
+  }
+  CHECK(s.num_keys() == 0);
+  CHECK(s.bytes_held() == 0);
+}
+
+TEST_CASE("store server: replies echo id and client, and a reply may call back in", "[store]") {
+  StoreServer s;
+  std::vector<ob::pb::StoreReply> got;
+  auto req = Req(ob::pb::STORE_GET, {"k"}, "", 1000);
+  req.set_id(41);
+  req.set_client(7);
+  s.Handle(req, 0, [&](ob::pb::StoreReply r) {
+    got.push_back(r);
+    CHECK(s.Set("written-from-reply", "1").ok());  // re-entry is allowed
+  });
+  CHECK(s.Set("k", "v").ok());
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].id() == 41);
+  CHECK(got[0].client() == 7);
+  CHECK(s.num_keys() == 2);
+}
+
+TEST_CASE("store server: a finished generation's keys are erased by prefix", "[store]") {
+  StoreServer s;
+  REQUIRE(s.Set(GenerationKey(1), "gen1").ok());
+  REQUIRE(s.Set(GenerationKeysPrefix(1) + HeldKey(0), "h").ok());
+  REQUIRE(s.Set(CheckpointNowKey(1), "5").ok());
+  REQUIRE(s.Set(GenerationKeysPrefix(11) + HeldKey(0), "h").ok());
+  CHECK(s.ErasePrefix(GenerationKeysPrefix(1)) == 2);
+  CHECK(s.num_keys() == 2);  // ob/gen/1 itself and generation 11's key stay
+  CHECK(GenerationKey(3) == "ob/gen/3");
+  CHECK(CheckpointNowKey(3) == "ob/gen/3/checkpoint-now");
+}
+
+// --- the relay ----------------------------------------------------------------------
+
+namespace {
+
+void WriteFrame(int fd, const ob::pb::Control& m) {
+  std::string bytes;
+  AppendFrame(m, &bytes);
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+}
+
+// Reads until a whole frame, end of file (false) or 3 s.
+bool ReadFrame(int fd, ob::pb::Control* out) {
+  FrameDecoder d;
+  std::vector<ob::pb::Control> got;
+  const auto end = Clock::now() + milliseconds(3000);
+  while (Clock::now() < end) {
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n > 0) {
+      REQUIRE(d.Feed(buf, static_cast<size_t>(n), &got).ok());
+      if (!got.empty()) {
+        *out = got[0];
+        return true;
+      }
+    } else {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("relay: the agent tags requests with the worker's own id, whatever it claims", "[store]") {
+  ob::testing::RelayHarness h;
+  auto other = h.NewClient();
+  REQUIRE(other->Set("secret-of-other", "x").ok());
+  uint64_t client = 0;
+  int fd = h.RawEndpoint(&client);
+  REQUIRE(fd >= 0);
+  ob::pb::Control m;
+  auto* r = m.mutable_store_request();
+  r->set_id(5);
+  r->set_client(client + 1000);  // pretends to be someone else
+  r->set_op(ob::pb::STORE_GET);
+  r->add_keys("secret-of-other");
+  WriteFrame(fd, m);
+  ob::pb::Control reply;
+  REQUIRE(ReadFrame(fd, &reply));
+  REQUIRE(reply.has_store_reply());
+  CHECK(reply.store_reply().id() == 5);
+  CHECK(reply.store_reply().client() == client);
+  ::close(fd);
+}
+
+TEST_CASE("relay: replies for a worker that is gone are dropped", "[store]") {
+  ob::testing::RelayHarness h;
+  uint64_t client = 0;
+  int fd = h.RawEndpoint(&client);
+  ob::pb::Control m;
+  auto* r = m.mutable_store_request();
+  r->set_id(1);
+  r->set_op(ob::pb::STORE_GET);
+  r->add_keys("later");
+  r->set_timeout_ms(10000);
+  WriteFrame(fd, m);
+  // Held at the master; then the worker exits.
+  bool held = false;
+  for (int i = 0; i < 200 && !held; ++i) {
+    h.OnLoop([&](StoreServer& s, StoreRelay&) { held = s.waiters() == 1; });
+    if (!held) std::this_thread::sleep_for(milliseconds(10));
+  }
+  REQUIRE(held);
+  ::close(fd);
+  size_t endpoints = 1;
+  for (int i = 0; i < 200 && endpoints != 0; ++i) {
+    h.OnLoop([&](StoreServer&, StoreRelay& relay) { endpoints = relay.endpoints(); });
+    if (endpoints != 0) std::this_thread::sleep_for(milliseconds(10));
+  }
+  REQUIRE(endpoints == 0);
+  auto setter = h.NewClient();
+  REQUIRE(setter->Set("later", "v").ok());
+  uint64_t dropped = 0;
+  for (int i = 0; i < 200 && dropped == 0; ++i) {
+    h.OnLoop([&](StoreServer&, StoreRelay& relay) { dropped = relay.dropped(); });
+    if (dropped == 0) std::this_thread::sleep_for(milliseconds(10));
+  }
+  CHECK(dropped == 1);
+}
+
+TEST_CASE("relay: a worker sending junk is cut off, and others go on", "[store]") {
+  ob::testing::RelayHarness h;
+  auto good = h.NewClient();
+  uint64_t client = 0;
+  for (int variant = 0; variant < 2; ++variant) {
+    int fd = h.RawEndpoint(&client);
+    if (variant == 0) {  // not a store request
+      ob::pb::Control m;
+      m.mutable_heartbeat()->set_sequence(1);
+      WriteFrame(fd, m);
+    } else {  // a frame over the relay's limit
+      const uint32_t n = kMaxRelayFrameBytes + 1;
+      const char head[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                            static_cast<char>(n >> 8), static_cast<char>(n)};
+      REQUIRE(::send(fd, head, 4, MSG_NOSIGNAL) == 4);
+    }
+    ob::pb::Control reply;
+    CHECK_FALSE(ReadFrame(fd, &reply));  // end of file, no reply
+    ::close(fd);
+  }
+  REQUIRE(good->Set("still", "fine").ok());
+  CHECK(*good->Get("still", milliseconds(1000)) == "fine");
+}
+
+TEST_CASE("store client: the agent going away fails calls at once", "[store]") {
+  std::shared_ptr<StoreClient> c;
+  {
+    ob::testing::RelayHarness h;
+    c = h.NewClient();
+    REQUIRE(c->Set("k", "v").ok());
+  }
+  const auto t0 = Clock::now();
+  auto v = c->Get("k", milliseconds(10000));
+  CHECK(v.status().code() == Code::kUnavailable);
+  CHECK(MsSince(t0) < 1000);
+  CHECK(StoreClient::FromFd(-1).status().code() == Code::kConfig);
+  ::unsetenv("OB_STORE_FD");
+  CHECK(StoreClient::FromEnvironment().status().code() == Code::kConfig);
+}
