@@ -15,6 +15,10 @@ expect 65 'cut.pb: truncated Profile' -- "$P" --json "$TMP/cut.pb"
 expect 65 'empty.pb: empty file' -- "$P" --json "$TMP/empty.pb"
 head -c 3000 /dev/urandom > "$TMP/noise.pb"
 expect 65 'noise.pb: ' -- "$P" --json "$TMP/noise.pb"
+# Noise that starts like JSON (1 in 256 of the above): the parser's message
+# quotes it, newlines and all; still one line.
+printf '{\n\xff\xfe\n\x1b[31m\n' > "$TMP/badjson.pb"
+expect 65 'badjson.pb: not a valid ob Profile in JSON' -- "$P" --json "$TMP/badjson.pb"
 
 # A future format_version (field 1 is serialised first: bytes 08 01).
 python3 - "$TMP/good.pb" "$TMP/future.pb" <<'PY'

@@ -5,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "ob/io/file.h"
+#include "ob/log.h"
 
 namespace ob::io {
 namespace {
@@ -49,8 +50,10 @@ Status ParseMessage(const std::string& bytes, const std::string& name, uint32_t 
     google::protobuf::util::JsonParseOptions opts;
     auto st = google::protobuf::util::JsonStringToMessage(bytes, msg, opts);
     if (!st.ok())
+      // The parser quotes the input: printable ASCII only, so the message
+      // stays one line whatever the file holds.
       return Status::DataErr(name + ": not a valid ob " + type + " in JSON: " +
-                             std::string(st.message().substr(0, 200)));
+                             log::Printable(std::string(st.message()), 200));
   } else if (!msg->ParseFromString(bytes)) {
     // Another type's file may not even parse as this one: its last field,
     // the end marker (tag 2047, fixed32: bytes fd 7f + 4), still names it.
