@@ -95,6 +95,22 @@ netns_star() {
   done
 }
 
+# netns_star_ready NS...: netns_star, then every namespace must reach the
+# bridge and the first the last (skipped, 77, where bridged traffic is
+# filtered by br_netfilter).
+netns_star_ready() {
+  netns_star "$@"
+  local h first=$1 last=${!#}
+  for h in "$@"; do
+    netns_reachable "$h" "$NETNS_GATEWAY" || fail "setup: $h cannot reach the bridge at $NETNS_GATEWAY"
+  done
+  if ! netns_reachable "$first" "${NETNS_ADDR[$last]}"; then
+    [ "$(sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null)" = 1 ] \
+      && skip "bridged traffic between namespaces is filtered here (br_netfilter with iptables rules)"
+    fail "setup: $first cannot reach $last at ${NETNS_ADDR[$last]}"
+  fi
+}
+
 # netns_reachable NS ADDR: true when ADDR answers from inside NS within 3 s
 # (a refused connection proves the peer is reachable). Needs python3.
 netns_reachable() {

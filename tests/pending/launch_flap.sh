@@ -23,15 +23,7 @@ make_two_by_two
 mapfile -t hosts < "$WORK/hosts.txt"
 victim=${hosts[3]}
 netns_add "${hosts[@]}"
-netns_star "${hosts[@]}"
-for h in "${hosts[@]}"; do
-  netns_reachable "$h" "$NETNS_GATEWAY" || fail "setup: $h cannot reach the bridge at $NETNS_GATEWAY"
-done
-if ! netns_reachable "${hosts[0]}" "${NETNS_ADDR[${hosts[3]}]}"; then
-  [ "$(sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null)" = 1 ] \
-    && skip "bridged traffic between namespaces is filtered here (br_netfilter with iptables rules)"
-  fail "setup: ${hosts[0]} cannot reach ${hosts[3]}"
-fi
+netns_star_ready "${hosts[@]}"
 netns_rsh "$WORK/rsh"
 "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "$NETNS_GATEWAY" --secret-file "$WORK/secret" \
   --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \

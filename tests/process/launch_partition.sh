@@ -31,15 +31,7 @@ print(json.load(open(sys.argv[1]))["instantiation"]["pipelines"][1]["nodes"][-1]
   || fail "no host in the plan"
 
 netns_add "${hosts[@]}"
-netns_star "${hosts[@]}"
-for h in "${hosts[@]}"; do
-  netns_reachable "$h" "$NETNS_GATEWAY" || fail "setup: $h cannot reach the bridge at $NETNS_GATEWAY"
-done
-if ! netns_reachable "${hosts[0]}" "${NETNS_ADDR[${hosts[3]}]}"; then
-  [ "$(sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null)" = 1 ] \
-    && skip "bridged traffic between namespaces is filtered here (br_netfilter with iptables rules)"
-  fail "setup: ${hosts[0]} cannot reach ${hosts[3]} at ${NETNS_ADDR[${hosts[3]}]}"
-fi
+netns_star_ready "${hosts[@]}"
 echo "$NAME: ${#hosts[@]} namespaces on bridge ${NETNS_GATEWAY}/24; cutting $victim (${NETNS_HOSTDEV[$victim]})"
 
 cur_step() { max_step "$WORK/metrics.pb"; }
