@@ -46,6 +46,23 @@ struct Loop {
     }
     return true;
   }
+  // Connects to 127.0.0.1:port as `host` with `secret` and runs the loop
+  // until Connect calls back (at most `max_ms`): its outcome, Ok when a
+  // connection was handed over (and then dropped).
+  ob::Status ConnectOnce(int port, const std::string& secret, const std::string& host,
+                         int timeout_ms = 2000, int max_ms = 5000) {
+    ob::Status result = ob::Status::Internal("Connect never called back");
+    bool done = false;
+    ob::pb::Hello hello;
+    hello.set_host(host);
+    Connect(&loop, "127.0.0.1", port, timeout_ms, secret, hello,
+            [&](ob::Result<std::shared_ptr<Connection>> r) {
+              done = true;
+              result = r.ok() ? ob::Status::Ok() : r.status();
+            });
+    RunUntil([&] { return done; }, max_ms);
+    return result;
+  }
 };
 
 std::string TempPath(const std::string& name) {
@@ -168,16 +185,7 @@ TEST_CASE("loopback channel: a wrong secret is rejected on both sides") {
   REQUIRE(server.Listen(o, nullptr, [&](std::shared_ptr<Connection>, const ob::pb::Hello&) {
     admitted = true;
   }).ok());
-  bool done = false;
-  ob::Status result;
-  ob::pb::Hello hello;
-  hello.set_host("h1");
-  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "not-the-secret", hello,
-          [&](ob::Result<std::shared_ptr<Connection>> r) {
-            done = true;
-            result = r.ok() ? ob::Status::Ok() : r.status();
-          });
-  REQUIRE(l.RunUntil([&] { return done; }));
+  const ob::Status result = l.ConnectOnce(server.port(), "not-the-secret", "h1");
   CHECK_FALSE(admitted);
   // The master's proof fails first: the agent refuses to go on.
   CHECK(result.code() == ob::Code::kConfig);
@@ -192,16 +200,7 @@ TEST_CASE("loopback channel: an admit refusal reaches the agent with its reason"
   o.secret = "s3cret";
   REQUIRE(server.Listen(o, [](const ob::pb::Hello& h) { return "unknown host '" + h.host() + "'"; },
                         [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
-  bool done = false;
-  ob::Status result;
-  ob::pb::Hello hello;
-  hello.set_host("stranger");
-  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
-          [&](ob::Result<std::shared_ptr<Connection>> r) {
-            done = true;
-            result = r.ok() ? ob::Status::Ok() : r.status();
-          });
-  REQUIRE(l.RunUntil([&] { return done; }));
+  const ob::Status result = l.ConnectOnce(server.port(), "s3cret", "stranger");
   CHECK(result.code() == ob::Code::kConfig);
   CHECK(result.message().find("unknown host 'stranger'") != std::string::npos);
   CHECK(server.rejected() == 1);
@@ -226,16 +225,9 @@ TEST_CASE("loopback channel: a hostile host name never reaches a log line raw") 
   o.secret = "s3cret";
   REQUIRE(server.Listen(o, [](const ob::pb::Hello& h) { return "unknown host '" + h.host() + "'"; },
                         [](std::shared_ptr<Connection>, const ob::pb::Hello&) {}).ok());
-  bool done = false;
-  ob::Status result;
-  ob::pb::Hello hello;
-  hello.set_host("evil\x1b]0;pwned\x07\nmaster: error: forged" + std::string(5000, 'A'));
-  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
-          [&](ob::Result<std::shared_ptr<Connection>> r) {
-            done = true;
-            result = r.ok() ? ob::Status::Ok() : r.status();
-          });
-  REQUIRE(l.RunUntil([&] { return done && server.rejected() == 1; }));
+  const ob::Status result =
+      l.ConnectOnce(server.port(), "s3cret", "evil\x1b]0;pwned\x07\nmaster: error: forged" + std::string(5000, 'A'));
+  REQUIRE(l.RunUntil([&] { return server.rejected() == 1; }));
   REQUIRE(ob::log::SetFile(""));
   std::ifstream in(log_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -339,17 +331,7 @@ TEST_CASE("loopback channel: a stranger cannot make the master buffer more than 
   CHECK(still_open == static_cast<int>(kMaxPendingHandshakes));
   for (int f : flood) ::close(f);
   REQUIRE(l.RunUntil([&] { return false; }, 200) == false);
-  bool done = false;
-  ob::Status result = ob::Status::Internal("not done");
-  ob::pb::Hello hello;
-  hello.set_host("h1");
-  Connect(&l.loop, "127.0.0.1", server.port(), 2000, "s3cret", hello,
-          [&](ob::Result<std::shared_ptr<Connection>> r) {
-            done = true;
-            result = r.ok() ? ob::Status::Ok() : r.status();
-          });
-  REQUIRE(l.RunUntil([&] { return done; }));
-  CHECK(result.ok());
+  CHECK(l.ConnectOnce(server.port(), "s3cret", "h1").ok());
 }
 
 TEST_CASE("a client gives up when nothing answers in time") {
@@ -363,15 +345,7 @@ TEST_CASE("a client gives up when nothing answers in time") {
   REQUIRE(::listen(fd, 4) == 0);
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  bool done = false;
-  ob::Status result;
-  Connect(&l.loop, "127.0.0.1", ntohs(a.sin_port), 300, "s3cret", ob::pb::Hello(),
-          [&](ob::Result<std::shared_ptr<Connection>> r) {
-            done = true;
-            result = r.ok() ? ob::Status::Ok() : r.status();
-          });
-  REQUIRE(l.RunUntil([&] { return done; }, 3000));
-  CHECK(result.code() == ob::Code::kUnavailable);
+  CHECK(l.ConnectOnce(ntohs(a.sin_port), "s3cret", "", 300, 3000).code() == ob::Code::kUnavailable);
   ::close(fd);
 }
 

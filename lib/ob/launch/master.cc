@@ -716,7 +716,7 @@ void Master::Tick() {
   }
   last_tick_ms_ = now;
   ReapAgents();
-  store_.Sweep(Now());  // held GET/WAIT requests past their deadline
+  store_.Sweep(now);  // held GET/WAIT requests past their deadline
   CommitCheckpoints();
   if (state_ == State::kStopping) {
     bool all_gone = true;
