@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include "ob/cli/cli.h"
+#include "ob/clock.h"
+#include "ob/io/message.h"
+#include "ob/io/records.h"
 #include "ob/control.pb.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/inject.h"
@@ -205,12 +208,21 @@ const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when 
                           Run};
 
 // `ob-launch --standby-worker`: started by an agent ahead of need, with
-// LibTorch already loaded by the time it waits. Its stdin brings a
+// LibTorch already loaded by the time it waits, which it says with one
+// heartbeat record on stdout (its agent reads it when it hands the role:
+// a standby that said so must start within kRoleAckMs). Its stdin brings a
 // WorkerSpec (then end of file): it takes the spec's environment and
 // becomes that worker, in this process when the spec runs ob-launch,
 // else by exec. End of file alone: it was not needed.
 int RunStandby() {
   ob::launch::WarmUpLibTorch();
+  {
+    ob::pb::Metrics ready;
+    ready.set_format_version(ob::io::kMetricsFormatVersion);
+    ready.set_heartbeat(true);
+    ready.set_unix_ms(ob::UnixMs());
+    (void)ob::io::RecordWriter(STDOUT_FILENO, "<stdout>").Write(ready);
+  }
   std::string bytes;
   char buf[4096];
   for (;;) {

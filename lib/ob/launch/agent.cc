@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -57,12 +58,19 @@ struct Worker {
   std::string buf;            // undecoded metrics bytes
   bool junk = false;          // its stdout stopped being a record stream
   bool exited = false;
+  // Its deadlines before the first step (agent.h), on the loop's clock.
+  int64_t deadline_ms = 0;    // for the next sign of life
+  bool stepped = false;       // a step record came: no more deadlines
+  bool suspect = false;       // past the deadline at the last check
+  int phase = 0;              // pb::WorkerPhase of its last record
+  std::string stuck;          // why it was killed for missing one
 };
 
 // A standby worker (agent.h), and its end of the store relay.
 struct Standby {
   cluster::ChildProcess proc;
   uint64_t store_client = 0;
+  int64_t spawned_ms = 0;     // on the loop's clock
 };
 
 class Agent {
@@ -85,10 +93,15 @@ class Agent {
 
  private:
   void OnConnected(Result<std::shared_ptr<Connection>> r);
+  // The master closed our connection while it still holds our stdin: it
+  // evicted us (agent.h, "Rejoining").
+  void Detach(const std::string& reason);
+  void Reconnect();
   void OnMessage(pb::Control& m);
   void StartWorkers(const pb::StartWorkers& sw);
   void StartWorker(const pb::WorkerSpec& spec);
   void ReapWorkers();
+  void CheckDeadlines();
   void OnWorkerOutput(Worker* w, const char* data, size_t n);
   void KillWorkers();
   void CloseOutputs();
@@ -125,11 +138,15 @@ class Agent {
   uint64_t sequence_ = 0;
   bool master_suspect_ = false;  // the master was silent too long at the last watchdog tick
   int exit_code_ = -1;
+  std::string master_host_;
+  int master_port_ = 0;
+  int64_t rejoin_until_ms_ = -1;  // detached: asking to rejoin until then (loop clock)
+  uv_timer_t retry_{};
 };
 
 int Agent::Run() {
-  std::string host;
-  int port = 0;
+  std::string& host = master_host_;
+  int& port = master_port_;
   Status st = SplitHostPort(opt_.master, "--master", &host, &port);
   if (!st.ok()) {
     OB_LOG(Error) << st.message();
@@ -175,32 +192,60 @@ int Agent::Run() {
   uv_timer_init(&loop_, &heartbeat_);
   uv_timer_init(&loop_, &watchdog_);
   uv_timer_init(&loop_, &drain_);
-  heartbeat_.data = watchdog_.data = drain_.data = this;
-
-  pb::Hello hello;
-  hello.set_host(opt_.host);
-  hello.set_pid(static_cast<uint32_t>(::getpid()));
-  Connect(&loop_, host, port, opt_.connect_timeout_ms, secret_, hello,
-          [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
+  uv_timer_init(&loop_, &retry_);
+  heartbeat_.data = watchdog_.data = drain_.data = retry_.data = this;
+  Reconnect();
   uv_run(&loop_, UV_RUN_DEFAULT);
   KillWorkers();  // in case the loop ended some other way
   return exit_code_ < 0 ? 0 : exit_code_;
 }
 
+void Agent::Reconnect() {
+  pb::Hello hello;
+  hello.set_host(opt_.host);
+  hello.set_pid(static_cast<uint32_t>(::getpid()));
+  Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
+          [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
+}
+
+void Agent::Detach(const std::string& reason) {
+  if (exit_code_ >= 0) return;
+  if (!stdin_open_ || rejoin_until_ms_ >= 0) {
+    return Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
+  }
+  OB_LOG(Warn) << "lost the master (" << reason << "): stopping generation " << generation_
+               << "'s workers and asking to rejoin";
+  KillWorkers();
+  CloseOutputs();
+  workers_.clear();
+  uv_timer_stop(&heartbeat_);
+  conn_->SetHandlers(nullptr, nullptr);
+  conn_.reset();
+  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) + kRejoinMs;
+  Reconnect();
+}
+
 void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   if (exit_code_ >= 0) return;
+  if (!r.ok() && rejoin_until_ms_ >= 0 && r.status().code() != Code::kConfig &&
+      static_cast<int64_t>(uv_now(&loop_)) + kRejoinRetryMs < rejoin_until_ms_) {
+    uv_timer_start(&retry_, [](uv_timer_t* t) { static_cast<Agent*>(t->data)->Reconnect(); },
+                   kRejoinRetryMs, 0);
+    return;
+  }
   if (!r.ok()) {
     return Shutdown(r.status().code() == Code::kConfig ? static_cast<int>(Code::kConfig)
                                                        : static_cast<int>(Code::kUnavailable),
                     r.status().message());
   }
   conn_ = std::move(r).value();
-  OB_LOG(Info) << "connected to the master at " << conn_->peer();
+  OB_LOG(Info) << (rejoin_until_ms_ >= 0 ? "rejoined" : "connected to") << " the master at "
+               << conn_->peer();
+  rejoin_until_ms_ = -1;
+  master_suspect_ = false;
   SpawnStandby(0);  // loading while the master waits for the other agents
   conn_->SetHandlers([this](Connection&, pb::Control& m) { OnMessage(m); },
-                     [this](Connection&, const std::string& reason) {
-                       Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
-                     });
+                     [this](Connection&, const std::string& reason) { Detach(reason); });
   uv_timer_start(&heartbeat_, [](uv_timer_t* t) {
     auto* a = static_cast<Agent*>(t->data);
     pb::Control m;
@@ -211,6 +256,7 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   uv_timer_start(&watchdog_, [](uv_timer_t* t) {
     auto* a = static_cast<Agent*>(t->data);
     a->ReapWorkers();  // a backstop for a coalesced SIGCHLD
+    a->CheckDeadlines();
     if (!a->conn_) return;
     double silent_s = (static_cast<int64_t>(uv_now(&a->loop_)) - a->conn_->last_receive_ms()) / 1e3;
     // Confirmed at the next tick, after an I/O poll: a loop that was
@@ -319,6 +365,7 @@ void Agent::SpawnStandby(uint32_t slot) {
     return;
   }
   s.proc = std::move(child).value();
+  s.spawned_ms = static_cast<int64_t>(uv_now(&loop_));
   standby_.emplace(slot, std::move(s));
 }
 
@@ -351,11 +398,21 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   w->rank = spec.rank();
   w->generation = generation_;
   Result<cluster::ChildProcess> child = Status::Config("empty worker command");
+  const int64_t now = static_cast<int64_t>(uv_now(&loop_));
+  w->deadline_ms = now + kColdStartMs;
   auto standby = standby_.find(spec.local_rank());
   if (standby != standby_.end()) {  // hand the spec to the waiting process
     cluster::ChildProcess proc = std::move(standby->second.proc);
     const uint64_t store_client = standby->second.store_client;
+    // A standby that has loaded said so on its stdout (main.cc's
+    // RunStandby): it gets kRoleAckMs; one still loading, its cold start.
+    int64_t deadline = std::max(now + kRoleAckMs, standby->second.spawned_ms + kColdStartMs);
     standby_.erase(standby);
+    pollfd ready{proc.stdout_fd(), POLLIN, 0};
+    if (::poll(&ready, 1, 0) == 1 && (ready.revents & POLLIN)) {
+      char discard[512];
+      if (::read(proc.stdout_fd(), discard, sizeof discard) > 0) deadline = now + kRoleAckMs;
+    }
     proc.WaitFor(0);
     const std::string bytes = spec.SerializeAsString();
     if (proc.running() &&
@@ -363,6 +420,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
       proc.CloseStdin();
       child = std::move(proc);
       w->store_client = store_client;
+      w->deadline_ms = deadline;
     } else {
       relay_->Close(store_client);
     }
@@ -444,6 +502,10 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
       } else {
         if (metrics->host().empty()) metrics->set_host(opt_.host);
         metrics->set_rank(w->rank);
+        w->deadline_ms = static_cast<int64_t>(uv_now(&loop_)) + kStartSilentMs;
+        w->suspect = false;
+        w->phase = metrics->phase();
+        if (!metrics->heartbeat()) w->stepped = true;
         Send(m);
         pos = i + size;
         continue;
@@ -468,6 +530,7 @@ void Agent::ReapWorkers() {
     w->exited = true;
     relay_->Close(w->store_client);  // replies still on their way are dropped
     std::string desc = w->proc.DescribeExit();
+    if (!w->stuck.empty()) desc = w->stuck + " (" + desc + ")";
     OB_LOG(Info) << "worker rank " << w->rank << " exited: " << desc;
     pb::Control m;
     auto* x = m.mutable_worker_exited();
@@ -479,6 +542,30 @@ void Agent::ReapWorkers() {
     x->set_unix_ms(UnixMs());
     x->set_description(desc);
     Send(m);
+  }
+}
+
+void Agent::CheckDeadlines() {
+  const int64_t now = static_cast<int64_t>(uv_now(&loop_));
+  for (auto& w : workers_) {
+    if (w->exited || w->stepped || !w->stuck.empty() || now <= w->deadline_ms) {
+      w->suspect = false;
+      continue;
+    }
+    // Confirmed at the next check, after an I/O poll: if this loop was the
+    // one descheduled, the worker's heartbeats wait in its pipe.
+    if (!w->suspect) {
+      w->suspect = true;
+      continue;
+    }
+    static const char* kPhases[] = {"", " starting", " joining its groups", " training"};
+    const int phase = w->phase >= 0 && w->phase <= 3 ? w->phase : 0;
+    w->stuck = (w->phase == 0 ? std::string("showed no sign of life since it got its role")
+                              : std::string("went silent") + kPhases[phase] + " before its first step") +
+               " (stopped, or stuck; no heartbeat for " + std::to_string(now - w->deadline_ms) +
+               " ms past its deadline); killed";
+    OB_LOG(Error) << "worker rank " << w->rank << " " << w->stuck;
+    w->proc.Kill();
   }
 }
 
@@ -509,6 +596,7 @@ void Agent::Shutdown(int code, const std::string& why) {
   standby_.clear();  // killed and reaped
   uv_timer_stop(&heartbeat_);
   uv_timer_stop(&watchdog_);
+  uv_timer_stop(&retry_);
   if (conn_) {
     conn_->SetHandlers(nullptr, nullptr);
     conn_->Close(why);
@@ -516,6 +604,7 @@ void Agent::Shutdown(int code, const std::string& why) {
   }
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&heartbeat_),
                          reinterpret_cast<uv_handle_t*>(&watchdog_),
+                         reinterpret_cast<uv_handle_t*>(&retry_),
                          reinterpret_cast<uv_handle_t*>(&sigchld_),
                          reinterpret_cast<uv_handle_t*>(&sigterm_),
                          reinterpret_cast<uv_handle_t*>(&sigint_),

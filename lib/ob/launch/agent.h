@@ -24,11 +24,29 @@
 // for the store. Workers also get $OB_GLOO_ADDR, this host's address on
 // the connection to the master, unless the agent's environment sets it.
 //
+// Deadlines before a worker's first step (every phase of a recovery has
+// one): a worker shows life by a heartbeat (worker.h) within kColdStartMs
+// of its spawn, or, handed to a standby, within kRoleAckMs of the handing
+// (a standby that has not said it finished loading LibTorch: no sooner than
+// kColdStartMs after its own spawn), and then
+// beats at least every kStartSilentMs until its first step. One that misses
+// a deadline is stopped or stuck: it is SIGKILLed and its exit reported as
+// such; the master restarts it, and a fresh process takes the role. (After
+// the first step a hang is ob-watch's to judge.)
+//
+// Rejoining: when the master closes the connection while our stdin is
+// still open (it evicted us after a silence, as a 0.5 s link flap causes,
+// and left our rsh running so that we may come back), the agent stops its
+// workers (theirs is a generation the master gave up on) and connects
+// again, every kRejoinRetryMs for up to kRejoinMs, as the same host; the
+// master adds it back at the next generation. A refusal (kConfig), the
+// window's end, end of file on stdin or a second loss stop it.
+//
 // No orphans: the agent SIGKILLs every worker's process group and exits when
 // the master says Stop, when its stdin reaches end of file (the master or
 // its rsh is gone), when the master has been silent (no message at all)
-// longer than master_timeout_s, when the connection breaks, or on
-// SIGTERM/SIGINT/SIGHUP.
+// longer than master_timeout_s, when the connection breaks and it cannot
+// rejoin (above), or on SIGTERM/SIGINT/SIGHUP.
 //
 // Thread model: one uv loop on the calling thread runs everything
 // (docs/threads.md). RunAgent is not re-entrant; it owns the process's
@@ -40,6 +58,11 @@
 namespace ob::launch {
 
 inline constexpr int kHeartbeatMs = 200;
+inline constexpr int kColdStartMs = 30000;    // spawn to a worker's first heartbeat
+inline constexpr int kRoleAckMs = 3000;       // a standby handed its role to its first heartbeat
+inline constexpr int kStartSilentMs = 3000;   // between heartbeats before the first step
+inline constexpr int kRejoinMs = 30000;       // an evicted agent asks to rejoin this long
+inline constexpr int kRejoinRetryMs = 500;
 
 struct AgentOptions {
   std::string master;            // HOST:PORT of the master's control server

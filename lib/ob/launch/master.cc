@@ -22,6 +22,7 @@
 #include "ob/launch/agent.h"
 #include "ob/launch/channel.h"
 #include "ob/launch/commit_queue.h"
+#include "ob/launch/decision.h"
 #include "ob/launch/event_log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
@@ -40,7 +41,6 @@ constexpr int kTickMs = 50;        // detection granularity (well under the 1 s 
 constexpr int kProgressMs = 1000;  // progress line period
 constexpr int kDecideMs = 100;     // failures this close together are one event
 constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
-constexpr int kMaxFruitless = 3;   // recoveries in a row that complete no step before giving up
 constexpr int kStallBlameMs = 5000;  // losses this soon after the master's own stall are its fault
 constexpr int kAckingGrace = 3;      // x --agent-timeout: a silent agent whose host still ACKs
 
@@ -90,6 +90,7 @@ struct RankState {
   bool exited = false;
   pb::Metrics last;
   bool have_metrics = false;
+  int phase = 0;  // pb::WorkerPhase of its last record of this generation (0: none yet)
 };
 
 class Master {
@@ -122,7 +123,9 @@ class Master {
   void OnAgentClosed(AgentState& a, const std::string& reason);
   void StartWorkers();
   Status LaunchGeneration();
-  void HostLost(AgentState& a, const std::string& what, int64_t latency_ms);
+  // `rejoin`: keep its rsh (and so the agent) alive, so that an agent that
+  // was only cut off for a moment can come back (agent.h, "Rejoining").
+  void HostLost(AgentState& a, const std::string& what, int64_t latency_ms, bool rejoin = false);
   void OnFirstSteps(const pb::Metrics& m);
   void OnCheckpointPart(const pb::Metrics& m);
   // A record for --metrics and for every watcher of the control socket.
@@ -131,16 +134,19 @@ class Master {
   // Reports a finished commit and starts the next queued one; with `wait`,
   // waits for the running one.
   void CommitCheckpoints(bool wait = false);
-  Result<plan::Instantiation> InstantiateOnLive();
+  // What DecideRecovery needs that does not depend on the event.
+  RecoveryFacts Facts();
+  // Carries a decision out (decision.h): a new generation, or the stop.
+  void Carry(const Decision& d);
   // The newest checkpoint of --ckpt-dir that verifies and is this job's
   // (or any job's with --resume-from-other); those passed over go to
   // events.log and the log.
   Result<ckpt::Verified> UsableCheckpoint(const std::string& dir);
   std::string OtherJob(const pb::Manifest& m) const;
-  // Where the next generation's weights come from (see lineage_).
-  pb::WeightSource NextSource();
   void CheckpointFailed(int64_t step, const std::string& why);
   void ReapAgents();
+  // The status's waiting_for (control.proto).
+  std::string WaitingFor();
   void Tick();
   void Progress();
   // A failure was detected: `lost_host` names a host whose agent is gone,
@@ -183,7 +189,6 @@ class Master {
   pb::Plan plan_;                           // the current generation's plan
   plan::LoadedPlan loaded_;                 // the same as the planner sees it
   std::vector<plan::LayerFetch> fetches_;   // the current generation's fetch list
-  std::vector<int> added_;                  // nodes back since the last decision
   std::vector<int> idle_;                   // nodes the current instantiation leaves out
   // The recovery in progress: phases for the `recovered` line.
   struct Recovering {
@@ -205,17 +210,13 @@ class Master {
   // this run. A run whose newest save failed does not exit 0.
   int64_t ckpt_good_step_ = -1, ckpt_failed_step_ = -1;
   std::string ckpt_failure_;
-  // The weights' source (control.proto's WeightSource). `lineage_` is where
-  // the current lineage started (INITIAL or CHECKPOINT); once every rank of
-  // one of its generations has completed a step, later generations start
-  // from the workers' snapshots of that lineage, before that from its start
-  // again. A checkpoint chosen for the next generation (a resume, a restart
-  // beyond f, a rollback) starts a new lineage.
-  pb::WeightSource lineage_;
-  bool lineage_has_steps_ = false;
+  WeightLineage lineage_;                   // where each generation's weights come from
+  // Where the layers are (decision.h): the instantiation of the newest
+  // generation every rank of which completed a step, and the nodes lost
+  // since.
+  plan::Instantiation holding_;
+  std::set<int> lost_since_holding_;
   int ranks_reported_ = 0;                  // ranks of this generation that completed a step
-  std::string restore_from_;                // the checkpoint the next generation starts from
-  int64_t restore_step_ = -1;
   pb::JobIdentity job_;                     // recorded in manifests, checked on resume
   io::DirLock run_lock_, ckpt_lock_;
   std::vector<std::string> failures_;       // what was detected, in order
@@ -256,6 +257,7 @@ Status Master::Prepare() {
   auto loaded = plan::FromProto(plan);
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
   loaded_ = std::move(loaded).value();
+  holding_ = loaded_.instantiation;
   ranks_.resize(layout_.ranks.size());
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
   // The run directory is ours alone: a second master there would delete
@@ -287,11 +289,12 @@ Status Master::Prepare() {
     // Every checksum, before any host starts: a damaged checkpoint is never
     // half loaded.
     pb::Manifest m;
+    std::string from;
     if (opt_.resume == "auto") {
       if (opt_.ckpt_dir.empty()) return Status::Usage("--resume auto needs --ckpt-dir");
       Result<ckpt::Verified> v = UsableCheckpoint(opt_.ckpt_dir);
       if (v.ok()) {
-        restore_from_ = v->path;
+        from = v->path;
         m = v->manifest;
       } else if (v.status().code() != Code::kNoInput) {
         return v.status();  // there are checkpoints, none usable: never a silent fresh start
@@ -302,16 +305,17 @@ Status Master::Prepare() {
       OB_RETURN_IF_ERROR(ckpt::Verify(opt_.resume));
       OB_ASSIGN_OR_RETURN(m, ckpt::LoadManifest(opt_.resume));
       if (const std::string why = OtherJob(m); !why.empty()) return Status::Config(opt_.resume + ": " + why);
-      restore_from_ = opt_.resume;
+      from = opt_.resume;
     }
-    if (!restore_from_.empty()) {
+    if (!from.empty()) {
       if (m.model().SerializeAsString() != plan_.model().SerializeAsString()) {
-        return Status::Config(restore_from_ + ": holds a " + m.model().name() + " model, the plan's is " +
+        return Status::Config(from + ": holds a " + m.model().name() + " model, the plan's is " +
                               plan_.model().name());
       }
-      restore_step_ = static_cast<int64_t>(m.step());
-      if (opt_.steps > 0 && restore_step_ + 1 >= opt_.steps) {
-        return Status::Usage(restore_from_ + ": the checkpoint is of step " + std::to_string(restore_step_) +
+      const int64_t step = static_cast<int64_t>(m.step());
+      lineage_.RestoreNext({from, step});
+      if (opt_.steps > 0 && step + 1 >= opt_.steps) {
+        return Status::Usage(from + ": the checkpoint is of step " + std::to_string(step) +
                              " and --steps " + std::to_string(opt_.steps) + " ends at step " +
                              std::to_string(opt_.steps - 1) + ": nothing left to train (raise --steps)");
       }
@@ -363,31 +367,6 @@ Result<ckpt::Verified> Master::UsableCheckpoint(const std::string& dir) {
     }
   }
   return v;
-}
-
-pb::WeightSource Master::NextSource() {
-  if (!restore_from_.empty()) {  // a new lineage from a checkpoint
-    lineage_.Clear();
-    lineage_.set_kind(pb::WeightSource::CHECKPOINT);
-    lineage_.set_checkpoint(restore_from_);
-    lineage_.set_step(restore_step_);
-    lineage_.set_lineage(generation_);
-    lineage_has_steps_ = false;
-    restore_from_.clear();
-    return lineage_;
-  }
-  if (lineage_.kind() == pb::WeightSource::KIND_UNSPECIFIED) {  // the first generation
-    lineage_.set_kind(pb::WeightSource::INITIAL);
-    lineage_.set_step(-1);
-    lineage_.set_lineage(generation_);
-    return lineage_;
-  }
-  if (!lineage_has_steps_) return lineage_;  // no step since its start: the start again
-  pb::WeightSource s;
-  s.set_kind(pb::WeightSource::SNAPSHOTS);
-  s.set_step(lineage_.step());
-  s.set_lineage(lineage_.lineage());
-  return s;
 }
 
 void Master::CheckpointFailed(int64_t step, const std::string& why) {
@@ -526,7 +505,6 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
                 "host=" + a->host.name + " peer=" + a->conn->peer() + " after_ms=" + std::to_string(ms));
   if (rejoin) {  // added at the next generation, decided with anything else pending
     lost_hosts_.erase(a->host.name);
-    added_.push_back(a->node);
     if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
     return;
   }
@@ -551,14 +529,7 @@ Status Master::LaunchGeneration() {
   Result<LaunchLayout> layout = LayOut(plan_, hosts_, hosts_name_);
   if (!layout.ok()) return layout.status().WithContext("generation " + std::to_string(generation_));
   layout_ = std::move(layout).value();
-  const pb::WeightSource source = NextSource();
-  std::string from;
-  switch (source.kind()) {
-    case pb::WeightSource::INITIAL: from = "initial"; break;
-    case pb::WeightSource::CHECKPOINT: from = "checkpoint:" + source.checkpoint(); break;
-    default: from = "snapshots"; break;
-  }
-  from += " step=" + std::to_string(source.step()) + " lineage=" + std::to_string(source.lineage());
+  const pb::WeightSource source = lineage_.Next(generation_);
   {
     pb::Generation g;
     g.set_generation(generation_);
@@ -605,7 +576,7 @@ Status Master::LaunchGeneration() {
   for (const auto& p : loaded_.instantiation.pipelines) pipes += (pipes.empty() ? "" : "+") + std::to_string(p.template_nodes);
   events_.Write("start-workers", "generation=" + std::to_string(generation_) +
                                      " world=" + std::to_string(world) + " pipelines=" + pipes +
-                                     " source=" + from);
+                                     " source=" + DescribeSource(source));
   return Status::Ok();
 }
 
@@ -617,9 +588,12 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     Publish(mx);
     const bool current = mx.generation() == 0 || mx.generation() == generation_;
     if (current && mx.has_checkpoint()) OnCheckpointPart(mx);
+    if (current && mx.rank() < ranks_.size()) ranks_[mx.rank()].phase = std::max<int>(mx.phase(), 1);
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       if (!ranks_[mx.rank()].have_metrics && ++ranks_reported_ == static_cast<int>(ranks_.size())) {
-        lineage_has_steps_ = true;  // every rank holds a snapshot of this lineage past its start
+        lineage_.Stepped();  // every rank holds a snapshot of this lineage past its start
+        holding_ = loaded_.instantiation;
+        lost_since_holding_.clear();
       }
       ranks_[mx.rank()].last = mx;
       ranks_[mx.rank()].have_metrics = true;
@@ -675,7 +649,7 @@ void Master::OnAgentClosed(AgentState& a, const std::string& reason) {
   if (a.state != AgentState::State::kConnected) return;
   HostLost(a, "lost the agent on host " + a.host.name + " (connection " + reason + "), detected " +
                   std::to_string(silent) + " ms after its last message",
-           silent);
+           silent, /*rejoin=*/true);
 }
 
 void Master::ReapAgents() {
@@ -772,7 +746,7 @@ void Master::Tick() {
       } else {
         HostLost(*a, "lost the agent on host " + a->host.name + " (missed heartbeats: silent for " +
                          std::to_string(silent) + " ms)",
-                 silent);
+                 silent, /*rejoin=*/true);
       }
     }
   }
@@ -780,6 +754,28 @@ void Master::Tick() {
   if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
     BeginStop("the stop hook did not finish within " + Fixed(opt_.stop_grace_s, 0) + " s", Status::Ok());
   }
+}
+
+std::string Master::WaitingFor() {
+  if (state_ != State::kRunning) return "";
+  if (decide_deadline_ms_ >= 0) return "deciding: gathering the failures detected within " + std::to_string(kDecideMs) + " ms";
+  if (!rec_.active) return "";
+  // Ranks by the phase they have yet to finish, in rank order.
+  static const char* kTodo[] = {"to start", "to read their generation", "to join their groups and restore",
+                                "to complete their first step"};
+  std::map<int, std::string> todo;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].exited || ranks_[r].have_metrics) continue;
+    std::string& list = todo[std::min(ranks_[r].phase, 3)];
+    list += (list.empty() ? "" : ", ") + std::to_string(r);
+    for (const auto& a : agents_) {
+      if (std::count(a->ranks.begin(), a->ranks.end(), static_cast<int>(r))) list += " on " + a->host.name;
+    }
+  }
+  std::string s = "recovery to generation " + std::to_string(generation_) + " for " +
+                  Fixed((UnixMs() - rec_.detect_unix_ms) / 1e3, 1) + " s";
+  for (const auto& [phase, ranks] : todo) s += "; rank(s) " + ranks + " " + kTodo[phase];
+  return s;
 }
 
 void Master::Progress() {
@@ -798,11 +794,13 @@ void Master::Progress() {
                << (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
 }
 
-// A host is gone: its connection is closed and its rsh process killed (an
-// ssh session that ends takes a remote agent, and so its workers, with it;
-// a partitioned agent also stops on its own after --master-timeout). It
-// may come back as a new agent (Admit).
-void Master::HostLost(AgentState& a, const std::string& what, int64_t latency_ms) {
+// A host is gone: its connection is closed and, unless `rejoin`, its rsh
+// process killed (an ssh session that ends takes a remote agent, and so its
+// workers, with it). A silent or disconnected agent keeps its rsh: cut off
+// for a moment, it stops its workers and asks to rejoin (agent.h); cut off
+// for longer, it stops on its own after --master-timeout. Either way it may
+// come back (Admit) and is added at the next generation.
+void Master::HostLost(AgentState& a, const std::string& what, int64_t latency_ms, bool rejoin) {
   if (a.state != AgentState::State::kConnected) return;
   a.state = AgentState::State::kLost;
   if (a.conn) {
@@ -810,11 +808,12 @@ void Master::HostLost(AgentState& a, const std::string& what, int64_t latency_ms
     a.conn->Close("lost");
     a.conn.reset();
   }
-  if (!a.rsh_done) {
+  if (!a.rsh_done && !rejoin) {
     a.rsh.CloseStdin();
     a.rsh.Kill();
   }
   lost_hosts_.insert(a.host.name);
+  lost_since_holding_.insert(a.node);
   Failure(what, a.host.name, latency_ms);
 }
 
@@ -832,106 +831,68 @@ void Master::Failure(const std::string& what, const std::string& lost_host, int6
   if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
 }
 
-// Lost hosts go to the plan's re-instantiation (SPEC §4.6), returning
-// hosts come back in; either way (or for workers that failed on live
-// hosts) every live agent restarts its workers under the next generation.
+// Gathers the facts for DecideRecovery (decision.h) and carries its
+// decision out.
+RecoveryFacts Master::Facts() {
+  RecoveryFacts f;
+  f.plan = &loaded_;
+  f.current = loaded_.instantiation;
+  f.holding = holding_;
+  f.snapshots = lineage_.has_steps() && !lineage_.restoring();
+  for (const auto& a : agents_) {
+    if (a->state == AgentState::State::kConnected) f.live.push_back(a->node);
+  }
+  f.master_timeout_s = opt_.master_timeout_s;
+  if (!opt_.ckpt_dir.empty()) {
+    // (blocks the loop while it verifies: every worker restarts anyway)
+    f.newest_checkpoint = [this]() -> Result<CheckpointRef> {
+      OB_ASSIGN_OR_RETURN(ckpt::Verified v, UsableCheckpoint(opt_.ckpt_dir));
+      return CheckpointRef{v.path, static_cast<int64_t>(v.manifest.step())};
+    };
+  }
+  return f;
+}
+
 void Master::Decide() {
   decide_deadline_ms_ = -1;
   if (state_ != State::kRunning) return;
-  std::vector<int> lost;
-  std::string hosts;
-  for (const auto& h : failed_hosts_) {
-    if (AgentState* a = FindAgent(h)) lost.push_back(a->node);
-    hosts += (hosts.empty() ? "" : ", ") + h;
-  }
-  std::vector<int> added = added_;
-  for (int n : LiveIdle()) added.push_back(n);  // usable again now
-  std::string what = failures_.empty() ? "hosts came back" : failures_.front();
-  if (failures_.size() > 1) what += " (and " + std::to_string(failures_.size() - 1) + " more)";
+  RecoveryFacts f = Facts();
+  f.lost.assign(lost_since_holding_.begin(), lost_since_holding_.end());
+  for (const auto& h : failed_hosts_) f.lost_names += (f.lost_names.empty() ? "" : ", ") + h;
+  f.what = failures_.empty() ? "hosts came back" : failures_.front();
+  if (failures_.size() > 1) f.what += " (and " + std::to_string(failures_.size() - 1) + " more)";
   failures_.clear();
   failed_hosts_.clear();
-  added_.clear();
-  if (!rec_.active && rec_.detect_unix_ms == 0) rec_.detect_unix_ms = UnixMs();
-  if (++fruitless_ > kMaxFruitless) {
-    const std::string msg = std::to_string(kMaxFruitless) +
-                            " recoveries in a row completed no step; last: " + what;
-    events_.Write("decide", msg);
-    return BeginStop(msg, Status::TempFail(msg));
-  }
+  f.fruitless = ++fruitless_;
   // Hosts lost right after our own stall (the agents' timeout ran out while
-  // we could not answer): say so, rather than blame the hosts.
-  const bool after_stall = stalled_ms_ > 0 && Now() - stall_seen_ms_ < kStallBlameMs;
+  // we could not answer) are not the hosts' fault.
+  if (stalled_ms_ > 0 && Now() - stall_seen_ms_ < kStallBlameMs) f.stalled_ms = stalled_ms_;
   stalled_ms_ = 0;
-  if (after_stall && !lost.empty()) {
-    const std::string msg = "the master did not run for " + std::to_string(stalled_ms_) +
-                            " ms (stopped, or starved of CPU), longer than --master-timeout " +
-                            Fixed(opt_.master_timeout_s, 1) + " s, so the agents on " + hosts +
-                            " gave up on it and stopped their workers; restart the job (--resume auto)";
-    events_.Write("decide", msg);
-    return BeginStop(msg, Status::TempFail(msg));
+  if (!rec_.active && rec_.detect_unix_ms == 0) rec_.detect_unix_ms = UnixMs();
+  const Decision d = DecideRecovery(f);
+  if (d.kind != Decision::Kind::kStop) {
+    OB_LOG(Warn) << f.what << ": " << d.text;
   }
-  std::string decision;
-  if (lost.empty() && added.empty()) {
-    decision = "restarting every worker in place on the same instantiation";
-    fetches_.clear();
-  } else {
-    const plan::Recovery r =
-        plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, lost, added);
-    Result<ckpt::Verified> latest = Status::NoInput("no --ckpt-dir");
-    Result<plan::Instantiation> fresh = Status::NoInput("");
-    if (!r.ok && !opt_.ckpt_dir.empty()) {
-      latest = UsableCheckpoint(opt_.ckpt_dir);  // blocks the loop: every worker restarts anyway
-      if (latest.ok()) fresh = InstantiateOnLive();
-    }
-    if (!r.ok && !(latest.ok() && fresh.ok())) {
-      decision = (lost.empty() ? std::string("re-instantiation failed") : "lost hosts " + hosts) +
-                 ": " + r.reason + "; restart from a checkpoint" +
-                 (opt_.ckpt_dir.empty() ? std::string("")
-                                        : !latest.ok() ? " (" + latest.status().message() + ")"
-                                                       : " (" + fresh.status().message() + ")");
-      events_.Write("decide", decision);
-      OB_LOG(Error) << decision;
-      return BeginStop(what, Status::TempFail(decision));
-    }
-    if (r.ok) {
-      loaded_.instantiation = r.next;
-      fetches_ = r.fetches;
-      idle_ = r.idle;
-    } else {  // every replica of some layer is gone: back to the latest checkpoint
-      loaded_.instantiation = *fresh;
-      fetches_.clear();
-      idle_.clear();
-      std::set<int> used;
-      for (const auto& p : fresh->pipelines) used.insert(p.nodes.begin(), p.nodes.end());
-      for (const auto& a : agents_) {
-        if (a->state == AgentState::State::kConnected && !used.count(a->node)) idle_.push_back(a->node);
-      }
-      restore_from_ = latest->path;
-      restore_step_ = static_cast<int64_t>(latest->manifest.step());
-    }
-    std::string sizes;
-    for (const auto& p : loaded_.instantiation.pipelines) {
-      sizes += (sizes.empty() ? "" : "+") + std::to_string(p.template_nodes);
-    }
-    std::string how = "re-instantiated as pipelines of " + sizes + " nodes, " +
-                      std::to_string(r.fetches.size()) + " layer copies (" +
-                      std::to_string(r.bytes_copied >> 20) + " MiB)";
-    if (!r.ok) {
-      how = r.reason + "; restarting from checkpoint " + restore_from_ + " as pipelines of " + sizes +
-            " nodes";
-    }
-    decision = (lost.empty() ? "" : "lost hosts " + hosts + "; ") +
-               (added.empty() ? "" : std::to_string(added.size()) + " node(s) added; ") + how +
-               (idle_.empty() ? "" : ", " + std::to_string(idle_.size()) + " node(s) idle");
-    plan::SetInstantiation(loaded_.problem, loaded_.templates, loaded_.instantiation, &plan_);
+  Carry(d);
+}
+
+void Master::Carry(const Decision& d) {
+  if (d.kind == Decision::Kind::kStop) {
+    events_.Write("decide", d.text);
+    OB_LOG(Error) << d.text;
+    return BeginStop(d.text, d.stop);
   }
+  if (d.kind == Decision::Kind::kCheckpoint) lineage_.RestoreNext(d.checkpoint);
+  loaded_.instantiation = d.next;
+  fetches_ = d.fetches;
+  idle_ = d.idle;
+  plan::SetInstantiation(loaded_.problem, loaded_.templates, loaded_.instantiation, &plan_);
   rec_.active = true;
   rec_.decide_ms = UnixMs() - rec_.detect_unix_ms;
   rec_.reported = 0;
   rec_.process_start_ms = 0;
   rec_.regroup_s = rec_.restore_s = rec_.first_step_s = 0;
-  events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " " + decision);
-  OB_LOG(Warn) << what << ": " << decision;
+  events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " " + d.text);
   Status st = LaunchGeneration();
   if (!st.ok()) BeginStop(st.message(), Status::TempFail(st.message()));
 }
@@ -984,60 +945,18 @@ void Master::Publish(const pb::Metrics& m) {
 // with no checkpoint at all, the run stops (exit 65: the model diverged).
 std::string Master::Rollback(const std::string& reason) {
   if (state_ != State::kRunning) return "the run is not running";
-  Result<ckpt::Verified> latest = opt_.ckpt_dir.empty()
-                                      ? Result<ckpt::Verified>(Status::NoInput("no --ckpt-dir"))
-                                      : UsableCheckpoint(opt_.ckpt_dir);
-  if (!latest.ok()) {
-    const std::string msg = "rollback asked (" + reason + ") but there is no checkpoint to roll back to (" +
-                            latest.status().message() + "); stopping";
-    events_.Write("decide", msg);
-    OB_LOG(Error) << msg;
-    BeginStop(msg, Status::DataErr(msg));
-    return msg;
+  RecoveryFacts f = Facts();
+  f.rollback = reason;
+  const Decision d = DecideRecovery(f);
+  if (d.kind == Decision::Kind::kStop) {
+    Carry(d);
+    return d.text;
   }
-  restore_from_ = latest->path;
-  restore_step_ = static_cast<int64_t>(latest->manifest.step());
+  OB_LOG(Warn) << d.text;
   rec_ = Recovering();
-  rec_.active = true;
   rec_.detect_unix_ms = UnixMs();
-  fetches_.clear();
-  events_.Write("decide", "generation=" + std::to_string(generation_ + 1) + " rollback to " +
-                              restore_from_ + ": " + reason);
-  OB_LOG(Warn) << "rolling back to " << restore_from_ << ": " << reason;
-  Status st = LaunchGeneration();
-  if (!st.ok()) BeginStop(st.message(), Status::TempFail(st.message()));
+  Carry(d);
   return "";
-}
-
-// The templates instantiated afresh on the hosts still connected (for a
-// restart from a checkpoint): the plan's fault tolerance if they allow it,
-// else as much as they do.
-Result<plan::Instantiation> Master::InstantiateOnLive() {
-  std::vector<int> live;
-  for (const auto& a : agents_) {
-    if (a->state == AgentState::State::kConnected) live.push_back(a->node);
-  }
-  plan::Problem p = loaded_.problem;
-  p.cluster.nodes = static_cast<int>(live.size());
-  Status last = Status::Config("no host left");
-  for (int f = p.faults; f >= 0 && !live.empty(); --f) {
-    p.faults = f;
-    Result<plan::Instantiation> inst = plan::Instantiate(p, loaded_.templates);
-    if (!inst.ok()) {
-      last = inst.status();
-      continue;
-    }
-    for (auto& pipe : inst->pipelines) {
-      for (int& n : pipe.nodes) n = live[static_cast<size_t>(n)];
-    }
-    if (f < loaded_.problem.faults) {
-      OB_LOG(Warn) << live.size() << " hosts tolerate only " << f << " failure(s), not "
-                   << loaded_.problem.faults;
-    }
-    return inst;
-  }
-  return Status::Config("cannot instantiate the plan on " + std::to_string(live.size()) +
-                        " hosts: " + last.message());
 }
 
 void Master::OnCheckpointPart(const pb::Metrics& m) {
@@ -1241,6 +1160,7 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
   r.set_world_size(static_cast<uint32_t>(ranks_.size()));
   r.set_workers_running(static_cast<uint32_t>(state_ == State::kRunning ? ranks_.size() - ranks_done_ : 0));
   r.set_uptime_seconds((Now() - start_ms_) / 1e3);
+  r.set_waiting_for(WaitingFor());
   static const char* kAgentStates[] = {"starting", "connected", "lost", "stopped"};
   for (auto& a : agents_) {
     auto* h = r.add_hosts();

@@ -21,6 +21,7 @@
 #include "ob/control.pb.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
+#include "ob/launch/decision.h"
 #include "ob/launch/inject.h"
 #include "ob/launch/relay_store.h"
 #include "ob/launch/store_client.h"
@@ -184,17 +185,6 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   return sp;
 }
 
-std::string DescribeSource(const pb::WeightSource& s) {
-  switch (s.kind()) {
-    case pb::WeightSource::INITIAL: return "the initial weights";
-    case pb::WeightSource::CHECKPOINT: return "checkpoint " + s.checkpoint() + " (step " + std::to_string(s.step()) + ")";
-    case pb::WeightSource::SNAPSHOTS:
-      return "the snapshots of lineage " + std::to_string(s.lineage()) + " (step " +
-             std::to_string(s.step()) + " or later)";
-    default: return "no source";
-  }
-}
-
 }  // namespace
 
 void WarmUpLibTorch() {
@@ -217,6 +207,31 @@ Status RunWorker(const WorkerOptions& o) {
   const std::string comm = "ob-worker-" + std::to_string(o.rank);
   ::prctl(PR_SET_NAME, comm.c_str(), 0, 0, 0);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  // Records on stdout, which our agent relays: a heartbeat now, as we take
+  // the role, and every kBeatMs from a thread of its own until we exit (a
+  // stopped process stops beating, a blocked one does not), each with our
+  // phase; and one record per completed step. `self` is what every record
+  // says of us (our stage once we know it), guarded by out_mu.
+  io::RecordWriter out(STDOUT_FILENO, "<stdout>");
+  std::mutex out_mu;
+  pb::Metrics self;
+  self.set_format_version(io::kMetricsFormatVersion);
+  self.set_host(o.host);
+  self.set_rank(static_cast<uint32_t>(o.rank));
+  self.set_generation(o.generation);
+  std::atomic<int> phase{pb::PHASE_STARTING};
+  std::atomic<int64_t> last_done{-1};
+  auto beat = [&] {
+    std::lock_guard<std::mutex> lock(out_mu);
+    pb::Metrics m = self;
+    m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, last_done.load())));
+    m.set_unix_ms(UnixMs());
+    m.set_heartbeat(true);
+    m.set_phase(static_cast<pb::WorkerPhase>(phase.load()));
+    (void)out.Write(m);
+  };
+  beat();
+  Heartbeat heartbeat(beat);
   // The job's store, through the socket our agent passed ($OB_STORE_FD);
   // Gloo listens on $OB_GLOO_ADDR, which the agent sets.
   OB_ASSIGN_OR_RETURN(std::shared_ptr<StoreClient> client, StoreClient::FromEnvironment());
@@ -271,6 +286,7 @@ Status RunWorker(const WorkerOptions& o) {
   c10::intrusive_ptr<c10d::Store> gen_store =
       c10::make_intrusive<c10d::PrefixStore>(GenerationStorePrefix(o.generation), root);
   std::unique_ptr<runtime::StageWorker> worker;
+  phase = pb::PHASE_JOINING;
   int64_t first_step = 0;
   double restore_seconds = 0;
   const pb::WeightSource& source = gen.source();
@@ -370,35 +386,29 @@ Status RunWorker(const WorkerOptions& o) {
   };
   const std::string now_key = CheckpointNowKey(o.generation);
   int64_t now_done = -1;
-  // One record per step, and a heartbeat every kBeatMs from a thread of its
-  // own: a stopped process stops beating, a blocked one does not.
+  // From here on every record names our stage.
+  {
+    std::lock_guard<std::mutex> lock(out_mu);
+    self.set_pipeline(me.pipeline);
+    self.set_stage(me.stage);
+    self.set_first_layer(me.first_layer);
+    self.set_last_layer(me.last_layer);
+    self.set_num_microbatches(me.num_microbatches);
+    self.set_phase(pb::PHASE_TRAINING);
+  }
+  last_done = first_step - 1;
+  phase = pb::PHASE_TRAINING;
   auto record = [&](int64_t step) {
-    pb::Metrics m;
-    m.set_format_version(io::kMetricsFormatVersion);
-    m.set_host(o.host);
-    m.set_rank(o.rank);
-    m.set_pipeline(me.pipeline);
-    m.set_stage(me.stage);
+    std::lock_guard<std::mutex> lock(out_mu);
+    pb::Metrics m = self;
     m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, step)));
-    m.set_generation(o.generation);
     m.set_unix_ms(UnixMs());
-    m.set_first_layer(me.first_layer);
-    m.set_last_layer(me.last_layer);
-    m.set_num_microbatches(me.num_microbatches);
     return m;
   };
-  io::RecordWriter out(STDOUT_FILENO, "<stdout>");
-  std::mutex out_mu;
   auto emit = [&](const pb::Metrics& m) {
     std::lock_guard<std::mutex> lock(out_mu);
     return out.Write(m);
   };
-  std::atomic<int64_t> last_done{first_step - 1};
-  Heartbeat beat([&] {
-    pb::Metrics m = record(last_done.load());
-    m.set_heartbeat(true);
-    (void)emit(m);
-  });
   for (int64_t step = first_step; step < o.steps; ++step) {
     if (step == inject.hang_at) {
       OB_LOG(Warn) << "fault injection: stopping before step " << step;

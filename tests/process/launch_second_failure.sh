@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A second failure 90 ms after a recovery's decision (issue 10): f = 1, 4
+# local hosts in 2 pipelines of 2 stages. The first node of pipeline 1 is
+# killed after step 15: its partner is left idle, holding stage 1's layers.
+# 90 ms after that decision, before the new generation has stepped, the
+# last node of pipeline 0 is killed: the only other holder of stage 1. The
+# survivors (pipeline 0's first node and the idle host) still hold every
+# layer, as they would had both hosts been lost at once, so training must
+# go on and exit 0 with the reference's losses. (Before the decision was
+# made against where the layers are, plan/recovery.h saw only the new
+# instantiation's nodes, counted the idle host as holding nothing, and the
+# run ended with exit 75 "no surviving replica".)
+NAME=launch_second_failure
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+make_two_by_two
+STEPS=40
+
+reference_run "$STEPS"
+
+read -r a1 b0 < <(python3 - "$WORK/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"]
+print(p[0]["nodes"][1], p[1]["nodes"][0])
+PY
+)
+run_start second "$STEPS"
+wait_step second 15 || fail "did not reach step 15: $(tail -3 "$WORK/second.err")"
+kill -9 $(host_pids "$b0")
+decided() { grep -q " decide generation=2 " "$WORK/second/events.log"; }
+wait_for 5 decided || fail "no decision after the first kill"
+sleep 0.09
+kill -9 $(host_pids "$a1")
+run_wait
+[ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err")"
+grep -q "decide generation=3 lost hosts $a1; re-instantiated as pipelines of 2 nodes, 0 layer copies" \
+  "$WORK/second/events.log" || fail "generation 3 is not a copy-free re-instantiation: $(grep decide "$WORK/second/events.log")"
+rec=$(grep " recovered generation=3 " "$WORK/second/events.log") \
+  || fail "no recovery at generation 3: $(grep -E 'decide|recovered' "$WORK/second/events.log")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/second.pb" 1e-4 > "$WORK/cmp" || fail "$(cat "$WORK/cmp")"
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: $b0, then $a1 90 ms after the decision: $(cat "$WORK/cmp"); ${rec#* recovered }"
+echo "$NAME: ok"
