@@ -95,7 +95,7 @@ TEST_CASE("gpt3-175b analytic profile: 175B parameters and SPEC §8 per layer") 
   CHECK(block.allreduce(3).seconds() == Approx(2.0 * 7 / 8 * bytes / 230e9 + 14 * 5e-6));
 }
 
-TEST_CASE("fused attention drops the 5as/h term; fp32 doubles activations") {
+TEST_CASE("fused attention drops the 5as/h term, and fp32 doubles activations") {
   auto c = ob::model::Preset("gpt2");
   REQUIRE(c.ok());
   const double h = 768, s = 1024, a = 12;

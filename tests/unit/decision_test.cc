@@ -263,7 +263,7 @@ TEST_CASE("a rollback: the newest usable checkpoint on the same instantiation, e
   CHECK(Used(d.next) == Used(lp.instantiation));
 }
 
-TEST_CASE("the weight lineage: the start until every rank stepped, then snapshots; a checkpoint starts a new one") {
+TEST_CASE("the weight lineage: the start until every rank stepped, then snapshots, and a checkpoint starts a new one") {
   WeightLineage l;
   pb::WeightSource s = l.Next(1);
   CHECK(s.kind() == pb::WeightSource::INITIAL);
@@ -285,6 +285,33 @@ TEST_CASE("the weight lineage: the start until every rank stepped, then snapshot
   CHECK(s.kind() == pb::WeightSource::CHECKPOINT);
   CHECK(s.checkpoint() == "ck/step-000000000030");
   CHECK(DescribeSource(s) == "checkpoint:ck/step-000000000030 step=30 lineage=4");
+}
+
+}  // namespace
+}  // namespace ob::launch
+
+namespace ob::launch {
+namespace {
+
+TEST_CASE("a host-to-host partition: exclude the side that cannot reach the majority") {
+  const std::vector<int> four = {0, 1, 2, 3};
+  // One link cut: a tie, broken by the highest node id.
+  PartitionVerdict v = PartitionExclusions(four, {{1, 2}});
+  CHECK(v.exclude == std::vector<int>{2});
+  CHECK(v.why == "node 2 reaches 2 of the other 3");
+  // One host cut off from every other.
+  v = PartitionExclusions(four, {{0, 3}, {1, 3}, {2, 3}});
+  CHECK(v.exclude == std::vector<int>{3});
+  // Two against three: the two go.
+  v = PartitionExclusions({0, 1, 2, 3, 4}, {{0, 2}, {0, 3}, {0, 4}, {1, 2}, {1, 3}, {1, 4}});
+  CHECK(v.exclude == std::vector<int>{1, 0});
+  // Nothing cut, or the cut is between nodes no longer live.
+  CHECK(PartitionExclusions(four, {}).exclude.empty());
+  CHECK(PartitionExclusions({0, 1, 2}, {{2, 7}}).exclude.empty());
+  // Every pair cut: the probes cannot tell; nobody is excluded.
+  v = PartitionExclusions({0, 1, 2}, {{0, 1}, {0, 2}, {1, 2}});
+  CHECK(v.exclude.empty());
+  CHECK(v.why.find("cannot tell") != std::string::npos);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "ob/log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/operator_socket.h"
+#include "ob/launch/peer_probe.h"
 
 using namespace ob::launch;
 
@@ -423,4 +424,27 @@ TEST_CASE("control socket requests") {
   std::string json = OperatorResponseJson(r);
   CHECK(json.find('\n') == std::string::npos);
   CHECK(json.find("\"state\":\"running\"") != std::string::npos);
+}
+
+TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a non-address is never accused") {
+  // A listener we accept nothing on, a port nobody listens on, the
+  // broadcast address (no route: refused at once) and reserved space
+  // nobody answers from.
+  int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(l >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(l, 4) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const int open_port = ntohs(a.sin_port);
+  std::vector<bool> r = ProbeOnce({{"self", "127.0.0.1"}}, open_port, 300);
+  CHECK(r == std::vector<bool>{true});
+  ::close(l);
+  r = ProbeOnce({{"closed", "127.0.0.1"}, {"no route", "255.255.255.255"}, {"silent", "240.0.0.1"},
+                 {"name", "not-an-ip"}},
+                open_port, 300);
+  CHECK(r == std::vector<bool>{true, false, false, true});
 }

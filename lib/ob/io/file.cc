@@ -136,4 +136,16 @@ bool IsTerminal(int fd) { return isatty(fd) == 1; }
 bool StdinIsTerminal() { return IsTerminal(STDIN_FILENO); }
 bool StdoutIsTerminal() { return IsTerminal(STDOUT_FILENO); }
 
+Status MakeDirs(const std::string& path, const std::string& what, unsigned mode) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at == path.size() || path[at] == '/') {
+      std::string part = path.substr(0, at);
+      if (::mkdir(part.c_str(), at == path.size() ? mode : 0777) != 0 && errno != EEXIST) {
+        return Status::IoErr(part + ": cannot create the " + what + ": " + std::strerror(errno));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace ob::io

@@ -39,6 +39,11 @@ Result<int> OpenWriteThrough(const std::string& path);
 // untouched.
 Status WriteFile(const std::string& path, const std::string& data);
 
+// Creates `path` and its parents (mode 0777 less the umask), the last one
+// with `mode` (also less the umask); one that exists is left as it is.
+// kIoErr naming the part and `what` ("run directory").
+Status MakeDirs(const std::string& path, const std::string& what, unsigned mode = 0777);
+
 bool IsTerminal(int fd);
 bool StdinIsTerminal();
 bool StdoutIsTerminal();

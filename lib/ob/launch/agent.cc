@@ -17,6 +17,7 @@
 #include "ob/cluster/rsh.h"
 #include "ob/io/records.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/peer_probe.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
 
@@ -141,6 +142,7 @@ class Agent {
   std::string master_host_;
   int master_port_ = 0;
   int64_t rejoin_until_ms_ = -1;  // detached: asking to rejoin until then (loop clock)
+  std::unique_ptr<PeerProbe> probe_;  // this generation's peers (peer_probe.h), once we have some
   uv_timer_t retry_{};
 };
 
@@ -218,6 +220,7 @@ void Agent::Detach(const std::string& reason) {
   KillWorkers();
   CloseOutputs();
   workers_.clear();
+  if (probe_) probe_->SetPeers({});
   uv_timer_stop(&heartbeat_);
   conn_->SetHandlers(nullptr, nullptr);
   conn_.reset();
@@ -251,6 +254,9 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
     pb::Control m;
     m.mutable_heartbeat()->set_sequence(++a->sequence_);
     m.mutable_heartbeat()->set_unix_ms(UnixMs());
+    if (a->probe_) {
+      for (const std::string& h : a->probe_->Unreachable()) m.mutable_heartbeat()->add_unreachable(h);
+    }
     a->Send(m);
   }, 0, kHeartbeatMs);
   uv_timer_start(&watchdog_, [](uv_timer_t* t) {
@@ -299,6 +305,10 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
     OB_LOG(Info) << "stopped generation " << generation_ << "'s workers in " << UnixMs() - t0 << " ms";
   }
   generation_ = sw.generation();
+  std::vector<Peer> peers;
+  for (const auto& p : sw.peers()) peers.push_back({p.host(), p.address()});
+  if (!peers.empty() && !probe_) probe_ = std::make_unique<PeerProbe>();
+  if (probe_) probe_->SetPeers(std::move(peers));
   OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
   for (const auto& spec : sw.workers()) StartWorker(spec);
   for (const auto& spec : sw.workers()) SpawnStandby(spec.local_rank());

@@ -34,6 +34,11 @@
 // such; the master restarts it, and a fresh process takes the role. (After
 // the first step a hang is ob-watch's to judge.)
 //
+// Peers: the agent probes the other hosts of its generation
+// (StartWorkers.peers) once a second and names, in its heartbeats, those it
+// could not reach twice in a row (peer_probe.h); the master decides whom a
+// host↔host partition excludes.
+//
 // Rejoining: when the master closes the connection while our stdin is
 // still open (it evicted us after a silence, as a 0.5 s link flap causes,
 // and left our rsh running so that we may come back), the agent stops its

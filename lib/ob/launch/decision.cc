@@ -148,6 +148,39 @@ Decision DecideRecovery(const RecoveryFacts& f) {
   return FromCheckpoint(f, *c, why);
 }
 
+PartitionVerdict PartitionExclusions(const std::vector<int>& live, const std::set<std::pair<int, int>>& cut) {
+  PartitionVerdict v;
+  std::set<int> left(live.begin(), live.end());
+  auto is_cut = [&](int a, int b) { return cut.count({std::min(a, b), std::max(a, b)}) > 0; };
+  for (;;) {
+    int worst = -1, worst_reach = 0, cuts = 0;
+    for (int n : left) {
+      int reach = 0;
+      for (int m : left) {
+        if (m == n) continue;
+        if (is_cut(n, m)) {
+          ++cuts;
+        } else {
+          ++reach;
+        }
+      }
+      if (worst < 0 || reach < worst_reach || (reach == worst_reach && n > worst)) worst = n, worst_reach = reach;
+    }
+    if (cuts == 0) return v;
+    const int pairs = static_cast<int>(left.size() * (left.size() - 1));  // each counted twice, as cuts
+    if (cuts == pairs) {
+      v.why = "every one of " + std::to_string(left.size()) +
+              " hosts reports every other unreachable: the probes cannot tell (dropped by a firewall?)";
+      v.exclude.clear();
+      return v;
+    }
+    v.why += (v.why.empty() ? "" : "; ") + std::string("node ") + std::to_string(worst) + " reaches " +
+             std::to_string(worst_reach) + " of the other " + std::to_string(left.size() - 1);
+    v.exclude.push_back(worst);
+    left.erase(worst);
+  }
+}
+
 Result<plan::Instantiation> InstantiateOn(const plan::LoadedPlan& plan, const std::vector<int>& live) {
   plan::Problem p = plan.problem;
   p.cluster.nodes = static_cast<int>(live.size());

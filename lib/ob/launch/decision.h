@@ -40,6 +40,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,19 @@ struct Decision {
 };
 
 Decision DecideRecovery(const RecoveryFacts& facts);
+
+// A host↔host partition (peer_probe.h): `cut` holds the pairs (a < b) of
+// live nodes one of which reported it cannot reach the other. The nodes to
+// exclude so that every remaining pair reaches each other: again and again
+// the one that reaches the fewest of the others (the side that cannot reach
+// the majority), ties broken by the highest node id. None, with `why`, when
+// every pair is cut: probes that cannot tell (a firewall that drops them),
+// not a partition to act on.
+struct PartitionVerdict {
+  std::vector<int> exclude;
+  std::string why;  // one line: who cannot reach whom, and the choice
+};
+PartitionVerdict PartitionExclusions(const std::vector<int>& live, const std::set<std::pair<int, int>>& cut);
 
 // The templates instantiated afresh on `live` nodes (for a restart from a
 // checkpoint): with the plan's fault tolerance if they allow it, else as

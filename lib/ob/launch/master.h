@@ -43,6 +43,13 @@
 // groups are SIGKILLed if they do not exit within kStopWaitMs; agents kill
 // their workers on every path (agent.h).
 //
+// Where things live: the decision of what a failure means is a pure
+// function (decision.h); the agents (agent_pool.h), checkpoints
+// (ckpt_keeper.h), recovery phases (recovery_clock.h) and records
+// (metrics_sink.h) are components of their own; the master (master.cc,
+// master_operator.cc for the control socket) gathers facts and carries
+// decisions out.
+//
 // Thread model: one uv loop on the calling thread runs the control server,
 // the agents' connections, the store, timers, signals and the control socket; every
 // callback and hook runs on it (docs/threads.md). Not re-entrant; RunMaster

@@ -1,0 +1,167 @@
+#include "ob/launch/ckpt_keeper.h"
+
+#include <algorithm>
+
+#include "ob/clock.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/log.h"
+#include "ob/model/data.h"
+
+namespace ob::launch {
+
+Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events) {
+  o_ = o;
+  plan_ = plan;
+  events_ = events;
+  job_.set_seed(o.seed);
+  job_.set_data(o.data);
+  job_.set_data_fingerprint(model::DataFingerprint(o.data));
+  if (!o.dir.empty()) {
+    // Two jobs saving into one directory overwrite each other's steps and
+    // remove each other's unfinished saves.
+    OB_RETURN_IF_ERROR(io::MakeDirs(o.dir, "checkpoint directory"));
+    OB_ASSIGN_OR_RETURN(lock_, io::DirLock::Acquire(o.dir, o.holder));
+    commits_ = std::make_unique<CommitQueue>(o.dir, o.keep, num_layers);
+    // Saves a killed run left half-written would mix with ours.
+    Result<std::vector<std::string>> removed = ckpt::RemovePartials(o.dir);
+    if (!removed.ok() && removed.status().code() != Code::kNoInput) return removed.status();
+    if (removed.ok() && !removed->empty()) {
+      OB_LOG(Info) << "removed " << removed->size() << " unfinished checkpoint(s) from " << o.dir;
+    }
+  }
+  if (o.resume.empty()) return Status::Ok();
+  // Every checksum, before any host starts: a damaged checkpoint is never
+  // half loaded.
+  pb::Manifest m;
+  std::string from;
+  if (o.resume == "auto") {
+    if (o.dir.empty()) return Status::Usage("--resume auto needs --ckpt-dir");
+    Result<ckpt::Verified> v = Usable();
+    if (v.ok()) {
+      from = v->path;
+      m = v->manifest;
+    } else if (v.status().code() != Code::kNoInput) {
+      return v.status();  // there are checkpoints, none usable: never a silent fresh start
+    } else {
+      OB_LOG(Info) << "--resume auto: no checkpoint in " << o.dir << " yet; starting afresh";
+      return Status::Ok();
+    }
+  } else {
+    OB_RETURN_IF_ERROR(ckpt::Verify(o.resume));
+    OB_ASSIGN_OR_RETURN(m, ckpt::LoadManifest(o.resume));
+    if (const std::string why = OtherJob(m); !why.empty()) return Status::Config(o.resume + ": " + why);
+    from = o.resume;
+  }
+  if (m.model().SerializeAsString() != plan_->model().SerializeAsString()) {
+    return Status::Config(from + ": holds a " + m.model().name() + " model, the plan's is " +
+                          plan_->model().name());
+  }
+  const int64_t step = static_cast<int64_t>(m.step());
+  if (o.steps > 0 && step + 1 >= o.steps) {
+    return Status::Usage(from + ": the checkpoint is of step " + std::to_string(step) + " and --steps " +
+                         std::to_string(o.steps) + " ends at step " + std::to_string(o.steps - 1) +
+                         ": nothing left to train (raise --steps)");
+  }
+  resume_ = {from, step};
+  return Status::Ok();
+}
+
+std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {
+  if (o_.resume_from_other || !m.has_job()) return "";  // (saved before job identities)
+  const pb::JobIdentity& j = m.job();
+  std::string why;
+  if (j.seed() != job_.seed()) {
+    why = "seed " + std::to_string(j.seed()) + ", this run's is " + std::to_string(job_.seed());
+  } else if (!j.data_fingerprint().empty() && !job_.data_fingerprint().empty() &&
+             j.data_fingerprint() != job_.data_fingerprint()) {
+    why = "data " + j.data() + " (" + j.data_fingerprint() + "), this run reads " + job_.data() + " (" +
+          job_.data_fingerprint() + ")";
+  }
+  return why.empty() ? "" : "saved by another job (" + why + "); --resume-from-other takes it anyway";
+}
+
+Result<ckpt::Verified> CheckpointKeeper::Usable() {
+  Result<ckpt::Verified> v =
+      ckpt::NewestVerified(o_.dir, [this](const pb::Manifest& m) { return OtherJob(m); });
+  if (v.ok()) {
+    for (const std::string& why : v->skipped) {
+      events_->Write("skip-checkpoint", why);
+      OB_LOG(Warn) << "skipping checkpoint " << why;
+    }
+  }
+  return v;
+}
+
+Result<CheckpointRef> CheckpointKeeper::Newest() {
+  if (o_.dir.empty()) return Status::NoInput("no --ckpt-dir");
+  OB_ASSIGN_OR_RETURN(ckpt::Verified v, Usable());
+  return CheckpointRef{v.path, static_cast<int64_t>(v.manifest.step())};
+}
+
+void CheckpointKeeper::Failed(int64_t step, const std::string& why) {
+  if (step > failed_step_) {
+    failed_step_ = step;
+    failure_ = why;
+  }
+}
+
+void CheckpointKeeper::Part(const pb::Metrics& m, size_t world) {
+  const pb::CheckpointPart& c = m.checkpoint();
+  if (!commits_) return;
+  if (c.error().empty()) {
+    commits_->Part(c.step(), m.rank(), world);
+    return Poll();
+  }
+  Failed(static_cast<int64_t>(c.step()), "rank " + std::to_string(m.rank()) + ": " + c.error());
+  if (commits_->Failed(c.step())) {
+    events_->Write("checkpoint-failed", "step=" + std::to_string(c.step()) + " rank=" +
+                                            std::to_string(m.rank()) + " " + c.error());
+    OB_LOG(Error) << "checkpoint of step " << c.step() << " failed on rank " << m.rank() << ": "
+                  << c.error() << " (training goes on)";
+  }
+}
+
+void CheckpointKeeper::Poll(bool wait) {
+  if (!commits_) return;
+  auto base = [this](int64_t step) {
+    pb::Manifest m;
+    m.set_format_version(io::kManifestFormatVersion);
+    m.set_step(static_cast<uint64_t>(step));
+    *m.mutable_model() = plan_->model();
+    m.set_data_seed(o_.seed);
+    m.set_samples_seen(static_cast<uint64_t>(step + 1) * plan_->global_batch());
+    m.set_created_unix_ms(UnixMs());
+    m.set_plan(plan_->SerializeAsString());
+    *m.mutable_job() = job_;
+    return m;
+  };
+  const std::optional<CommitQueue::Outcome> done = commits_->Poll(base, wait);
+  if (!done) return;
+  const std::string step = std::to_string(done->step);
+  if (done->manifest.ok()) {
+    good_step_ = std::max(good_step_, done->step);
+    uint64_t bytes = 0;
+    for (const auto& f : done->manifest->files()) bytes += f.size();
+    events_->Write("checkpoint", "step=" + step + " files=" + std::to_string(done->manifest->files_size()) +
+                                     " bytes=" + std::to_string(bytes) +
+                                     " commit_ms=" + std::to_string(done->commit_ms));
+    OB_LOG(Info) << "checkpoint of step " << step << " committed (" << (bytes >> 20) << " MiB)";
+  } else {
+    Failed(done->step, done->manifest.status().message());
+    events_->Write("checkpoint-failed", "step=" + step + " " + done->manifest.status().message());
+    OB_LOG(Error) << "checkpoint of step " << step << ": " << done->manifest.status().message()
+                  << " (training goes on)";
+  }
+}
+
+Status CheckpointKeeper::Verdict() const {
+  if (failed_step_ <= good_step_) return Status::Ok();
+  // Asked to checkpoint, and the newest save failed: the work since the
+  // latest good one is not on disk, and the exit status must say so.
+  Result<std::string> good = ckpt::Latest(o_.dir);
+  return Status::IoErr("the checkpoint of step " + std::to_string(failed_step_) + " failed (" + failure_ +
+                       "); the latest good one is " + (good.ok() ? *good : std::string("none")));
+}
+
+}  // namespace ob::launch

@@ -1,0 +1,95 @@
+// The master's checkpoints (SPEC §7), in one place: the checkpoint
+// directory's lock, the job's identity, the choice of --resume, the commits
+// of the parts the workers report (commit_queue.h), the newest checkpoint
+// a recovery may restore, and whether the run may exit 0.
+//
+// One job per directory: Open locks the directory (io::DirLock; a second
+// master there gets kConfig naming the run that holds it, exit 78) and
+// removes the saves a killed run left half-written. Every manifest records
+// the job (seed, --data and its fingerprint); a checkpoint another job saved
+// is passed over (Newest) or refused (--resume PATH), unless
+// resume_from_other. Checkpoints that do not verify are passed over with a
+// *skip-checkpoint* line each.
+//
+// Never lie: a run asked to checkpoint whose newest save failed ends with
+// kIoErr (exit 74) naming that step and the latest good checkpoint
+// (Verdict).
+//
+// Thread model: the master's loop calls every method (commits run on the
+// queue's own thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ob/ckpt/checkpoint.h"
+#include "ob/io/dir_lock.h"
+#include "ob/launch/commit_queue.h"
+#include "ob/launch/decision.h"
+#include "ob/launch/event_log.h"
+#include "ob/manifest.pb.h"
+#include "ob/metrics.pb.h"
+#include "ob/plan.pb.h"
+#include "ob/status.h"
+
+namespace ob::launch {
+
+class CheckpointKeeper {
+ public:
+  struct Options {
+    std::string dir;             // "" = no checkpoints
+    int keep = 0;                // > 0: keep only the newest that many after each commit
+    std::string resume;          // "", "auto" or a checkpoint directory
+    bool resume_from_other = false;
+    int64_t steps = 0;           // the run's last step is steps - 1 (0: not checked)
+    uint64_t seed = 0;
+    std::string data;            // --data as the workers get it
+    std::string holder;          // who holds the lock, for a second master's message
+  };
+
+  // Locks and cleans the directory, and picks the checkpoint --resume names
+  // (every checksum verified, before any host starts). `plan` is the
+  // master's current plan, read at every commit; it must outlive us.
+  // Errors: kUsage (--resume auto without a directory; a checkpoint at or
+  // past the last step), kConfig (locked; another job's; another model),
+  // kDataErr (none usable), kIoErr.
+  Status Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events);
+
+  bool enabled() const { return commits_ != nullptr; }
+  // The checkpoint to resume from ("" path: start afresh).
+  const CheckpointRef& resume() const { return resume_; }
+  // The newest checkpoint of the directory that verifies and is this job's.
+  Result<CheckpointRef> Newest();
+  // A rank's report of its part of a save (Metrics.checkpoint) of a world of `world`.
+  void Part(const pb::Metrics& m, size_t world);
+  // Parts of earlier generations' workers no longer count.
+  void NewGeneration() {
+    if (commits_) commits_->ForgetParts();
+  }
+  // Reports a finished commit and starts the next queued one; with `wait`,
+  // waits for the running one. Finish: every queued one.
+  void Poll(bool wait = false);
+  void Finish() {
+    while (commits_ && !commits_->idle()) Poll(true);
+  }
+  // OK, or kIoErr when the newest save failed (after Finish).
+  Status Verdict() const;
+
+ private:
+  Result<ckpt::Verified> Usable();
+  std::string OtherJob(const pb::Manifest& m) const;
+  void Failed(int64_t step, const std::string& why);
+
+  Options o_;
+  const pb::Plan* plan_ = nullptr;
+  EventLog* events_ = nullptr;
+  pb::JobIdentity job_;
+  io::DirLock lock_;
+  std::unique_ptr<CommitQueue> commits_;
+  CheckpointRef resume_;
+  int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed
+  std::string failure_;
+};
+
+}  // namespace ob::launch

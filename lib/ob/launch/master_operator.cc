@@ -1,0 +1,120 @@
+// The master's control socket (master.h, ob-launch(1) "Run directory"):
+// the operator's and ob-watch's requests, and the status answer.
+#include "ob/launch/master_impl.h"
+
+#include "ob/launch/store_keys.h"
+#include "ob/log.h"
+
+namespace ob::launch::detail {
+
+pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
+  pb::OperatorResponse r;
+  r.set_ok(true);
+  switch (req.command()) {
+    case pb::OPERATOR_STOP:
+      RequestStop(req.reason());
+      break;
+    case pb::OPERATOR_STATUS:
+      break;
+    case pb::OPERATOR_CHECKPOINT_NOW: {
+      // Every worker saves after step K, a step none has reached yet
+      // (workers are at most one step apart).
+      if (opt_.ckpt_dir.empty()) {
+        r.set_ok(false);
+        r.set_error("no --ckpt-dir: nowhere to save");
+        return r;
+      }
+      const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
+      if (opt_.steps > 0 && k > opt_.steps - 1) {
+        r.set_ok(false);
+        r.set_error("too late: the run ends at step " + std::to_string(opt_.steps - 1) +
+                    ", before step " + std::to_string(k) + ", the first no worker may have begun");
+        return r;
+      }
+      Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
+      if (!st.ok()) {
+        r.set_ok(false);
+        r.set_error(st.message());
+        return r;
+      }
+      events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + req.reason());
+      break;
+    }
+    case pb::OPERATOR_EXCLUDE_HOST:
+    case pb::OPERATOR_DRAIN: {
+      // Both take the host out now: the survivors resume from the last step
+      // every one of them completed, so nothing is lost by not waiting.
+      AgentState* a = agents_.Find(req.host());
+      if (a == nullptr || a->state != AgentState::State::kConnected || state_ != State::kRunning) {
+        r.set_ok(false);
+        r.set_error(a == nullptr ? "no host '" + req.host() + "' in this run"
+                                 : "host '" + req.host() + "' is not running workers");
+        return r;
+      }
+      std::string reason = req.reason();
+      if (req.slowdown() > 0) {
+        // A slow host, not a failed one: out only if the plan runs faster
+        // without it than with it at that speed.
+        if (decide_deadline_ms_ >= 0 || rec_.active()) {
+          r.set_ok(false);
+          r.set_error("kept " + req.host() + ": a recovery is in progress");
+          return r;
+        }
+        const plan::Exclusion x =
+            plan::WeighExclusion(loaded_.problem, loaded_.templates, loaded_.instantiation,
+                                 a->node, req.slowdown(), LiveIdle());
+        if (!x.pays) {
+          events_.Write("keep", "host=" + req.host() + " " + x.reason + "; " + reason);
+          OB_LOG(Warn) << "kept slow host " << req.host() << ": " << x.reason;
+          r.set_ok(false);
+          r.set_error("kept " + req.host() + ": " + x.reason);
+          return r;
+        }
+        reason += " (" + x.reason + ")";
+      }
+      const char* verb = req.command() == pb::OPERATOR_DRAIN ? "drained" : "excluded";
+      events_.Write("exclude", "host=" + req.host() + " " + reason);
+      HostLost(*a, std::string("host ") + req.host() + " " + verb + ": " + reason, 0, Lost::kExcluded);
+      break;
+    }
+    case pb::OPERATOR_ROLLBACK: {
+      const std::string why = Rollback(req.reason());
+      if (!why.empty()) {
+        r.set_ok(false);
+        r.set_error(why);
+      }
+      break;
+    }
+    default:
+      r.set_ok(false);
+      r.set_error("not a request the master takes here");
+      return r;
+  }
+  static const char* kStates[] = {"starting", "running", "stopping", "stopped"};
+  r.set_state(kStates[static_cast<int>(state_)]);
+  r.set_step(metrics_.last_step());
+  r.set_world_size(static_cast<uint32_t>(ranks_.size()));
+  r.set_workers_running(static_cast<uint32_t>(state_ == State::kRunning ? ranks_.size() - ranks_done_ : 0));
+  r.set_uptime_seconds((Now() - start_ms_) / 1e3);
+  r.set_waiting_for(WaitingFor());
+  agents_.Report(Now(), &r);
+  return r;
+}
+
+std::string Master::WaitingFor() {
+  if (state_ != State::kRunning) return "";
+  if (decide_deadline_ms_ >= 0) return "deciding: gathering the failures detected within " + std::to_string(kDecideMs) + " ms";
+  std::vector<RecoveryClock::Rank> ranks(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    ranks[r].phase = ranks_[r].phase;
+    ranks[r].stepped = ranks_[r].exited || ranks_[r].have_metrics;
+  }
+  for (const auto& a : agents_.all()) {
+    for (int r : a->ranks) {
+      if (static_cast<size_t>(r) < ranks.size()) ranks[static_cast<size_t>(r)].host = a->host.name;
+    }
+  }
+  return rec_.WaitingFor(generation_, ranks);
+}
+
+}  // namespace ob::launch::detail

@@ -1,0 +1,59 @@
+// Where the workers' records go (SPEC §5): --metrics (a file created 0600,
+// or "-" for standard output, never a terminal), every watcher of the
+// control socket, the progress line (step, loss, tokens/s) the master logs
+// once a second, and the closing summary.
+//
+// Thread model: the master's loop calls every method.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ob/io/records.h"
+#include "ob/control.pb.h"
+#include "ob/launch/operator_socket.h"
+#include "ob/metrics.pb.h"
+#include "ob/status.h"
+
+namespace ob::launch {
+
+class MetricsSink {
+ public:
+  explicit MetricsSink(OperatorSocket* watchers) : watchers_(watchers) {}
+  ~MetricsSink();
+  MetricsSink(const MetricsSink&) = delete;
+  MetricsSink& operator=(const MetricsSink&) = delete;
+
+  // `path`: a file, "-" or "" (none). kUsage for "-" on a terminal, kIoErr.
+  Status Open(const std::string& path);
+  // To --metrics and every watcher. A write that fails ends --metrics, once,
+  // with a log line; training goes on.
+  void Publish(const pb::Metrics& m);
+  // A worker's exit, as a record of its own (host, rank, generation, its
+  // last step, unix_ms and Metrics.exit): ob-watch's crash detector reads it.
+  void Exited(const std::string& host, const pb::WorkerExited& x, uint64_t generation, uint64_t step);
+  // A completed step of the current generation (not a heartbeat).
+  void Step(const pb::Metrics& m);
+  void NewGeneration() { last_.clear(); }
+  uint64_t last_step() const { return last_step_; }
+  // The progress line, when a step came since the last one ("" otherwise).
+  std::string Progress();
+  // "trained N steps: final loss L, T tokens/s", or "" before any step.
+  std::string Summary() const;
+
+ private:
+  OperatorSocket* watchers_;
+  int fd_ = -1;
+  std::unique_ptr<io::RecordWriter> out_;
+  std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
+  uint64_t last_step_ = 0;
+  bool fresh_ = false;
+  // Rank 0's steps, their summed time and last loss (every rank reports the
+  // global loss and throughput).
+  uint64_t steps_done_ = 0;
+  double step_seconds_sum_ = 0, tokens_sum_ = 0, last_loss_ = 0;
+};
+
+}  // namespace ob::launch
