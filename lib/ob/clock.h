@@ -1,5 +1,6 @@
 // Wall-clock time as the formats carry it: milliseconds since the Unix
-// epoch, and its two printed forms. Thread-safe; no state.
+// epoch, and its two printed forms; and a steady clock for durations.
+// Thread-safe; no state.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,10 @@ namespace ob {
 // Milliseconds since the Unix epoch (system clock: comparable across hosts
 // as far as their clocks agree; use a steady clock for durations).
 int64_t UnixMs();
+
+// Milliseconds of the steady clock (std::chrono::steady_clock): only
+// differences mean anything; never goes back.
+int64_t SteadyMs();
 
 // "2023-11-14T22:13:20.123Z" (RFC 3339, UTC, milliseconds): log and event lines.
 std::string FormatUnixMs(int64_t unix_ms);

@@ -162,3 +162,26 @@ sys.exit(b[0] if b else 255)
 PY
   chmod +x "$1" || fail "chmod $1"
 }
+
+# netns_train_to STEPS CUT_STEP: the four hosts of $WORK/hosts.txt in
+# namespaces on a star, ob-launch training $WORK/plan.pb there for STEPS
+# steps on the fixed corpus (master on the bridge, agents through
+# netns_rsh), until it reaches CUT_STEP with no failure detected. Sets
+# MASTER_PID, `hosts` (the host names) and `events` (the run's events.log);
+# run directory $WORK/run, metrics $WORK/metrics.pb, stderr $WORK/err.
+netns_train_to() {
+  local steps=$1 cut_step=$2
+  mapfile -t hosts < "$WORK/hosts.txt"
+  netns_add "${hosts[@]}"
+  netns_star_ready "${hosts[@]}"
+  netns_rsh "$WORK/rsh"
+  "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "$NETNS_GATEWAY" --secret-file "$WORK/secret" \
+    --run-dir "$WORK/run" --steps "$steps" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
+    --metrics "$WORK/metrics.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
+  MASTER_PID=$!
+  events="$WORK/run/events.log"
+  _netns_at() { [ "$(max_step "$WORK/metrics.pb")" -ge "$1" ] || ! kill -0 "$MASTER_PID" 2>/dev/null; }
+  wait_for 90 _netns_at "$cut_step" || fail "no step $cut_step in 90 s: $(tail -3 "$WORK/err")"
+  kill -0 "$MASTER_PID" 2>/dev/null || fail "the master exited before step $cut_step: $(tail -3 "$WORK/err")"
+  ! grep -q " detect " "$events" || fail "a failure was detected before step $cut_step: $(grep " detect " "$events")"
+}

@@ -19,20 +19,8 @@ trap 'cleanup; netns_cleanup' EXIT
 STEPS=40
 CUT_STEP=15
 make_two_by_two
-mapfile -t hosts < "$WORK/hosts.txt"
+netns_train_to "$STEPS" "$CUT_STEP"
 victim=${hosts[3]}
-netns_add "${hosts[@]}"
-netns_star_ready "${hosts[@]}"
-netns_rsh "$WORK/rsh"
-"$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "$NETNS_GATEWAY" --secret-file "$WORK/secret" \
-  --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
-  --metrics "$WORK/metrics.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
-MASTER_PID=$!
-events="$WORK/run/events.log"
-at_cut() { [ "$(max_step "$WORK/metrics.pb")" -ge "$CUT_STEP" ] || ! kill -0 "$MASTER_PID" 2>/dev/null; }
-wait_for 90 at_cut || fail "no step $CUT_STEP in 90 s: $(tail -3 "$WORK/err")"
-kill -0 "$MASTER_PID" 2>/dev/null || fail "the master exited before the flap: $(tail -3 "$WORK/err")"
-grep -q " detect " "$events" && fail "a failure was detected before the flap: $(grep " detect " "$events")"
 ip link set "${NETNS_HOSTDEV[$victim]}" down || fail "cannot set the link down"
 sleep 0.5
 ip link set "${NETNS_HOSTDEV[$victim]}" up || fail "cannot set the link up"

@@ -20,23 +20,11 @@ CUT_STEP=15
 DETECT_MS=8000   # two probe rounds of 1 s after the cut, and the report
 
 make_two_by_two
-mapfile -t hosts < "$WORK/hosts.txt"
 read -r b0 b1 < <(python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"][1]["nodes"]
 print(p[0], p[1])' "$WORK/plan.json") || fail "no pipeline 1 in the plan"
-netns_add "${hosts[@]}"
-netns_star_ready "${hosts[@]}"
-netns_rsh "$WORK/rsh"
-"$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "$NETNS_GATEWAY" --secret-file "$WORK/secret" \
-  --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
-  --metrics "$WORK/metrics.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
-MASTER_PID=$!
-events="$WORK/run/events.log"
-at_cut() { [ "$(max_step "$WORK/metrics.pb")" -ge "$CUT_STEP" ] || ! kill -0 "$MASTER_PID" 2>/dev/null; }
-wait_for 90 at_cut || fail "no step $CUT_STEP in 90 s: $(tail -3 "$WORK/err")"
-kill -0 "$MASTER_PID" 2>/dev/null || fail "the master exited before the cut: $(tail -3 "$WORK/err")"
-grep -q " detect " "$events" && fail "a failure was detected before the cut: $(grep " detect " "$events")"
+netns_train_to "$STEPS" "$CUT_STEP"
 ip netns exec "$b0" ip route add blackhole "${NETNS_ADDR[$b1]}/32" || fail "cannot cut $b0 from $b1"
 ip netns exec "$b1" ip route add blackhole "${NETNS_ADDR[$b0]}/32" || fail "cannot cut $b1 from $b0"
 cut_ms=$(now_ms)

@@ -11,18 +11,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "ob/clock.h"
+
 
 namespace ob::launch {
-namespace {
-
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeout_ms) {
   std::vector<bool> reached(peers.size(), false);
   std::vector<pollfd> fds;

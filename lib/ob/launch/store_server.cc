@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "ob/clock.h"
+
 namespace ob::launch {
 namespace {
 
@@ -258,14 +260,6 @@ size_t StoreServer::ErasePrefix(const std::string& prefix) {
 }
 
 // --- ServerStore -------------------------------------------------------------
-
-namespace {
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 Result<pb::StoreReply> ServerStore::Call(pb::StoreRequest& request, Timeout wait) {
   struct Slot {
