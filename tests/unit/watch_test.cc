@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -111,6 +113,57 @@ TEST_CASE("straggler: 500 clean steps with seeded noise raise no event") {
     const auto events = Watch(Synthesize(Run(seed, 500)));
     CHECK(OfKind(events, ob::pb::EVENT_STRAGGLER).empty());
     CHECK(events.empty());  // nor anything else
+  }
+}
+
+// More workers than cores (issue 10: the quick-start's 4 workers on 2
+// cores raised 32 straggler events): at every step two of the four replicas
+// are descheduled, 1.4x slower, and which two changes every 15-60 steps.
+SyntheticRun Contended(uint64_t seed, uint64_t steps) {
+  SyntheticRun run = Run(seed, steps);
+  run.pipelines = 4;
+  run.stages = 1;
+  std::mt19937_64 rng(seed);
+  const int pairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+  for (uint64_t at = 0; at < steps;) {
+    const uint64_t until = at + 15 + rng() % 46;
+    for (int r : pairs[rng() % 6]) {
+      SyntheticFault f = Fault(SyntheticFault::kSlow, r, at, 1.4);
+      f.until = until;
+      run.faults.push_back(f);
+    }
+    at = until;
+  }
+  return run;
+}
+
+TEST_CASE("straggler: contention that moves from rank to rank is not a straggler; a real one in it is") {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    INFO("seed " << seed);
+    const auto events = OfKind(Watch(Synthesize(Contended(seed, 500))), ob::pb::EVENT_STRAGGLER);
+    CHECK(events.empty());
+    // The same contention and rank 2 1.6x slower from step 200 on.
+    SyntheticRun run = Contended(seed, 300);
+    run.faults.push_back(Fault(SyntheticFault::kSlow, 2, 200, 1.6));
+    const auto found = OfKind(Watch(Synthesize(run)), ob::pb::EVENT_STRAGGLER);
+    std::string seen;
+    for (const auto& e : found) seen += " rank " + std::to_string(e.rank()) + "@" + std::to_string(e.step());
+    INFO("events:" << seen);
+    // Found in time, and only it often enough for ob-watch --act (three
+    // events of a host, --confirm) to exclude a host: a contended rank may
+    // be named once alongside it while the job is held up.
+    std::map<int, int> per_rank;
+    uint64_t first = 0;
+    for (const auto& e : found) {
+      if (e.rank() == 2 && per_rank[2] == 0) first = e.step();
+      per_rank[static_cast<int>(e.rank())]++;
+    }
+    CHECK(per_rank[2] >= 3);
+    CHECK(first >= 200);
+    CHECK(first < 260);  // in contention it shows only while it is also descheduled
+    for (const auto& [rank, n] : per_rank) {
+      if (rank != 2) CHECK(n < 3);
+    }
   }
 }
 

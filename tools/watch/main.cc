@@ -50,7 +50,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 void Setup(CLI::App& app) {
   app.footer(
       "Detectors (defaults): crash (an exit with an error); hang (a rank silent 3 s; no step\n"
-      "anywhere for the stall timeout); straggler (compute 1.3x its replicas' in 5 of 8 steps);\n"
+      "anywhere for the stall timeout); straggler (compute 1.3x its replicas' in 5 of 8 steps,\n"
+      "and against the job's own baseline while it holds the job up);\n"
       "loss NaN/Inf; loss spike (robust z >= 6); throughput drop (30% below the median);\n"
       "memory growth (10% rising steadily over 100 steps). See ob-watch(1).\n\n"
       "Examples:\n"

@@ -85,6 +85,14 @@ struct RankState {
   // Straggler: per-micro-batch compute of the last straggler_window steps,
   // the ratios of its median to the reference, and the vote over them.
   Window recent_compute{8};
+  // The same over kBaselineWindows × straggler_window steps: the job's own
+  // recent baseline, which a slowdown that moves from rank to rank (CPU
+  // contention) never leaves.
+  Window baseline_compute{64};
+  // Its step time (which every rank of a data-parallel job shares: each
+  // waits for the slowest), short and long, for the job's own baseline.
+  Window recent_step{8};
+  Window baseline_step{64};
   Window recent_ratio{8};
   KOfN straggler_vote{5, 8};
   int straggler_events = 0;       // raised in the current episode

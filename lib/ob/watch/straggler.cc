@@ -27,46 +27,84 @@ void StragglerDetector::OnStep(RunState& run, RankState& r, int64_t now_ms,
   if (!(compute > 0)) return;
   const double per_mb = compute / (r.microbatches > 0 ? r.microbatches : 1);
   r.recent_compute.Push(per_mb);
+  r.baseline_compute.Push(per_mb);
+  if (r.step_seconds > 0) {
+    r.recent_step.Push(r.step_seconds);
+    r.baseline_step.Push(r.step_seconds);
+  }
   if (r.recent_compute.size() < kMinHistory) return;
+  const size_t baseline_min = 2 * static_cast<size_t>(std::max(o_.straggler_window, 2));
 
   bool layers_known = false;
   run.ForEachCurrent([&](const RankState& p) { layers_known = layers_known || HasLayers(p); });
 
+  // Each peer's median now and over its baseline, in the three forms.
   std::vector<double> replicas, others_per_layer, others;
+  std::vector<double> replicas_base, others_per_layer_base, others_base;
+  bool baselines = r.baseline_compute.size() >= baseline_min;
   run.ForEachCurrent([&](const RankState& p) {
     if (&p == &r || p.exited || p.recent_compute.size() < kMinHistory) return;
-    const double m = p.recent_compute.median();
-    if (p.first_layer == r.first_layer && p.last_layer == r.last_layer) replicas.push_back(m);
+    const double m = p.recent_compute.median(), b = p.baseline_compute.median();
+    baselines = baselines && p.baseline_compute.size() >= baseline_min;
+    if (p.first_layer == r.first_layer && p.last_layer == r.last_layer) {
+      replicas.push_back(m);
+      replicas_base.push_back(b);
+    }
     others_per_layer.push_back(m / Layers(p));
+    others_per_layer_base.push_back(b / Layers(p));
     others.push_back(m);
+    others_base.push_back(b);
   });
 
   const double mine = r.recent_compute.median();
   int basis = -1;
-  double value = mine, reference = 0;
+  double value = mine, reference = 0, baseline = 0;
   size_t peers = 0;
   if (layers_known && !replicas.empty()) {
     basis = 0;
     reference = Median(replicas);
+    baseline = Median(replicas_base);
     peers = replicas.size();
   } else if (layers_known && others_per_layer.size() >= 2) {
     basis = 1;
     value = mine / Layers(r);
     reference = Median(others_per_layer);
+    baseline = Median(others_per_layer_base);
     peers = others_per_layer.size();
   } else if (!layers_known && others.size() >= 2) {
     basis = 2;
     reference = Median(others);
+    baseline = Median(others_base);
     peers = others.size();
   }
-  if (basis < 0 || !(reference > 0)) return;
+  if (basis < 0 || !(reference > 0) || !(baseline > 0)) return;
 
   const double ratio = value / reference;
+  const double baseline_ratio = value / baseline;
   // One replica cannot say which of the two is off (a replica that got a
   // core to itself runs fast): then the rank must also be slow, by half
   // the margin, against every other rank per layer.
   double corroboration = 0;
-  bool slow = ratio >= o_.straggler_ratio;
+  // The job's pace now against its baseline (every rank's, this one's too).
+  // And whether it is this rank the job waits for: its compute per layer
+  // within the margin of the slowest rank's.
+  const double margin = 1 + (o_.straggler_ratio - 1) / 2;
+  std::vector<double> pace_now, pace_base;
+  double slowest = 0;
+  run.ForEachCurrent([&](const RankState& p) {
+    if (p.exited || p.recent_step.size() < kMinHistory) return;
+    pace_now.push_back(p.recent_step.median());
+    pace_base.push_back(p.baseline_step.median());
+    slowest = std::max(slowest, p.recent_compute.median() / Layers(p));
+  });
+  const double pace = pace_now.empty() ? 0 : Median(pace_now) / Median(pace_base);
+  const bool held_up = pace >= margin && mine / Layers(r) * margin >= slowest;
+  // Once an episode has begun, the baselines have taken the slowdown in:
+  // then the peers and the job's waiting decide whether it goes on.
+  const bool begun = r.straggler_events > 0;
+  bool slow = ratio >= o_.straggler_ratio &&
+              (begun ? mine / Layers(r) * margin >= slowest
+                     : baselines && baseline_ratio >= o_.straggler_ratio && held_up);
   if (basis == 0 && peers == 1 && others_per_layer.size() >= 2) {
     corroboration = mine / Layers(r) / Median(others_per_layer);
     slow = slow && corroboration >= 1 + (o_.straggler_ratio - 1) / 2;
@@ -103,6 +141,8 @@ void StragglerDetector::OnStep(RunState& run, RankState& r, int64_t now_ms,
                           static_cast<int>(r.rank), r.last_step, r.generation, now_ms, msg);
   auto& ev = *e.mutable_evidence();
   ev["ratio"] = ratio;
+  ev["baseline_ratio"] = baseline_ratio;
+  ev["job_pace_ratio"] = pace;
   ev["threshold_ratio"] = o_.straggler_ratio;
   ev["votes"] = votes;
   ev["window"] = o_.straggler_window;

@@ -14,7 +14,21 @@
 //     layer count, against the median of all other ranks' (needs two);
 //   2 all ranks: the stream carries no layer ranges; raw medians against
 //     the median of all other ranks'.
-// A step votes "slow" when the ratio is at least straggler_ratio; with a
+// A step votes "slow" when the ratio is at least straggler_ratio, and the
+// same ratio against the job's own recent baseline — the same reference
+// built from the peers' medians over the last kBaselineWindows ×
+// straggler_window steps (at least 2 windows of them) — is too. A slowdown
+// every rank shares moves the peers' short medians with the rank's and is
+// not voted; contention that slows some ranks for a while and then others
+// (more workers than cores) leaves every rank's baseline between fast and
+// slow, so a rank slow for now is not slow against it; a real straggler is
+// slow against both. And a straggler holds the job up: the job's step time
+// (the median over its ranks of their last straggler_window steps) must be
+// at least 1 + (straggler_ratio − 1) / 2 times its baseline (the same over
+// the baseline steps); contention that only moves the slowness from rank
+// to rank leaves the job's pace as it was. (Both baselines gate the start
+// of an episode only: by its re-reports they have taken the slowdown in.)
+// With a
 // single replica, which cannot tell which of the two is off, the rank must
 // also be slow by half that margin per layer against all other ranks. When at
 // least straggler_votes of the last straggler_window votes are slow the
@@ -31,6 +45,8 @@
 #include "ob/watch/state.h"
 
 namespace ob::watch {
+
+inline constexpr int kBaselineWindows = 8;
 
 class StragglerDetector {
  public:

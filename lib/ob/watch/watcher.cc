@@ -28,6 +28,9 @@ RankState& Watcher::Rank(const pb::Metrics& m) {
     r.generation = m.generation();
     r.rank = m.rank();
     r.recent_compute = Window(static_cast<size_t>(options_.straggler_window));
+    r.baseline_compute = Window(static_cast<size_t>(options_.straggler_window * kBaselineWindows));
+    r.recent_step = Window(static_cast<size_t>(options_.straggler_window));
+    r.baseline_step = Window(static_cast<size_t>(options_.straggler_window * kBaselineWindows));
     r.recent_ratio = Window(static_cast<size_t>(options_.straggler_window));
     r.straggler_vote = KOfN(options_.straggler_votes, options_.straggler_window);
     r.memory = Window(static_cast<size_t>(options_.memory_window));
