@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,19 @@ struct StepRecord {
   double seconds = 0;    // wall time of the step
 };
 
+// The arithmetic of a run. kBf16: bf16 autocast for forward and backward
+// (matmuls and attention in bf16, reductions and the loss in fp32) over fp32
+// master weights; gradients are accumulated and all-reduced in fp32; AdamW
+// state stays fp32; activations and their gradients cross stage boundaries
+// in bf16. kFp32: everything fp32.
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" / "bf16"; the profile's dtype names ("float32", "bfloat16") too.
+const char* PrecisionName(Precision p);        // "fp32" or "bf16"
+const char* PrecisionDtype(Precision p);       // "float32" or "bfloat16" (Profile.dtype)
+// Parses "fp32", "float32", "bf16" or "bfloat16"; kUsage otherwise.
+Result<Precision> ParsePrecision(const std::string& name);
+
 struct TrainOptions {
   int64_t steps = 10;
   int global_batch = 8;    // samples per optimizer step
@@ -47,6 +61,7 @@ struct TrainOptions {
   double grad_clip = 1.0;  // <= 0: no clipping (the norm is still reported)
   uint64_t seed = 0;       // model initialisation and data sampling
   torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFp32;
   std::function<void(const StepRecord&)> on_step;  // optional progress callback
 };
 

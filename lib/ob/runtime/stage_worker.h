@@ -48,6 +48,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -169,6 +170,25 @@ class StageWorker {
   // Fault injection (tests and demos, ob-launch --inject): every forward
   // and backward computation of this rank takes `factor` (> 1) times as long.
   void SetSlowdown(double factor) { slowdown_ = factor; }
+  // Fault injection (ob-launch --inject RANK:stall=STEP): in step `step`,
+  // just before its first backward, this rank stops making progress: the
+  // training thread sleeps until the process is killed, without throwing,
+  // while its other threads (heartbeats) go on, so its peers block in their
+  // receives and all-reduces as under NCCL with a stuck peer.
+  void SetStall(int64_t step) { stall_at_ = step; }
+
+  // Progress (hang detection, SPEC §6): Step advances `counter` after every
+  // forward, backward, receive and collective it completes, and never
+  // otherwise, so a counter that stops moving means this rank's training
+  // loop is stuck (in compute or in communication). `waiting`, when set,
+  // is 1 while the loop waits for a peer (a receive, a send or a
+  // collective) and 0 otherwise: a rank stuck with waiting == 0 is the one
+  // that stopped, the others wait for it. Both are read from other
+  // threads; they must outlive the worker.
+  void SetProgress(std::atomic<int64_t>* counter, std::atomic<int>* waiting = nullptr) {
+    progress_ = counter;
+    waiting_ = waiting;
+  }
 
   const model::GptStage& stage() const { return stage_; }
   double join_seconds() const { return join_seconds_; }  // joining the groups in Create
@@ -209,6 +229,15 @@ class StageWorker {
   SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
   double join_seconds_ = 0;
   double slowdown_ = 1;
+  int64_t stall_at_ = -1;
+  std::atomic<int64_t>* progress_ = nullptr;
+  std::atomic<int>* waiting_ = nullptr;
+  void Tick() const {
+    if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
+  }
+  void Waiting(bool on) const {
+    if (waiting_ != nullptr) waiting_->store(on ? 1 : 0, std::memory_order_relaxed);
+  }
 };
 
 }  // namespace ob::runtime
