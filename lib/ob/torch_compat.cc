@@ -16,7 +16,11 @@
 
 #ifdef OB_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -33,7 +37,8 @@ torch::Tensor CausalSelfAttention(const torch::Tensor& q, const torch::Tensor& k
   auto att = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [b, a, t, t]
   auto future = torch::ones({t, t}, q.options().dtype(torch::kBool)).triu(1);
   att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
-  return torch::matmul(torch::softmax(att, -1), v);
+  // Softmax in fp32 under bf16 autocast (CUDA's autocast does this itself).
+  return torch::matmul(torch::softmax(att, -1, torch::kFloat).to(v.scalar_type()), v);
 #endif
 }
 
@@ -85,8 +90,24 @@ std::string CudaDeviceName(int) { return "none"; }
 #endif
 
 AutocastGuard::AutocastGuard(const torch::Device& device, bool enable) {
-  if (!enable || !device.is_cuda()) return;
+  if (!enable) return;
   active_ = true;
+  cuda_ = device.is_cuda();
+  if (!cuda_) {
+#if OB_TORCH_AT_LEAST(2, 4)
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+#else
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+#endif
+    at::autocast::increment_nesting();
+    return;
+  }
 #if OB_TORCH_AT_LEAST(2, 4)
   was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
   was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
@@ -104,6 +125,16 @@ AutocastGuard::AutocastGuard(const torch::Device& device, bool enable) {
 AutocastGuard::~AutocastGuard() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (!cuda_) {
+#if OB_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCPU, was_dtype_);
+#else
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+#endif
+    return;
+  }
 #if OB_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
   at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
@@ -112,5 +143,149 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_autocast_gpu_dtype(was_dtype_);
 #endif
 }
+
+#ifdef OB_WITH_CUDA
+int64_t CudaPeakAllocatedBytes(int device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].peak;
+}
+void CudaResetPeak(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
+std::string CudaVersion() {
+  int v = 0;
+  cudaRuntimeGetVersion(&v);
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+std::string NcclVersion() {
+  int v = 0;
+  ncclGetVersion(&v);
+  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+#else
+int64_t CudaPeakAllocatedBytes(int) { return 0; }
+void CudaResetPeak(int) {}
+std::string CudaVersion() { return ""; }
+std::string NcclVersion() { return ""; }
+#endif
+
+std::vector<c10::intrusive_ptr<c10d::Work>> PostP2p(Backend& group,
+                                                   const std::vector<P2pMessage>& batch) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.reserve(batch.size());
+  const bool nccl = !batch.empty() && batch.front().tensor.is_cuda();
+#ifdef OB_WITH_CUDA
+  if (nccl) c10d::ProcessGroupNCCL::groupStart();
+#endif
+  try {
+    for (const P2pMessage& m : batch) {
+      std::vector<torch::Tensor> t{m.tensor};
+      works.push_back(m.send ? group.send(t, m.peer, m.tag) : group.recv(t, m.peer, m.tag));
+    }
+  } catch (...) {
+#ifdef OB_WITH_CUDA
+    if (nccl) c10d::ProcessGroupNCCL::groupEnd();
+#endif
+    throw;
+  }
+#ifdef OB_WITH_CUDA
+  if (nccl) c10d::ProcessGroupNCCL::groupEnd();
+#endif
+  (void)nccl;
+  return works;
+}
+
+#ifdef OB_WITH_CUDA
+struct DeviceTimer::Impl {
+  bool cuda = false;
+  std::chrono::steady_clock::time_point started;
+  double seconds = 0;
+  std::vector<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>> intervals;
+};
+#else
+struct DeviceTimer::Impl {
+  bool cuda = false;
+  std::chrono::steady_clock::time_point started;
+  double seconds = 0;
+};
+#endif
+
+DeviceTimer::DeviceTimer(const torch::Device& device) : impl_(std::make_unique<Impl>()) {
+  impl_->cuda = device.is_cuda();
+}
+DeviceTimer::~DeviceTimer() = default;
+
+void DeviceTimer::Start() {
+#ifdef OB_WITH_CUDA
+  if (impl_->cuda) {
+    impl_->intervals.emplace_back(at::cuda::CUDAEvent(cudaEventDefault),
+                                  at::cuda::CUDAEvent(cudaEventDefault));
+    impl_->intervals.back().first.record();
+    return;
+  }
+#endif
+  impl_->started = std::chrono::steady_clock::now();
+}
+
+void DeviceTimer::Stop() {
+#ifdef OB_WITH_CUDA
+  if (impl_->cuda) {
+    impl_->intervals.back().second.record();
+    return;
+  }
+#endif
+  impl_->seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count();
+}
+
+double DeviceTimer::Seconds() {
+#ifdef OB_WITH_CUDA
+  if (impl_->cuda) {
+    double total = 0;
+    for (auto& [a, b] : impl_->intervals) {
+      b.synchronize();
+      total += a.elapsed_time(b) / 1000.0;
+    }
+    return total;
+  }
+#endif
+  return impl_->seconds;
+}
+
+#ifdef OB_WITH_CUDA
+namespace {
+class CudaCopyFence : public CopyFence {
+ public:
+  at::cuda::CUDAEvent done;
+  void Wait() override { done.synchronize(); }
+};
+}  // namespace
+
+std::unique_ptr<CopyFence> CopyOnSideStream(
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device) {
+  auto current = at::cuda::getCurrentCUDAStream(device.index());
+  at::cuda::CUDAEvent ready;
+  ready.record(current);
+  auto side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  ready.block(side);
+  auto fence = std::make_unique<CudaCopyFence>();
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (const auto& [host, dev] : jobs) host.copy_(dev, /*non_blocking=*/true);
+  }
+  fence->done.record(side);
+  return fence;
+}
+
+bool PinHostRange(void* data, size_t bytes) {
+  return cudaHostRegister(data, bytes, cudaHostRegisterDefault) == cudaSuccess;
+}
+#else
+std::unique_ptr<CopyFence> CopyOnSideStream(
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&) {
+  TORCH_CHECK(false, "this build of ob has no CUDA");
+}
+
+bool PinHostRange(void*, size_t) { return false; }
+#endif
 
 }  // namespace ob::compat

@@ -13,6 +13,9 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <memory>
+#include <utility>
+#include <vector>
 #include <sstream>
 #include <type_traits>
 #include <string>
@@ -88,7 +91,8 @@ int64_t CudaAllocatedBytes(int device); // live bytes of the caching allocator
 uint64_t CudaTotalMemory(int device);
 std::string CudaDeviceName(int device);
 
-// Scoped bf16 autocast on CUDA; does nothing when !enable or on CPU.
+// Scoped bf16 autocast on `device`'s type (CUDA or CPU); does nothing when
+// !enable. Nestable; restores the previous state.
 class AutocastGuard {
  public:
   AutocastGuard(const torch::Device& device, bool enable);
@@ -98,8 +102,69 @@ class AutocastGuard {
 
  private:
   bool active_ = false;
+  bool cuda_ = false;
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kHalf;
 };
+
+int64_t CudaPeakAllocatedBytes(int device);  // since the last reset; 0 in a CPU build
+void CudaResetPeak(int device);
+
+// The CUDA and NCCL versions this build runs with ("" in a CPU build).
+std::string CudaVersion();
+std::string NcclVersion();
+
+// --- point-to-point ------------------------------------------------------------
+// One message of a batch (PostP2p).
+struct P2pMessage {
+  bool send = true;
+  torch::Tensor tensor;   // what is sent, or where a receive lands (contiguous)
+  int peer = 0;           // rank in `group`
+  int tag = 0;
+};
+
+// Posts `batch` at once and returns its works, in order. Under NCCL (CUDA
+// tensors) the messages form one group (ncclGroupStart/End), so they
+// progress together and a send does not wait for the peer to reach a
+// receive issued later; under Gloo each is asynchronous anyway.
+std::vector<c10::intrusive_ptr<c10d::Work>> PostP2p(Backend& group,
+                                                   const std::vector<P2pMessage>& batch);
+
+// --- timing ----------------------------------------------------------------------
+// Accumulates the time of intervals on `device`'s compute stream: CUDA
+// events on a GPU (the host does not wait; Seconds() synchronises with the
+// last interval's end), the steady clock on the CPU.
+class DeviceTimer {
+ public:
+  explicit DeviceTimer(const torch::Device& device);
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  void Start();
+  void Stop();
+  double Seconds();  // the sum of the intervals so far
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// --- asynchronous device-to-host copies ---------------------------------------
+// Copies each jobs[i].second (device) into jobs[i].first (host) on a side
+// stream that first waits for the work queued on the current stream; the
+// returned fence's Wait() blocks until the copies are done. REQUIRES a CUDA
+// build and CUDA sources (CPU copies are the caller's, see SnapshotCopier).
+class CopyFence {
+ public:
+  virtual ~CopyFence() = default;
+  virtual void Wait() = 0;
+};
+std::unique_ptr<CopyFence> CopyOnSideStream(
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device);
+
+// Page-locks [data, data + bytes) for fast, asynchronous device copies
+// (cudaHostRegister); false where there is no CUDA or it failed (the copies
+// then still work, at pageable speed).
+bool PinHostRange(void* data, size_t bytes);
 
 }  // namespace ob::compat

@@ -10,6 +10,9 @@ is ignored.
   metrics.py check FILE STEPS RANKS  every step 0..STEPS-1 reported by RANKS
                                      ranks of the last generation that ran it,
                                      all agreeing on the loss; prints the loss
+  metrics.py mean FILE FIELD [FROM]  mean of double field number FIELD over
+                                     the step records of steps >= FROM
+                                     (default 0), every rank's
   metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
                                      generation that ran it) equals REF's
                                      within REL (default 1e-4) relative
@@ -114,6 +117,12 @@ def main(argv):
                 raise SystemExit(f"step {s}: {len(rl)} reports, want {ranks}: {rl}")
         ls = losses(records(argv[2]))
         print(f"loss {ls[0]:.4f} -> {ls[steps - 1]:.4f}")
+    elif cmd == "mean":
+        field, first = int(argv[3]), int(argv[4]) if len(argv) > 4 else 0
+        vals = [r.get(field, 0.0) for r in records(argv[2]) if r.get(STEP, 0) >= first]
+        if not vals:
+            raise SystemExit(f"{argv[2]}: no step records from step {first}")
+        print(f"{sum(vals) / len(vals):.6f}")
     elif cmd == "compare":
         rel = float(argv[4]) if len(argv) > 4 else 1e-4
         ref, run = losses(records(argv[2])), losses(records(argv[3]))

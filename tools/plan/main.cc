@@ -1,4 +1,6 @@
 // ob-plan: turn a profile and a cluster into a fault-tolerant pipeline plan.
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -23,6 +25,7 @@ struct Options {
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
   double gpu_memory_gib = 0;   // 0: from the profile
+  double host_memory_gib = 0;  // 0: not checked
   int global_batch = 256;
   int microbatch = 0;          // 0: the profile's first size
   std::string bandwidth;
@@ -106,6 +109,40 @@ ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hos
   return out;
 }
 
+// Host memory per node: the workers' snapshots (SPEC §4.6) hold, for every
+// stage on the node, 3 copies (the last two steps and one a checkpoint may
+// hold) of 12 bytes per parameter (the fp32 weight and both AdamW moments),
+// whatever the training precision. Checked for every template, since any
+// may be instantiated after failures.
+ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::TemplateSet& ts) {
+  const uint64_t have = static_cast<uint64_t>(g.host_memory_gib * (1ull << 30));
+  constexpr uint64_t kSnapshotBytesPerParameter = 3 * 12;
+  for (const auto& t : ts.templates) {
+    const int k = std::max(1, t.stages_per_node);
+    for (size_t first = 0; first < t.stages.size(); first += static_cast<size_t>(k)) {
+      uint64_t params = 0;
+      const size_t end = std::min(t.stages.size(), first + static_cast<size_t>(k));
+      for (size_t i = first; i < end; ++i) {
+        for (int l = t.stages[i].first; l <= t.stages[i].last; ++l) {
+          params += profile.layers(l).parameter_count();
+        }
+      }
+      const uint64_t need = kSnapshotBytesPerParameter * params;
+      if (need > have) {
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "--host-memory %.1f GiB: a node of the %d-node template holds stages with "
+                      "%.0f M parameters, whose snapshots need %.1f GiB of host memory "
+                      "(36 bytes per parameter)",
+                      g.host_memory_gib, t.nodes, params / 1e6,
+                      static_cast<double>(need) / (1ull << 30));
+        return ob::Status::Config(line);
+      }
+    }
+  }
+  return ob::Status::Ok();
+}
+
 ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile& profile) {
   OB_ASSIGN_OR_RETURN(auto hosts, ClusterHosts());
   ob::pb::NetworkMatrix matrix;
@@ -147,6 +184,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   const auto& p = *problem;
 
   OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
+  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
   OB_ASSIGN_OR_RETURN(auto inst, ob::plan::Instantiate(p, templates));
   ob::plan::PlanMeta meta;
   meta.hosts = hosts;
@@ -200,6 +238,9 @@ void Setup(CLI::App& app) {
   app.add_option("-g,--gpus-per-node", g.gpus_per_node,
                  "GPUs per node (default: the hosts' slots=, else the profile's)");
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
+  app.add_option("--host-memory", g.host_memory_gib,
+                 "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "
+                 "of the node's stages); a plan that does not fit is refused (default: not checked)");
   app.add_option("-B,--global-batch", g.global_batch, "Sequences per iteration")->capture_default_str();
   app.add_option("-b,--microbatch", g.microbatch, "Sequences per micro-batch (default: the profile's first)");
   app.add_option("--bandwidth", g.bandwidth, "Measured links from ob-profile --net")->option_text("FILE");

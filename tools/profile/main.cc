@@ -155,7 +155,7 @@ void Setup(CLI::App& app) {
   app.add_option("--allreduce-max", g.allreduce_max, "Time gradient all-reduce for groups 1, 2, 4, ... up to N")
       ->capture_default_str();
   app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
-  app.add_option("--dtype", g.dtype, "float32, or bfloat16 (CUDA autocast; analytic default)");
+  app.add_option("--dtype", g.dtype, "float32, or bfloat16 (autocast over fp32 weights, as ob-launch trains in bf16; analytic default)");
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
   app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (SPEC §8)");
   app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");

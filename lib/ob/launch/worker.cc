@@ -23,6 +23,7 @@
 #include "ob/io/records.h"
 #include "ob/launch/decision.h"
 #include "ob/launch/inject.h"
+#include "ob/profile/gpus.h"
 #include "ob/launch/relay_store.h"
 #include "ob/launch/store_client.h"
 #include "ob/launch/store_keys.h"
@@ -271,6 +272,24 @@ Status RunWorker(const WorkerOptions& o) {
   t.lr = o.lr;
   t.warmup_steps = o.warmup_steps;
   t.seed = o.seed;
+  // The overlap benchmark compares against the schedule without overlap.
+  if (const char* ov = std::getenv("OB_OVERLAP"); ov != nullptr && std::string(ov) == "0") {
+    t.overlap_allreduce = false;
+  }
+  // The snapshot benchmark compares against copying on the training thread.
+  if (const char* as = std::getenv("OB_SNAPSHOT_ASYNC"); as != nullptr && std::string(as) == "0") {
+    t.async_snapshot = false;
+  }
+  // The device's dense peak for the run's precision, for MFU: the plan's
+  // profile when it was measured or modelled for a GPU, else none (CPU).
+  double peak_flops = 0;
+  if (t.device.is_cuda()) {
+    peak_flops = gen.plan().profile().device().peak_tflops() * 1e12;
+    if (peak_flops <= 0 && t.precision == model::Precision::kBf16) {  // gpus.h: bf16 peaks
+      auto gpu = profile::FindGpu(compat::CudaDeviceName(t.device.index()));
+      if (gpu.ok()) peak_flops = gpu->peak_tflops * 1e12;
+    }
+  }
 
   std::unique_ptr<runtime::SnapshotArena> arena;
   {
@@ -426,6 +445,10 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_grad_norm(r.grad_norm);
     m.set_tokens_per_second(r.tokens_per_second);
     m.set_memory_bytes(static_cast<uint64_t>(r.memory_bytes));
+    m.set_peak_memory_bytes(static_cast<uint64_t>(r.peak_memory_bytes));
+    m.set_allreduce_exposed_seconds(r.allreduce_exposed_seconds);
+    m.set_snapshot_seconds(r.snapshot_seconds);
+    if (peak_flops > 0 && r.seconds > 0) m.set_mfu(r.model_flops / r.seconds / peak_flops);
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);
       m.set_ready_unix_ms(ready_ms);

@@ -119,7 +119,9 @@ torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto logits = torch::matmul(ln_f->forward(x), lm_weight_.t());  // [b,t,V]
   if (!targets.defined()) return logits;
   const int64_t v = logits.size(-1);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
+  // The loss in fp32 whatever the autocast (bf16 logits from the matmul).
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, v}).to(torch::kFloat),
+                                              targets.reshape({-1}));
 }
 
 PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed) {

@@ -62,6 +62,15 @@ struct TrainOptions {
   uint64_t seed = 0;       // model initialisation and data sampling
   torch::Device device = torch::kCPU;
   Precision precision = Precision::kFp32;
+  // Pipeline workers (runtime/stage_worker.h): start each gradient bucket's
+  // data-parallel all-reduce during the last micro-batch's backward (true),
+  // or all of them after the pipeline schedule (false: the schedule before
+  // issue 13, kept for the overlap benchmark).
+  bool overlap_allreduce = true;
+  // Pipeline workers: copy each step's host snapshot in the background
+  // (true), or on the training thread before the step returns (false: as
+  // before issue 13, kept for the snapshot benchmark).
+  bool async_snapshot = true;
   std::function<void(const StepRecord&)> on_step;  // optional progress callback
 };
 

@@ -182,8 +182,6 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
 #endif
     if (compat::CudaDeviceCount() == 0) return Status::Unavailable("--device cuda: no CUDA device visible");
     if (!dev.has_index()) dev = torch::Device(torch::kCUDA, 0);
-  } else if (o.bf16) {
-    return Status::Config("--dtype bfloat16 is measured on CUDA only; CPU training is fp32");
   }
   if (o.threads > 0) torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);

@@ -25,7 +25,7 @@ struct MeasureOptions {
   int repeats = 5;                   // timed runs; the median is kept
   int max_group = 4;                 // all-reduce group sizes 1, 2, 4, ... up to this
   int threads = 0;                   // CPU intra-op threads; 0: LibTorch's default
-  bool bf16 = false;                 // CUDA: bf16 autocast over fp32 weights
+  bool bf16 = false;                 // bf16 autocast over fp32 weights (CUDA or CPU)
   uint64_t seed = 1234;              // weights and inputs
   std::function<void(const std::string&)> progress;  // one line per step of work
 };

@@ -1,7 +1,13 @@
 // Host snapshots of a stage's parameters and AdamW state (see snapshot.h).
 #include "ob/runtime/snapshot.h"
 
+#include <condition_variable>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -56,6 +62,131 @@ void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
     }
   }
   into->step = step;
+}
+
+// The copy thread of CPU snapshots: one job at a time.
+struct SnapshotCopier::Thread {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> jobs;  // (host, source)
+  bool busy = false, quit = false;
+  std::exception_ptr error;
+  std::thread thread;
+
+  Thread() {
+    thread = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu);
+      for (;;) {
+        cv.wait(lock, [this] { return quit || busy; });
+        if (quit) return;
+        auto todo = std::move(jobs);
+        lock.unlock();
+        std::exception_ptr failed;
+        try {
+          torch::NoGradGuard no_grad;
+          for (auto& [host, src] : todo) host.copy_(src);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        todo.clear();  // drop the references before saying done
+        lock.lock();
+        error = failed;
+        busy = false;
+        cv.notify_all();
+      }
+    });
+  }
+  ~Thread() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      quit = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  void Run(std::vector<std::pair<torch::Tensor, torch::Tensor>> j) {
+    std::lock_guard<std::mutex> lock(mu);
+    jobs = std::move(j);
+    error = nullptr;
+    busy = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return !busy; });
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+SnapshotCopier::SnapshotCopier() = default;
+
+SnapshotCopier::~SnapshotCopier() {
+  try {
+    Wait();
+  } catch (...) {
+    // The snapshot stays invalid; nothing else to do in a destructor.
+  }
+}
+
+void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& tied,
+                           torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into) {
+  Wait();
+  torch::NoGradGuard no_grad;
+  into->step = -2;  // invalid until the copy is complete
+  into->first_layer = stage->first();
+  into->last_layer = stage->last();
+  auto& state = optimizer.state();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> jobs;
+  bool cuda = false;
+  auto buffer = [&](const torch::Tensor& src, torch::Tensor* buf) {
+    if (!buf->defined() || !buf->sizes().equals(src.sizes()) || buf->dtype() != src.dtype()) {
+      *buf = torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(src.is_cuda()));
+    }
+    cuda = cuda || src.is_cuda();
+    jobs.emplace_back(*buf, src.detach());
+  };
+  for (const auto& item : stage->named_parameters()) {
+    const torch::Tensor& p = item.value();
+    TensorSnapshot& t = into->tensors[SnapshotKey(item.key(), p, tied)];
+    buffer(p, &t.value);
+    auto it = state.find(compat::OptimizerStateKey(state, p));
+    if (it == state.end()) {  // no state yet: zeros, written here (rare: before step 0's update)
+      if (!t.exp_avg.defined() || !t.exp_avg.sizes().equals(p.sizes())) {
+        t.exp_avg = torch::empty(p.sizes(), p.options().device(torch::kCPU));
+        t.exp_avg_sq = torch::empty(p.sizes(), p.options().device(torch::kCPU));
+      }
+      t.exp_avg.zero_();
+      t.exp_avg_sq.zero_();
+      t.adam_step = 0;
+    } else {
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      buffer(s.exp_avg(), &t.exp_avg);
+      buffer(s.exp_avg_sq(), &t.exp_avg_sq);
+      t.adam_step = s.step();
+    }
+  }
+  into_ = into;
+  step_ = step;
+  if (cuda) {
+    fence_ = compat::CopyOnSideStream(jobs, stage->parameters().front().device());
+  } else {
+    if (!thread_) thread_ = std::make_unique<Thread>();
+    thread_->Run(std::move(jobs));
+  }
+}
+
+StageSnapshot* SnapshotCopier::Wait() {
+  if (into_ == nullptr) return nullptr;
+  StageSnapshot* done = into_;
+  into_ = nullptr;
+  if (fence_) {
+    auto fence = std::move(fence_);
+    fence->Wait();
+  } else if (thread_) {
+    thread_->Wait();
+  }
+  done->step = step_;
+  return done;
 }
 
 void SetAdamState(torch::optim::AdamW& optimizer, const torch::Tensor& p,

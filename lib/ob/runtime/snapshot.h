@@ -12,13 +12,14 @@
 //
 // Cost: one device-to-host copy of 3× the stage's parameter bytes per step
 // (value + two moments; about 12 bytes per fp32 parameter), into buffers
-// allocated once and reused (pinned host memory on CUDA so the copy runs at
-// PCIe speed). Measured on CPU (recovery_runtime_test, one intra-op
-// thread): a 2.5 MiB snapshot (a 6-layer, n_embd 64 stage) takes 0.5–2.5 ms
-// per step, a few per cent of that test's step. For a 1.5 B-parameter model
-// split over 8 stages it is ~2.3 GB per stage, ~0.1 s at 25 GB/s — small
-// next to a step; it could be overlapped with the next forward pass (not
-// done yet). Host memory: 2 snapshots, i.e. 6× the stage's parameter bytes.
+// allocated once and reused. It is off the critical path (SnapshotCopier):
+// the copy of step k's state runs while step k + 1's forward and backward
+// do (on a side stream into page-locked memory on CUDA, on a thread of its
+// own on the CPU) — neither changes parameters or AdamW moments — and the
+// training thread waits for it only before step k + 1's update, by which
+// time it is normally done. Host memory: 3 snapshots (the last two steps
+// and one a checkpoint may hold), i.e. 3 × 12 bytes per parameter of the
+// stage; ob-plan counts it against --host-memory.
 //
 // Thread-safety: values; one thread at a time. Failure: LibTorch exceptions
 // propagate (callers catch at their boundary).
@@ -28,9 +29,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "ob/model/gpt.h"
+#include "ob/torch_compat.h"
 
 namespace ob::runtime {
 
@@ -61,6 +64,34 @@ struct StageSnapshot {
 // has none.
 void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
                      torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into);
+
+// Copies a stage's state into a StageSnapshot in the background (see Cost
+// above). Start gathers the buffers on the calling thread (allocating them
+// the first time) and starts the copy; the snapshot stays invalid (step -2)
+// until Wait() returns, which rethrows a failed copy. One copy at a time:
+// Start waits for the previous one first. Thread-safety: Start and Wait on
+// one thread; the copy's own thread touches only the buffers.
+class SnapshotCopier {
+ public:
+  SnapshotCopier();
+  ~SnapshotCopier();  // waits for a copy in flight
+  SnapshotCopier(const SnapshotCopier&) = delete;
+  SnapshotCopier& operator=(const SnapshotCopier&) = delete;
+
+  void Start(const model::GptStage& stage, const torch::Tensor& tied,
+             torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into);
+  // Blocks until the copy started last is in place and labels its snapshot
+  // with its step; returns the snapshot (nullptr when none was in flight).
+  StageSnapshot* Wait();
+  bool pending() const { return into_ != nullptr; }
+
+ private:
+  struct Thread;
+  std::unique_ptr<Thread> thread_;         // CPU copies
+  std::unique_ptr<compat::CopyFence> fence_;  // CUDA copies
+  StageSnapshot* into_ = nullptr;
+  int64_t step_ = -2;
+};
 
 // Sets `p`'s AdamW state (replacing any): step count and copies of the
 // moments on p's device. adam_step == 0 removes the state (AdamW recreates it

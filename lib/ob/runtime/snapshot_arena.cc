@@ -1,6 +1,8 @@
 // Snapshots in shared memory (see snapshot_arena.h).
 #include "ob/runtime/snapshot_arena.h"
 
+#include "ob/torch_compat.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -115,6 +117,11 @@ Status SnapshotArena::Grow(uint64_t bytes) {
   if (bytes > kReserveBytes) return Status::IoErr(name_ + ": snapshot larger than the reserved range");
   if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
     return Status::IoErr(Errno(name_ + ": cannot grow to " + std::to_string(bytes) + " bytes"));
+  }
+  // Page-locked for the side stream's device-to-host copies (snapshot.h);
+  // pageable if that fails, which is slower but correct.
+  if (pin_ && !compat::PinHostRange(static_cast<char*>(base_) + file_bytes_, bytes - file_bytes_)) {
+    pin_ = false;
   }
   file_bytes_ = bytes;
   return Status::Ok();

@@ -84,11 +84,16 @@ class SnapshotArena {
   // state of its own lineage from what an earlier one (before a rollback,
   // say) left behind. 0 until set.
   void set_lineage(uint64_t lineage) { lineage_ = lineage; }
+  // Page-lock the memory the arena grows by from now on (CUDA workers:
+  // the snapshot's side-stream copies need pinned memory to be
+  // asynchronous). Best effort.
+  void set_pin(bool pin) { pin_ = pin; }
 
   const std::string& name() const { return name_; }
 
  private:
   SnapshotArena() = default;
+  bool pin_ = false;
   Status Map(int fd);
   Status Grow(uint64_t bytes);
   struct Header;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "ob/profile/analytic.h"
 #include "ob/runtime/schedule.h"
 
 namespace ob::runtime {
@@ -73,6 +74,7 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
     }
     layer_params_.push_back(std::move(params));
   }
+  BuildBuckets();
 }
 
 StageWorker::~StageWorker() = default;
@@ -141,6 +143,7 @@ void StageWorker::JoinGroups(const c10::intrusive_ptr<c10d::Store>& store,
 }
 
 const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
+  Settle();
   for (const auto& s : snapshots_) {
     if (s.valid() && s.step == step) return &s;
   }
@@ -153,6 +156,7 @@ void StageWorker::SlowDown(Clock::time_point since) const {
 }
 
 Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
+  arena->set_pin(opts_.device.is_cuda());
   const StageSnapshot& current = snapshots_[newest_];
   const int a = keep == 0 ? 1 : 0;
   StageSnapshot first;
@@ -181,6 +185,7 @@ Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
 }
 
 const StageSnapshot* StageWorker::Pin(int64_t step) {
+  Settle();
   for (int s = 0; s < kSnapshots; ++s) {
     if (snapshots_[s].valid() && snapshots_[s].step == step) {
       pinned_ = s;
@@ -202,29 +207,99 @@ Result<StepResult> StageWorker::ForwardBackward(int64_t step) {
 Result<StepResult> StageWorker::Step(int64_t step) {
   try {
     const auto start = Clock::now();
-    StepResult r = RunSchedule(step);
+    StepResult r = RunSchedule(step);  // meanwhile the previous step's snapshot copies
+    auto t_snap = Clock::now();
+    Settle();  // the update must not change what the copy still reads
+    r.snapshot_seconds = SecondsSince(t_snap);
     ApplyUpdate(&r);
-    const auto t_snap = Clock::now();
+    t_snap = Clock::now();
     int slot = -1;  // the oldest slot that is neither the newest nor pinned
     for (int s = 0; s < kSnapshots; ++s) {
       if (s == newest_ || s == pinned_) continue;
       if (slot < 0 || snapshots_[s].step < snapshots_[slot].step) slot = s;
     }
     if (arena_ != nullptr) arena_->Begin(slot);
-    CaptureSnapshot(stage_, tied_, *optimizer_, step, &snapshots_[slot]);
-    if (arena_ != nullptr) arena_->Commit(slot, snapshots_[slot]);
-    newest_ = slot;
-    r.snapshot_seconds = SecondsSince(t_snap);
-    compat::Synchronize(opts_.device);
+    copier_.Start(stage_, tied_, *optimizer_, step, &snapshots_[slot]);
+    copying_ = slot;
+    if (!opts_.async_snapshot) Settle();
+    r.snapshot_seconds += SecondsSince(t_snap);
+    if (opts_.device.is_cuda()) {
+      compat::Synchronize(opts_.device);  // the step's kernels, not the snapshot's side stream
+      r.memory_bytes = compat::CudaAllocatedBytes(opts_.device.index());
+      r.peak_memory_bytes = compat::CudaPeakAllocatedBytes(opts_.device.index());
+    }
     r.seconds = SecondsSince(start);
     r.tokens_per_second =
         r.seconds > 0 ? static_cast<double>(topo_.global_batch()) * seq_len_ / r.seconds : 0;
-    if (opts_.device.is_cuda()) r.memory_bytes = compat::CudaAllocatedBytes(opts_.device.index());
     return r;
   } catch (const std::exception& e) {
     return Status::Unavailable("rank " + std::to_string(rank_) + ": step " +
                                std::to_string(step) + " failed: " + FirstLine(e.what()));
   }
+}
+
+void StageWorker::Settle() const {
+  StageSnapshot* done = copier_.Wait();
+  if (done == nullptr) return;
+  const int slot = copying_;
+  copying_ = -1;
+  if (arena_ != nullptr) arena_->Commit(slot, *done);
+  newest_ = slot;
+}
+
+void StageWorker::BuildBuckets() {
+  const RankInfo& me = topo_.ranks[rank_];
+  buckets_.clear();
+  // Highest layers first: the order their last backward finishes in.
+  for (int l = me.last_layer; l >= me.first_layer; --l) {
+    int group = -1;
+    for (const auto& lg : topo_.layer_groups) {
+      if (std::find(lg.layers.begin(), lg.layers.end(), l) != lg.layers.end()) group = lg.id;
+    }
+    int64_t bytes = 0;
+    for (const auto& p : layer_params_[l - me.first_layer]) bytes += p.numel() * 4;
+    if (bytes == 0) continue;
+    const bool join = !buckets_.empty() && buckets_.back().group == group &&
+                      buckets_.back().first_layer == l + 1 &&
+                      buckets_.back().flat.numel() * 4 + bytes <= kBucketBytes;
+    if (!join) {
+      Bucket bk;
+      bk.group = group;
+      bk.last_layer = l;
+      buckets_.push_back(std::move(bk));
+    }
+    Bucket& bk = buckets_.back();
+    bk.first_layer = l;
+    // Within a bucket, layers in ascending order: prepend this layer's.
+    std::vector<torch::Tensor> params = layer_params_[l - me.first_layer];
+    params.insert(params.end(), bk.params.begin(), bk.params.end());
+    bk.params = std::move(params);
+    int64_t n = 0;
+    for (const auto& p : bk.params) n += p.numel();
+    bk.flat = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat).device(opts_.device));
+  }
+  for (auto& bk : buckets_) {
+    int64_t offset = 0;
+    for (const auto& p : bk.params) {
+      bk.views.push_back(bk.flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+  }
+  flops_per_microbatch_ = 0;
+  const double tokens = static_cast<double>(topo_.microbatch_size) * seq_len_;
+  for (int l = me.first_layer; l <= me.last_layer; ++l) {
+    flops_per_microbatch_ +=
+        profile::TrainingFlopsPerToken(cfg_, stage_->layer(l)->kind(), seq_len_) * tokens;
+  }
+}
+
+void StageWorker::BindGradients() {
+  // Rebinding each step keeps p.grad() a view of its bucket whatever
+  // replaced it (LibTorch accumulates into an existing gradient in place).
+  for (auto& bk : buckets_) {
+    for (size_t i = 0; i < bk.params.size(); ++i) bk.params[i].mutable_grad() = bk.views[i];
+  }
+  if (tied_.defined() && !tied_.grad().defined()) tied_.mutable_grad() = torch::zeros_like(tied_);
 }
 
 StepResult StageWorker::RunSchedule(int64_t step) {
@@ -233,128 +308,190 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   StepResult r;
   r.step = step;
   const auto device = opts_.device;
-  const auto act_options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  const bool bf16 = opts_.precision == model::Precision::kBf16;
+  // Activations and their gradients cross stage boundaries in the compute
+  // dtype; inside a stage the residual stream stays fp32.
+  const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device);
   const int b = topo_.microbatch_size;
   const int m = me.num_microbatches;
   const double weight = 1.0 / topo_.total_microbatches;  // each micro-batch's share
+  if (device.is_cuda()) compat::CudaResetPeak(device.index());
 
-  for (auto& p : stage_->parameters()) {
-    if (p.grad().defined()) {
-      p.mutable_grad().detach_();
-      p.mutable_grad().zero_();
-    } else {
-      p.mutable_grad() = torch::zeros_like(p);
-    }
-  }
+  BindGradients();
+  for (auto& bucket : buckets_) bucket.flat.zero_();
+  if (tied_.defined()) tied_.mutable_grad().zero_();
 
-  std::vector<torch::Tensor> inputs(m), outputs(m);
-  std::vector<Work> sends;
-  std::vector<torch::Tensor> in_flight;  // what `sends` read from, alive until they finish
+  compat::DeviceTimer forward_timer(device), backward_timer(device);
+  std::vector<torch::Tensor> received(m), grads_in(m);  // what comm batches deliver
+  std::vector<torch::Tensor> inputs(m), outputs(m), sent(m);
+  // The last micro-batch runs layer by layer (detached at each layer's
+  // input), so that its backward can hand each bucket to the all-reduce as
+  // soon as the bucket's layers are done.
+  std::vector<torch::Tensor> seg_in, seg_out;
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   Group& pipe = groups_->pipeline;
-  const int prev = me.stage - 1, next = me.stage + 1;  // ranks in the pipeline group
+  const bool overlap = opts_.overlap_allreduce;
 
-  for (const PipelineOp& op : OneFOneB(me.stage, me.num_stages, m)) {
-    const int j = op.microbatch;
-    const int g = me.first_microbatch + j;
-    if (op.forward) {
-      torch::Tensor input, targets;
-      if (me.is_first_stage() || me.is_last_stage()) {
-        auto [x, y] = model::MakeBatch(data_, opts_.seed, step, int64_t{g} * b, b, seq_len_);
-        if (me.is_first_stage()) input = x.to(device);
-        if (me.is_last_stage()) targets = y.to(device);
-      }
-      if (!me.is_first_stage()) {
-        const auto t0 = Clock::now();
-        input = torch::empty({b, seq_len_, cfg_.n_embd}, act_options);
-        std::vector<torch::Tensor> buf{input};
-        Wait(pipe->recv(buf, prev, ActivationTag(g)));
-        input.requires_grad_(true);
-        r.comm_seconds += SecondsSince(t0);
-      }
-      const auto t0 = Clock::now();
-      torch::Tensor out = stage_->forward(input, targets);
-      if (me.is_last_stage()) {
-        loss_sum += out.detach().to(torch::kDouble) * weight;
-        out = out * weight;
-      }
-      SlowDown(t0);
-      r.forward_seconds += SecondsSince(t0);
-      if (!me.is_last_stage()) {
-        std::vector<torch::Tensor> buf{out.detach().contiguous()};
-        sends.push_back(pipe->send(buf, next, ActivationTag(g)));
-        in_flight.push_back(buf[0]);
-      }
-      inputs[j] = input;
-      outputs[j] = out;
-    } else {
-      torch::Tensor grad_out;
-      if (!me.is_last_stage()) {
-        const auto t0 = Clock::now();
-        grad_out = torch::empty({b, seq_len_, cfg_.n_embd}, act_options);
-        std::vector<torch::Tensor> buf{grad_out};
-        Wait(pipe->recv(buf, next, GradientTag(g)));
-        r.comm_seconds += SecondsSince(t0);
-      }
-      const auto t0 = Clock::now();
-      if (me.is_last_stage()) {
-        outputs[j].backward();
-      } else {
-        torch::autograd::backward({outputs[j]}, {grad_out});
-      }
-      SlowDown(t0);
-      r.backward_seconds += SecondsSince(t0);
-      if (!me.is_first_stage()) {
-        std::vector<torch::Tensor> buf{inputs[j].grad().contiguous()};
-        sends.push_back(pipe->send(buf, prev, GradientTag(g)));
-        in_flight.push_back(buf[0]);
-      }
-      inputs[j] = torch::Tensor();
-      outputs[j] = torch::Tensor();
-    }
-  }
-
-  // Data-parallel sums: each layer group's gradients as one flat buffer, the
-  // tied weight's gradient and the pipelines' losses over the tied group. All
-  // issued before any is waited on; every rank issues them in group order.
-  const auto t_comm = Clock::now();
-  struct Flat {
-    torch::Tensor buffer;
-    std::vector<torch::Tensor> grads;
-  };
-  std::vector<Flat> flats;
+  // Data-parallel reductions, issued in bucket order (highest layers first)
+  // on every rank, then the tied weight's gradient and the loss: one global
+  // order over all groups, so no two ranks wait for each other's different
+  // collectives under NCCL.
   std::vector<Work> reductions;
-  for (auto& [id, group] : groups_->layers) {
-    Flat f;
-    std::vector<torch::Tensor> views;
-    for (int l : topo_.layer_groups[id].layers) {
-      for (const auto& p : layer_params_[l - me.first_layer]) {
-        f.grads.push_back(p.grad());
-        views.push_back(p.grad().reshape({-1}));
+  size_t next_bucket = 0;
+  auto issue_buckets_down_to = [&](int layer) {  // every bucket above `layer` is done
+    for (; next_bucket < buckets_.size() && buckets_[next_bucket].first_layer >= layer; ++next_bucket) {
+      Bucket& bk = buckets_[next_bucket];
+      for (auto& [id, group] : groups_->layers) {
+        if (id != bk.group) continue;
+        std::vector<torch::Tensor> buf{bk.flat};
+        reductions.push_back(group->allreduce(buf));
       }
     }
-    if (views.empty()) continue;
-    f.buffer = torch::cat(views);
-    std::vector<torch::Tensor> buf{f.buffer};
-    reductions.push_back(group->allreduce(buf));
-    flats.push_back(std::move(f));
+  };
+
+  auto wait_all = [&](std::vector<Work>& works) {
+    Waiting(true);
+    for (const auto& w : works) {
+      Wait(w);
+      Tick();
+    }
+    Waiting(false);
+    works.clear();
+  };
+
+  for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
+    const int j = in.microbatch;
+    const int g = me.first_microbatch + j;
+    switch (in.kind) {
+      case StageInstr::kComm: {
+        const auto t0 = Clock::now();
+        std::vector<compat::P2pMessage> batch;
+        std::vector<torch::Tensor> keep;  // what sends read, alive until they finish
+        for (const P2p& p : in.comm) {
+          const int gj = me.first_microbatch + p.microbatch;
+          compat::P2pMessage msg;
+          msg.send = p.send;
+          msg.peer = p.peer;  // stage index == rank in the pipeline group
+          msg.tag = p.activation ? ActivationTag(gj) : GradientTag(gj);
+          if (p.send) {
+            msg.tensor = p.activation ? sent[p.microbatch] : inputs[p.microbatch].grad().to(wire.dtype()).contiguous();
+            if (!p.activation) inputs[p.microbatch] = torch::Tensor();
+            if (p.activation) sent[p.microbatch] = torch::Tensor();
+            keep.push_back(msg.tensor);
+          } else {
+            msg.tensor = torch::empty({b, seq_len_, cfg_.n_embd}, wire);
+            (p.activation ? received : grads_in)[p.microbatch] = msg.tensor;
+          }
+          batch.push_back(std::move(msg));
+        }
+        auto works = compat::PostP2p(*pipe, batch);
+        wait_all(works);
+        r.comm_seconds += SecondsSince(t0);
+        break;
+      }
+      case StageInstr::kForward: {
+        torch::Tensor input, targets;
+        if (me.is_first_stage() || me.is_last_stage()) {
+          auto [x, y] = model::MakeBatch(data_, opts_.seed, step, int64_t{g} * b, b, seq_len_);
+          if (me.is_first_stage()) input = x.to(device);
+          if (me.is_last_stage()) targets = y.to(device);
+        }
+        if (!me.is_first_stage()) {
+          input = received[j].to(torch::kFloat).requires_grad_(true);
+          received[j] = torch::Tensor();
+        }
+        const auto t0 = Clock::now();
+        forward_timer.Start();
+        torch::Tensor out;
+        {
+          compat::AutocastGuard autocast(device, bf16);
+          if (overlap && j == m - 1) {
+            torch::Tensor x = input;
+            for (const auto& layer : stage_->layers()) {
+              torch::Tensor xin = x;
+              if (x.is_floating_point()) xin = x.detach().requires_grad_(true);
+              seg_in.push_back(xin);
+              x = layer->forward(xin, targets);
+              seg_out.push_back(x);
+            }
+            out = x;
+          } else {
+            out = stage_->forward(input, targets);
+          }
+        }
+        if (me.is_last_stage()) {
+          loss_sum += out.detach().to(torch::kDouble) * weight;
+          out = out.to(torch::kFloat) * weight;
+          if (!seg_out.empty()) seg_out.back() = out;
+        }
+        forward_timer.Stop();
+        SlowDown(t0);
+        r.forward_seconds += SecondsSince(t0);
+        Tick();
+        if (!me.is_last_stage()) sent[j] = out.detach().to(wire.dtype()).contiguous();
+        inputs[j] = input;
+        outputs[j] = out;
+        break;
+      }
+      case StageInstr::kBackward: {
+        if (stall_at_ == step) {  // fault injection: stop making progress, stay alive
+          for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        const auto t0 = Clock::now();
+        backward_timer.Start();
+        torch::Tensor grad_out;
+        if (!me.is_last_stage()) {
+          grad_out = grads_in[j].to(outputs[j].scalar_type());
+          grads_in[j] = torch::Tensor();
+        }
+        if (overlap && j == m - 1) {
+          // Layer by layer, highest first; a bucket's all-reduce starts
+          // once its lowest layer is done.
+          torch::Tensor grad = grad_out;
+          for (int k = static_cast<int>(seg_out.size()) - 1; k >= 0; --k) {
+            if (grad.defined()) {
+              torch::autograd::backward({seg_out[k]}, {grad});
+            } else {
+              seg_out[k].backward();
+            }
+            const torch::Tensor& xin = seg_in[k];
+            grad = k > 0 ? xin.grad() : torch::Tensor();
+            if (k == 0 && xin.requires_grad()) {
+              // The stage input's gradient goes back to the previous stage.
+              inputs[j].mutable_grad() = xin.grad();
+            }
+            issue_buckets_down_to(me.first_layer + k);
+          }
+          seg_in.clear();
+          seg_out.clear();
+        } else if (me.is_last_stage()) {
+          outputs[j].backward();
+        } else {
+          torch::autograd::backward({outputs[j]}, {grad_out});
+        }
+        backward_timer.Stop();
+        SlowDown(t0);
+        r.backward_seconds += SecondsSince(t0);
+        Tick();
+        outputs[j] = torch::Tensor();
+        if (me.is_first_stage()) inputs[j] = torch::Tensor();
+        break;
+      }
+    }
   }
+
+  // Whatever was not handed over during the last backward (all of it
+  // without overlap), then the tied weight and the pipelines' losses.
+  const auto t_comm = Clock::now();
+  issue_buckets_down_to(-1);
   if (groups_->tied) {
     std::vector<torch::Tensor> grad{tied_.grad()};
     reductions.push_back(groups_->tied->allreduce(grad));
     std::vector<torch::Tensor> loss{loss_sum};
     reductions.push_back(groups_->tied->allreduce(loss));
   }
-  for (const auto& w : reductions) Wait(w);
-  for (const auto& w : sends) Wait(w);
-  for (auto& f : flats) {
-    int64_t offset = 0;
-    for (auto& grad : f.grads) {
-      const int64_t n = grad.numel();
-      grad.copy_(f.buffer.narrow(0, offset, n).view_as(grad));
-      offset += n;
-    }
-  }
+  wait_all(reductions);
+  r.allreduce_exposed_seconds = SecondsSince(t_comm);
 
   // Per-layer squared norms (the tied weight counted in layer 0, by the first
   // stage) and the loss, summed over the pipeline: every entry has one
@@ -372,7 +509,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   if (me.is_last_stage()) stats[topo_.num_layers] = loss_sum[0];
   if (pipe) {
     std::vector<torch::Tensor> buf{stats};
-    Wait(pipe->allreduce(buf));
+    std::vector<Work> w{pipe->allreduce(buf)};
+    wait_all(w);
   }
   stats = stats.cpu();
   const double* s = stats.data_ptr<double>();
@@ -381,6 +519,11 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   r.grad_norm = std::sqrt(sum_sq);
   r.loss = s[topo_.num_layers];
   r.comm_seconds += SecondsSince(t_comm);
+  if (device.is_cuda()) {  // event-timed: the device's own time, not the launches'
+    r.forward_seconds = forward_timer.Seconds();
+    r.backward_seconds = backward_timer.Seconds();
+  }
+  r.model_flops = flops_per_microbatch_ * m;
   r.seconds = SecondsSince(start);
   return r;
 }

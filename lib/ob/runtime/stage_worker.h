@@ -17,10 +17,31 @@
 //     and added up in layer order, so it is bit-identical on every rank and
 //     every replica clips alike; then lr = LearningRate(opts, step), AdamW.
 //
-// Within a pipeline, micro-batches follow OneFOneB (schedule.h): activations
-// go forward and their gradients backward over the pipeline group with c10d
-// send/recv (tag 2·g for activations, 2·g + 1 for gradients, g the global
-// micro-batch index). Gloo on CPU tensors; NCCL on CUDA (compiles, untested).
+// Within a pipeline, micro-batches follow StageProgram (schedule.h): 1F1B's
+// computes, with activations sent forward and their gradients backward over
+// the pipeline group in batches posted together (one NCCL group on CUDA),
+// an order proven free of deadlock on rendezvous channels (schedule_test);
+// tag 2·g for activations, 2·g + 1 for gradients, g the global micro-batch
+// index. Gloo on CPU tensors; NCCL on CUDA (built and run on one GPU only:
+// multi-rank NCCL rests on that proof and the CPU tests).
+//
+// Precision (opts.precision, model/train.h): under kBf16 forward runs in
+// bf16 autocast (on CUDA or CPU) over fp32 weights; the residual stream
+// stays fp32 inside a stage and crosses stage boundaries in bf16 (and its
+// gradient too); gradients accumulate, and are all-reduced, in fp32.
+//
+// Overlap (opts.overlap_allreduce): gradients live in flat per-bucket
+// buffers (p.grad() is a view), and the last micro-batch's backward runs
+// layer by layer, so each bucket's data-parallel all-reduce starts as soon
+// as its layers are done; the step then waits only for what is still in
+// flight (StepResult::allreduce_exposed_seconds). Every rank issues its
+// collectives in one global order (buckets from the highest layer down,
+// then the tied weight and the loss), so no two ranks can wait on each
+// other's different groups.
+//
+// Snapshots (SPEC §4.6, snapshot.h): the state after step k is copied to
+// host memory while step k + 1 computes; Step waits for it only before its
+// update.
 //
 // Groups are created when the worker is, each through a c10d::PrefixStore
 // named after the group over the given store, in Topology order; so every
@@ -76,9 +97,17 @@ struct StepResult {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double comm_seconds = 0;    // waiting for p2p receives/sends and all-reduces
+  // Of comm_seconds, waiting for the data-parallel gradient all-reduces
+  // after the last backward (the part the overlap did not hide), and the
+  // pipeline's statistics all-reduce.
+  double allreduce_exposed_seconds = 0;
   double tokens_per_second = 0;  // global batch tokens / seconds
-  double snapshot_seconds = 0;   // copying the state to host memory after the update
+  // The training thread's share of the host snapshot: waiting for the copy
+  // of the step before and starting this step's (snapshot.h).
+  double snapshot_seconds = 0;
+  double model_flops = 0;     // this rank's forward + backward model FLOPs this step
   int64_t memory_bytes = 0;   // allocated device bytes after the step (0 on CPU)
+  int64_t peak_memory_bytes = 0;  // peak allocated device bytes during the step (0 on CPU)
 };
 
 class StageWorker {
@@ -114,7 +143,10 @@ class StageWorker {
   // Recovery. The last step whose update this worker applied (-1: none), and
   // its snapshot after step `step` if it still holds it (the last two
   // completed steps, or -1 for the initial state before any step).
-  int64_t last_completed_step() const { return snapshots_[newest_].step; }
+  int64_t last_completed_step() const {
+    Settle();
+    return snapshots_[newest_].step;
+  }
   const StageSnapshot* SnapshotAt(int64_t step) const;
 
   // Checkpoints (SPEC §7): keeps the snapshot after `step` from being
@@ -220,12 +252,35 @@ class StageWorker {
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
   torch::Tensor tied_;
+  // The gradients of this rank's layers live in flat buffers, one per
+  // bucket: consecutive layers of one layer group (those with one owner
+  // set), at most kBucketBytes unless one layer is larger, highest layers
+  // first. p.grad() is a view into its bucket, so a bucket's all-reduce
+  // needs no copies and can start as soon as its layers' last backward is
+  // done. Every owner of a layer group builds the same buckets.
+  struct Bucket {
+    int group = 0;               // topology layer-group id
+    int first_layer = 0, last_layer = 0;
+    torch::Tensor flat;          // fp32, on the device
+    std::vector<torch::Tensor> params;
+    std::vector<torch::Tensor> views;  // params[i]'s slice of flat
+  };
+  static constexpr int64_t kBucketBytes = int64_t{8} << 20;
+  void BuildBuckets();
+  void BindGradients();
+  std::vector<Bucket> buckets_;
+  double flops_per_microbatch_ = 0;
   // The states after the last completed steps; snapshots_[newest_] the
   // latest, snapshots_[pinned_] kept for a checkpoint (-1: none), the other
-  // one(s) rotate.
-  StageSnapshot snapshots_[kSnapshots];
-  int newest_ = 0;
+  // one(s) rotate. A copy in flight (copier_) lands in snapshots_[copying_]
+  // and becomes the newest when Settle() has waited for it; everything that
+  // reads snapshots settles first.
+  void Settle() const;
+  mutable StageSnapshot snapshots_[kSnapshots];
+  mutable int newest_ = 0;
   int pinned_ = -1;
+  mutable int copying_ = -1;
+  mutable SnapshotCopier copier_;
   SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
   double join_seconds_ = 0;
   double slowdown_ = 1;
