@@ -172,25 +172,42 @@ std::vector<c10::intrusive_ptr<c10d::Work>> PostP2p(Backend& group,
                                                    const std::vector<P2pMessage>& batch) {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.reserve(batch.size());
-  const bool nccl = !batch.empty() && batch.front().tensor.is_cuda();
-#ifdef OB_WITH_CUDA
-  if (nccl) c10d::ProcessGroupNCCL::groupStart();
-#endif
-  try {
+  auto post = [&] {
     for (const P2pMessage& m : batch) {
       std::vector<torch::Tensor> t{m.tensor};
       works.push_back(m.send ? group.send(t, m.peer, m.tag) : group.recv(t, m.peer, m.tag));
     }
-  } catch (...) {
+  };
 #ifdef OB_WITH_CUDA
-    if (nccl) c10d::ProcessGroupNCCL::groupEnd();
+  if (!batch.empty() && batch.front().tensor.is_cuda()) {
+#if OB_TORCH_AT_LEAST(2, 1)
+    // As torch.distributed.batch_isend_irecv: one coalesced NCCL group whose
+    // work stands for all of its messages.
+    group.startCoalescing();
+    try {
+      post();
+    } catch (...) {
+      (void)group.endCoalescing();
+      throw;
+    }
+    auto all = group.endCoalescing();
+    works.clear();
+    if (all) works.push_back(all);
+    return works;
+#else
+    c10d::ProcessGroupNCCL::groupStart();
+    try {
+      post();
+    } catch (...) {
+      c10d::ProcessGroupNCCL::groupEnd();
+      throw;
+    }
+    c10d::ProcessGroupNCCL::groupEnd();
+    return works;
 #endif
-    throw;
   }
-#ifdef OB_WITH_CUDA
-  if (nccl) c10d::ProcessGroupNCCL::groupEnd();
 #endif
-  (void)nccl;
+  post();
   return works;
 }
 

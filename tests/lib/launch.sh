@@ -89,11 +89,12 @@ stop_master() {
 # make_pipelines N F: N hosts, gpt-tiny (sequence 32) planned with f = F on
 # GPUs so small that n0 = 2: N/2 pipelines of two stages, so stages talk
 # across processes. $WORK/plan.pb, $WORK/plan.json, $WORK/hosts.txt,
-# $WORK/secret. make_two_by_two: make_pipelines 4 1.
+# $WORK/secret. make_two_by_two: make_pipelines 4 1. PLAN_DTYPE (default
+# float32) is the profile's, hence the plan's, precision.
 make_pipelines() {
   local n=$1 f=$2 i
-  "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 \
-    -o "$WORK/tiny.pb" || fail "ob-profile"
+  "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype "${PLAN_DTYPE:-float32}" \
+    --seq-len 32 -o "$WORK/tiny.pb" || fail "ob-profile"
   : > "$WORK/hosts.txt"
   for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
   (umask 077; echo "secret-$TAG" > "$WORK/secret")

@@ -10,9 +10,11 @@ is ignored.
   metrics.py check FILE STEPS RANKS  every step 0..STEPS-1 reported by RANKS
                                      ranks of the last generation that ran it,
                                      all agreeing on the loss; prints the loss
-  metrics.py mean FILE FIELD [FROM]  mean of double field number FIELD over
+  metrics.py mean FILE FIELD [FROM [by-rank]]
+                                     mean of double field number FIELD over
                                      the step records of steps >= FROM
-                                     (default 0), every rank's
+                                     (default 0), every rank's (by-rank: and
+                                     each rank's, on stderr)
   metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
                                      generation that ran it) equals REF's
                                      within REL (default 1e-4) relative
@@ -119,10 +121,15 @@ def main(argv):
         print(f"loss {ls[0]:.4f} -> {ls[steps - 1]:.4f}")
     elif cmd == "mean":
         field, first = int(argv[3]), int(argv[4]) if len(argv) > 4 else 0
-        vals = [r.get(field, 0.0) for r in records(argv[2]) if r.get(STEP, 0) >= first]
+        recs = [r for r in records(argv[2]) if r.get(STEP, 0) >= first]
+        vals = [r.get(field, 0.0) for r in recs]
         if not vals:
             raise SystemExit(f"{argv[2]}: no step records from step {first}")
         print(f"{sum(vals) / len(vals):.6f}")
+        if len(argv) > 5 and argv[5] == "by-rank":  # then one line per rank on stderr
+            for rank in sorted({r.get(RANK, 0) for r in recs}):
+                v = [r.get(field, 0.0) for r in recs if r.get(RANK, 0) == rank]
+                print(f"  rank {rank}: {sum(v) / len(v):.6f}", file=sys.stderr)
     elif cmd == "compare":
         rel = float(argv[4]) if len(argv) > 4 else 1e-4
         ref, run = losses(records(argv[2])), losses(records(argv[3]))

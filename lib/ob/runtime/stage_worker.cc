@@ -482,16 +482,22 @@ StepResult StageWorker::RunSchedule(int64_t step) {
 
   // Whatever was not handed over during the last backward (all of it
   // without overlap), then the tied weight and the pipelines' losses.
+  // allreduce_exposed_seconds is the wait for the buckets; the tied group
+  // also waits for the far end of every pipeline (its first stages finish
+  // last), which the overlap cannot change: that wait is communication
+  // time but not part of the exposed all-reduce.
   const auto t_comm = Clock::now();
   issue_buckets_down_to(-1);
+  std::vector<Work> tied_sums;
   if (groups_->tied) {
     std::vector<torch::Tensor> grad{tied_.grad()};
-    reductions.push_back(groups_->tied->allreduce(grad));
+    tied_sums.push_back(groups_->tied->allreduce(grad));
     std::vector<torch::Tensor> loss{loss_sum};
-    reductions.push_back(groups_->tied->allreduce(loss));
+    tied_sums.push_back(groups_->tied->allreduce(loss));
   }
   wait_all(reductions);
   r.allreduce_exposed_seconds = SecondsSince(t_comm);
+  wait_all(tied_sums);
 
   // Per-layer squared norms (the tied weight counted in layer 0, by the first
   // stage) and the loss, summed over the pipeline: every entry has one

@@ -97,9 +97,10 @@ struct StepResult {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double comm_seconds = 0;    // waiting for p2p receives/sends and all-reduces
-  // Of comm_seconds, waiting for the data-parallel gradient all-reduces
-  // after the last backward (the part the overlap did not hide), and the
-  // pipeline's statistics all-reduce.
+  // Of comm_seconds, waiting for the data-parallel gradient buckets' all-
+  // reduces after the last backward: the part the overlap did not hide.
+  // (Not the tied weight's sum, which also waits for the pipelines' first
+  // stages to finish, nor the pipeline's statistics.)
   double allreduce_exposed_seconds = 0;
   double tokens_per_second = 0;  // global batch tokens / seconds
   // The training thread's share of the host snapshot: waiting for the copy
