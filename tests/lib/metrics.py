@@ -18,11 +18,14 @@ is ignored.
   metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
                                      generation that ran it) equals REF's
                                      within REL (default 1e-4) relative
+  metrics.py hangs FILE              the master's hang records, one line each:
+                                     RANK HOST GENERATION STEP STALLED_SECONDS
 """
 import struct
 import sys
 
-RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT = 3, 6, 7, 13, 17, 26
+RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT, HANG = 3, 6, 7, 13, 17, 26, 30
+HOST = 2
 
 
 def varint(b, i):
@@ -143,6 +146,12 @@ def main(argv):
             bad = [s for s in sorted(ref) if abs(run[s] - ref[s]) / abs(ref[s]) > rel]
             raise SystemExit(f"losses differ beyond {rel} at steps {bad[:10]}: "
                              f"{[(s, ref[s], run[s]) for s in bad[:3]]}")
+    elif cmd == "hangs":
+        for _, f in frames(open(argv[2], "rb").read(), argv[2]):
+            if HANG in f:
+                stalled = fields(f[HANG], "hang").get(1, 0.0)
+                print(f.get(RANK, 0), f.get(HOST, b"").decode(), f.get(GENERATION, 0),
+                      f.get(STEP, 0), f"{stalled:.2f}")
     else:
         raise SystemExit(f"unknown command {cmd}")
 

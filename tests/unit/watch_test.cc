@@ -628,3 +628,41 @@ TEST_CASE("plot: one polyline per rank series in each panel and a line per event
   CHECK(svg.find("node4 · rank 3 · gen 1") != std::string::npos);
   CHECK(svg.find("</svg>") != std::string::npos);
 }
+
+TEST_CASE("hang judged by the master: its record names rank and host; --act waits for a hang loop") {
+  Watcher w({}, Clock::kStream);
+  std::vector<Event> out;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    Metrics m;
+    m.set_host("h" + std::to_string(rank));
+    m.set_rank(rank);
+    m.set_generation(1);
+    m.set_unix_ms(1000);
+    m.set_heartbeat(true);
+    m.set_progress(40);
+    w.Feed(m, 0, &out);
+  }
+  Metrics h;
+  h.set_host("h1");
+  h.set_rank(1);
+  h.set_generation(1);
+  h.set_step(20);
+  h.set_unix_ms(4100);
+  h.set_heartbeat(true);
+  h.mutable_hang()->set_stalled_seconds(3.1);
+  h.mutable_hang()->set_progress(40);
+  h.mutable_hang()->set_description("worker rank 1 on host h1 hung: no progress for 3.1 s in step 20");
+  w.Feed(h, 0, &out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind() == ob::pb::EVENT_HANG);
+  CHECK(out[0].severity() == ob::pb::SEVERITY_CRITICAL);
+  CHECK(out[0].host() == "h1");
+  CHECK(out[0].rank() == 1);
+  CHECK(out[0].step() == 20);
+  CHECK(out[0].message().find("h1 rank 1 hangs in step 20") != std::string::npos);
+  CHECK(out[0].evidence().at("stalled_seconds") == Approx(3.1));
+  CHECK(out[0].evidence().at("host_hang_generations") == 1);
+  ActionPolicy p({3, 30});
+  CHECK_FALSE(p.Consider(out[0], 5000));
+  CHECK(p.why_not().find("recovers from a single hang itself") != std::string::npos);
+}

@@ -115,7 +115,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
-  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0 || o.agent_timeout_s <= 0) {
+  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0 || o.agent_timeout_s <= 0 || o.hang_timeout_s <= 0) {
     return ob::Status::Usage("timeouts must be positive");
   }
   ob::log::Init("master");
@@ -174,13 +174,17 @@ void Setup(CLI::App& app) {
       ->option_text("SECONDS");
   app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
       ->option_text("SECONDS");
+  app.add_option("--hang-timeout", g.master.hang_timeout_s,
+                 "A rank whose training loop made no progress for this long is hung; its "
+                 "generation is restarted (default 3 s; at least 30 s before a generation's first step)")
+      ->option_text("SECONDS");
   app.add_option("--ckpt-dir", g.worker.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
   app.add_option("--ckpt-every", g.worker.ckpt_every, "Save a checkpoint every N steps, in the background")
       ->option_text("N")->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-keep", g.master.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
       ->option_text("N")->check(CLI::NonNegativeNumber);
   app.add_option("--inject", g.inject,
-                 "Fault injection for tests: RANK:slow=F, RANK:hang=STEP or RANK:nan=STEP")
+                 "Fault injection for tests: RANK:slow=F, RANK:hang=STEP, RANK:stall=STEP or RANK:nan=STEP")
       ->option_text("SPEC")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

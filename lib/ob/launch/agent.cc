@@ -29,6 +29,10 @@ namespace {
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
 constexpr int kSecretWaitMs = 30000;     // the master writes the secret right after starting us
 constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
+// A replaced worker that has not died this long after its SIGKILL (a CUDA
+// process tearing its context down, a process in uninterruptible sleep)
+// no longer holds its slot's successor back.
+constexpr int kRetireWaitMs = 10000;
 // Where a worker finds what its agent passes it (cluster::SpawnWithPipes).
 constexpr int kSnapshotFd = cluster::kPassedFd;  // $OB_SNAPSHOT_FD
 constexpr int kStoreFd = cluster::kPassedFd + 1;  // $OB_STORE_FD
@@ -52,7 +56,9 @@ std::string ReadSecretLine(int fd) {
 
 struct Worker {
   uint32_t rank = 0;
+  uint32_t slot = 0;          // local rank: its snapshot arena, its GPU
   uint64_t generation = 0;
+  int64_t killed_ms = -1;     // replaced: when it was sent SIGKILL (loop clock)
   cluster::ChildProcess proc;
   uv_pipe_t* out = nullptr;   // its stdout; closed by the loop
   uint64_t store_client = 0;  // its end of the store relay
@@ -101,6 +107,11 @@ class Agent {
   void OnMessage(pb::Control& m);
   void StartWorkers(const pb::StartWorkers& sw);
   void StartWorker(const pb::WorkerSpec& spec);
+  // Replaced workers: SIGKILLed now, reaped by ReapWorkers as they die
+  // (never waited for on the loop), not reported (the master asked).
+  void Retire();
+  // Starts the pending workers whose slot no replaced worker still holds.
+  void StartPending();
   void ReapWorkers();
   void CheckDeadlines();
   void OnWorkerOutput(Worker* w, const char* data, size_t n);
@@ -128,6 +139,8 @@ class Agent {
   bool stdin_open_ = false;
   std::shared_ptr<Connection> conn_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Worker>> dying_;   // retired, not reaped yet
+  std::vector<pb::WorkerSpec> pending_;          // this generation's, waiting for their slot
   // Per local worker slot: the memfd its workers keep their snapshots in
   // (runtime/snapshot_arena.h). It outlives every worker, so a restarted
   // one finds its predecessor's state; it dies with the agent.
@@ -217,9 +230,8 @@ void Agent::Detach(const std::string& reason) {
   }
   OB_LOG(Warn) << "lost the master (" << reason << "): stopping generation " << generation_
                << "'s workers and asking to rejoin";
-  KillWorkers();
-  CloseOutputs();
-  workers_.clear();
+  pending_.clear();
+  Retire();
   if (probe_) probe_->SetPeers({});
   uv_timer_stop(&heartbeat_);
   conn_->SetHandlers(nullptr, nullptr);
@@ -262,6 +274,7 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   uv_timer_start(&watchdog_, [](uv_timer_t* t) {
     auto* a = static_cast<Agent*>(t->data);
     a->ReapWorkers();  // a backstop for a coalesced SIGCHLD
+    a->StartPending();  // a replaced worker past kRetireWaitMs
     a->CheckDeadlines();
     if (!a->conn_) return;
     double silent_s = (static_cast<int64_t>(uv_now(&a->loop_)) - a->conn_->last_receive_ms()) / 1e3;
@@ -297,21 +310,58 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
                  << generation_;
     return;
   }
-  if (!workers_.empty()) {
-    const auto t0 = UnixMs();
-    KillWorkers();
-    CloseOutputs();
-    workers_.clear();
-    OB_LOG(Info) << "stopped generation " << generation_ << "'s workers in " << UnixMs() - t0 << " ms";
-  }
+  pending_.clear();  // an older generation's, never started
+  Retire();
   generation_ = sw.generation();
   std::vector<Peer> peers;
   for (const auto& p : sw.peers()) peers.push_back({p.host(), p.address()});
   if (!peers.empty() && !probe_) probe_ = std::make_unique<PeerProbe>();
   if (probe_) probe_->SetPeers(std::move(peers));
   OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
-  for (const auto& spec : sw.workers()) StartWorker(spec);
-  for (const auto& spec : sw.workers()) SpawnStandby(spec.local_rank());
+  pending_.assign(sw.workers().begin(), sw.workers().end());
+  StartPending();
+}
+
+void Agent::Retire() {
+  const int64_t now = static_cast<int64_t>(uv_now(&loop_));
+  CloseOutputs();
+  for (auto& w : workers_) {
+    if (w->exited) continue;
+    w->proc.Kill();
+    w->killed_ms = now;
+    relay_->Close(w->store_client);  // its requests still on their way are dropped
+    dying_.push_back(std::move(w));
+  }
+  workers_.clear();
+  ReapWorkers();  // those already gone
+}
+
+// A slot's new worker waits for the old one to die (its GPU memory, its
+// snapshot arena), on the loop: SIGCHLD or the watchdog brings it here.
+void Agent::StartPending() {
+  if (pending_.empty() || exit_code_ >= 0) return;
+  const int64_t now = static_cast<int64_t>(uv_now(&loop_));
+  std::vector<pb::WorkerSpec> still;
+  std::vector<uint32_t> started;
+  for (auto& spec : pending_) {
+    const Worker* old = nullptr;
+    for (const auto& d : dying_) {
+      if (d->slot == spec.local_rank()) old = d.get();
+    }
+    if (old != nullptr && now - old->killed_ms < kRetireWaitMs) {
+      still.push_back(std::move(spec));
+      continue;
+    }
+    if (old != nullptr) {
+      OB_LOG(Warn) << "generation " << old->generation << "'s worker rank " << old->rank << " (pid "
+                   << old->proc.pid() << ") has not died " << now - old->killed_ms
+                   << " ms after SIGKILL; starting rank " << spec.rank() << " in its slot anyway";
+    }
+    StartWorker(spec);
+    started.push_back(spec.local_rank());
+  }
+  pending_ = std::move(still);
+  for (uint32_t slot : started) SpawnStandby(slot);
 }
 
 // The environment of a worker in `slot`: ours without the secret, the
@@ -406,6 +456,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   std::vector<std::string> argv(spec.argv().begin(), spec.argv().end());
   auto w = std::make_unique<Worker>();
   w->rank = spec.rank();
+  w->slot = spec.local_rank();
   w->generation = generation_;
   Result<cluster::ChildProcess> child = Status::Config("empty worker command");
   const int64_t now = static_cast<int64_t>(uv_now(&loop_));
@@ -533,6 +584,18 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
 }
 
 void Agent::ReapWorkers() {
+  const size_t dying = dying_.size();
+  for (auto it = dying_.begin(); it != dying_.end();) {
+    (*it)->proc.WaitFor(0);
+    if ((*it)->proc.running()) {
+      ++it;
+      continue;
+    }
+    OB_LOG(Info) << "generation " << (*it)->generation << "'s worker rank " << (*it)->rank << " killed, "
+                 << static_cast<int64_t>(uv_now(&loop_)) - (*it)->killed_ms << " ms after SIGKILL";
+    it = dying_.erase(it);
+  }
+  if (dying_.size() != dying) StartPending();
   for (auto& w : workers_) {
     if (w->exited) continue;
     int status = w->proc.WaitFor(0);
@@ -579,10 +642,13 @@ void Agent::CheckDeadlines() {
   }
 }
 
+// On the way out only (the loop is ending): every worker, current or
+// retired, is signalled first, then reaped.
 void Agent::KillWorkers() {
   for (auto& w : workers_) {  // all signalled first, then reaped: no serial waits
     if (!w->exited) w->proc.Kill();
   }
+  for (auto& w : dying_) w->proc.Kill();
   for (auto& w : workers_) {
     if (w->exited) continue;
     w->proc.Wait();
@@ -590,6 +656,8 @@ void Agent::KillWorkers() {
     relay_->Close(w->store_client);
     OB_LOG(Info) << "worker rank " << w->rank << " killed";
   }
+  dying_.clear();  // each reaped as it is destroyed
+  pending_.clear();
 }
 
 void Agent::Shutdown(int code, const std::string& why) {

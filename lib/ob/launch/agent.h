@@ -10,8 +10,13 @@
 // master with host and rank filled in; stderr is inherited. A worker's exit
 // is reported at once (SIGCHLD).
 //
-// Restarts: StartWorkers of a newer generation first kills the running
-// workers (not reported: the master asked), then starts the new ones. Each
+// Restarts: StartWorkers of a newer generation first SIGKILLs the running
+// workers (not reported: the master asked), then starts the new ones, each
+// as soon as the old worker of its slot is gone (its GPU memory, its
+// snapshot arena), or kRetireWaitMs after the kill, whichever is first.
+// Killed workers are reaped as they die (SIGCHLD, and the 50 ms watchdog)
+// and never waited for on the loop: an agent whose workers take seconds to
+// die (CUDA) goes on heartbeating and relaying. Each
 // worker slot (local rank) has a shared-memory snapshot arena (a memfd made
 // once, passed to every worker of that slot as fd 3, $OB_SNAPSHOT_FD), so a
 // new worker finds its predecessor's snapshots; and, with standby_exe, a

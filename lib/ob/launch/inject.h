@@ -1,10 +1,13 @@
 // Fault injection for tests and demos (ob-launch --inject, SPEC §6): make
-// one rank slow, hang or report a NaN loss, so that ob-watch's detectors
+// one rank slow, hang, stall or report a NaN loss, so that ob-watch's detectors
 // and actions can be exercised on a real run. Torch-free, pure.
 //
 // A spec is one or more ';'-separated items RANK:WHAT=VALUE:
 //   2:slow=1.5    rank 2 computes every forward and backward 1.5× as long
 //   1:hang=30     rank 1 stops itself (SIGSTOP) before step 30
+//   1:stall=30    rank 1's training loop stops in step 30 while the process
+//                 and its heartbeats go on (a hang with nobody dead, as a
+//                 stuck NCCL peer looks: runtime::StageWorker::SetStall)
 //   0:nan=40      rank 0 reports a NaN loss for step 40
 // The master passes the whole spec to every worker ($OB_INJECT); each
 // worker takes the items naming its rank in the first generation.
@@ -21,7 +24,8 @@ struct Injection {
   double slow = 1;        // > 1: slowdown factor
   int64_t hang_at = -1;   // step before which the worker stops itself
   int64_t nan_at = -1;    // step whose loss is reported as NaN
-  bool any() const { return slow > 1 || hang_at >= 0 || nan_at >= 0; }
+  int64_t stall_at = -1;  // step in which the training loop stops making progress
+  bool any() const { return slow > 1 || hang_at >= 0 || nan_at >= 0 || stall_at >= 0; }
 };
 
 // The items of `spec` for `rank` (every item is checked). kUsage naming

@@ -51,6 +51,12 @@ Status Master::Prepare() {
   loaded_ = std::move(loaded).value();
   holding_ = loaded_.instantiation;
   ranks_.resize(layout_.ranks.size());
+  {
+    HangOptions h;
+    h.timeout_ms = static_cast<int64_t>(opt_.hang_timeout_s * 1e3);
+    h.first_step_timeout_ms = std::max<int64_t>(30000, 10 * h.timeout_ms);
+    hang_ = HangWatch(h);
+  }
   OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
   // The run directory is ours alone: a second master there would delete
   // our control socket and interleave its events.log with ours.
@@ -213,6 +219,8 @@ Status Master::LaunchGeneration() {
     events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + source.checkpoint());
   }
   ranks_.assign(layout_.ranks.size(), RankState{});
+  hang_.Reset(layout_.ranks.size());
+  hang_suspect_ = false;
   metrics_.NewGeneration();
   ranks_reported_ = 0;
   ranks_done_ = 0;
@@ -262,7 +270,11 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     metrics_.Publish(mx);
     const bool current = mx.generation() == 0 || mx.generation() == generation_;
     if (current && mx.has_checkpoint()) ckpt_.Part(mx, ranks_.size());
-    if (current && mx.rank() < ranks_.size()) ranks_[mx.rank()].phase = std::max<int>(mx.phase(), 1);
+    if (current && mx.rank() < ranks_.size()) {
+      ranks_[mx.rank()].phase = std::max<int>(mx.phase(), 1);
+      hang_.Record(mx.rank(), mx.phase(), mx.progress(), mx.waiting(),
+                   mx.heartbeat() ? -1 : static_cast<int64_t>(mx.step()), Now());
+    }
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       if (!ranks_[mx.rank()].have_metrics && ++ranks_reported_ == static_cast<int>(ranks_.size())) {
         lineage_.Stepped();  // every rank holds a snapshot of this lineage past its start
@@ -288,6 +300,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     if (x.generation() != 0 && x.generation() != generation_) return;  // replaced on purpose
     if (x.rank() >= ranks_.size() || ranks_[x.rank()].exited) return;
     ranks_[x.rank()].exited = true;
+    hang_.Exited(x.rank());
     const int64_t latency = std::max<int64_t>(0, UnixMs() - x.unix_ms());
     metrics_.Exited(a.host.name, x, x.generation() != 0 ? x.generation() : generation_,
                     ranks_[x.rank()].last_step);
@@ -365,6 +378,7 @@ void Master::Tick() {
   if (state_ == State::kRunning) {
     for (const AgentPool::Loss& x : agents_.Judge(now)) HostLost(*x.agent, x.what, x.silent_ms, Lost::kCutOff);
     if (decide_deadline_ms_ < 0) CheckPartition();
+    if (decide_deadline_ms_ < 0) CheckHang();
   }
   if (decide_deadline_ms_ >= 0 && now >= decide_deadline_ms_) return Decide();
   if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
@@ -405,6 +419,37 @@ void Master::CheckPartition() {
                     "); excluding it",
              0, Lost::kExcluded);
   }
+}
+
+// Judged only while every agent is heard from (a starved or cut-off agent
+// holds its workers' records back: that is the agent pool's to judge), and
+// confirmed at the next tick, after an I/O poll (a master that did not run
+// for a while must read what waits in its sockets first).
+void Master::CheckHang() {
+  for (const auto& a : agents_.all()) {
+    if (a->connected() && a->conn && !a->ranks.empty() &&
+        Now() - a->conn->last_receive_ms() > 2 * kHeartbeatMs) {
+      hang_suspect_ = false;
+      return;
+    }
+  }
+  std::optional<HangWatch::Verdict> v = hang_.Check(Now(), /*peek=*/!hang_suspect_);
+  if (!v || !hang_suspect_) {
+    hang_suspect_ = v.has_value();
+    return;
+  }
+  hang_suspect_ = false;
+  std::string what;
+  for (const HangWatch::Named& n : v->ranks) {
+    const std::string& host = layout_.hosts[static_cast<size_t>(layout_.ranks[n.rank].host)].name;
+    const std::string line = "worker rank " + std::to_string(n.rank) + " on host " + host + " hung: " + n.why;
+    events_.Write("worker-hang", "rank=" + std::to_string(n.rank) + " host=" + host +
+                                     " step=" + std::to_string(n.step) +
+                                     " stalled_ms=" + std::to_string(n.stalled_ms));
+    metrics_.Hung(host, n, generation_, line);
+    what += (what.empty() ? "" : "; ") + line;
+  }
+  Failure(what + "; tearing generation " + std::to_string(generation_) + " down", "", v->stalled_ms);
 }
 
 // A host is gone: its connection is closed and, unless cut off, its rsh

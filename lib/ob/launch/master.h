@@ -19,7 +19,12 @@
 //
 // Run: heartbeats both ways every 200 ms. A dead agent (connection lost,
 // its rsh process exited, or silent > agent_timeout_s) or a worker that
-// exits with a non-zero status is detected within a second. Failures within
+// exits with a non-zero status is detected within a second. A hang with
+// nobody dead (a rank whose training loop stopped making progress while
+// its process and heartbeats go on, as under NCCL with a stuck peer) is
+// detected after hang_timeout_s (hang_watch.h): the master names the rank
+// and its host and restarts every worker as for a crash; the agents
+// SIGKILL the old ones (no waiting for NCCL's watchdog). Failures within
 // 100 ms of the first are decided together (SPEC §4.6): lost hosts go to the
 // plan's re-instantiation (plan/recovery.h); if some layer has no replica
 // left the run ends with kTempFail naming the layers; otherwise the master
@@ -95,6 +100,10 @@ struct MasterOptions {
   double master_timeout_s = 3.0;     // passed to agents (--master-timeout)
   double agent_timeout_s = 1.0;      // an agent silent this long is lost
   double start_timeout_s = 30.0;     // for every agent to authenticate
+  // A training rank whose progress counter has not moved for this long is
+  // hung (hang_watch.h; ten times as long, at least 30 s, before its first
+  // step of a generation): the master names it and restarts the generation.
+  double hang_timeout_s = 3.0;
   double stop_grace_s = 30.0;        // bound on on_stop_request before stopping anyway
   std::string self_exe;              // the ob-launch binary agents run; "" = /proc/self/exe
   std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")

@@ -17,6 +17,7 @@
 #include "ob/launch/ckpt_keeper.h"
 #include "ob/launch/decision.h"
 #include "ob/launch/event_log.h"
+#include "ob/launch/hang_watch.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/metrics_sink.h"
@@ -84,6 +85,8 @@ class Master {
   void Carry(const Decision& d);
   void ReapAgents();
   void CheckPartition();
+  // A rank whose training loop stopped making progress (hang_watch.h).
+  void CheckHang();
   // The status's waiting_for (control.proto).
   std::string WaitingFor();
   void Tick();
@@ -143,6 +146,8 @@ class Master {
   int64_t last_tick_ms_ = -1, stalled_ms_ = 0, stall_seen_ms_ = 0;
   AgentPool agents_{&events_};
   std::vector<RankState> ranks_;
+  HangWatch hang_;                          // the current generation's progress
+  bool hang_suspect_ = false;               // a verdict at the last tick, confirmed after an I/O poll
   MetricsSink metrics_{&operator_};         // --metrics, watchers, progress (metrics_sink.h)
   uv_timer_t tick_{}, heartbeat_{}, progress_{}, drain_{};
   uv_signal_t sigchld_{}, sigterm_{}, sigint_{};

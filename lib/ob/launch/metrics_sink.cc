@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/log.h"
@@ -70,6 +71,27 @@ void MetricsSink::Exited(const std::string& host, const pb::WorkerExited& x, uin
   rec.mutable_exit()->set_exit_status(x.exit_status());
   rec.mutable_exit()->set_signal(x.signal());
   rec.mutable_exit()->set_description(x.description());
+  Publish(rec);
+}
+
+void MetricsSink::Hung(const std::string& host, const HangWatch::Named& n, uint64_t generation,
+                       const std::string& line) {
+  pb::Metrics rec;
+  rec.set_format_version(io::kMetricsFormatVersion);
+  rec.set_host(host);
+  rec.set_rank(n.rank);
+  rec.set_generation(generation);
+  rec.set_step(static_cast<uint64_t>(std::max<int64_t>(0, n.step)));
+  rec.set_unix_ms(UnixMs());
+  rec.set_heartbeat(true);
+  rec.set_phase(pb::PHASE_TRAINING);
+  rec.set_progress(n.progress);
+  rec.set_waiting(n.waiting);
+  auto* h = rec.mutable_hang();
+  h->set_stalled_seconds(static_cast<double>(n.stalled_ms) / 1e3);
+  h->set_progress(n.progress);
+  h->set_waiting(n.waiting);
+  h->set_description(line);
   Publish(rec);
 }
 

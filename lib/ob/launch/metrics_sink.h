@@ -13,6 +13,7 @@
 
 #include "ob/io/records.h"
 #include "ob/control.pb.h"
+#include "ob/launch/hang_watch.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/metrics.pb.h"
 #include "ob/status.h"
@@ -34,6 +35,11 @@ class MetricsSink {
   // A worker's exit, as a record of its own (host, rank, generation, its
   // last step, unix_ms and Metrics.exit): ob-watch's crash detector reads it.
   void Exited(const std::string& host, const pb::WorkerExited& x, uint64_t generation, uint64_t step);
+  // A rank judged hung (hang_watch.h), as a record of its own (host, rank,
+  // generation, the step it was in, unix_ms, heartbeat and Metrics.hang
+  // with `line`): ob-watch's hang detector reads it.
+  void Hung(const std::string& host, const HangWatch::Named& n, uint64_t generation,
+            const std::string& line);
   // A completed step of the current generation (not a heartbeat).
   void Step(const pb::Metrics& m);
   void NewGeneration() { last_.clear(); }

@@ -222,6 +222,24 @@ Status RunWorker(const WorkerOptions& o) {
   self.set_generation(o.generation);
   std::atomic<int> phase{pb::PHASE_STARTING};
   std::atomic<int64_t> last_done{-1};
+  // Progress (hang_watch.h), on every record. The StageWorker advances
+  // `progress` after every forward, backward, receive and collective and
+  // sets `peer_wait` while it waits for a peer, once its schedule counts
+  // (then `runtime_counts`: the counter moved inside a Step); we add one
+  // per completed step in any case. Until the runtime counts, a rank is
+  // taken as waiting for a peer while it is inside Step (where its loop can
+  // only stop in a receive or a collective, or in compute) and as not
+  // waiting outside it. While the training thread waits for work that
+  // reports no progress of its own (a checkpoint write it must not
+  // overtake, the last save), `off_step` makes every heartbeat count.
+  std::atomic<int64_t> progress{0};
+  std::atomic<int> peer_wait{0}, in_step{0}, off_step{0};
+  std::atomic<bool> runtime_counts{false};
+  auto stamp = [&](pb::Metrics* m) {  // REQUIRES: out_mu held
+    if (off_step.load() != 0) progress.fetch_add(1);
+    m->set_progress(static_cast<uint64_t>(progress.load()));
+    m->set_waiting(runtime_counts.load() ? peer_wait.load() != 0 : in_step.load() != 0);
+  };
   auto beat = [&] {
     std::lock_guard<std::mutex> lock(out_mu);
     pb::Metrics m = self;
@@ -229,6 +247,7 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_unix_ms(UnixMs());
     m.set_heartbeat(true);
     m.set_phase(static_cast<pb::WorkerPhase>(phase.load()));
+    stamp(&m);
     (void)out.Write(m);
   };
   beat();
@@ -375,6 +394,7 @@ Status RunWorker(const WorkerOptions& o) {
     return Status::DataErr(gen_key + ": the generation names no weight source");
   }
   const int64_t ready_ms = UnixMs();
+  worker->SetProgress(&progress, &peer_wait);
   const auto& me = worker->info();
   Injection inject;
   if (const char* spec = std::getenv("OB_INJECT"); spec != nullptr && o.generation == 1) {
@@ -383,6 +403,7 @@ Status RunWorker(const WorkerOptions& o) {
       OB_LOG(Warn) << "fault injection: " << spec;
     }
     worker->SetSlowdown(inject.slow);
+    worker->SetStall(inject.stall_at);
   }
   OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
@@ -422,6 +443,7 @@ Status RunWorker(const WorkerOptions& o) {
     pb::Metrics m = self;
     m.set_step(static_cast<uint64_t>(std::max<int64_t>(0, step)));
     m.set_unix_ms(UnixMs());
+    stamp(&m);
     return m;
   };
   auto emit = [&](const pb::Metrics& m) {
@@ -433,7 +455,24 @@ Status RunWorker(const WorkerOptions& o) {
       OB_LOG(Warn) << "fault injection: stopping before step " << step;
       ::raise(SIGSTOP);
     }
-    OB_ASSIGN_OR_RETURN(runtime::StepResult r, worker->Step(step));
+    if (step == inject.stall_at) {
+      OB_LOG(Warn) << "fault injection: stalling in step " << step
+                   << " (the training loop stops; the process and its heartbeats go on)";
+      // The StageWorker stalls inside the step once its schedule counts
+      // progress (SetStall); before that, or in a generation's first step,
+      // the loop stops here, between steps, and the peers block in their
+      // next receive or collective all the same.
+      if (!runtime_counts.load()) {
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+    }
+    const int64_t before = progress.load();
+    in_step = 1;
+    Result<runtime::StepResult> stepped = worker->Step(step);
+    in_step = 0;
+    if (progress.load() != before) runtime_counts = true;
+    progress.fetch_add(1);
+    OB_ASSIGN_OR_RETURN(runtime::StepResult r, std::move(stepped));
     last_done = step;
     if (step == inject.nan_at) r.loss = std::nan("");
     pb::Metrics m = record(step);
@@ -467,11 +506,15 @@ Status RunWorker(const WorkerOptions& o) {
       } catch (const std::exception& e) {
         OB_LOG(Warn) << "cannot read " << now_key << ": " << FirstLine(e.what());
       }
-      if (saver->AfterStep(*worker, step, o.steps - 1, &done, &waited, now)) report(done, &m);
+      off_step = 1;
+      const bool saved = saver->AfterStep(*worker, step, o.steps - 1, &done, &waited, now);
+      off_step = 0;
+      if (saved) report(done, &m);
       m.set_checkpoint_stall_seconds(waited);
     }
     OB_RETURN_IF_ERROR(emit(m));
   }
+  off_step = 1;  // the last save, and the way out, report no progress of their own
   runtime::Checkpointer::Done done;
   if (saver && saver->Finish(*worker, &done)) {  // the last save, in a record of its own
     pb::Metrics m = record(o.steps - 1);

@@ -42,14 +42,25 @@ std::optional<ActionRequest> ActionPolicy::Consider(const pb::Event& e, int64_t 
   r.cause = e;
   const std::string reason = std::string(KindName(e.kind())) + ": " + e.message();
   switch (e.kind()) {
-    case pb::EVENT_HANG:
+    case pb::EVENT_HANG: {
       if (e.rank() < 0 || e.host().empty()) {
         why_not_ = "a job-wide stall names no host to exclude";
         return std::nullopt;
       }
+      // A hang the master judged (and recovered from) counts like a crash.
+      const auto it = e.evidence().find("host_hang_generations");
+      if (it != e.evidence().end()) {
+        r.confirmations = static_cast<int>(it->second);
+        if (r.confirmations < o_.confirm) {
+          why_not_ = "hang in " + std::to_string(r.confirmations) + " of " + std::to_string(o_.confirm) +
+                     " generations on " + e.host() + " (the master recovers from a single hang itself)";
+          return std::nullopt;
+        }
+      }
       r.verb = "exclude";
       r.target = e.host();
       break;
+    }
     case pb::EVENT_STRAGGLER: {
       if (e.generation() != straggle_generation_) {
         straggles_.clear();  // a new generation: a new layout, fresh evidence

@@ -69,6 +69,30 @@ void LivenessDetector::OnExit(RunState& run, RankState& r, const pb::Metrics& m,
   out->push_back(std::move(e));
 }
 
+void LivenessDetector::OnHung(RunState& run, RankState& r, const pb::Metrics& m, int64_t now_ms,
+                              std::vector<pb::Event>* out) {
+  const pb::WorkerHang& h = m.hang();
+  run.recovering_since_ms = now_ms;  // the master restarts the generation
+  if (run.failure_ms == 0) run.failure_ms = now_ms - static_cast<int64_t>(h.stalled_seconds() * 1000);
+  NoteFailure(run, now_ms, r.host + " rank " + std::to_string(r.rank) + " hung");
+  auto& gens = run.hang_generations[r.host];
+  gens.insert(m.generation());
+  r.hang_reported = true;
+  char msg[640];
+  std::snprintf(msg, sizeof msg, "%s rank %u hangs in step %llu (generation %llu): %s", r.host.c_str(),
+                r.rank, static_cast<unsigned long long>(m.step()),
+                static_cast<unsigned long long>(m.generation()),
+                h.description().empty() ? "no progress" : h.description().c_str());
+  pb::Event e = MakeEvent(pb::EVENT_HANG, pb::SEVERITY_CRITICAL, r.host, static_cast<int>(r.rank),
+                          m.step(), m.generation(), now_ms, msg);
+  auto& ev = *e.mutable_evidence();
+  ev["stalled_seconds"] = h.stalled_seconds();
+  ev["progress"] = static_cast<double>(h.progress());
+  ev["waiting"] = h.waiting() ? 1 : 0;
+  ev["host_hang_generations"] = static_cast<double>(gens.size());
+  out->push_back(std::move(e));
+}
+
 void LivenessDetector::NoteFailure(RunState& run, int64_t now_ms, const std::string& what) {
   if (run.generation_failure_ms > 0) return;
   run.generation_failure_ms = now_ms;

@@ -14,6 +14,13 @@
 //    EVENT_HANG (critical) for that rank, once until it is heard again. A
 //    SIGSTOPped worker stops beating while its blocked peers keep beating,
 //    so the rank that hangs is the one named.
+//  - hang judged by the master: a record with Metrics.hang (ob-launch
+//    --hang-timeout: a rank whose training loop stopped making progress
+//    while its process and heartbeats go on, which silence never shows)
+//    raises EVENT_HANG (critical) for its rank and host, with the master's
+//    line; evidence counts the distinct generations in which that host's
+//    ranks hung (host_hang_generations: the master restarts after one hang
+//    itself, so --act waits for a loop, as for crashes).
 //  - stall: no completed step on any rank for the stall timeout raises
 //    EVENT_HANG (warning, rank −1) once until a step completes.
 //  - recovery grace: after an error exit in the newest generation, hangs
@@ -41,6 +48,9 @@ class LivenessDetector {
   explicit LivenessDetector(const DetectorOptions& o) : o_(o) {}
   // An exit record; `r` is its rank's state (created if it was unknown).
   void OnExit(RunState& run, RankState& r, const pb::Metrics& m, int64_t now_ms,
+              std::vector<pb::Event>* out);
+  // A hang record (Metrics.hang) from the master; `r` is its rank's state.
+  void OnHung(RunState& run, RankState& r, const pb::Metrics& m, int64_t now_ms,
               std::vector<pb::Event>* out);
   // A record of a generation newer than any before (`previous` may be 0).
   void OnNewGeneration(RunState& run, uint64_t previous, int64_t now_ms);

@@ -128,6 +128,8 @@ struct RunState {
   Window job_step_seconds{50};
   // Crashes per host, by generation (a crash loop spans generations).
   std::map<std::string, std::set<uint64_t>> crash_generations;
+  // Hangs the master judged, per host, by generation.
+  std::map<std::string, std::set<uint64_t>> hang_generations;
 
   std::map<pb::EventKind, uint64_t> event_counts;
   std::deque<pb::Event> recent_events;  // the last kRecentEvents

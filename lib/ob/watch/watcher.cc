@@ -100,6 +100,8 @@ void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>
     r.hang_reported = false;
     if (m.has_exit()) {
       liveness_.OnExit(run_, r, m, now, out);
+    } else if (m.has_hang()) {
+      liveness_.OnHung(run_, r, m, now, out);
     } else if (!m.heartbeat()) {
       TakeStep(r, m, now, out);
     }

@@ -1,0 +1,112 @@
+// Hangs with nobody dead (hang_watch.h) and the fault that makes one
+// (inject.h): who is named, when, and what --inject accepts.
+#include <catch2/catch.hpp>
+
+#include "ob/launch/hang_watch.h"
+#include "ob/launch/inject.h"
+#include "ob/metrics.pb.h"
+
+using namespace ob::launch;
+namespace pb = ob::pb;
+
+namespace {
+
+constexpr int kTraining = pb::PHASE_TRAINING;
+
+// Four ranks that each completed steps 0..9, progress 10 per step.
+HangWatch Trained(int64_t* now) {
+  HangWatch h;
+  h.Reset(4);
+  for (int64_t s = 0; s < 10; ++s) {
+    for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, static_cast<uint64_t>(10 * (s + 1)), false, s, *now);
+    *now += 50;
+  }
+  return h;
+}
+
+std::vector<uint32_t> Ranks(const HangWatch::Verdict& v) {
+  std::vector<uint32_t> out;
+  for (const auto& n : v.ranks) out.push_back(n.rank);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a stalled rank that is not waiting is named, the ranks waiting for it are not") {
+  int64_t now = 0;
+  HangWatch h = Trained(&now);
+  const int64_t stall = now - 50;  // rank 1's counter last moved then
+  // Rank 1 stops in compute; the others go on a little, then wait for it.
+  for (uint32_t r : {0u, 2u, 3u}) h.Record(r, kTraining, 103, true, -1, now + 20);
+  for (int64_t t = now; t < stall + 2900; t += 500) {
+    for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, r == 1 ? 100 : 103, r != 1, -1, t + 20);
+    REQUIRE_FALSE(h.Check(t + 20));
+  }
+  REQUIRE(h.Check(stall + 3000, /*peek=*/true));  // a peek is not the verdict
+  auto v = h.Check(stall + 3000);
+  REQUIRE(v);
+  CHECK(Ranks(*v) == std::vector<uint32_t>{1});
+  CHECK(v->stalled_ms == 3000);
+  CHECK(v->ranks[0].why == "no progress for 3.0 s in step 10 (its counter at 100), not waiting for a peer; "
+                     "ranks 0, 2, 3 wait");
+  CHECK(v->ranks[0].step == 10);
+  CHECK_FALSE(v->ranks[0].waiting);
+  CHECK_FALSE(h.Check(stall + 4000));  // once per generation
+  h.Reset(4);                          // a new generation is judged afresh
+  CHECK_FALSE(h.Check(stall + 4000));
+}
+
+TEST_CASE("when every stopped rank waits, the one furthest behind is named") {
+  int64_t now = 0;
+  HangWatch h = Trained(&now);
+  // Rank 2 completed one step less than the others; all wait.
+  for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, r == 2 ? 95 : 105, true, r == 2 ? -1 : 10, now);
+  auto v = h.Check(now + 3000);
+  REQUIRE(v);
+  CHECK(Ranks(*v) == std::vector<uint32_t>{2});
+  CHECK(v->ranks[0].why.find("waiting for a peer like every stopped rank") != std::string::npos);
+}
+
+TEST_CASE("no hang while counters move, outside training, after an exit, or before the first step's bound") {
+  int64_t now = 0;
+  HangWatch h = Trained(&now);
+  // Heartbeats only, but the counter moves (fine-grained progress in a long step).
+  for (int i = 0; i < 20; ++i) {
+    for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, static_cast<uint64_t>(200 + i), false, -1, now);
+    now += 500;
+    REQUIRE_FALSE(h.Check(now));
+  }
+  // Ranks that finished and exited, and ranks joining a group, are not judged.
+  HangWatch g;
+  g.Reset(2);
+  g.Record(0, kTraining, 5, false, 0, 0);
+  g.Exited(0);
+  g.Record(1, pb::PHASE_JOINING, 0, false, -1, 0);
+  CHECK_FALSE(g.Check(60000));
+  // Before its first completed step a rank gets first_step_timeout_ms.
+  HangWatch f(HangOptions{3000, 20000, 1000});
+  f.Reset(1);
+  f.Record(0, kTraining, 0, false, -1, 0);
+  CHECK_FALSE(f.Check(19999));
+  auto v = f.Check(20000);
+  REQUIRE(v);
+  CHECK(Ranks(*v) == std::vector<uint32_t>{0});
+}
+
+TEST_CASE("inject: stall parses, a malformed one is refused") {
+  auto i = ParseInjection("1:stall=30;2:slow=1.5", 1);
+  REQUIRE(i.ok());
+  CHECK(i->stall_at == 30);
+  CHECK(i->slow == 1);
+  CHECK(i->any());
+  auto other = ParseInjection("1:stall=30", 0);
+  REQUIRE(other.ok());
+  CHECK(other->stall_at == -1);
+  CHECK_FALSE(other->any());
+  for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3"}) {
+    INFO(bad);
+    auto r = ParseInjection(bad, 1);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == ob::Code::kUsage);
+  }
+}
