@@ -12,7 +12,7 @@
 #  - it tears the generation down (the agents SIGKILL every worker: the
 #    stalled one never exits by itself) and restarts in place from the
 #    snapshots: the run exits 0 with every step's loss equal to an
-#    uninterrupted run's within 1e-4 relative;
+#    uninterrupted run's within 1e-4 relative, from step K-1's snapshots;
 #  - no process is left behind.
 # STALL_FLAGS adds ob-launch flags to the stalled run (e.g. "--hang-timeout
 # 600" shows the test failing without the detection).
@@ -56,6 +56,11 @@ hangs=$(grep " worker-hang " "$WORK/stall/events.log")
 grep -q " decide generation=2 restarting every worker in place" "$WORK/stall/events.log" \
   || fail "no restart in place: $(grep decide "$WORK/stall/events.log")"
 rec=$(grep " recovered generation=2 " "$WORK/stall/events.log") || fail "no recovery logged"
+# Every rank completed step K-1, and the stalled one's snapshot of it was
+# copied in the background before it stalled: nothing is replayed but step
+# K (a snapshot marked complete only when the next step settles it would
+# send the run back to K-2).
+[[ "$rec" =~ " from_step=$((K - 1)) " ]] || fail "restarted from the wrong step: $rec"
 grep -q "worker rank 1 on host $host hung: no progress for" "$WORK/stall.err" \
   || fail "the master's log lacks the hang line"
 record=$(python3 "$METRICS_PY" hangs "$WORK/stall.pb")

@@ -69,6 +69,7 @@ struct SnapshotCopier::Thread {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> jobs;  // (host, source)
+  std::function<void()> then;  // after a successful copy
   bool busy = false, quit = false;
   std::exception_ptr error;
   std::thread thread;
@@ -80,15 +81,18 @@ struct SnapshotCopier::Thread {
         cv.wait(lock, [this] { return quit || busy; });
         if (quit) return;
         auto todo = std::move(jobs);
+        auto done = std::move(then);
         lock.unlock();
         std::exception_ptr failed;
         try {
           torch::NoGradGuard no_grad;
           for (auto& [host, src] : todo) host.copy_(src);
+          todo.clear();  // drop the references before saying done
+          if (done) done();
         } catch (...) {
           failed = std::current_exception();
         }
-        todo.clear();  // drop the references before saying done
+        todo.clear();
         lock.lock();
         error = failed;
         busy = false;
@@ -104,9 +108,10 @@ struct SnapshotCopier::Thread {
     cv.notify_all();
     thread.join();
   }
-  void Run(std::vector<std::pair<torch::Tensor, torch::Tensor>> j) {
+  void Run(std::vector<std::pair<torch::Tensor, torch::Tensor>> j, std::function<void()> t) {
     std::lock_guard<std::mutex> lock(mu);
     jobs = std::move(j);
+    then = std::move(t);
     error = nullptr;
     busy = true;
     cv.notify_all();
@@ -129,7 +134,8 @@ SnapshotCopier::~SnapshotCopier() {
 }
 
 void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& tied,
-                           torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into) {
+                           torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into,
+                           std::function<void(const StageSnapshot&)> on_copied) {
   Wait();
   torch::NoGradGuard no_grad;
   into->step = -2;  // invalid until the copy is complete
@@ -169,9 +175,15 @@ void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& ti
   step_ = step;
   if (cuda) {
     fence_ = compat::CopyOnSideStream(jobs, stage->parameters().front().device());
+    on_copied_ = std::move(on_copied);
   } else {
     if (!thread_) thread_ = std::make_unique<Thread>();
-    thread_->Run(std::move(jobs));
+    // The label and the callback on the copy thread, once every byte is in
+    // place; the training thread reads `into` only after Wait.
+    thread_->Run(std::move(jobs), [into, step, cb = std::move(on_copied)] {
+      into->step = step;
+      if (cb) cb(*into);
+    });
   }
 }
 
@@ -182,10 +194,12 @@ StageSnapshot* SnapshotCopier::Wait() {
   if (fence_) {
     auto fence = std::move(fence_);
     fence->Wait();
+    done->step = step_;
+    auto cb = std::move(on_copied_);
+    if (cb) cb(*done);
   } else if (thread_) {
-    thread_->Wait();
+    thread_->Wait();  // labelled there
   }
-  done->step = step_;
   return done;
 }
 

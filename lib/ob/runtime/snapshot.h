@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,8 +79,13 @@ class SnapshotCopier {
   SnapshotCopier(const SnapshotCopier&) = delete;
   SnapshotCopier& operator=(const SnapshotCopier&) = delete;
 
+  // `on_copied`, when given, runs once the copy is in place and labelled
+  // (on the copy's own thread on the CPU, in Wait on CUDA): the worker
+  // marks its arena slot complete there, so a process that dies or stalls
+  // after the copy still leaves the step recoverable.
   void Start(const model::GptStage& stage, const torch::Tensor& tied,
-             torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into);
+             torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into,
+             std::function<void(const StageSnapshot&)> on_copied = {});
   // Blocks until the copy started last is in place and labels its snapshot
   // with its step; returns the snapshot (nullptr when none was in flight).
   StageSnapshot* Wait();
@@ -91,6 +97,7 @@ class SnapshotCopier {
   std::unique_ptr<compat::CopyFence> fence_;  // CUDA copies
   StageSnapshot* into_ = nullptr;
   int64_t step_ = -2;
+  std::function<void(const StageSnapshot&)> on_copied_;  // CUDA: run by Wait
 };
 
 // Sets `p`'s AdamW state (replacing any): step count and copies of the

@@ -218,8 +218,14 @@ Result<StepResult> StageWorker::Step(int64_t step) {
       if (s == newest_ || s == pinned_) continue;
       if (slot < 0 || snapshots_[s].step < snapshots_[slot].step) slot = s;
     }
-    if (arena_ != nullptr) arena_->Begin(slot);
-    copier_.Start(stage_, tied_, *optimizer_, step, &snapshots_[slot]);
+    std::function<void(const StageSnapshot&)> commit;
+    if (arena_ != nullptr) {
+      arena_->Begin(slot);
+      // Complete in the arena as soon as the copy is (SnapshotArena::Commit
+      // touches only this slot, which nothing else uses meanwhile).
+      commit = [arena = arena_, slot](const StageSnapshot& snap) { arena->Commit(slot, snap); };
+    }
+    copier_.Start(stage_, tied_, *optimizer_, step, &snapshots_[slot], std::move(commit));
     copying_ = slot;
     if (!opts_.async_snapshot) Settle();
     r.snapshot_seconds += SecondsSince(t_snap);
@@ -241,10 +247,8 @@ Result<StepResult> StageWorker::Step(int64_t step) {
 void StageWorker::Settle() const {
   StageSnapshot* done = copier_.Wait();
   if (done == nullptr) return;
-  const int slot = copying_;
+  newest_ = copying_;  // committed to the arena by the copier
   copying_ = -1;
-  if (arena_ != nullptr) arena_->Commit(slot, *done);
-  newest_ = slot;
 }
 
 void StageWorker::BuildBuckets() {
