@@ -295,10 +295,20 @@ Status RunWorker(const WorkerOptions& o) {
   if (const char* ov = std::getenv("OB_OVERLAP"); ov != nullptr && std::string(ov) == "0") {
     t.overlap_allreduce = false;
   }
-  // The snapshot benchmark compares against copying on the training thread.
-  if (const char* as = std::getenv("OB_SNAPSHOT_ASYNC"); as != nullptr && std::string(as) == "0") {
-    t.async_snapshot = false;
+  // Snapshots in the background (runtime/snapshot.h) on CUDA, where a side
+  // stream's DMA copies them while the GPU computes. On the CPU the copy
+  // needs cores and memory bandwidth the step uses: on this project's
+  // 2-vCPU machine a background copy made gpt2's steps 1.3x (one intra-op
+  // thread) to 1.5x (two) slower than copying on the training thread
+  // (bench/snapshot_cost.sh, docs/benchmarks.md), so the CPU default is the
+  // training thread. OB_SNAPSHOT_ASYNC=0/1 decides instead.
+  t.async_snapshot = t.device.is_cuda();
+  if (const char* as = std::getenv("OB_SNAPSHOT_ASYNC"); as != nullptr && *as != '\0') {
+    t.async_snapshot = std::string(as) != "0";
   }
+  OB_LOG(Info) << "host snapshots: "
+               << (t.async_snapshot ? "copied in the background" : "copied on the training thread")
+               << " (" << at::get_num_threads() << " intra-op threads)";
   // The device's dense peak for the run's precision, for MFU: the plan's
   // profile when it was measured or modelled for a GPU, else none (CPU).
   double peak_flops = 0;

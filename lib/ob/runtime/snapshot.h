@@ -12,12 +12,14 @@
 //
 // Cost: one device-to-host copy of 3× the stage's parameter bytes per step
 // (value + two moments; about 12 bytes per fp32 parameter), into buffers
-// allocated once and reused. It is off the critical path (SnapshotCopier):
-// the copy of step k's state runs while step k + 1's forward and backward
-// do (on a side stream into page-locked memory on CUDA, on a thread of its
-// own on the CPU) — neither changes parameters or AdamW moments — and the
-// training thread waits for it only before step k + 1's update, by which
-// time it is normally done. Host memory: 3 snapshots (the last two steps
+// allocated once and reused. SnapshotCopier takes it off the critical
+// path: the copy of step k's state runs while step k + 1's forward and
+// backward do (on a side stream into page-locked memory on CUDA, on a
+// thread of its own on the CPU) — neither changes parameters or AdamW
+// moments — and the training thread waits for it only before step k + 1's
+// update, by which time it is normally done. (On a CPU the copy competes
+// with the step for cores and memory bandwidth; ob-launch copies on the
+// training thread there by default, see launch/worker.cc.) Host memory: 3 snapshots (the last two steps
 // and one a checkpoint may hold), i.e. 3 × 12 bytes per parameter of the
 // stage; ob-plan counts it against --host-memory.
 //
