@@ -11,14 +11,7 @@ source "$(dirname "$0")/lib.sh"
 steps=${1:-60}
 rounds=${2:-3}
 bench_cluster ckpt-overhead ovh
-cat > model.yaml <<'Y'
-name: gpt-6x384
-n_layer: 6
-n_embd: 384
-n_head: 6
-n_positions: 128
-vocab_size: 256
-Y
+cp "$root/bench/gpt-6x384.yaml" model.yaml
 "$bin/ob-profile" --model model.yaml --analytic --gpu h100 --dtype float32 --seq-len 128 -q -o p.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 8 --gpu-memory 0.2 --overhead-gib 0 -o plan.pb p.pb
 run() {  # run NAME [FLAGS...]: prints tokens/s

@@ -39,14 +39,7 @@ tag="ovl$$"
 hosts=("${tag}a" "${tag}b" "${tag}c" "${tag}d")
 printf '%s\n' "${hosts[@]}" > hosts.txt
 (umask 077; echo "bench-secret" > secret)
-cat > model.yaml <<'Y'
-name: gpt-6x384
-n_layer: 6
-n_embd: 384
-n_head: 6
-n_positions: 128
-vocab_size: 256
-Y
+cp "$root/bench/gpt-6x384.yaml" model.yaml
 "$bin/ob-profile" --model model.yaml --analytic --gpu h100 --dtype float32 --seq-len 128 -b 4 -q -o p.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 32 -b 4 --gpu-memory 0.2 --overhead-gib 0 -o plan.pb p.pb
 "$bin/ob-plan" --explain plan.pb 2>&1 | grep -i "pipeline" | head -3

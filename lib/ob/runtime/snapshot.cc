@@ -18,13 +18,51 @@ namespace ob::runtime {
 
 namespace {
 
-// A host buffer like `like` (pinned when it lives on CUDA), reusing `buf`.
-void CopyToHost(const torch::Tensor& src, torch::Tensor* buf) {
-  if (!buf->defined() || !buf->sizes().equals(src.sizes()) || buf->dtype() != src.dtype()) {
-    auto options = src.options().device(torch::kCPU).pinned_memory(src.is_cuda());
-    *buf = torch::empty(src.sizes(), options);
+using CopyJobs = std::vector<std::pair<torch::Tensor, torch::Tensor>>;  // (host, source)
+
+// Lays `into` out for `stage`'s state (reusing its buffers when the names
+// and shapes match; pinned when the source lives on CUDA) and returns the
+// copies that fill it; a parameter without AdamW state yet gets zero
+// moments here. Labels `into` invalid (step -2). Sets *cuda when a source
+// is on a GPU.
+CopyJobs PlanCopies(const model::GptStage& stage, const torch::Tensor& tied,
+                    torch::optim::AdamW& optimizer, StageSnapshot* into, bool* cuda) {
+  torch::NoGradGuard no_grad;
+  into->step = -2;  // invalid until complete: a throw leaves it unusable
+  into->first_layer = stage->first();
+  into->last_layer = stage->last();
+  auto& state = optimizer.state();
+  CopyJobs jobs;
+  *cuda = false;
+  auto buffer = [&](const torch::Tensor& src, torch::Tensor* buf) {
+    if (!buf->defined() || !buf->sizes().equals(src.sizes()) || buf->dtype() != src.dtype()) {
+      *buf = torch::empty(src.sizes(),
+                          src.options().device(torch::kCPU).pinned_memory(src.is_cuda()));
+    }
+    *cuda = *cuda || src.is_cuda();
+    jobs.emplace_back(*buf, src.detach());
+  };
+  for (const auto& item : stage->named_parameters()) {
+    const torch::Tensor& p = item.value();
+    TensorSnapshot& t = into->tensors[SnapshotKey(item.key(), p, tied)];
+    buffer(p, &t.value);
+    auto it = state.find(compat::OptimizerStateKey(state, p));
+    if (it == state.end()) {  // no state yet (before the first update): zeros
+      for (torch::Tensor* m : {&t.exp_avg, &t.exp_avg_sq}) {
+        if (!m->defined() || !m->sizes().equals(p.sizes()) || m->dtype() != p.dtype()) {
+          *m = torch::empty(p.sizes(), p.options().device(torch::kCPU));
+        }
+        m->zero_();
+      }
+      t.adam_step = 0;
+    } else {
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      buffer(s.exp_avg(), &t.exp_avg);
+      buffer(s.exp_avg_sq(), &t.exp_avg_sq);
+      t.adam_step = s.step();
+    }
   }
-  buf->copy_(src.detach());
+  return jobs;
 }
 
 }  // namespace
@@ -39,28 +77,10 @@ int64_t StageSnapshot::bytes() const {
 
 void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
                      torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into) {
+  bool cuda = false;
+  CopyJobs jobs = PlanCopies(stage, tied, optimizer, into, &cuda);
   torch::NoGradGuard no_grad;
-  into->step = -2;  // invalid until complete: a throw below leaves it unusable
-
-  into->first_layer = stage->first();
-  into->last_layer = stage->last();
-  auto& state = optimizer.state();
-  for (const auto& item : stage->named_parameters()) {
-    const torch::Tensor& p = item.value();
-    TensorSnapshot& t = into->tensors[SnapshotKey(item.key(), p, tied)];
-    CopyToHost(p, &t.value);
-    auto it = state.find(compat::OptimizerStateKey(state, p));
-    if (it == state.end()) {
-      CopyToHost(torch::zeros_like(p), &t.exp_avg);
-      CopyToHost(torch::zeros_like(p), &t.exp_avg_sq);
-      t.adam_step = 0;
-    } else {
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      CopyToHost(s.exp_avg(), &t.exp_avg);
-      CopyToHost(s.exp_avg_sq(), &t.exp_avg_sq);
-      t.adam_step = s.step();
-    }
-  }
+  for (auto& [host, src] : jobs) host.copy_(src);
   into->step = step;
 }
 
@@ -68,7 +88,7 @@ void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
 struct SnapshotCopier::Thread {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> jobs;  // (host, source)
+  CopyJobs jobs;
   std::function<void()> then;  // after a successful copy
   bool busy = false, quit = false;
   std::exception_ptr error;
@@ -108,7 +128,7 @@ struct SnapshotCopier::Thread {
     cv.notify_all();
     thread.join();
   }
-  void Run(std::vector<std::pair<torch::Tensor, torch::Tensor>> j, std::function<void()> t) {
+  void Run(CopyJobs j, std::function<void()> t) {
     std::lock_guard<std::mutex> lock(mu);
     jobs = std::move(j);
     then = std::move(t);
@@ -137,40 +157,8 @@ void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& ti
                            torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into,
                            std::function<void(const StageSnapshot&)> on_copied) {
   Wait();
-  torch::NoGradGuard no_grad;
-  into->step = -2;  // invalid until the copy is complete
-  into->first_layer = stage->first();
-  into->last_layer = stage->last();
-  auto& state = optimizer.state();
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> jobs;
   bool cuda = false;
-  auto buffer = [&](const torch::Tensor& src, torch::Tensor* buf) {
-    if (!buf->defined() || !buf->sizes().equals(src.sizes()) || buf->dtype() != src.dtype()) {
-      *buf = torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(src.is_cuda()));
-    }
-    cuda = cuda || src.is_cuda();
-    jobs.emplace_back(*buf, src.detach());
-  };
-  for (const auto& item : stage->named_parameters()) {
-    const torch::Tensor& p = item.value();
-    TensorSnapshot& t = into->tensors[SnapshotKey(item.key(), p, tied)];
-    buffer(p, &t.value);
-    auto it = state.find(compat::OptimizerStateKey(state, p));
-    if (it == state.end()) {  // no state yet: zeros, written here (rare: before step 0's update)
-      if (!t.exp_avg.defined() || !t.exp_avg.sizes().equals(p.sizes())) {
-        t.exp_avg = torch::empty(p.sizes(), p.options().device(torch::kCPU));
-        t.exp_avg_sq = torch::empty(p.sizes(), p.options().device(torch::kCPU));
-      }
-      t.exp_avg.zero_();
-      t.exp_avg_sq.zero_();
-      t.adam_step = 0;
-    } else {
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      buffer(s.exp_avg(), &t.exp_avg);
-      buffer(s.exp_avg_sq(), &t.exp_avg_sq);
-      t.adam_step = s.step();
-    }
-  }
+  CopyJobs jobs = PlanCopies(stage, tied, optimizer, into, &cuda);
   into_ = into;
   step_ = step;
   if (cuda) {
