@@ -273,7 +273,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     if (current && mx.rank() < ranks_.size()) {
       ranks_[mx.rank()].phase = std::max<int>(mx.phase(), 1);
       hang_.Record(mx.rank(), mx.phase(), mx.progress(), mx.waiting(),
-                   mx.heartbeat() ? -1 : static_cast<int64_t>(mx.step()), Now());
+                   mx.heartbeat() ? -1 : static_cast<int64_t>(mx.step()), Now(), mx.step_seconds());
     }
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       if (!ranks_[mx.rank()].have_metrics && ++ranks_reported_ == static_cast<int>(ranks_.size())) {
