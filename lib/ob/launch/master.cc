@@ -295,6 +295,16 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     }
     return;
   }
+  if (m.has_refusal()) {
+    const pb::Refusal& r = m.refusal();
+    if (r.generation() != generation_) return;
+    const std::string msg = "host " + a.host.name + " refused generation " + std::to_string(r.generation()) +
+                            ": " + log::Printable(r.reason(), 512);
+    events_.Write("refused", msg);
+    OB_LOG(Error) << msg;
+    const int code = r.exit_code() > 0 ? r.exit_code() : static_cast<int>(Code::kConfig);
+    return BeginStop(msg, Status(static_cast<Code>(code), msg));
+  }
   if (m.has_worker_exited()) {
     const pb::WorkerExited& x = m.worker_exited();
     if (x.generation() != 0 && x.generation() != generation_) return;  // replaced on purpose
