@@ -9,12 +9,12 @@ source "$(dirname "$0")/../lib/launch.sh"
 STEPS=100
 
 PLAN_DTYPE=float32 make_two_by_two
-cp "$WORK/plan.pb" "$WORK/fp32.pb"
+cp "$WORK/plan.pb" "$WORK/plan-fp32.pb"
 PLAN_DTYPE=bfloat16 make_two_by_two
-cp "$WORK/plan.pb" "$WORK/bf16.pb"
+cp "$WORK/plan.pb" "$WORK/plan-bf16.pb"
 
 for p in fp32 bf16; do
-  RUN_PLAN="$WORK/$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p"
+  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p"
   run_wait
   [ "$RC" = 0 ] || fail "$p: ob-launch exited $RC: $(tail -3 "$WORK/$p.err")"
   python3 "$METRICS_PY" check "$WORK/$p.pb" "$STEPS" 4 > "$WORK/$p.losses" ||
@@ -34,7 +34,7 @@ assert rel <= 0.02, rel
 PY
 
 # The wrong precision for the plan: one line, the configuration exit status.
-RUN_PLAN="$WORK/fp32.pb" run_start mismatch 5 --device cpu --precision bf16
+RUN_PLAN="$WORK/plan-fp32.pb" run_start mismatch 5 --device cpu --precision bf16
 run_wait
 [ "$RC" = 78 ] || fail "a float32 plan run in bf16: exit $RC, expected 78: $(tail -3 "$WORK/mismatch.err")"
 grep -q "fp32.pb.*float32.*bf16\|fp32.pb.*bf16.*float32" "$WORK/mismatch.err" ||

@@ -110,3 +110,16 @@ TEST_CASE("inject: stall parses, a malformed one is refused") {
     CHECK(r.status().code() == ob::Code::kUsage);
   }
 }
+
+TEST_CASE("slow steps raise the bound to three median step times") {
+  HangWatch h;
+  h.Reset(1);
+  for (int64_t s = 0; s < 10; ++s) h.Record(0, kTraining, static_cast<uint64_t>(s + 1), false, s, s * 2000, 2.0);
+  CHECK(h.Limit() == 6000);
+  CHECK_FALSE(h.Check(18000 + 5999));  // the last step's record came at 18 s
+  CHECK(h.Check(18000 + 6000));
+  HangWatch fast;
+  fast.Reset(1);
+  fast.Record(0, kTraining, 1, false, 0, 0, 0.05);
+  CHECK(fast.Limit() == 3000);
+}

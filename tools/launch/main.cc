@@ -17,6 +17,7 @@
 #include "ob/io/records.h"
 #include "ob/control.pb.h"
 #include "ob/launch/agent.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/inject.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
@@ -73,7 +74,8 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
         std::to_string(ctx.generation), std::string("--steps"), std::to_string(g.worker.steps),
         std::string("--data"), g.worker.data, std::string("--lr"), std::to_string(g.worker.lr),
         std::string("--warmup-steps"), std::to_string(g.worker.warmup_steps), std::string("--seed"),
-        std::to_string(g.worker.seed)}) {
+        std::to_string(g.worker.seed), std::string("--device"), g.worker.device,
+        std::string("--precision"), g.worker.precision}) {
     spec.add_argv(a);
   }
   if (!g.worker.data_facts.empty()) {
@@ -87,6 +89,27 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
     }
   }
   return spec;
+}
+
+// The GPUs of this host, as an agent counts them: $OB_GPUS_PER_HOST when set
+// (tests: a GPU count without GPUs), else what LibTorch sees (none asked
+// for --device cpu: no CUDA start-up).
+int AgentGpus(ob::launch::DeviceKind device) {
+  if (const char* n = std::getenv("OB_GPUS_PER_HOST"); n != nullptr && *n != '\0') return std::atoi(n);
+  return device == ob::launch::DeviceKind::kCpu ? 0 : ob::launch::VisibleGpus();
+}
+
+// --version -v: what a worker started here with these options runs on.
+std::string RuntimeDetails() {
+  auto device = ob::launch::ParseDevice(g.worker.device);
+  if (!device.ok()) return "";
+  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, AgentGpus(*device));
+  auto precision = ob::launch::ResolvePrecision(g.worker.precision, here);
+  if (!precision.ok()) return "";
+  return std::string("device: ") + g.worker.device + " (here: " + ob::launch::DeviceName(here) + ", " +
+         std::to_string(AgentGpus(*device)) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
+         "\n" + "precision: " + *precision + (g.worker.precision.empty() ? " (the default here)" : "") + "\n" +
+         "worker: " + ob::launch::DescribeRuntime(ob::launch::DeviceName(here), *precision) + "\n";
 }
 
 std::string SelfExe() {
@@ -103,6 +126,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     ob::log::Init("agent", -1, o.host);
     o.master_timeout_s = g.master.master_timeout_s;
     o.standby_exe = SelfExe();
+    OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
+    o.device = g.worker.device;
+    o.gpus = AgentGpus(device);
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);
@@ -119,6 +145,22 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     return ob::Status::Usage("timeouts must be positive");
   }
   ob::log::Init("master");
+  // The precision the workers train in (the device's default unless given;
+  // with --device auto, as this machine sees it), which the plan must have
+  // been profiled for.
+  {
+    OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
+    const ob::launch::DeviceKind here = ob::launch::ResolveDevice(
+        device, device == ob::launch::DeviceKind::kAuto ? ob::launch::VisibleGpus() : 0);
+    OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
+    OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(Absolute(o.plan_path), g.worker.precision));
+    OB_LOG(Info) << "workers: device " << g.worker.device
+                 << (device == ob::launch::DeviceKind::kAuto ? std::string(" (here: ") + ob::launch::DeviceName(here) + ")"
+                                                             : std::string())
+                 << ", precision " << g.worker.precision;
+    o.agent_flags.push_back("--device");
+    o.agent_flags.push_back(g.worker.device);
+  }
   // Refuse a plan whose model cannot take the data before any host is touched.
   OB_ASSIGN_OR_RETURN(g.worker.data_facts,
                       ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path)));
@@ -157,6 +199,14 @@ void Setup(CLI::App& app) {
       ->option_text("N");
   app.add_option("--seed", g.worker.seed, "Seed of the weights and of data sampling (default 1234)")
       ->option_text("N");
+  app.add_option("--device", g.worker.device,
+                 "auto (CUDA where a worker sees a GPU; the default), cpu or cuda (one GPU per worker)")
+      ->option_text("DEVICE")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--precision", g.worker.precision,
+                 "fp32 or bf16 (default: bf16 on CUDA, fp32 on CPU); the plan's profile must match")
+      ->option_text("P")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--secret-file", g.master.secret_file, "Shared secret for agents (mode 600; else $OB_SECRET)")
       ->option_text("FILE");
   app.add_option("--bind", g.master.bind, "Control channel address, ADDR[:PORT] (default 127.0.0.1)")
@@ -196,6 +246,7 @@ void Setup(CLI::App& app) {
   app.add_flag("--agent", g.as_agent)->group("");
   app.add_option("--master", g.agent.master)->group("");
   app.add_option("--host", g.agent.host)->group("");
+  app.add_option("--cpu-share", g.agent.cpu_share)->group("");
   app.add_flag("--worker", g.as_worker)->group("");
   app.add_option("--rank", g.worker.rank)->group("");
   app.add_option("--world", g.worker.world)->group("");
@@ -209,7 +260,7 @@ void Setup(CLI::App& app) {
 }
 
 const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when hosts die.", Setup,
-                          Run};
+                          Run, RuntimeDetails};
 
 // `ob-launch --standby-worker`: started by an agent ahead of need, with
 // LibTorch already loaded by the time it waits, which it says with one
@@ -219,7 +270,8 @@ const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when 
 // becomes that worker, in this process when the spec runs ob-launch,
 // else by exec. End of file alone: it was not needed.
 int RunStandby() {
-  ob::launch::WarmUpLibTorch();
+  const char* device = std::getenv("OB_DEVICE");  // the agent's choice for this host (agent.h)
+  ob::launch::WarmUpLibTorch(device != nullptr && std::strcmp(device, "cuda") == 0);
   {
     ob::pb::Metrics ready;
     ready.set_format_version(ob::io::kMetricsFormatVersion);

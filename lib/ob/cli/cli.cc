@@ -78,6 +78,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   if (common.version) {
     std::cout << VersionLine(tool.name) << "\n";
     if (common.verbose > 0) std::cout << VersionDetails();
+    if (common.verbose > 0 && tool.version_details) std::cout << tool.version_details();
     return 0;
   }
   log::Init(tool.name);

@@ -29,6 +29,9 @@ struct Tool {
   std::function<void(CLI::App& app)> setup;
   // Runs after a successful parse.
   std::function<Status(const CommonOptions&)> run;
+  // Optional: more lines for --version -v (after the build's), e.g. what the
+  // tool would run on here with the options given.
+  std::function<std::string()> version_details = nullptr;
 };
 
 // Parses argv, handles help/version/usage errors, runs the tool, reports a

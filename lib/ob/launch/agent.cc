@@ -1,6 +1,7 @@
 #include "ob/launch/agent.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "ob/cluster/rsh.h"
 #include "ob/io/records.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/peer_probe.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
@@ -118,6 +120,14 @@ class Agent {
   void KillWorkers();
   void CloseOutputs();
   int ArenaFd(uint32_t local_rank);
+  // Whether this host's workers run on CUDA (AgentOptions::device, gpus).
+  bool cuda() const {
+    auto d = ParseDevice(opt_.device);
+    return d.ok() && ResolveDevice(*d, opt_.gpus) == DeviceKind::kCuda;
+  }
+  // OMP_NUM_THREADS and the like for `workers` workers (agent.h), added to
+  // each spec unless our environment sets them.
+  void SetThreads(std::vector<pb::WorkerSpec>* specs);
   std::vector<std::string> WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot);
   // Forks `argv` with the slot's snapshot arena and a new store endpoint;
   // sets *store_client to the endpoint's id.
@@ -313,13 +323,48 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
   pending_.clear();  // an older generation's, never started
   Retire();
   generation_ = sw.generation();
+  if (cuda()) {
+    Status st = CheckGpus(opt_.host, sw.workers_size(), opt_.gpus);
+    if (!st.ok()) {
+      OB_LOG(Error) << "refusing generation " << sw.generation() << ": " << st.message();
+      pb::Control m;
+      m.mutable_refusal()->set_generation(sw.generation());
+      m.mutable_refusal()->set_reason(st.message());
+      m.mutable_refusal()->set_exit_code(st.exit_code());
+      Send(m);
+      return;
+    }
+  }
   std::vector<Peer> peers;
   for (const auto& p : sw.peers()) peers.push_back({p.host(), p.address()});
   if (!peers.empty() && !probe_) probe_ = std::make_unique<PeerProbe>();
   if (probe_) probe_->SetPeers(std::move(peers));
   OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
   pending_.assign(sw.workers().begin(), sw.workers().end());
+  SetThreads(&pending_);
   StartPending();
+}
+
+void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
+  if (specs->empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                   : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const int sharing = std::max(static_cast<int>(specs->size()), opt_.cpu_share);
+  const int n = ThreadsPerWorker(cores, sharing);
+  std::string said;
+  for (const std::string& var : ThreadVariables()) {
+    const char* have = std::getenv(var.c_str());
+    if (have != nullptr && *have != '\0') {
+      said += (said.empty() ? "" : ", ") + var + "=" + have + " (from the environment)";
+      continue;
+    }
+    for (auto& spec : *specs) (*spec.mutable_env())[var] = std::to_string(n);
+    said += (said.empty() ? "" : ", ") + var + "=" + std::to_string(n);
+  }
+  OB_LOG(Info) << specs->size() << " worker(s) here, " << sharing << " sharing " << cores << " core(s), "
+               << (cuda() ? "cuda" : "cpu") << ": " << said;
 }
 
 void Agent::Retire() {
@@ -371,7 +416,8 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
-    if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || key == "OB_STORE_FD" ||
+    if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || key == "OB_STORE_FD" || key == "OB_DEVICE" ||
+        (key == "CUDA_VISIBLE_DEVICES" && cuda()) ||
         (spec != nullptr && spec->env().count(key) > 0)) {
       continue;
     }
@@ -381,6 +427,18 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
     for (const auto& [k, v] : spec->env()) env.push_back(k + "=" + v);
   } else {
     env.push_back("OB_HOST=" + opt_.host);  // so tools that look for our workers find it
+  }
+  const bool on_cuda = cuda();
+  env.push_back(std::string("OB_DEVICE=") + (on_cuda ? "cuda" : "cpu"));
+  if (on_cuda) {
+    const char* given = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::string list = given != nullptr ? given : "";
+    Result<std::string> gpu = VisibleDeviceFor(static_cast<int>(slot), given != nullptr ? &list : nullptr);
+    if (gpu.ok()) {
+      env.push_back("CUDA_VISIBLE_DEVICES=" + *gpu);
+    } else {  // more slots than listed GPUs: refused at StartWorkers; a standby sees none
+      env.push_back("CUDA_VISIBLE_DEVICES=");
+    }
   }
   if (ArenaFd(slot) >= 0) env.push_back("OB_SNAPSHOT_FD=" + std::to_string(kSnapshotFd));
   env.push_back("OB_STORE_FD=" + std::to_string(kStoreFd));

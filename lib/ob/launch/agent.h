@@ -29,6 +29,15 @@
 // for the store. Workers also get $OB_GLOO_ADDR, this host's address on
 // the connection to the master, unless the agent's environment sets it.
 //
+// Devices and threads (devices.h): with CUDA (--device cuda, or auto on a
+// host with GPUs) the worker in slot s gets CUDA_VISIBLE_DEVICES=s (the s-th
+// entry of the agent's own list when it has one); every worker and standby
+// gets OB_DEVICE (cpu or cuda: a standby warms that device up). Each worker
+// gets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = max(1,
+// cores the agent may run on / workers of the generation on this host, or
+// cpu_share when larger: under --rsh local every host is this machine),
+// each unless the agent's environment sets it (then the worker inherits it).
+//
 // Deadlines before a worker's first step (every phase of a recovery has
 // one): a worker shows life by a heartbeat (worker.h) within kColdStartMs
 // of its spawn, or, handed to a standby, within kRoleAckMs of the handing
@@ -85,6 +94,17 @@ struct AgentOptions {
   // libraries; it reads its WorkerSpec on stdin and becomes that worker.
   // "" = none: workers are started from scratch.
   std::string standby_exe;
+  // --device (devices.h): "auto", "cpu" or "cuda", and the GPUs this host
+  // has (main.cc: $OB_GPUS_PER_HOST when set, for tests, else what LibTorch
+  // sees). On CUDA every worker and standby gets CUDA_VISIBLE_DEVICES for
+  // its slot, and a generation with more workers here than GPUs is refused
+  // (a Refusal to the master, which stops the run with exit 78).
+  std::string device = "cpu";
+  int gpus = 0;
+  // Workers that share this machine's cores, when more than this agent's
+  // own (--rsh local: every host's agent runs here; the master passes the
+  // world size); 0: this agent's workers only.
+  int cpu_share = 0;
 };
 
 // Exit status: 0 when stopped by the master (or its stdin closed after a

@@ -31,6 +31,11 @@ Status AgentPool::Start(const Options& o, const std::vector<cluster::Host>& host
     std::vector<std::string> cmd = {self, "--agent", "--master", master, "--host", a->host.name,
                                     "--master-timeout", timeout};
     cmd.insert(cmd.end(), o.agent_flags.begin(), o.agent_flags.end());
+    if (o.rsh == "local") {  // every agent on this machine: its cores are shared by all the workers
+      size_t world = 0;
+      for (const auto& r : host_ranks) world += r.size();
+      cmd.insert(cmd.end(), {"--cpu-share", std::to_string(world)});
+    }
     Result<cluster::ChildProcess> child = cluster::SpawnWithPipes(cluster::RshArgv(o.rsh, a->host, cmd));
     if (!child.ok()) return child.status().WithContext("host " + a->host.name);
     a->rsh = std::move(child).value();

@@ -13,9 +13,20 @@ void HangWatch::Reset(size_t ranks) {
   judged_ = false;
 }
 
+int64_t HangWatch::Limit() const {
+  if (steps_.empty()) return o_.timeout_ms;
+  std::vector<double> v(steps_.begin(), steps_.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return std::max(o_.timeout_ms, static_cast<int64_t>(kStepsOfSilence * v[v.size() / 2] * 1e3));
+}
+
 void HangWatch::Record(uint32_t rank, int phase, uint64_t progress, bool waiting, int64_t step,
-                       int64_t now_ms) {
+                       int64_t now_ms, double step_seconds) {
   if (rank >= ranks_.size()) return;
+  if (step_seconds > 0) {
+    steps_.push_back(step_seconds);
+    if (steps_.size() > kStepWindow) steps_.pop_front();
+  }
   Rank& r = ranks_[rank];
   if (!r.heard || progress != r.progress || phase != r.phase) r.moved_ms = now_ms;
   r.heard = true;
@@ -36,9 +47,10 @@ std::optional<HangWatch::Verdict> HangWatch::Check(int64_t now_ms, bool peek) {
   if (judged_) return std::nullopt;
   auto judged = [&](const Rank& r) { return r.heard && !r.exited && r.phase == pb::PHASE_TRAINING; };
   bool hung = false;
+  const int64_t after_first = Limit();
   for (const Rank& r : ranks_) {
     if (!judged(r)) continue;
-    const int64_t limit = r.stepped ? o_.timeout_ms : o_.first_step_timeout_ms;
+    const int64_t limit = r.stepped ? after_first : std::max(o_.first_step_timeout_ms, after_first);
     if (now_ms - r.moved_ms >= limit) hung = true;
   }
   if (!hung) return std::nullopt;

@@ -10,7 +10,10 @@
 // A rank in PHASE_TRAINING whose counter has not moved for `timeout_ms`
 // (`first_step_timeout_ms` before it completed its first step of the
 // generation: joining, warm-up and a first step may be slow) makes the
-// generation hung. Who is named: of the ranks whose counters have not moved
+// generation hung; the bound is at least kStepsOfSilence times the median
+// of the job's recent step times (over generations), so that a job whose
+// steps are slow (a loaded machine, a large model while the counter only
+// moves once per step) is not taken for hung. Who is named: of the ranks whose counters have not moved
 // for at least `quiet_ms` (stopped), those not waiting for a peer (the
 // others wait for them); if every stopped rank is waiting, the one(s) with
 // the least progress (last completed step, then counter). One verdict per
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +37,9 @@ struct HangOptions {
   int64_t quiet_ms = 1000;               // "stopped", for the naming
 };
 
+inline constexpr int kStepsOfSilence = 3;     // median step times before a hang
+inline constexpr size_t kStepWindow = 32;     // recent step times kept
+
 class HangWatch {
  public:
   explicit HangWatch(HangOptions o = {}) : o_(o) {}
@@ -42,7 +49,11 @@ class HangWatch {
   void Reset(size_t ranks);
   // A record of `rank` at `now_ms`: its phase (pb::WorkerPhase), counter and
   // waiting flag; `step` >= 0 when it reports a completed step (its number).
-  void Record(uint32_t rank, int phase, uint64_t progress, bool waiting, int64_t step, int64_t now_ms);
+  // `step_seconds`: the step's duration (step records).
+  void Record(uint32_t rank, int phase, uint64_t progress, bool waiting, int64_t step, int64_t now_ms,
+              double step_seconds = 0);
+  // The bound after a first step: timeout_ms or kStepsOfSilence median steps.
+  int64_t Limit() const;
   // The rank's process exited: no longer judged.
   void Exited(uint32_t rank);
 
@@ -75,6 +86,7 @@ class HangWatch {
   HangOptions o_;
   std::vector<Rank> ranks_;
   bool judged_ = false;
+  std::deque<double> steps_;  // recent step times, every rank, across generations
 };
 
 }  // namespace ob::launch

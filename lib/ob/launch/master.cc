@@ -273,7 +273,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     if (current && mx.rank() < ranks_.size()) {
       ranks_[mx.rank()].phase = std::max<int>(mx.phase(), 1);
       hang_.Record(mx.rank(), mx.phase(), mx.progress(), mx.waiting(),
-                   mx.heartbeat() ? -1 : static_cast<int64_t>(mx.step()), Now());
+                   mx.heartbeat() ? -1 : static_cast<int64_t>(mx.step()), Now(), mx.step_seconds());
     }
     if (current && mx.rank() < ranks_.size() && !mx.heartbeat()) {
       if (!ranks_[mx.rank()].have_metrics && ++ranks_reported_ == static_cast<int>(ranks_.size())) {
@@ -294,6 +294,16 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       }
     }
     return;
+  }
+  if (m.has_refusal()) {
+    const pb::Refusal& r = m.refusal();
+    if (r.generation() != generation_) return;
+    const std::string msg = "host " + a.host.name + " refused generation " + std::to_string(r.generation()) +
+                            ": " + log::Printable(r.reason(), 512);
+    events_.Write("refused", msg);
+    OB_LOG(Error) << msg;
+    const int code = r.exit_code() > 0 ? r.exit_code() : static_cast<int>(Code::kConfig);
+    return BeginStop(msg, Status(static_cast<Code>(code), msg));
   }
   if (m.has_worker_exited()) {
     const pb::WorkerExited& x = m.worker_exited();

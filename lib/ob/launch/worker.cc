@@ -17,11 +17,14 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "ob/build_info.h"
 #include "ob/clock.h"
 #include "ob/control.pb.h"
+#include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/launch/decision.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/inject.h"
 #include "ob/profile/gpus.h"
 #include "ob/launch/relay_store.h"
@@ -78,6 +81,38 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
   if (!st.ok())
     return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
   return src.facts().Encode();
+}
+
+Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision) {
+  pb::Plan plan;
+  OB_RETURN_IF_ERROR(io::LoadMessage(plan_path, io::kPlanFormatVersion, &plan));
+  OB_ASSIGN_OR_RETURN(model::Precision want, model::ParsePrecision(precision));
+  const std::string& dtype = plan.profile().dtype();
+  if (dtype.empty()) return Status::Ok();  // a profile that does not say
+  auto planned = model::ParsePrecision(dtype);
+  if (planned.ok() && *planned == want) return Status::Ok();
+  return Status::Config(io::DisplayName(plan_path) + ": the plan was made for " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : "'" + dtype + "'") +
+                         " (its profile's dtype " + dtype + "), the run asks for " + model::PrecisionName(want) +
+                         ": profile and plan again with --dtype " + model::PrecisionDtype(want) +
+                         ", or give --precision " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : dtype));
+}
+
+int VisibleGpus() { return compat::CudaDeviceCount(); }
+
+std::string DescribeRuntime(const std::string& device, const std::string& precision) {
+  const bool cuda = device == "cuda";
+  const int threads = at::get_num_threads();
+  const std::string gpu = !cuda ? "" : compat::CudaDeviceCount() > 0 ? " (" + compat::CudaDeviceName(0) + ")" : " (no GPU visible)";
+  std::string s = "device " + device + gpu + ", backend " + (cuda ? "nccl" : "gloo") + ", precision " + precision +
+                  ", " + std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") + ", LibTorch " +
+                  compat::TorchVersion();
+  const std::string cuda_version = OB_CUDA_VERSION, nccl_version = OB_NCCL_VERSION;
+  if (!nccl_version.empty()) {
+    s += ", CUDA " + (cuda_version.empty() ? std::string("yes") : cuda_version) + ", NCCL " + nccl_version;
+  }
+  return s;
 }
 
 namespace {
@@ -188,16 +223,22 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
 
 }  // namespace
 
-void WarmUpLibTorch() {
-  try {
-    auto w = torch::randn({64, 64}, torch::requires_grad());
-    auto x = torch::randn({8, 64});
-    auto y = torch::layer_norm(torch::gelu(torch::matmul(x, w)), {64}).softmax(-1);
-    torch::nn::functional::cross_entropy(y, torch::zeros({8}, torch::kLong)).backward();
-    torch::optim::AdamW opt(std::vector<torch::Tensor>{w});
-    opt.step();
-  } catch (const std::exception& e) {
-    OB_LOG(Debug) << "warm-up: " << FirstLine(e.what());
+void WarmUpLibTorch(bool cuda) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (cuda && compat::CudaDeviceCount() > 0) devices.emplace_back(torch::kCUDA, 0);
+  for (const torch::Device& d : devices) {
+    try {  // on CUDA this creates the context and runs the first kernels
+      auto w = torch::randn({64, 64}, torch::TensorOptions().device(d).requires_grad(true));
+      auto x = torch::randn({8, 64}, torch::TensorOptions().device(d));
+      auto y = torch::layer_norm(torch::gelu(torch::matmul(x, w)), {64}).softmax(-1);
+      torch::nn::functional::cross_entropy(y, torch::zeros({8}, torch::TensorOptions().dtype(torch::kLong).device(d)))
+          .backward();
+      torch::optim::AdamW opt(std::vector<torch::Tensor>{w});
+      opt.step();
+      compat::Synchronize(d);
+    } catch (const std::exception& e) {
+      OB_LOG(Debug) << "warm-up on " << d.str() << ": " << FirstLine(e.what());
+    }
   }
 }
 
@@ -283,7 +324,33 @@ Status RunWorker(const WorkerOptions& o) {
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
   OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed, o.data_facts));
 
+  // The device and precision (devices.h), and our share of the host's
+  // cores: the agent sets OMP_NUM_THREADS, which a standby that already
+  // started LibTorch's pool must apply itself.
+  OB_ASSIGN_OR_RETURN(DeviceKind asked, ParseDevice(o.device));
+  const int gpus = asked == DeviceKind::kCpu ? 0 : compat::CudaDeviceCount();
+  const DeviceKind device = ResolveDevice(asked, gpus);
+  if (device == DeviceKind::kCuda && gpus == 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return Status::Unavailable("--device cuda: this worker sees no GPU (CUDA_VISIBLE_DEVICES=" +
+                               std::string(visible != nullptr ? visible : "unset") + ", LibTorch " +
+                               compat::TorchVersion() + ")");
+  }
+  OB_ASSIGN_OR_RETURN(std::string precision_name, ResolvePrecision(o.precision, device));
+  OB_ASSIGN_OR_RETURN(model::Precision precision, model::ParsePrecision(precision_name));
+  if (const std::string& dtype = gen.plan().profile().dtype();
+      !dtype.empty() && dtype != model::PrecisionDtype(precision)) {
+    OB_LOG(Warn) << "the plan was profiled in " << dtype << ", this run trains in " << precision_name;
+  }
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr) {
+    const int n = std::atoi(omp);
+    if (n > 0 && n != at::get_num_threads()) at::set_num_threads(n);
+  }
+  const std::string runtime = DescribeRuntime(DeviceName(device), precision_name);
+
   model::TrainOptions t;
+  t.device = device == DeviceKind::kCuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  t.precision = precision;
   t.steps = o.steps;
   t.global_batch = topo.global_batch();
   t.microbatch = topo.microbatch_size;
@@ -418,7 +485,8 @@ Status RunWorker(const WorkerOptions& o) {
   OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
                << me.num_microbatches << " micro-batches per step"
-               << (first_step > 0 ? ", resuming after step " + std::to_string(first_step - 1) : "");
+               << (first_step > 0 ? ", resuming after step " + std::to_string(first_step - 1) : "") << "; "
+               << runtime;
 
   std::unique_ptr<runtime::Checkpointer> saver;
   if (!o.ckpt_dir.empty()) {  // ckpt_every 0: only when the master asks

@@ -53,14 +53,34 @@ struct WorkerOptions {
   double timeout_s = 60;       // bound on rendezvous and every collective
   std::string ckpt_dir;        // checkpoints (runtime/checkpointer.h); "" = none
   int64_t ckpt_every = 0;      // save after every that many steps (and the last)
+  // devices.h: "auto" (CUDA when this process sees a GPU), "cpu" or
+  // "cuda" (then cuda:0: the agent made our GPU the only one visible); and
+  // "fp32", "bf16" or "" (the device's default).
+  std::string device = "auto";
+  std::string precision;
 };
+
+// The plan was profiled for one precision (Profile.dtype, "float32" or
+// "bfloat16"); a run in another is refused: kConfig naming the plan file
+// and both (kConfig, exit 78). `precision` as ob-launch --precision takes it.
+Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision);
+
+// One line for logs and --version -v: "device cpu, backend gloo, precision
+// fp32, 2 threads, LibTorch 1.13.0" (with the GPU's name and CUDA/NCCL versions on CUDA).
+// `device` and `precision` resolved (devices.h).
+std::string DescribeRuntime(const std::string& device, const std::string& precision);
+
+// The GPUs this process sees (0 in a CPU build).
+int VisibleGpus();
 
 Status RunWorker(const WorkerOptions& opts);
 
 // Runs a tiny forward, backward and AdamW step so that LibTorch's lazy
 // start-up (autograd's threads, the allocator, kernels' first use) is paid
-// by a standby worker while it waits for a role, not by a recovery.
-void WarmUpLibTorch();
+// by a standby worker while it waits for a role, not by a recovery. With
+// `cuda` and a GPU visible, also on cuda:0: the CUDA context is created and
+// a first kernel run.
+void WarmUpLibTorch(bool cuda = false);
 
 // The checks the master makes before any worker starts: the data exists (when
 // readable here), is a regular file, and fits the plan's model (vocabulary,

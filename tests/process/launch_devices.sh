@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Devices, precision and threads on the launch side (ob-launch(1) --device,
+# --precision), on 4 local hosts of one worker each (stand-in workers):
+#  1. a plan profiled in float32 run with --precision bf16 is refused before
+#     any host starts: exit 78, one line naming the plan file and both;
+#  2. --device cuda on hosts with no GPU ($OB_GPUS_PER_HOST=0): every agent
+#     refuses its workers with one line naming its host, the run exits 78
+#     and leaves nothing behind;
+#  3. --device cuda with one GPU per host: each worker gets
+#     CUDA_VISIBLE_DEVICES=0 (its slot) and OB_DEVICE=cuda; its thread
+#     variables are max(1, cores / workers) unless the agent's environment
+#     sets them (OMP_NUM_THREADS=3 here is passed through as it is).
+NAME=launch_devices
+source "$(dirname "$0")/../lib/launch.sh"
+make_pipelines 4 1
+
+# 1. Precision against the plan's profile.
+"$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/p" --precision bf16 \
+  "$WORK/plan.pb" "$WORK/hosts.txt" > /dev/null 2> "$WORK/p.err"
+rc=$?
+[ "$rc" = 78 ] || fail "--precision bf16 on a float32 plan: exit $rc, expected 78: $(cat "$WORK/p.err")"
+[ "$(grep -c . "$WORK/p.err")" = 1 ] || fail "not one line: $(cat "$WORK/p.err")"
+grep -q "plan.pb: the plan was made for fp32 .* the run asks for bf16" "$WORK/p.err" \
+  || fail "the refusal does not name the plan and both precisions: $(cat "$WORK/p.err")"
+no_tagged || fail "a refused run left processes: $(tagged)"
+echo "$NAME: $(cat "$WORK/p.err")"
+
+# 2. More workers than GPUs.
+OB_GPUS_PER_HOST=0 OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
+  --secret-file "$WORK/secret" --run-dir "$WORK/g" --device cuda --precision fp32 \
+  "$WORK/plan.pb" "$WORK/hosts.txt" > /dev/null 2> "$WORK/g.err"
+rc=$?
+[ "$rc" = 78 ] || fail "--device cuda without GPUs: exit $rc, expected 78: $(tail -3 "$WORK/g.err")"
+line=$(tail -1 "$WORK/g.err")
+[[ "$line" =~ ^ob-launch:\ host\ ${TAG}h[1-4]\ refused\ generation\ 1:\ host\ ${TAG}h[1-4]\ has\ 0\ GPU\(s\)\ and\ the\ plan\ puts\ 1\ worker\(s\)\ on\ it ]] \
+  || fail "last line: $line"
+grep -q " refused host ${TAG}h" "$WORK/g/events.log" || fail "no refused line in events.log"
+wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: $line"
+
+# 3. One GPU per worker, threads per worker.
+export OB_GPUS_PER_HOST=1 OMP_NUM_THREADS=3
+unset OPENBLAS_NUM_THREADS MKL_NUM_THREADS
+stand_in_start c --device cuda --precision fp32
+unset OB_GPUS_PER_HOST OMP_NUM_THREADS
+want=$(( $(nproc) / 4 )); [ "$want" -ge 1 ] || want=1  # --rsh local: 4 workers share this machine
+for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "OB_RANK=" | cut -d/ -f3); do
+  env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null) || continue
+  grep -qx "CUDA_VISIBLE_DEVICES=0" <<< "$env" || fail "worker $p: $(grep CUDA_VISIBLE <<< "$env")"
+  grep -qx "OB_DEVICE=cuda" <<< "$env" || fail "worker $p: no OB_DEVICE=cuda"
+  grep -qx "OMP_NUM_THREADS=3" <<< "$env" || fail "worker $p: $(grep OMP_NUM <<< "$env")"
+  grep -qx "MKL_NUM_THREADS=$want" <<< "$env" || fail "worker $p: $(grep MKL_NUM <<< "$env"), want $want"
+done
+grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=3 (from the environment), OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=$want" \
+  "$WORK/c.err" || fail "no agent line on threads: $(grep -m1 'worker(s) on' "$WORK/c.err")"
+stop_master c
+echo "$NAME: $(grep -m1 -o '1 worker(s) here.*' "$WORK/c.err")"
+echo "$NAME: ok"

@@ -1,0 +1,54 @@
+// Devices, precision and threads on the launch side (launch/devices.h).
+#include <catch2/catch.hpp>
+
+#include "ob/launch/devices.h"
+
+using namespace ob::launch;
+
+TEST_CASE("device: auto is CUDA where a GPU is seen, the precision follows the device") {
+  REQUIRE(ParseDevice("auto").ok());
+  CHECK(*ParseDevice("cuda") == DeviceKind::kCuda);
+  CHECK(ParseDevice("gpu").status().code() == ob::Code::kUsage);
+  CHECK(ResolveDevice(DeviceKind::kAuto, 0) == DeviceKind::kCpu);
+  CHECK(ResolveDevice(DeviceKind::kAuto, 8) == DeviceKind::kCuda);
+  CHECK(ResolveDevice(DeviceKind::kCpu, 8) == DeviceKind::kCpu);
+  CHECK(ResolveDevice(DeviceKind::kCuda, 0) == DeviceKind::kCuda);  // refused later, by the agent
+  CHECK(*ResolvePrecision("", DeviceKind::kCuda) == "bf16");
+  CHECK(*ResolvePrecision("", DeviceKind::kCpu) == "fp32");
+  CHECK(*ResolvePrecision("bf16", DeviceKind::kCpu) == "bf16");
+  CHECK(*ResolvePrecision("float32", DeviceKind::kCuda) == "fp32");
+  CHECK(ResolvePrecision("fp16", DeviceKind::kCuda).status().code() == ob::Code::kUsage);
+  CHECK(std::string(BackendName(DeviceKind::kCuda)) == "nccl");
+  CHECK(std::string(BackendName(DeviceKind::kCpu)) == "gloo");
+}
+
+TEST_CASE("gpu per worker: the slot, or the slot's entry of the agent's own list") {
+  CHECK(*VisibleDeviceFor(3, nullptr) == "3");
+  const std::string empty;
+  CHECK(*VisibleDeviceFor(1, &empty) == "1");
+  const std::string list = "4, 6,GPU-1a2b";
+  CHECK(*VisibleDeviceFor(0, &list) == "4");
+  CHECK(*VisibleDeviceFor(1, &list) == "6");
+  CHECK(*VisibleDeviceFor(2, &list) == "GPU-1a2b");
+  auto r = VisibleDeviceFor(3, &list);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == ob::Code::kConfig);
+}
+
+TEST_CASE("more workers than GPUs on a host is refused with one line naming it") {
+  CHECK(CheckGpus("h1", 2, 2).ok());
+  CHECK(CheckGpus("h1", 1, 8).ok());
+  ob::Status st = CheckGpus("h1", 3, 2);
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.exit_code() == 78);
+  CHECK(st.message() == "host h1 has 2 GPU(s) and the plan puts 3 worker(s) on it (--device cuda: one GPU per worker)");
+  CHECK(CheckGpus("h2", 1, 0).message().rfind("host h2 has 0 GPU(s)", 0) == 0);
+}
+
+TEST_CASE("threads per worker: the host's cores shared, at least one") {
+  CHECK(ThreadsPerWorker(16, 4) == 4);
+  CHECK(ThreadsPerWorker(16, 3) == 5);
+  CHECK(ThreadsPerWorker(2, 4) == 1);
+  CHECK(ThreadsPerWorker(8, 0) == 8);
+  CHECK(ThreadVariables().front() == "OMP_NUM_THREADS");
+}
