@@ -34,8 +34,12 @@ make_cluster() {
   local n=$1 i
   : > "$WORK/hosts.txt"
   for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
+  # An fp32 profile: the workers train on the CPU, in fp32 by default, and
+  # ob-launch refuses a plan made for another precision.
+  "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 64 -q \
+    -o "$WORK/cluster-profile.pb" || fail "ob-profile"
   "$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 -o "$WORK/plan.pb" \
-    "$OB_SOURCE_DIR/tests/fuzz/corpus/profile.pb" || fail "ob-plan"
+    "$WORK/cluster-profile.pb" || fail "ob-plan"
   (umask 077; echo "secret-$TAG" > "$WORK/secret")
 }
 

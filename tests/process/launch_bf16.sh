@@ -14,12 +14,13 @@ PLAN_DTYPE=bfloat16 make_two_by_two
 cp "$WORK/plan.pb" "$WORK/plan-bf16.pb"
 
 for p in fp32 bf16; do
-  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p"
+  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p" -v
   run_wait
   [ "$RC" = 0 ] || fail "$p: ob-launch exited $RC: $(tail -3 "$WORK/$p.err")"
   python3 "$METRICS_PY" check "$WORK/$p.pb" "$STEPS" 4 > "$WORK/$p.losses" ||
     fail "$p metrics: $(cat "$WORK/$p.losses")"
-  grep -q "precision $p" "$WORK/$p.err" || fail "$p: the log does not say the precision: $(grep -m3 -i precision "$WORK/$p.err")"
+  grep -q "device cpu, backend gloo, precision $p" "$WORK/$p.err" ||
+    fail "$p: the workers' logs do not say the precision: $(grep -m3 -i precision "$WORK/$p.err")"
 done
 python3 - "$METRICS_PY" "$WORK/fp32.pb" "$WORK/bf16.pb" "$STEPS" <<'PY' || fail "bf16 is not within 2% of fp32"
 import importlib.util, sys

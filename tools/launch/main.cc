@@ -154,10 +154,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
         device, device == ob::launch::DeviceKind::kAuto ? ob::launch::VisibleGpus() : 0);
     OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
     OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(Absolute(o.plan_path), g.worker.precision));
-    OB_LOG(Info) << "workers: device " << g.worker.device
-                 << (device == ob::launch::DeviceKind::kAuto ? std::string(" (here: ") + ob::launch::DeviceName(here) + ")"
-                                                             : std::string())
-                 << ", precision " << g.worker.precision;
     o.agent_flags.push_back("--device");
     o.agent_flags.push_back(g.worker.device);
   }
