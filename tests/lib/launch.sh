@@ -129,12 +129,13 @@ run_start() {
   MASTER_PID=$!
 }
 # reference_run STEPS: an uninterrupted run "ref" of STEPS steps that must
-# succeed, to compare others with ($WORK/ref.pb).
+# succeed, to compare others with ($WORK/ref.pb); RUN_RANKS: its ranks
+# (default: one a host).
 reference_run() {
   run_start ref "$1"
   run_wait
   [ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
-  python3 "$METRICS_PY" check "$WORK/ref.pb" "$1" "$(grep -c . "${RUN_HOSTS:-$WORK/hosts.txt}")" \
+  python3 "$METRICS_PY" check "$WORK/ref.pb" "$1" "${RUN_RANKS:-$(grep -c . "${RUN_HOSTS:-$WORK/hosts.txt}")}" \
     > /dev/null || fail "uninterrupted run's metrics"
 }
 # run_wait: waits for the master; RC is its exit status.

@@ -49,17 +49,18 @@ using namespace ob::runtime::testing;
 
 constexpr int kFailAfter = 4;  // steps 0..4 run, then a node dies
 
-// Templates for 1..3 nodes (the given stage lists), and an instantiation of
-// `pipelines` pipelines of template `nodes`, nodes numbered in order, with
-// the micro-batches split evenly.
+// Templates for 1..3 nodes (the given stage lists, `per_node` stages on a
+// node), and an instantiation of `pipelines` pipelines of template `nodes`,
+// nodes numbered in order, with the micro-batches split evenly.
 std::pair<ob::plan::TemplateSet, ob::plan::Instantiation> Plan(
     const std::vector<std::vector<std::pair<int, int>>>& templates, int nodes, int pipelines,
-    int total_microbatches) {
+    int total_microbatches, int per_node = 1) {
   ob::plan::TemplateSet ts;
   ts.min_nodes = 1;
   for (size_t n = 0; n < templates.size(); ++n) {
     ob::plan::Template t;
     t.nodes = static_cast<int>(n) + 1;
+    t.stages_per_node = per_node;
     for (auto [first, last] : templates[n]) t.stages.push_back({first, last, 1});
     ts.templates.push_back(t);
   }
@@ -101,11 +102,12 @@ bool Identical(const torch::Tensor& a, const torch::Tensor& b) {
   return a.sizes() == b.sizes() && torch::equal(a, b);
 }
 
-// Runs `pipelines` pipelines of `nodes` nodes each, kills `victim` after
-// step kFailAfter, recovers and trains to kSteps; compares with the reference.
+// Runs `pipelines` pipelines of `nodes` nodes each (`per_node` stages on a
+// node), kills node `victim` (all its ranks) after step kFailAfter, recovers
+// and trains to kSteps; compares with the reference.
 void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& templates,
-                       int nodes, int pipelines, int victim, bool expect_tied_fetch,
-                       const char* label) {
+                       int nodes, int pipelines, int victim_node, bool expect_tied_fetch,
+                       const char* label, int per_node = 1) {
   torch::set_num_threads(1);
   const int total = 4;
   const auto cfg = Small();
@@ -115,10 +117,14 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   auto ref = ob::model::train_steps(cfg, data, opts, &reference);
   REQUIRE(ref.ok());
 
-  auto [ts, inst] = Plan(templates, nodes, pipelines, total);
+  auto [ts, inst] = Plan(templates, nodes, pipelines, total, per_node);
   auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
   REQUIRE(topo.ok());
   const int world = topo->world_size();
+  auto is_victim = [&](int rank) { return topo->ranks[rank].node == victim_node; };
+  int victims = 0;
+  for (int rank = 0; rank < world; ++rank) victims += is_victim(rank) ? 1 : 0;
+  REQUIRE(victims == per_node);
   auto store = ob::compat::MakeHashStore();
   auto gen0 = c10::make_intrusive<c10d::PrefixStore>("gen/0", store);
 
@@ -147,7 +153,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
         results[rank].push_back(*r);
       }
       barrier.Wait();  // everyone's step kFailAfter is over
-      if (rank == victim) {
+      if (is_victim(rank)) {
         old[rank].reset();  // its sockets close, as when the host dies
         return;
       }
@@ -160,7 +166,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
     INFO("rank " << rank << ": " << errors[rank]);
     REQUIRE(errors[rank].empty());
     REQUIRE(results[rank].size() == kFailAfter + 1);
-    if (rank != victim) {
+    if (!is_victim(rank)) {
       INFO("rank " << rank << " step " << kFailAfter + 1 << " should fail");
       CHECK(!failed[rank].empty());
       std::printf("# %s: rank %d step %d failed: %s\n", label, rank, kFailAfter + 1,
@@ -171,22 +177,27 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   // The survivors agree on S and the plan re-instantiates without the victim.
   int64_t agreed = kSteps;
   for (int rank = 0; rank < world; ++rank) {
-    if (rank != victim) agreed = std::min(agreed, old[rank]->last_completed_step());
+    if (!is_victim(rank)) agreed = std::min(agreed, old[rank]->last_completed_step());
   }
   REQUIRE(agreed == kFailAfter);
-  const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, world, 1, total);
-  const int victim_node = topo->ranks[victim].node;
+  const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, world / per_node, 1, total, per_node);
   auto rec = ob::plan::Reinstantiate(problem, ts, inst, {victim_node});
   INFO(rec.reason);
   REQUIRE(rec.ok);
   REQUIRE(rec.idle.empty());
   auto next = ob::runtime::BuildTopology(ts, rec.next, kMicrobatch);
   REQUIRE(next.ok());
-  REQUIRE(next->world_size() == world - 1);
+  REQUIRE(next->world_size() == world - per_node);
   REQUIRE(next->global_batch() == topo->global_batch());
   REQUIRE(!rec.fetches.empty());
-  std::map<int, int> old_rank_of;  // node -> old rank
-  for (const auto& r : topo->ranks) old_rank_of[r.node] = r.rank;
+  // A new rank's old self: the rank in the same place on the same node.
+  std::map<int, std::vector<int>> old_ranks_of;  // node -> old ranks
+  for (const auto& r : topo->ranks) old_ranks_of[r.node].push_back(r.rank);
+  std::vector<int> old_of(next->world_size());
+  {
+    std::map<int, size_t> seen;
+    for (const auto& r : next->ranks) old_of[r.rank] = old_ranks_of.at(r.node).at(seen[r.node]++);
+  }
   for (const auto& f : rec.fetches) {
     std::printf("# %s: node %d fetches layer %d from node %d\n", label, f.node, f.layer,
                 f.from_node);
@@ -205,7 +216,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   std::mutex mu;
   for (int nr = 0; nr < new_world; ++nr) {
     threads.emplace_back([&, nr] {
-      const StageWorker& mine = *old[old_rank_of.at(next->ranks[nr].node)];
+      const StageWorker& mine = *old[old_of[nr]];
       auto w = mine.Rebuild(agreed, *next, rec.fetches, gen1, std::chrono::seconds(30));
       if (!w.ok()) {
         new_errors[nr] = w.status().message();
@@ -254,7 +265,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
     const auto& r = next->ranks[nr];
     const StageSnapshot* now = &rebuilt[nr];
     REQUIRE(now->step == agreed);
-    const auto& before = *old[old_rank_of.at(r.node)]->SnapshotAt(agreed);
+    const auto& before = *old[old_of[nr]]->SnapshotAt(agreed);
     for (const auto& [key, t] : now->tensors) {
       const StageSnapshot* source = &before;
       if (!before.tensors.count(key)) {
@@ -269,9 +280,14 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
             break;
           }
         }
-        INFO(label << ": " << key << " on node " << r.node);
-        REQUIRE(from >= 0);
-        source = old[old_rank_of.at(from)]->SnapshotAt(agreed);
+        // No fetch named: the node holds it on another of its ranks.
+        if (from < 0) from = r.node;
+        source = nullptr;
+        for (int q : old_ranks_of.at(from)) {
+          const StageSnapshot* s = old[q]->SnapshotAt(agreed);
+          if (s != nullptr && s->tensors.count(key)) source = s;
+        }
+        INFO(label << ": " << key << " on node " << r.node << " from node " << from);
         REQUIRE(source != nullptr);
         ++fetched_tensors;
         if (layer == -1) tied_fetched = true;
@@ -301,7 +317,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
     const StepResult& r0 = per_rank[0][k];
     REQUIRE(r0.step == step);
     for (size_t rank = 0; rank < per_rank.size(); ++rank) {
-      if (!after && static_cast<int>(rank) == victim) continue;
+      if (!after && is_victim(static_cast<int>(rank))) continue;
       REQUIRE(per_rank[rank][k].loss == r0.loss);
       snapshot_seconds = std::max(snapshot_seconds, per_rank[rank][k].snapshot_seconds);
     }
@@ -354,6 +370,15 @@ TEST_CASE("a middle stage that gains the embed receives the tied weight", "[reco
   // 0-2 and the tied LM weight without ever having held it.
   RecoverAndCompare({{{0, 5}}, {{0, 2}, {3, 5}}, {{0, 1}, {2, 3}, {4, 5}}}, 3, 2, 3,
                     /*expect_tied_fetch=*/true, "2x3 lose node 3");
+}
+
+TEST_CASE("two stages a node: a lost node's stages move, a node's own layers change slots", "[recovery]") {
+  // Two pipelines of 2 nodes × 2 stages; node 3 (pipeline 1's last two
+  // stages) dies: node 2 runs the 1-node template's two stages, its slot 0
+  // gains layer 2 from its own slot 1, its slot 1 gains layers 3-5 from
+  // node 1.
+  RecoverAndCompare({{{0, 2}, {3, 5}}, {{0, 1}, {2, 2}, {3, 4}, {5, 5}}}, 2, 2, 3,
+                    /*expect_tied_fetch=*/true, "2x(2 nodes x 2 stages) lose node 3", /*per_node=*/2);
 }
 
 TEST_CASE("rebuilding needs a snapshot at the agreed step", "[recovery]") {

@@ -147,6 +147,40 @@ TEST_CASE("topology refuses what the runtime cannot run", "[runtime][topology]")
   CHECK(BuildTopology(ts, empty, 1).status().code() == ob::Code::kConfig);
 }
 
+TEST_CASE("CheckRunnable: every template's tensor parallelism against the model", "[runtime][topology]") {
+  ob::model::GptConfig cfg;
+  cfg.n_layer = 4;
+  cfg.n_embd = 128;
+  cfg.n_head = 4;
+  cfg.n_positions = 64;
+  cfg.vocab_size = 256;
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates = {MakeTemplate(1, {{0, 2}, {3, 5}}), MakeTemplate(2, {{0, 1}, {2, 3}, {4, 4}, {5, 5}})};
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{1, {0}, 2}};
+  CHECK(ob::runtime::CheckRunnable(ts, inst, 1, cfg).ok());
+
+  // A template not instantiated is checked too (a recovery may use it).
+  auto heads = ts;
+  heads.templates[1].stages[2].tp = 3;
+  auto st = ob::runtime::CheckRunnable(heads, inst, 1, cfg);
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.message() ==
+        "the template for 2 node(s), stage 2: tensor parallelism 3 does not divide the model's 4 attention heads");
+
+  auto two = ts;
+  two.templates[0].stages[0].tp = 2;  // divides, but this runtime runs t = 1 only
+  st = ob::runtime::CheckRunnable(two, inst, 1, cfg);
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.message().find("tensor parallelism 1 only") != std::string::npos);
+
+  auto zero = ts;
+  zero.templates[0].stages[0].tp = 0;
+  CHECK(ob::runtime::CheckRunnable(zero, inst, 1, cfg).code() == ob::Code::kConfig);
+  CHECK(ob::runtime::CheckRunnable(ts, inst, 0, cfg).code() == ob::Code::kConfig);  // BuildTopology's
+}
+
 TEST_CASE("topologies of planned instantiations cover every layer once per pipeline",
           "[runtime][topology]") {
   for (int nodes = 2; nodes <= 9; ++nodes) {

@@ -13,6 +13,7 @@
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
+#include "ob/runtime/topology.h"
 
 namespace ob::launch {
 namespace {
@@ -49,6 +50,11 @@ Status Master::Prepare() {
   auto loaded = plan::FromProto(plan);
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
   loaded_ = std::move(loaded).value();
+  // A plan the workers cannot run is refused here, before any host starts.
+  OB_RETURN_IF_ERROR(runtime::CheckRunnable(loaded_.templates, loaded_.instantiation,
+                                            loaded_.problem.microbatch_size,
+                                            model::GptConfig::FromProto(plan.model()))
+                         .WithContext(io::DisplayName(opt_.plan_path)));
   holding_ = loaded_.instantiation;
   ranks_.resize(layout_.ranks.size());
   {

@@ -61,6 +61,17 @@ Result<std::vector<cluster::Host>> LoadLaunchHosts(const std::string& hosts_file
     if (v != nullptr && *v != '\0') {
       Result<std::vector<cluster::Host>> hosts = cluster::HostsFromSlurm(v);
       if (!hosts.ok()) return hosts.status().WithContext(var);
+      // Workers a node may run: its GPUs, else the tasks per node Slurm
+      // was asked for, else unbounded (the agents' GPU check still holds).
+      int slots = 1 << 20;
+      for (const char* per_node : {"SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE"}) {
+        const char* n = std::getenv(per_node);
+        if (n != nullptr && std::atoi(n) > 0) {
+          slots = std::atoi(n);
+          break;
+        }
+      }
+      for (auto& h : *hosts) h.slots = slots;
       return hosts;
     }
   }
@@ -124,6 +135,13 @@ Result<LaunchLayout> LayOut(const pb::Plan& plan, const std::vector<cluster::Hos
     }
   }
   if (out.ranks.empty()) return Status::DataErr("the plan has no pipelines");
+  for (size_t h = 0; h < out.hosts.size(); ++h) {
+    const size_t workers = out.host_ranks[h].size();
+    if (workers > static_cast<size_t>(out.hosts[h].slots)) {
+      return Status::Config("the plan puts " + std::to_string(workers) + " workers on host " + out.hosts[h].name +
+                            ", which has slots=" + std::to_string(out.hosts[h].slots) + " in " + hosts_name);
+    }
+  }
   return out;
 }
 

@@ -7,8 +7,9 @@
 // its old stage did not hold, the sender is the new rank of the fetch's
 // from_node. The layer's non-tied parameters go in name order; the tied LM
 // weight goes with the first of layers 0 and L+1 a rank gains when its old
-// stage held neither. Each tensor is two messages on a "recovery" group over
-// all new ranks: a float [3, n] (value, exp_avg, exp_avg_sq; the snapshot's
+// stage held neither. A layer the fetch list does not name (its node holds
+// it, on another of its ranks) comes from that rank. Each tensor is two
+// messages on a "recovery" group over all new ranks: a float [3, n] (value, exp_avg, exp_avg_sq; the snapshot's
 // dtype) with tag 2·i and an int64 [1] AdamW step count with tag 2·i + 1,
 // i the tensor's index among the pair's tensors in list order. All sends and
 // receives are posted before any is waited on, so no two ranks wait on each
@@ -72,16 +73,25 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
                           " layers, the old " + std::to_string(topo_.num_layers));
   }
-  // What each new rank held before: its node's old stage (nothing for a new node).
-  std::map<int, int> old_rank_of;
-  for (const auto& r : topo_.ranks) old_rank_of[r.node] = r.rank;
+  // What each new rank held before: the old stage in the same place on its
+  // node (the i-th rank of node n then is the i-th of n now: a worker slot
+  // keeps its snapshot); nothing for a new node or a slot it did not run.
+  std::map<int, std::vector<int>> old_ranks_of;
+  for (const auto& r : topo_.ranks) old_ranks_of[r.node].push_back(r.rank);
+  std::map<int, size_t> seen;  // node -> new ranks met so far
   std::vector<Held> held(next.ranks.size());
   int new_rank = -1;
+  const size_t my_slot = [&] {
+    const auto& mine = old_ranks_of[info().node];
+    return static_cast<size_t>(std::find(mine.begin(), mine.end(), info().rank) - mine.begin());
+  }();
   for (const auto& r : next.ranks) {
-    if (r.node == info().node) new_rank = r.rank;
-    auto it = old_rank_of.find(r.node);
-    if (it == old_rank_of.end()) continue;
-    held[r.rank] = {topo_.ranks[it->second].first_layer, topo_.ranks[it->second].last_layer};
+    const size_t slot = seen[r.node]++;
+    if (r.node == info().node && slot == my_slot) new_rank = r.rank;
+    auto it = old_ranks_of.find(r.node);
+    if (it == old_ranks_of.end() || slot >= it->second.size()) continue;
+    const RankInfo& was = topo_.ranks[it->second[slot]];
+    held[r.rank] = {was.first_layer, was.last_layer};
   }
   if (new_rank < 0) return Status::Config(who + ": not in the new plan (idle)");
   return Restore(cfg_, next, new_rank, store, opts_, data_, step, own, held, fetches, timeout);
@@ -98,13 +108,9 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
                                             const std::vector<StageWorker::Held>& held,
                                             const std::vector<plan::LayerFetch>& fetches) {
   const int L = topo.num_layers;
-  std::map<int, int> rank_of;  // node -> rank; one stage per node
-  for (const auto& r : topo.ranks) {
-    if (!rank_of.emplace(r.node, r.rank).second) {
-      return Status::Config("node " + std::to_string(r.node) +
-                            " runs several stages; recovery supports one per node");
-    }
-  }
+  // The ranks of each node (several when a node runs several stages).
+  std::map<int, std::vector<int>> ranks_of;
+  for (const auto& r : topo.ranks) ranks_of[r.node].push_back(r.rank);
   std::map<std::pair<int, int>, int> source;  // (node, layer) -> from_node
   for (const auto& f : fetches) source.emplace(std::make_pair(f.node, f.layer), f.from_node);
   auto holds_tied = [L](const StageWorker::Held& h) {
@@ -118,9 +124,21 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
       if (HoldsRange(old, l)) continue;
       int from = -1;
       auto it = source.find({r.node, l});
-      if (it != source.end()) {
-        auto f = rank_of.find(it->second);
-        if (f != rank_of.end() && HoldsRange(held[f->second], l)) from = f->second;
+      if (it != source.end()) {  // the plan's choice of node: a rank there holding the layer
+        auto f = ranks_of.find(it->second);
+        if (f != ranks_of.end()) {
+          for (int q : f->second) {
+            if (q != r.rank && HoldsRange(held[q], l)) {
+              from = q;
+              break;
+            }
+          }
+        }
+      }
+      // Else a rank of the same node holding it (a stage moved between a
+      // node's slots), else any.
+      for (int q : ranks_of[r.node]) {
+        if (from < 0 && q != r.rank && HoldsRange(held[q], l)) from = q;
       }
       for (size_t q = 0; from < 0 && q < held.size(); ++q) {
         if (static_cast<int>(q) != r.rank && HoldsRange(held[q], l)) from = static_cast<int>(q);

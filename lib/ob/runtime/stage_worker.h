@@ -162,7 +162,8 @@ class StageWorker {
 
   // This survivor's worker in the next generation: `next` is the topology of
   // the plan's re-instantiation (BuildTopology over Recovery::next), ranks
-  // matched to this one by node id; `fetches` the plan's fetch list;
+  // matched to this one by node id and order on the node (a node running
+  // several stages keeps each in its place); `fetches` the plan's fetch list;
   // `store` a store with a fresh prefix (e.g. PrefixStore "gen/1"). Every
   // rank of `next` must call it concurrently with the same step, topology
   // and fetches. The new worker holds, bit for bit, the state after step
@@ -170,8 +171,7 @@ class StageWorker {
   // fetch list's holder over a "recovery" group), and its next call should
   // be Step(step + 1). kConfig when this worker has no snapshot at `step`,
   // its node is not in `next`, a rank of `next` is a node that was not in
-  // this topology (new nodes: not supported yet), a node runs several stages,
-  // or a needed layer has no fetch from a rank of `next`; kUnavailable when a
+  // this topology (new nodes: not supported yet), or a needed layer has no fetch from a rank of `next`; kUnavailable when a
   // peer fails. Does not touch this worker, which may be destroyed after.
   Result<std::unique_ptr<StageWorker>> Rebuild(
       int64_t step, const Topology& next, const std::vector<plan::LayerFetch>& fetches,

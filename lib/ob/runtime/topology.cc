@@ -34,6 +34,31 @@ std::vector<int> Topology::LayerGroupsOf(int rank) const {
 
 bool Topology::InTied(int rank) const { return std::binary_search(tied.begin(), tied.end(), rank); }
 
+Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& inst, int microbatch_size,
+                     const model::GptConfig& model) {
+  // Every template, not only those instantiated: a recovery may use any.
+  for (const plan::Template& t : ts.templates) {
+    for (size_t s = 0; s < t.stages.size(); ++s) {
+      const int tp = t.stages[s].tp;
+      const std::string where = "the template for " + std::to_string(t.nodes) + " node(s), stage " +
+                                std::to_string(s) + ": tensor parallelism " + std::to_string(tp);
+      if (tp < 1) return Status::Config(where + " is not a degree");
+      if (model.n_head % tp != 0) {
+        return Status::Config(where + " does not divide the model's " + std::to_string(model.n_head) +
+                              " attention heads");
+      }
+      if ((4 * model.n_embd) % tp != 0 || tp > model.vocab_size) {
+        return Status::Config(where + " does not divide the model's MLP width " +
+                              std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
+      }
+      if (tp != 1) {
+        return Status::Config(where + ": this ob-launch runs tensor parallelism 1 only (plan with ob-plan -g 1)");
+      }
+    }
+  }
+  return BuildTopology(ts, inst, microbatch_size).status();
+}
+
 Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instantiation& inst,
                                int microbatch_size) {
   if (microbatch_size <= 0) {

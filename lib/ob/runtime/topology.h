@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "ob/model/config.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/templates.h"
 #include "ob/status.h"
@@ -86,6 +87,17 @@ struct Topology {
   std::vector<int> LayerGroupsOf(int rank) const;
   bool InTied(int rank) const;
 };
+
+// Whether this worker runtime can run `inst` of `ts` for `model`: the
+// topology builds (see above), and every stage's tensor-parallel degree t
+// is one the runtime supports for this model (t divides the attention
+// heads and the MLP width, t <= the vocabulary; today only t = 1: tensor
+// parallelism is planned by ob-plan, not yet run). kConfig with one line
+// naming the template, stage and reason (every template is checked: a
+// recovery may instantiate any); the master calls it before any
+// host starts, so a plan the runtime cannot run never reaches a worker.
+Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& inst, int microbatch_size,
+                     const model::GptConfig& model);
 
 // The topology of `inst` running templates from `ts` with micro-batches of
 // `microbatch_size` samples.
