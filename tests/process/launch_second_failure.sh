@@ -24,14 +24,29 @@ p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"]
 print(p[0]["nodes"][1], p[1]["nodes"][0])
 PY
 )
-run_start second "$STEPS"
-wait_step second 15 || fail "did not reach step 15: $(tail -3 "$WORK/second.err")"
-kill -9 $(host_pids "$b0")
-decided() { grep -q " decide generation=2 " "$WORK/second/events.log"; }
-wait_for 5 decided || fail "no decision after the first kill"
-sleep 0.09
-kill -9 $(host_pids "$a1")
-run_wait
+# The premise: the second kill lands before generation 2 completes a step.
+# After that step the idle host's snapshot is a step older than the
+# survivors' newest, the master restarts from a checkpoint (none here: exit
+# 75), and this attempt says nothing; on a fast machine generation 2 can
+# step within the 90 ms, so the attempt is made again (at most 3).
+for attempt in 1 2 3; do
+  run_start second "$STEPS"
+  wait_step second 15 || fail "did not reach step 15: $(tail -3 "$WORK/second.err")"
+  kill -9 $(host_pids "$b0")
+  decided() { grep -q " decide generation=2 " "$WORK/second/events.log"; }
+  wait_for 5 decided || fail "no decision after the first kill"
+  sleep 0.09
+  kill -9 $(host_pids "$a1")
+  if grep -q " recovered generation=2 " "$WORK/second/events.log"; then
+    echo "$NAME: attempt $attempt: generation 2 stepped before the second kill; again" >&2
+    run_wait
+    wait_for 5 no_tagged || fail "processes left after attempt $attempt: $(tagged)"
+    [ "$attempt" = 3 ] && skip "generation 2 stepped before the second kill in 3 attempts"
+    continue
+  fi
+  run_wait
+  break
+done
 [ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err")"
 grep -q "decide generation=3 lost hosts $a1; re-instantiated as pipelines of 2 nodes, 0 layer copies" \
   "$WORK/second/events.log" || fail "generation 3 is not a copy-free re-instantiation: $(grep decide "$WORK/second/events.log")"
