@@ -17,7 +17,8 @@ struct Score {
 
 bool Close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
 
-// Every composition of the layers into S = n·k stages for every k, scored
+// Every composition of the layers into S = n·k stages for every k whose
+// t = g/k splits the model (t divides the heads and the MLP width), scored
 // lexicographically by (max w, Σw) under the 1F1B memory rule.
 std::optional<Score> ExhaustiveBest(const Problem& p, int nodes) {
   const int L = p.num_layers(), g = p.cluster.gpus_per_node;
@@ -26,6 +27,7 @@ std::optional<Score> ExhaustiveBest(const Problem& p, int nodes) {
     if (g % k) continue;
     const int S = nodes * k, tp = g / k;
     if (S > L) continue;
+    if (tp > 1 && (p.n_head % tp != 0 || (4 * p.n_embd) % tp != 0)) continue;
     for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
       if (__builtin_popcount(cuts) != S - 1) continue;
       Score s;
@@ -220,6 +222,23 @@ TEST_CASE("refuses when N < n0*(f+1), saying how many nodes are needed") {
                                     std::to_string(n0) + " (have 5)"));
   CHECK_THAT(msg, Catch::Contains("GiB per GPU n0 would be at most 1"));
   CHECK(msg.back() != '.');
+}
+
+TEST_CASE("templates use only tensor-parallel degrees the model splits by") {
+  // gpt2-xl has 25 heads: on 8 GPUs a node only t = 1 (k = 8) can run it;
+  // 12 heads take t = 1, 2 and 4 but not 8.
+  for (int heads : {25, 12}) {
+    Problem p = testing::UniformProblem(16, 4, 1, 8, 8);
+    p.n_head = heads;
+    p.n_embd = 64 * heads;
+    const Result<TemplateSet> ts = BuildTemplates(p);
+    REQUIRE(ts.ok());
+    for (const Template& t : ts->templates) {
+      INFO(heads << " heads, " << t.nodes << " node(s): tp " << t.tp);
+      CHECK(heads % t.tp == 0);
+      for (const auto& s : t.stages) CHECK(s.tp == t.tp);
+    }
+  }
 }
 
 }  // namespace ob::plan

@@ -138,10 +138,17 @@ bool Better(const Template& a, const Template& b) {
   return a.total < b.total;
 }
 
+// The k that divide g and leave a tensor-parallel degree t = g/k the model
+// can be split by (t divides the heads and the MLP width: the runtime's
+// rule, runtime/topology.h CheckRunnable); k = g (t = 1) always.
 std::vector<int> StagesPerNodeChoices(const Problem& p) {
   std::vector<int> ks;
-  for (int k = 1; k <= p.cluster.gpus_per_node; ++k)
-    if (p.cluster.gpus_per_node % k == 0) ks.push_back(k);
+  for (int k = 1; k <= p.cluster.gpus_per_node; ++k) {
+    if (p.cluster.gpus_per_node % k != 0) continue;
+    const int tp = p.cluster.gpus_per_node / k;
+    if (tp > 1 && ((p.n_head > 0 && p.n_head % tp != 0) || (p.n_embd > 0 && (4 * p.n_embd) % tp != 0))) continue;
+    ks.push_back(k);
+  }
   return ks;
 }
 
