@@ -12,6 +12,7 @@
 #include "plan_testing.h"
 
 using ob::runtime::BuildTopology;
+using ob::runtime::Topology;
 using ob::runtime::OneFOneB;
 using ob::runtime::PipelineOp;
 
@@ -103,7 +104,7 @@ TEST_CASE("topology of a 3-stage and a 2-stage pipeline", "[runtime][topology]")
   CHECK(topo->layer_group_of == std::vector<int>{0, 0, 1, 2, 3, 3});
   CHECK(topo->layer_groups[1].name() == "layers/1,3");
   CHECK(topo->LayerGroupsOf(3) == std::vector<int>{0, 1});
-  CHECK(topo->tied == std::vector<int>{0, 2, 3, 4});
+  CHECK(topo->tied == std::vector<std::vector<int>>{{0, 2, 3, 4}});
   CHECK_FALSE(topo->InTied(1));
 }
 
@@ -115,9 +116,57 @@ TEST_CASE("a single-stage pipeline is in the tied group once", "[runtime][topolo
   inst.pipelines = {{2, {0, 1}, 2}, {1, {2}, 1}};
   auto topo = BuildTopology(ts, inst, 1);
   REQUIRE(topo.ok());
-  CHECK(topo->tied == std::vector<int>{0, 1, 2});
+  CHECK(topo->tied == std::vector<std::vector<int>>{{0, 1, 2}});
   CHECK(topo->ranks[2].is_first_stage());
   CHECK(topo->ranks[2].is_last_stage());
+}
+
+TEST_CASE("topology of 2 pipelines x 2 stages with tensor parallelism 2", "[runtime][topology]") {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates = {MakeTemplate(1, {{0, 2}, {3, 5}})};
+  for (auto& s : ts.templates[0].stages) s.tp = 2;
+  ts.templates[0].stages_per_node = 2;
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{1, {0}, 2}, {1, {1}, 3}};
+  auto topo = BuildTopology(ts, inst, 1);
+  REQUIRE(topo.ok());
+  CHECK(topo->tp == 2);
+  CHECK(topo->world_size() == 8);
+  // Rank = 2·(Σ S_q + s) + r: pipeline 1's stage 1, TP rank 1 is rank 7.
+  const auto& r7 = topo->ranks[7];
+  CHECK(r7.pipeline == 1);
+  CHECK(r7.stage == 1);
+  CHECK(r7.tp_rank == 1);
+  CHECK(r7.node == 1);
+  CHECK(r7.lane == 3);
+  CHECK(r7.prev_rank == 5);
+  CHECK(r7.first_microbatch == 2);
+  CHECK(topo->ranks[2].next_rank == -1);
+  CHECK(topo->ranks[0].next_rank == 2);
+  CHECK(topo->pipelines == std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(topo->tp_groups == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(Topology::TpGroupName(topo->tp_groups[1]) == "tp/2,3");
+  // Each shard's owners: layers 0-2 {0,4} / {1,5}, layers 3-5 {2,6} / {3,7}.
+  REQUIRE(topo->layer_groups.size() == 4);
+  CHECK(topo->layer_groups[0].ranks == std::vector<int>{0, 4});
+  CHECK(topo->layer_groups[1].ranks == std::vector<int>{1, 5});
+  CHECK(topo->layer_groups[1].layers == std::vector<int>{0, 1, 2});
+  CHECK(topo->layer_groups[3].ranks == std::vector<int>{3, 7});
+  CHECK(topo->layer_group_of == std::vector<int>{0, 0, 0, 2, 2, 2});
+  CHECK(topo->LayerGroupsOf(5) == std::vector<int>{1});
+  CHECK(topo->tied == std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(Topology::TiedGroupName(1) == "tied/1");
+
+  // Replicas split differently cannot sum their gradients shard by shard.
+  ob::plan::TemplateSet mixed = ts;
+  mixed.min_nodes = 1;
+  mixed.templates.push_back(MakeTemplate(2, {{0, 2}, {3, 5}}));  // t = 1
+  ob::plan::Instantiation both;
+  both.pipelines = {{1, {0}, 2}, {2, {1, 2}, 2}};
+  auto r = BuildTopology(mixed, both, 1);
+  CHECK(r.status().code() == ob::Code::kConfig);
+  CHECK(r.status().message().find("replicas must be split alike") != std::string::npos);
 }
 
 TEST_CASE("topology refuses what the runtime cannot run", "[runtime][topology]") {

@@ -1,15 +1,18 @@
 // Tensor parallelism (model/tensor_parallel.h): t ranks as threads of this
-// process, one Gloo group; the sharded stage against the unsharded GptStage.
+// process, one Gloo group; GptStage built with the group against the
+// unsharded GptStage.
 // LibTorch first: its logging defines a CHECK that Catch's must replace.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ob/model/gpt.h"
 #include "ob/model/tensor_parallel.h"
 #include "ob/torch_compat.h"
 
@@ -103,7 +106,7 @@ void CompareWithReference(const GptConfig& cfg, int first, int last, int t) {
         g.size = t;
         g.group = ob::compat::MakeProcessGroup(c10::make_intrusive<c10d::PrefixStore>("tp", store), r, t,
                                                torch::kCPU, std::chrono::seconds(30));
-        TpGptStage stage(cfg, first, last, kSeed, g);
+        GptStage stage(cfg, first, last, kSeed, std::make_shared<TpGroup>(g));
         runs[r] = Train(stage, cfg, first, last);
       } catch (const std::exception& e) {
         errors[r] = e.what();

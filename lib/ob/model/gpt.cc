@@ -34,24 +34,29 @@ void InitLinear(const torch::nn::Linear& l, double std, at::Generator& gen) {
 // and a stand-alone head, so the two copies start equal.
 void InitTokenTable(const torch::Tensor& w, at::Generator& gen) { InitNormal(w, kInitStd, gen); }
 
+bool Sharded(const TpGroupPtr& tp) { return tp != nullptr && tp->size > 1; }
+
 }  // namespace
 
-EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed)
-    : PlannerLayerImpl(pb::LAYER_EMBED, 0, "embed") {
+EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed, TpGroupPtr tp)
+    : PlannerLayerImpl(pb::LAYER_EMBED, 0, "embed"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
   wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe = register_module("wpe", torch::nn::Embedding(cfg.n_positions, cfg.n_embd));
   auto gen = LayerGenerator(seed, 0);
   InitTokenTable(wte->weight, gen);
   InitNormal(wpe->weight, kInitStd, gen);
+  if (Sharded(tp_)) ShardParameters(*this, *tp_);
 }
 
 torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Tensor&) {
   const int64_t t = ids.size(1);
   auto pos = torch::arange(t, ids.options().dtype(torch::kLong));
-  return wte->forward(ids) + wpe->forward(pos).unsqueeze(0);  // [b,t,h]
+  auto tokens = Sharded(tp_) ? TpEmbedding(wte->weight, ids, vocab_, *tp_) : wte->forward(ids);
+  return tokens + wpe->forward(pos).unsqueeze(0);  // [b,t,h]
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head) : n_head(n_head) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head, TpGroupPtr tp)
+    : n_head(n_head), tp(std::move(tp)) {
   c_attn = register_module("c_attn", torch::nn::Linear(n_embd, 3 * n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(n_embd, n_embd));
 }
@@ -59,28 +64,40 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head) : n_hea
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), h = x.size(2);
   const int64_t d = h / n_head;
+  if (Sharded(tp)) {  // our heads' q, k, v, then our columns of the projection
+    const int64_t a = n_head / tp->size, local = a * d;
+    auto qkv = c_attn->forward(CopyToTp(x, *tp)).split(local, 2);  // 3 x [b,t,a·d]
+    auto heads = [&](const torch::Tensor& z) { return z.view({b, t, a, d}).transpose(1, 2); };
+    auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+    y = torch::linear(y.transpose(1, 2).contiguous().view({b, t, local}), c_proj->weight);
+    return ReduceFromTp(y, *tp) + c_proj->bias;
+  }
   auto qkv = c_attn->forward(x).split(h, /*dim=*/2);  // 3 x [b,t,h]
   auto heads = [&](const torch::Tensor& z) { return z.view({b, t, n_head, d}).transpose(1, 2); };
   auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));  // [b,a,t,d]
   return c_proj->forward(y.transpose(1, 2).contiguous().view({b, t, h}));
 }
 
-MlpImpl::MlpImpl(int n_embd) {
+MlpImpl::MlpImpl(int n_embd, TpGroupPtr tp) : tp(std::move(tp)) {
   c_fc = register_module("c_fc", torch::nn::Linear(n_embd, 4 * n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(4 * n_embd, n_embd));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (Sharded(tp)) {  // our columns of c_fc, our rows of c_proj's input
+    auto m = at::gelu(c_fc->forward(CopyToTp(x, *tp)), "tanh");
+    return ReduceFromTp(torch::linear(m, c_proj->weight), *tp) + c_proj->bias;
+  }
   return c_proj->forward(at::gelu(c_fc->forward(x), "tanh"));
 }
 
-BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed)
+BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp)
     : PlannerLayerImpl(pb::LAYER_BLOCK, block + 1, "block." + std::to_string(block)) {
   const int64_t h = cfg.n_embd;
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
-  attn = register_module("attn", CausalSelfAttention(cfg.n_embd, cfg.n_head));
+  attn = register_module("attn", CausalSelfAttention(cfg.n_embd, cfg.n_head, tp));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
-  mlp = register_module("mlp", Mlp(cfg.n_embd));
+  mlp = register_module("mlp", Mlp(cfg.n_embd, tp));
   // Residual projections are scaled down by sqrt(2L) (GPT-2 paper, §2.3).
   const double residual_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
   auto gen = LayerGenerator(seed, index());
@@ -88,6 +105,7 @@ BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed)
   InitLinear(attn->c_proj, residual_std, gen);
   InitLinear(mlp->c_fc, kInitStd, gen);
   InitLinear(mlp->c_proj, residual_std, gen);
+  if (Sharded(tp)) ShardParameters(*this, *tp);
 }
 
 torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
@@ -99,8 +117,8 @@ LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {
   weight = register_parameter("weight", torch::empty({vocab_size, n_embd}));
 }
 
-HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied)
-    : PlannerLayerImpl(pb::LAYER_HEAD, cfg.n_layer + 1, "head") {
+HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied, TpGroupPtr tp)
+    : PlannerLayerImpl(pb::LAYER_HEAD, cfg.n_layer + 1, "head"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
   const int64_t h = cfg.n_embd;
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
   if (tied.defined()) {
@@ -113,9 +131,16 @@ HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor 
     auto gen = LayerGenerator(seed, 0);
     InitTokenTable(lm_weight_, gen);
   }
+  // A tied table is sharded by its embed already.
+  if (Sharded(tp_)) ShardParameters(*this, *tp_);
 }
 
 torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  if (Sharded(tp_)) {  // logits for our vocabulary range only: [b,t,V_r]
+    TORCH_CHECK(targets.defined(), "a tensor-parallel head needs the targets");
+    auto logits = torch::matmul(CopyToTp(ln_f->forward(x), *tp_), lm_weight_.t());
+    return TpCrossEntropy(logits, targets, vocab_, *tp_);
+  }
   auto logits = torch::matmul(ln_f->forward(x), lm_weight_.t());  // [b,t,V]
   if (!targets.defined()) return logits;
   const int64_t v = logits.size(-1);
@@ -124,23 +149,24 @@ torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
                                               targets.reshape({-1}));
 }
 
-PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed) {
+PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp) {
   assert(global_index >= 0 && global_index < cfg.num_layers());
-  if (global_index == 0) return std::make_shared<EmbedLayerImpl>(cfg, seed);
-  if (global_index == cfg.num_layers() - 1) return std::make_shared<HeadLayerImpl>(cfg, seed);
-  return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed);
+  assert(!Sharded(tp) || CheckTensorParallel(cfg, tp->size).ok());
+  if (global_index == 0) return std::make_shared<EmbedLayerImpl>(cfg, seed, tp);
+  if (global_index == cfg.num_layers() - 1) return std::make_shared<HeadLayerImpl>(cfg, seed, torch::Tensor(), tp);
+  return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed, tp);
 }
 
-GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed)
-    : cfg_(cfg), first_(first), last_(last) {
+GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp)
+    : cfg_(cfg), first_(first), last_(last), tp_(std::move(tp)) {
   assert(0 <= first && first <= last && last < cfg.num_layers());
   for (int i = first; i <= last; ++i) {
     PlannerLayer layer;
     if (i == cfg.num_layers() - 1 && first == 0) {
       auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_.front());
-      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table());
+      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_);
     } else {
-      layer = MakeLayer(cfg, i, seed);
+      layer = MakeLayer(cfg, i, seed, tp_);
     }
     layers_.push_back(register_module(std::to_string(i), layer));
   }

@@ -26,6 +26,11 @@
 // A GptStage prefixes each with the layer's global index: "0.wte.weight",
 // "3.attn.c_attn.weight" (block 2), "13.ln_f.weight" (gpt2's head).
 //
+// Tensor parallelism (tensor_parallel.h): layers built with a TpGroup of
+// t > 1 ranks hold their rank's shard of each parameter (same names, the
+// shard's shape), initialised as the shard of the unsharded layer's, and
+// compute with the group; without one (or t = 1) they are the model above.
+//
 // Thread-safety: like any torch::nn::Module, not safe for concurrent mutation.
 // Failure: shape mismatches throw c10::Error (callers catch at their boundary).
 #pragma once
@@ -39,6 +44,7 @@
 
 #include "ob/model.pb.h"
 #include "ob/model/config.h"
+#include "ob/model/tensor_parallel.h"
 
 namespace ob::model {
 
@@ -61,31 +67,40 @@ class PlannerLayerImpl : public torch::nn::Module {
 };
 using PlannerLayer = std::shared_ptr<PlannerLayerImpl>;
 
+// A layer's tensor-parallel group: null for the unsharded model.
+using TpGroupPtr = std::shared_ptr<TpGroup>;
+
 // Token + position embedding.
 class EmbedLayerImpl : public PlannerLayerImpl {
  public:
-  EmbedLayerImpl(const GptConfig& cfg, uint64_t seed);
+  EmbedLayerImpl(const GptConfig& cfg, uint64_t seed, TpGroupPtr tp = nullptr);
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets) override;
-  torch::Tensor token_table() const { return wte->weight; }
+  torch::Tensor token_table() const { return wte->weight; }  // this rank's rows when sharded
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+
+ private:
+  int64_t vocab_;
+  TpGroupPtr tp_;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  CausalSelfAttentionImpl(int n_embd, int n_head);
+  CausalSelfAttentionImpl(int n_embd, int n_head, TpGroupPtr tp = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
 
-  int n_head;
+  int n_head;  // of the whole layer; a rank of t computes n_head / t
+  TpGroupPtr tp;
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(int n_embd);
+  explicit MlpImpl(int n_embd, TpGroupPtr tp = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
 
+  TpGroupPtr tp;
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -93,7 +108,7 @@ TORCH_MODULE(Mlp);
 // Transformer block `block` (0-based; global index block + 1).
 class BlockLayerImpl : public PlannerLayerImpl {
  public:
-  BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed);
+  BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets) override;
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -114,9 +129,11 @@ TORCH_MODULE(LmHead);
 
 class HeadLayerImpl : public PlannerLayerImpl {
  public:
-  HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied = {});
+  HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied = {}, TpGroupPtr tp = nullptr);
+  // Sharded, the head needs the targets (no rank forms the whole logits).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets) override;
-  // The LM weight [V,h]: the stage's own copy, or the tied embed table.
+  // The LM weight [V,h] (this rank's rows when sharded): the stage's own
+  // copy, or the tied embed table.
   torch::Tensor lm_weight() const { return lm_weight_; }
   bool tied() const { return tied_; }
 
@@ -126,11 +143,14 @@ class HeadLayerImpl : public PlannerLayerImpl {
  private:
   torch::Tensor lm_weight_;
   bool tied_ = false;
+  int64_t vocab_;
+  TpGroupPtr tp_;
 };
 
 // Builds planner layer `global_index` (0 .. cfg.num_layers()-1) alone.
-// REQUIRES: cfg.Validate().ok(), 0 <= global_index < cfg.num_layers().
-PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed);
+// REQUIRES: cfg.Validate().ok(), 0 <= global_index < cfg.num_layers(), and
+// CheckTensorParallel(cfg, tp->size).ok() with a group.
+PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp = nullptr);
 
 // The layers [first, last] (global indices, inclusive) a pipeline stage owns,
 // run in order. When it holds both embed and head they share one LM tensor.
@@ -138,8 +158,9 @@ PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed);
 // named_parameters() yields "<global index>.<layer parameter name>".
 class GptStageImpl : public torch::nn::Module {
  public:
-  // REQUIRES: 0 <= first <= last < cfg.num_layers().
-  GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed);
+  // REQUIRES: 0 <= first <= last < cfg.num_layers(); with `tp`,
+  // CheckTensorParallel(cfg, tp->size).ok(). Every layer shares `tp`.
+  GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp = nullptr);
 
   // input: ids [b,t] if the stage holds the embed, else activations [b,t,h].
   // Returns activations [b,t,h], or the scalar loss if it holds the head
@@ -157,10 +178,13 @@ class GptStageImpl : public torch::nn::Module {
   // stage (SPEC §2): the embed's wte.weight and/or the head's lm_head.weight.
   std::vector<torch::Tensor> tied_weights() const;
   const GptConfig& config() const { return cfg_; }
+  // The stage's TP group (null when unsharded), as the layers see it.
+  const TpGroupPtr& tp() const { return tp_; }
 
  private:
   GptConfig cfg_;
   int first_, last_;
+  TpGroupPtr tp_;
   std::vector<PlannerLayer> layers_;
 };
 TORCH_MODULE(GptStage);

@@ -1,5 +1,6 @@
-// Tensor parallelism inside a node (SPEC §2, §5): a pipeline stage of the
-// GPT split over the t ranks of a TP group, Megatron-style.
+// Tensor parallelism inside a node (SPEC §2, §5): the layers of a GPT
+// stage (gpt.h) built with a TpGroup of t > 1 ranks hold rank r's shard of
+// every parameter and compute Megatron-style:
 //
 //   attention  c_attn column-parallel: rank r holds the q, k and v rows of
 //              its heads [r·a/t, (r+1)·a/t); c_proj row-parallel: the columns
@@ -20,16 +21,17 @@
 // One all-reduce after each row-parallel layer in forward (ReduceFromTp)
 // and its conjugate before each column-parallel layer in backward
 // (CopyToTp): 2 per block each way, 1 for the embedding, 3 small ones for
-// the loss. Every rank of the group returns the same activations and loss.
+// the loss. Every rank of the group returns the same activations and loss,
+// and the same gradients of replicated parameters and of the stage input.
 //
 // Ownership of parameters is (global layer, name, shard r of t) everywhere:
 // ShardOf / MergeShards are the one definition of the layout, used by the
-// stage here, and to be used by snapshots, recovery copies and checkpoints.
+// layers, and by whatever moves shards between ranks or to files.
 //
-// t = 1 is the unsharded model: no communication, GptStage's arithmetic up
-// to rounding (biases of row-parallel layers are added after the product). Thread-safety: like torch::nn::Module. Failure: bad degrees are
-// kConfig from CheckTensorParallel; collectives throw c10::Error (a peer
-// gone), which the caller catches at its boundary.
+// A layer built without a group (or t = 1) is the unsharded model, with
+// GptStage's arithmetic unchanged. Thread-safety: like torch::nn::Module.
+// Failure: bad degrees are kConfig from CheckTensorParallel; collectives
+// throw c10::Error (a peer gone), which the caller catches at its boundary.
 #pragma once
 
 #include <torch/torch.h>
@@ -40,14 +42,15 @@
 #include <vector>
 
 #include "ob/model/config.h"
-#include "ob/model/gpt.h"
 #include "ob/status.h"
 #include "ob/torch_compat.h"
 
 namespace ob::model {
 
 // The ranks of one stage's TP group, and the group (Gloo on CPU, NCCL on
-// CUDA); `group` may be null when size is 1.
+// CUDA); `group` may be null when size is 1, and may be set after the
+// layers are built (a worker builds its stage, then joins its groups), but
+// before their first forward.
 struct TpGroup {
   int rank = 0;
   int size = 1;
@@ -81,40 +84,20 @@ std::pair<int64_t, int64_t> VocabRange(int64_t vocab, int t, int r);
 torch::Tensor ShardOf(const std::string& layer_param, const torch::Tensor& full, int t, int r);
 torch::Tensor MergeShards(const std::string& layer_param, const std::vector<torch::Tensor>& shards);
 
-// Global layers [first, last] sharded for g (size t, rank r). Parameters
-// are named as GptStage's ("<global layer>.<name>"), each the shard; initial
-// weights are exactly the shards of GptStage(cfg, first, last, seed)'s.
-class TpGptStageImpl : public torch::nn::Module {
- public:
-  // REQUIRES: CheckTensorParallel(cfg, g.size).ok(), 0 <= first <= last < cfg.num_layers().
-  TpGptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroup g);
+// The pieces of the sharded layers (gpt.cc) that talk to the group:
+// rank g.rank's rows [VocabRange) of the token table looked up for `ids`
+// (ids outside the range contribute zeros) and summed over the group; and
+// the mean cross-entropy over the whole vocabulary from each rank's logits
+// for its range [b,s,V_r] (fp32, from all-reduces of the max, the sum of
+// exponentials and the target's logit: no rank forms the whole logits).
+torch::Tensor TpEmbedding(const torch::Tensor& table_shard, const torch::Tensor& ids, int64_t vocab,
+                          const TpGroup& g);
+torch::Tensor TpCrossEntropy(const torch::Tensor& logits_shard, const torch::Tensor& targets,
+                             int64_t vocab, const TpGroup& g);
 
-  // As GptStage::forward: ids [b,s] or activations [b,s,h] in, activations
-  // out, or the mean loss when the stage holds the head. The head needs
-  // `targets` when t > 1 (no rank forms the whole logits).
-  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets = {});
-
-  int first() const { return first_; }
-  int last() const { return last_; }
-  bool has_embed() const { return first_ == 0; }
-  bool has_head() const { return last_ == cfg_.num_layers() - 1; }
-  const TpGroup& tp() const { return tp_; }
-  // The LM weight shards a pipeline sums between its first and last stage
-  // (as GptStage::tied_weights), for this rank's vocabulary range.
-  std::vector<torch::Tensor> tied_weights() const;
-  const GptConfig& config() const { return cfg_; }
-
- private:
-  torch::Tensor P(int layer, const std::string& name) const;
-  torch::Tensor Embed(const torch::Tensor& ids);
-  torch::Tensor Block(int layer, const torch::Tensor& x);
-  torch::Tensor Head(const torch::Tensor& x, const torch::Tensor& targets);
-
-  GptConfig cfg_;
-  int first_, last_;
-  TpGroup tp_;
-  std::map<std::string, torch::Tensor> params_;  // "<layer>.<name>" -> registered shard
-};
-TORCH_MODULE(TpGptStage);
+// Replaces every parameter of `layer` (named relative to the layer, as
+// above) by rank g.rank's shard of it, in place (the tensors keep their
+// identity: a tied head's reference follows the embed's table).
+void ShardParameters(torch::nn::Module& layer, const TpGroup& g);
 
 }  // namespace ob::model

@@ -73,6 +73,10 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
                           " layers, the old " + std::to_string(topo_.num_layers));
   }
+  if (next.tp != 1 || topo_.tp != 1) {
+    return Status::Config(who + ": recovery of tensor-parallel stages (t = " + std::to_string(topo_.tp) +
+                          " -> " + std::to_string(next.tp) + ") is not supported yet");
+  }
   // What each new rank held before: the old stage in the same place on its
   // node (the i-th rank of node n then is the i-th of n now: a worker slot
   // keeps its snapshot); nothing for a new node or a slot it did not run.
@@ -174,6 +178,10 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       held.size() != static_cast<size_t>(next.world_size())) {
     return Status::Config(who + ": outside the new plan, or holdings for " +
                           std::to_string(held.size()) + " ranks");
+  }
+  if (next.tp != 1) {
+    return Status::Config(who + ": restoring tensor-parallel stages (t = " + std::to_string(next.tp) +
+                          ") from snapshots is not supported yet");
   }
   const Held mine = held[new_rank];
   if (mine.first_layer <= mine.last_layer && own == nullptr) {

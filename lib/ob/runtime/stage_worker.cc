@@ -49,9 +49,10 @@ void Wait(const Work& work) {
 // The c10d groups this rank belongs to. Groups of one rank are not created
 // (null): their all-reduce is the identity.
 struct StageWorker::Groups {
-  Group pipeline;                                 // p2p + per-step statistics
+  Group pipeline;                                 // this lane: p2p + per-step statistics
+  Group tp;                                       // this stage's TP ranks (t > 1)
   std::vector<std::pair<int, Group>> layers;      // (layer group id, group)
-  Group tied;
+  Group tied;                                     // this shard's tied group
 };
 
 StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int rank,
@@ -59,7 +60,13 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
                          int seq_len)
     : cfg_(cfg), topo_(topo), rank_(rank), opts_(opts), data_(data), seq_len_(seq_len) {
   const RankInfo& me = topo_.ranks[rank_];
-  stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed);
+  model::TpGroupPtr tp;
+  if (me.tp > 1) {  // its group is joined later (JoinGroups), before any forward
+    tp = std::make_shared<model::TpGroup>();
+    tp->rank = me.tp_rank;
+    tp->size = me.tp;
+  }
+  stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed, tp);
   stage_->to(opts_.device);
   stage_->train();
   optimizer_ = model::MakeOptimizer(*stage_, opts_);
@@ -68,11 +75,16 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   if (!tied.empty()) tied_ = tied.front();  // one per stage: wte, or the head's own copy
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     std::vector<torch::Tensor> params;
-    for (const auto& p : stage_->layer(l)->parameters()) {
-      if (tied_.defined() && p.unsafeGetTensorImpl() == tied_.unsafeGetTensorImpl()) continue;
-      params.push_back(p);
+    std::vector<bool> counted;
+    for (const auto& p : stage_->layer(l)->named_parameters()) {
+      if (tied_.defined() && p.value().unsafeGetTensorImpl() == tied_.unsafeGetTensorImpl()) continue;
+      params.push_back(p.value());
+      // A replicated parameter's gradient is the same on every TP rank:
+      // the norm counts it on TP rank 0 only.
+      counted.push_back(me.tp_rank == 0 || model::ShardKindOf(p.key()) != model::ShardKind::kReplicated);
     }
     layer_params_.push_back(std::move(params));
+    layer_counted_.push_back(std::move(counted));
   }
   BuildBuckets();
 }
@@ -105,6 +117,9 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
                           " exceeds n_positions " + std::to_string(cfg.n_positions));
   }
   OB_RETURN_IF_ERROR(data.Check(seq_len, cfg.vocab_size));
+  if (Status st = model::CheckTensorParallel(cfg, topo.ranks[rank].tp); !st.ok()) {
+    return Status::Config(who + ": " + cfg.name + ": " + st.message());
+  }
   try {
     std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len));
     CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
@@ -131,6 +146,11 @@ void StageWorker::JoinGroups(const c10::intrusive_ptr<c10d::Store>& store,
     return compat::MakeProcessGroup(prefixed, local, static_cast<int>(ranks.size()),
                                     opts_.device, timeout);
   };
+  for (const auto& ranks : topo_.tp_groups) {
+    auto g = join(Topology::TpGroupName(ranks), ranks);
+    if (g) groups_->tp = g;
+  }
+  if (stage_->tp()) stage_->tp()->group = groups_->tp;
   for (size_t p = 0; p < topo_.pipelines.size(); ++p) {
     auto g = join(Topology::PipelineGroupName(static_cast<int>(p)), topo_.pipelines[p]);
     if (g) groups_->pipeline = g;
@@ -139,7 +159,10 @@ void StageWorker::JoinGroups(const c10::intrusive_ptr<c10d::Store>& store,
     auto g = join(lg.name(), lg.ranks);
     if (g) groups_->layers.emplace_back(lg.id, g);
   }
-  groups_->tied = join(Topology::TiedGroupName(), topo_.tied);
+  for (size_t r = 0; r < topo_.tied.size(); ++r) {
+    auto g = join(Topology::TiedGroupName(static_cast<int>(r)), topo_.tied[r]);
+    if (g) groups_->tied = g;
+  }
 }
 
 const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
@@ -258,7 +281,10 @@ void StageWorker::BuildBuckets() {
   for (int l = me.last_layer; l >= me.first_layer; --l) {
     int group = -1;
     for (const auto& lg : topo_.layer_groups) {
-      if (std::find(lg.layers.begin(), lg.layers.end(), l) != lg.layers.end()) group = lg.id;
+      if (std::find(lg.layers.begin(), lg.layers.end(), l) != lg.layers.end() &&
+          std::binary_search(lg.ranks.begin(), lg.ranks.end(), rank_)) {
+        group = lg.id;
+      }
     }
     int64_t bytes = 0;
     for (const auto& p : layer_params_[l - me.first_layer]) bytes += p.numel() * 4;
@@ -293,7 +319,7 @@ void StageWorker::BuildBuckets() {
   const double tokens = static_cast<double>(topo_.microbatch_size) * seq_len_;
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     flops_per_microbatch_ +=
-        profile::TrainingFlopsPerToken(cfg_, stage_->layer(l)->kind(), seq_len_) * tokens;
+        profile::TrainingFlopsPerToken(cfg_, stage_->layer(l)->kind(), seq_len_) * tokens / me.tp;
   }
 }
 
@@ -363,6 +389,28 @@ StepResult StageWorker::RunSchedule(int64_t step) {
     works.clear();
   };
 
+  // Across a stage boundary each TP rank of a lane sends its 1/t of the
+  // tensor (every rank of a stage holds the whole, the same), and the
+  // receiving stage's TP group all-gathers it: one copy crosses between
+  // the stages, in t parallel parts, instead of t copies (or one rank's
+  // send and a broadcast, which moves as much within the node and puts
+  // the boundary on one link).
+  const int t = me.tp;
+  const int64_t boundary_numel = int64_t{b} * seq_len_ * cfg_.n_embd;
+  auto share = [&](const torch::Tensor& whole) {
+    return t == 1 ? whole : whole.reshape({-1}).chunk(t)[me.tp_rank].contiguous();
+  };
+  auto gather = [&](const torch::Tensor& part) {
+    // As raw 16-bit words when bf16: the all-gather moves bytes.
+    const auto as = part.scalar_type() == torch::kBFloat16 ? torch::kShort : part.scalar_type();
+    std::vector<torch::Tensor> in{part.view(as)};
+    std::vector<std::vector<torch::Tensor>> out(1);
+    for (int i = 0; i < t; ++i) out[0].push_back(torch::empty_like(in[0]));
+    std::vector<Work> w{groups_->tp->allgather(out, in)};
+    wait_all(w);
+    return torch::cat(out[0]).view(part.scalar_type()).view({b, seq_len_, cfg_.n_embd});
+  };
+
   for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
     const int j = in.microbatch;
     const int g = me.first_microbatch + j;
@@ -371,6 +419,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         const auto t0 = Clock::now();
         std::vector<compat::P2pMessage> batch;
         std::vector<torch::Tensor> keep;  // what sends read, alive until they finish
+        std::vector<torch::Tensor*> parts;  // received shares to all-gather (t > 1)
         for (const P2p& p : in.comm) {
           const int gj = me.first_microbatch + p.microbatch;
           compat::P2pMessage msg;
@@ -378,18 +427,23 @@ StepResult StageWorker::RunSchedule(int64_t step) {
           msg.peer = p.peer;  // stage index == rank in the pipeline group
           msg.tag = p.activation ? ActivationTag(gj) : GradientTag(gj);
           if (p.send) {
-            msg.tensor = p.activation ? sent[p.microbatch] : inputs[p.microbatch].grad().to(wire.dtype()).contiguous();
+            msg.tensor = share(p.activation ? sent[p.microbatch]
+                                            : inputs[p.microbatch].grad().to(wire.dtype()).contiguous());
             if (!p.activation) inputs[p.microbatch] = torch::Tensor();
             if (p.activation) sent[p.microbatch] = torch::Tensor();
             keep.push_back(msg.tensor);
           } else {
-            msg.tensor = torch::empty({b, seq_len_, cfg_.n_embd}, wire);
-            (p.activation ? received : grads_in)[p.microbatch] = msg.tensor;
+            msg.tensor = t == 1 ? torch::empty({b, seq_len_, cfg_.n_embd}, wire)
+                                : torch::empty({boundary_numel / t}, wire);
+            torch::Tensor& slot = (p.activation ? received : grads_in)[p.microbatch];
+            slot = msg.tensor;
+            if (t > 1) parts.push_back(&slot);
           }
           batch.push_back(std::move(msg));
         }
         auto works = compat::PostP2p(*pipe, batch);
         wait_all(works);
+        for (torch::Tensor* slot : parts) *slot = gather(*slot);
         r.comm_seconds += SecondsSince(t0);
         break;
       }
@@ -510,13 +564,19 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   auto stats = torch::zeros({topo_.num_layers + 1}, double_options);
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     auto sq = torch::zeros({}, double_options);
-    for (const auto& p : layer_params_[l - me.first_layer]) {
-      sq += p.grad().to(torch::kDouble).square().sum();
+    const auto& params = layer_params_[l - me.first_layer];
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (layer_counted_[l - me.first_layer][i]) sq += params[i].grad().to(torch::kDouble).square().sum();
     }
     if (l == 0 && tied_.defined()) sq += tied_.grad().to(torch::kDouble).square().sum();
     stats[l] = sq;
   }
-  if (me.is_last_stage()) stats[topo_.num_layers] = loss_sum[0];
+  if (me.is_last_stage() && me.tp_rank == 0) stats[topo_.num_layers] = loss_sum[0];
+  if (groups_->tp) {  // the shards' sums first, then the lane's: the same on every rank
+    std::vector<torch::Tensor> buf{stats};
+    std::vector<Work> w{groups_->tp->allreduce(buf)};
+    wait_all(w);
+  }
   if (pipe) {
     std::vector<torch::Tensor> buf{stats};
     std::vector<Work> w{pipe->allreduce(buf)};

@@ -252,6 +252,7 @@ class StageWorker {
   // Parameters by owning layer (global index - first layer), the tied weight
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
+  std::vector<std::vector<bool>> layer_counted_;  // whether the grad norm counts it here
   torch::Tensor tied_;
   // The gradients of this rank's layers live in flat buffers, one per
   // bucket: consecutive layers of one layer group (those with one owner

@@ -18,11 +18,13 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 
 std::string LayerGroup::name() const { return "layers/" + JoinRanks(ranks); }
 
-std::string Topology::PipelineGroupName(int pipeline) {
-  return "pipeline/" + std::to_string(pipeline);
-}
+std::string Topology::PipelineGroupName(int lane) { return "pipeline/" + std::to_string(lane); }
 
-std::string Topology::TiedGroupName() { return "tied"; }
+std::string Topology::TpGroupName(const std::vector<int>& ranks) { return "tp/" + JoinRanks(ranks); }
+
+std::string Topology::TiedGroupName(int tp_rank) {
+  return tp_rank == 0 ? "tied" : "tied/" + std::to_string(tp_rank);
+}
 
 std::vector<int> Topology::LayerGroupsOf(int rank) const {
   std::vector<int> out;
@@ -32,7 +34,12 @@ std::vector<int> Topology::LayerGroupsOf(int rank) const {
   return out;
 }
 
-bool Topology::InTied(int rank) const { return std::binary_search(tied.begin(), tied.end(), rank); }
+bool Topology::InTied(int rank) const {
+  for (const auto& g : tied) {
+    if (std::binary_search(g.begin(), g.end(), rank)) return true;
+  }
+  return false;
+}
 
 Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& inst, int microbatch_size,
                      const model::GptConfig& model) {
@@ -68,6 +75,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
   if (inst.pipelines.empty()) return Status::Config("instantiation has no pipelines");
   Topology topo;
   topo.microbatch_size = microbatch_size;
+  topo.tp = 0;
   int next_microbatch = 0;
   for (size_t p = 0; p < inst.pipelines.size(); ++p) {
     const auto& pipe = inst.pipelines[p];
@@ -86,14 +94,20 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
                             " layers, another " + std::to_string(topo.num_layers));
     }
     const int num_stages = static_cast<int>(t->stages.size());
-    std::vector<int> pipeline_ranks;
+    const int base = topo.world_size();
     int expected_first = 0;
     for (int s = 0; s < num_stages; ++s) {
       const auto& shape = t->stages[s];
       const std::string stage_where = where + " stage " + std::to_string(s);
-      if (shape.tp != 1) {
+      if (shape.tp < 1) {
         return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
-                              " is not supported by the worker runtime");
+                              " is not a degree");
+      }
+      if (topo.tp == 0) topo.tp = shape.tp;
+      if (shape.tp != topo.tp) {
+        return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
+                              ", another stage's " + std::to_string(topo.tp) +
+                              " (replicas must be split alike)");
       }
       if (shape.first != expected_first || shape.last < shape.first) {
         return Status::Config(stage_where + ": layers " + std::to_string(shape.first) + "-" +
@@ -101,50 +115,66 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
                               std::to_string(expected_first - 1));
       }
       expected_first = shape.last + 1;
-      RankInfo r;
-      r.rank = topo.world_size();
-      r.pipeline = static_cast<int>(p);
-      r.stage = s;
-      r.num_stages = num_stages;
-      const size_t node_slot = static_cast<size_t>(s / std::max(1, t->stages_per_node));
-      r.node = node_slot < pipe.nodes.size() ? pipe.nodes[node_slot] : -1;
-      r.first_layer = shape.first;
-      r.last_layer = shape.last;
-      r.first_microbatch = next_microbatch;
-      r.num_microbatches = pipe.microbatches;
-      r.prev_rank = s > 0 ? r.rank - 1 : -1;
-      r.next_rank = s + 1 < num_stages ? r.rank + 1 : -1;
-      pipeline_ranks.push_back(r.rank);
-      topo.ranks.push_back(r);
+      std::vector<int> stage_ranks;
+      for (int tr = 0; tr < topo.tp; ++tr) {
+        RankInfo r;
+        r.rank = topo.world_size();
+        r.pipeline = static_cast<int>(p);
+        r.stage = s;
+        r.num_stages = num_stages;
+        const size_t node_slot = static_cast<size_t>(s / std::max(1, t->stages_per_node));
+        r.node = node_slot < pipe.nodes.size() ? pipe.nodes[node_slot] : -1;
+        r.tp = topo.tp;
+        r.tp_rank = tr;
+        r.lane = static_cast<int>(p) * topo.tp + tr;
+        r.first_layer = shape.first;
+        r.last_layer = shape.last;
+        r.first_microbatch = next_microbatch;
+        r.num_microbatches = pipe.microbatches;
+        r.prev_rank = s > 0 ? r.rank - topo.tp : -1;
+        r.next_rank = s + 1 < num_stages ? r.rank + topo.tp : -1;
+        stage_ranks.push_back(r.rank);
+        topo.ranks.push_back(r);
+      }
+      if (topo.tp > 1) topo.tp_groups.push_back(std::move(stage_ranks));
+    }
+    for (int tr = 0; tr < topo.tp; ++tr) {
+      std::vector<int> lane;
+      for (int s = 0; s < num_stages; ++s) lane.push_back(base + s * topo.tp + tr);
+      topo.pipelines.push_back(std::move(lane));
     }
     next_microbatch += pipe.microbatches;
-    topo.pipelines.push_back(std::move(pipeline_ranks));
   }
   topo.total_microbatches = next_microbatch;
 
-  // Owner sets, in order of the first layer each owns.
+  // Owner sets of each shard, in order of the first layer each owns, then
+  // of the shard: the sets of shard r are those of shard 0 moved by r.
   std::map<std::vector<int>, int> id_of;
   for (int layer = 0; layer < topo.num_layers; ++layer) {
     std::vector<int> owners;
     for (const auto& r : topo.ranks) {
-      if (r.first_layer <= layer && layer <= r.last_layer) owners.push_back(r.rank);
+      if (r.tp_rank == 0 && r.first_layer <= layer && layer <= r.last_layer) owners.push_back(r.rank);
     }
     auto [it, inserted] = id_of.emplace(owners, static_cast<int>(topo.layer_groups.size()));
     if (inserted) {
-      LayerGroup g;
-      g.id = it->second;
-      g.ranks = owners;
-      topo.layer_groups.push_back(std::move(g));
+      for (int tr = 0; tr < topo.tp; ++tr) {
+        LayerGroup g;
+        g.id = it->second + tr;
+        for (int o : owners) g.ranks.push_back(o + tr);
+        topo.layer_groups.push_back(std::move(g));
+      }
     }
-    topo.layer_groups[it->second].layers.push_back(layer);
+    for (int tr = 0; tr < topo.tp; ++tr) topo.layer_groups[it->second + tr].layers.push_back(layer);
     topo.layer_group_of.push_back(it->second);
   }
 
-  for (const auto& ranks : topo.pipelines) {
-    topo.tied.push_back(ranks.front());
-    if (ranks.size() > 1) topo.tied.push_back(ranks.back());
+  topo.tied.resize(topo.tp);
+  for (const auto& lane : topo.pipelines) {
+    auto& tied = topo.tied[topo.ranks[lane.front()].tp_rank];
+    tied.push_back(lane.front());
+    if (lane.size() > 1) tied.push_back(lane.back());
   }
-  std::sort(topo.tied.begin(), topo.tied.end());
+  for (auto& tied : topo.tied) std::sort(tied.begin(), tied.end());
   return topo;
 }
 
