@@ -27,6 +27,7 @@
 #include "ob/model/data.h"
 #include "ob/model/gpt.h"
 #include "ob/model/train.h"
+#include "ob/model/tensor_parallel.h"
 #include "ob/plan/recovery.h"
 #include "ob/ckpt/checkpoint.h"
 #include "ob/manifest.pb.h"
@@ -54,14 +55,14 @@ constexpr int kFailAfter = 4;  // steps 0..4 run, then a node dies
 // nodes numbered in order, with the micro-batches split evenly.
 std::pair<ob::plan::TemplateSet, ob::plan::Instantiation> Plan(
     const std::vector<std::vector<std::pair<int, int>>>& templates, int nodes, int pipelines,
-    int total_microbatches, int per_node = 1) {
+    int total_microbatches, int per_node = 1, int tp = 1) {
   ob::plan::TemplateSet ts;
   ts.min_nodes = 1;
   for (size_t n = 0; n < templates.size(); ++n) {
     ob::plan::Template t;
     t.nodes = static_cast<int>(n) + 1;
     t.stages_per_node = per_node;
-    for (auto [first, last] : templates[n]) t.stages.push_back({first, last, 1});
+    for (auto [first, last] : templates[n]) t.stages.push_back({first, last, tp});
     ts.templates.push_back(t);
   }
   ob::plan::Instantiation inst;
@@ -103,11 +104,12 @@ bool Identical(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 // Runs `pipelines` pipelines of `nodes` nodes each (`per_node` stages on a
-// node), kills node `victim` (all its ranks) after step kFailAfter, recovers
-// and trains to kSteps; compares with the reference.
+// node, each over `tp` ranks), kills node `victim` (all its ranks) after
+// step kFailAfter, recovers and trains to kSteps; compares with the
+// reference (a stage's shards merged).
 void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& templates,
                        int nodes, int pipelines, int victim_node, bool expect_tied_fetch,
-                       const char* label, int per_node = 1) {
+                       const char* label, int per_node = 1, int tp = 1) {
   torch::set_num_threads(1);
   const int total = 4;
   const auto cfg = Small();
@@ -117,14 +119,14 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   auto ref = ob::model::train_steps(cfg, data, opts, &reference);
   REQUIRE(ref.ok());
 
-  auto [ts, inst] = Plan(templates, nodes, pipelines, total, per_node);
+  auto [ts, inst] = Plan(templates, nodes, pipelines, total, per_node, tp);
   auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
   REQUIRE(topo.ok());
   const int world = topo->world_size();
   auto is_victim = [&](int rank) { return topo->ranks[rank].node == victim_node; };
   int victims = 0;
   for (int rank = 0; rank < world; ++rank) victims += is_victim(rank) ? 1 : 0;
-  REQUIRE(victims == per_node);
+  REQUIRE(victims == per_node * tp);
   auto store = ob::compat::MakeHashStore();
   auto gen0 = c10::make_intrusive<c10d::PrefixStore>("gen/0", store);
 
@@ -180,14 +182,15 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
     if (!is_victim(rank)) agreed = std::min(agreed, old[rank]->last_completed_step());
   }
   REQUIRE(agreed == kFailAfter);
-  const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, world / per_node, 1, total, per_node);
+  const auto problem =
+      ob::plan::testing::UniformProblem(cfg.n_layer, world / (per_node * tp), 1, total, per_node * tp);
   auto rec = ob::plan::Reinstantiate(problem, ts, inst, {victim_node});
   INFO(rec.reason);
   REQUIRE(rec.ok);
   REQUIRE(rec.idle.empty());
   auto next = ob::runtime::BuildTopology(ts, rec.next, kMicrobatch);
   REQUIRE(next.ok());
-  REQUIRE(next->world_size() == world - per_node);
+  REQUIRE(next->world_size() == world - per_node * tp);
   REQUIRE(next->global_batch() == topo->global_batch());
   REQUIRE(!rec.fetches.empty());
   // A new rank's old self: the rank in the same place on the same node.
@@ -285,6 +288,7 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
         source = nullptr;
         for (int q : old_ranks_of.at(from)) {
           const StageSnapshot* s = old[q]->SnapshotAt(agreed);
+          if (topo->ranks[q].tp_rank != r.tp_rank) continue;  // another shard
           if (s != nullptr && s->tensors.count(key)) source = s;
         }
         INFO(label << ": " << key << " on node " << r.node << " from node " << from);
@@ -336,11 +340,14 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   for (const auto& p : reference->named_parameters()) ref_params[p.key()] = p.value();
   const std::string head_copy = std::to_string(cfg.num_layers() - 1) + ".lm_head.weight";
   double max_diff = 0;
-  for (const auto& w : fresh) {
-    for (const auto& p : w->stage()->named_parameters()) {
+  for (size_t first = 0; first < fresh.size(); first += tp) {  // TP rank 0 of each stage
+    for (const auto& p : fresh[first]->stage()->named_parameters()) {
       const std::string name = p.key() == head_copy ? "0.wte.weight" : p.key();
       REQUIRE(ref_params.count(name));
-      max_diff = std::max(max_diff, (p.value() - ref_params[name]).abs().max().item<double>());
+      std::vector<torch::Tensor> shards;
+      for (int r = 0; r < tp; ++r) shards.push_back(fresh[first + r]->stage()->named_parameters()[p.key()]);
+      const auto whole = ob::model::MergeShards(p.key().substr(p.key().find('.') + 1), shards);
+      max_diff = std::max(max_diff, (whole - ref_params[name]).abs().max().item<double>());
     }
   }
   CHECK(max_diff < 1e-5);
@@ -379,6 +386,21 @@ TEST_CASE("two stages a node: a lost node's stages move, a node's own layers cha
   // node 1.
   RecoverAndCompare({{{0, 2}, {3, 5}}, {{0, 1}, {2, 2}, {3, 4}, {5, 5}}}, 2, 2, 3,
                     /*expect_tied_fetch=*/true, "2x(2 nodes x 2 stages) lose node 3", /*per_node=*/2);
+}
+
+// Issue 11, acceptance 3 at the worker level: stages split over 2 TP
+// ranks; a node's ranks die together, each missing shard comes from a
+// survivor holding the same shard.
+TEST_CASE("tensor parallelism 2: a lost node's shards come from the replicas of the same shard",
+          "[recovery][tp]") {
+  RecoverAndCompare({{{0, 5}}, {{0, 2}, {3, 5}}, {{0, 1}, {2, 3}, {4, 5}}}, 2, 2, 3,
+                    /*expect_tied_fetch=*/false, "2x2 tp2 lose node 3", 1, 2);
+}
+
+TEST_CASE("tensor parallelism 2, two stages a node: shards move between a node's slots",
+          "[recovery][tp]") {
+  RecoverAndCompare({{{0, 2}, {3, 5}}, {{0, 1}, {2, 2}, {3, 4}, {5, 5}}}, 2, 2, 3,
+                    /*expect_tied_fetch=*/true, "2x(2 nodes x 2 stages) tp2 lose node 3", 2, 2);
 }
 
 TEST_CASE("rebuilding needs a snapshot at the agreed step", "[recovery]") {

@@ -73,9 +73,9 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
                           " layers, the old " + std::to_string(topo_.num_layers));
   }
-  if (next.tp != 1 || topo_.tp != 1) {
-    return Status::Config(who + ": recovery of tensor-parallel stages (t = " + std::to_string(topo_.tp) +
-                          " -> " + std::to_string(next.tp) + ") is not supported yet");
+  if (next.tp != topo_.tp) {
+    return Status::Config(who + ": recovery from tensor parallelism " + std::to_string(topo_.tp) + " to " +
+                          std::to_string(next.tp) + " (re-sharding) is not supported yet");
   }
   // What each new rank held before: the old stage in the same place on its
   // node (the i-th rank of node n then is the i-th of n now: a worker slot
@@ -95,7 +95,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     auto it = old_ranks_of.find(r.node);
     if (it == old_ranks_of.end() || slot >= it->second.size()) continue;
     const RankInfo& was = topo_.ranks[it->second[slot]];
-    held[r.rank] = {was.first_layer, was.last_layer};
+    held[r.rank] = {was.first_layer, was.last_layer, was.tp, was.tp_rank};
   }
   if (new_rank < 0) return Status::Config(who + ": not in the new plan (idle)");
   return Restore(cfg_, next, new_rank, store, opts_, data_, step, own, held, fetches, timeout);
@@ -105,6 +105,11 @@ namespace {
 
 bool HoldsRange(const StageWorker::Held& h, int layer) {
   return h.first_layer <= layer && layer <= h.last_layer;
+}
+
+// Whether `h` holds the shard of `layer` that `r` runs.
+bool HoldsShard(const StageWorker::Held& h, int layer, const RankInfo& r) {
+  return HoldsRange(h, layer) && h.tp == r.tp && h.tp_rank == r.tp_rank;
 }
 
 // The transfers every rank derives alike (see the file comment).
@@ -117,22 +122,19 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
   for (const auto& r : topo.ranks) ranks_of[r.node].push_back(r.rank);
   std::map<std::pair<int, int>, int> source;  // (node, layer) -> from_node
   for (const auto& f : fetches) source.emplace(std::make_pair(f.node, f.layer), f.from_node);
-  auto holds_tied = [L](const StageWorker::Held& h) {
-    return HoldsRange(h, 0) || HoldsRange(h, L - 1);
-  };
   std::vector<Transfer> transfers;
   for (const auto& r : topo.ranks) {
     const StageWorker::Held& old = held[r.rank];
-    bool tied_pending = HoldsTied(r, L) && !holds_tied(old);
+    bool tied_pending = HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
     for (int l = r.first_layer; l <= r.last_layer; ++l) {
-      if (HoldsRange(old, l)) continue;
+      if (HoldsShard(old, l, r)) continue;
       int from = -1;
       auto it = source.find({r.node, l});
       if (it != source.end()) {  // the plan's choice of node: a rank there holding the layer
         auto f = ranks_of.find(it->second);
         if (f != ranks_of.end()) {
           for (int q : f->second) {
-            if (q != r.rank && HoldsRange(held[q], l)) {
+            if (q != r.rank && HoldsShard(held[q], l, r)) {
               from = q;
               break;
             }
@@ -142,13 +144,15 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
       // Else a rank of the same node holding it (a stage moved between a
       // node's slots), else any.
       for (int q : ranks_of[r.node]) {
-        if (from < 0 && q != r.rank && HoldsRange(held[q], l)) from = q;
+        if (from < 0 && q != r.rank && HoldsShard(held[q], l, r)) from = q;
       }
       for (size_t q = 0; from < 0 && q < held.size(); ++q) {
-        if (static_cast<int>(q) != r.rank && HoldsRange(held[q], l)) from = static_cast<int>(q);
+        if (static_cast<int>(q) != r.rank && HoldsShard(held[q], l, r)) from = static_cast<int>(q);
       }
       if (from < 0) {
-        return Status::Config("node " + std::to_string(r.node) + " layer " + std::to_string(l) +
+        std::string what = "layer " + std::to_string(l);
+        if (r.tp > 1) what += " shard " + std::to_string(r.tp_rank) + " of " + std::to_string(r.tp);
+        return Status::Config("node " + std::to_string(r.node) + " " + what +
                               ": no rank of the new plan holds it");
       }
       Transfer t;
@@ -179,11 +183,17 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
     return Status::Config(who + ": outside the new plan, or holdings for " +
                           std::to_string(held.size()) + " ranks");
   }
-  if (next.tp != 1) {
-    return Status::Config(who + ": restoring tensor-parallel stages (t = " + std::to_string(next.tp) +
-                          ") from snapshots is not supported yet");
+  for (const Held& h : held) {
+    if (h.first_layer <= h.last_layer && h.tp != next.tp) {
+      return Status::Config(who + ": a snapshot of tensor parallelism " + std::to_string(h.tp) +
+                            " for a plan of " + std::to_string(next.tp) +
+                            " (re-sharding) is not supported yet");
+    }
   }
   const Held mine = held[new_rank];
+  // Its own snapshot is its state only if it holds the shard it now runs;
+  // otherwise it only serves the ranks that run that shard.
+  const bool own_shard = mine.tp_rank == next.ranks[new_rank].tp_rank;
   if (mine.first_layer <= mine.last_layer && own == nullptr) {
     return Status::Config(who + ": claims layers " + std::to_string(mine.first_layer) + "-" +
                           std::to_string(mine.last_layer) + " but has no snapshot");
@@ -209,7 +219,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
     std::map<std::string, TensorSnapshot> state;
     for (const auto& [key, p] : params) {
       auto it = own->tensors.find(key);
-      if (it != own->tensors.end()) state[key] = it->second;
+      if (own_shard && it != own->tensors.end()) state[key] = it->second;
     }
 
     const auto device = opts.device;

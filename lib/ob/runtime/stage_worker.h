@@ -171,7 +171,8 @@ class StageWorker {
   // fetch list's holder over a "recovery" group), and its next call should
   // be Step(step + 1). kConfig when this worker has no snapshot at `step`,
   // its node is not in `next`, a rank of `next` is a node that was not in
-  // this topology (new nodes: not supported yet), or a needed layer has no fetch from a rank of `next`; kUnavailable when a
+  // this topology (new nodes: not supported yet), or a needed layer has no fetch from a rank of `next`,
+  // or `next` has another tensor-parallel degree (re-sharding: not yet); kUnavailable when a
   // peer fails. Does not touch this worker, which may be destroyed after.
   Result<std::unique_ptr<StageWorker>> Rebuild(
       int64_t step, const Topology& next, const std::vector<plan::LayerFetch>& fetches,
@@ -192,6 +193,7 @@ class StageWorker {
   // layers `held` claims; kUnavailable when a peer fails.
   struct Held {
     int first_layer = 0, last_layer = -1;   // none when first > last
+    int tp = 1, tp_rank = 0;                // which shard of those layers
   };
   static Result<std::unique_ptr<StageWorker>> Restore(
       const model::GptConfig& cfg, const Topology& topo, int rank,
