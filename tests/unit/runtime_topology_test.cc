@@ -218,11 +218,17 @@ TEST_CASE("CheckRunnable: every template's tensor parallelism against the model"
   CHECK(st.message() ==
         "the template for 2 node(s), stage 2: tensor parallelism 3 does not divide the model's 4 attention heads");
 
-  auto two = ts;
-  two.templates[0].stages[0].tp = 2;  // divides, but this runtime runs t = 1 only
+  auto two = ts;  // every stage t = 2: runnable
+  for (auto& t : two.templates) {
+    for (auto& s : t.stages) s.tp = 2;
+  }
+  CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
+  two.templates[1].stages[3].tp = 1;  // a recovery onto it would re-shard
   st = ob::runtime::CheckRunnable(two, inst, 1, cfg);
   CHECK(st.code() == ob::Code::kConfig);
-  CHECK(st.message().find("tensor parallelism 1 only") != std::string::npos);
+  CHECK(st.message() ==
+        "the template for 2 node(s), stage 3: tensor parallelism 1, another's 2: this ob-launch recovers "
+        "between equal degrees only (re-sharding is not supported yet)");
 
   auto zero = ts;
   zero.templates[0].stages[0].tp = 0;

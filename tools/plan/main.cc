@@ -24,6 +24,7 @@ struct Options {
   int nodes = 0;
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
+  int tp = 0;                  // 0: chosen
   double gpu_memory_gib = 0;   // 0: from the profile
   double host_memory_gib = 0;  // 0: not checked
   int global_batch = 256;
@@ -181,6 +182,18 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
                                   : (profile.microbatch_sizes_size() ? static_cast<int>(profile.microbatch_sizes(0)) : 1);
   auto problem = ob::plan::MakeProblem(profile, c, g.faults, g.global_batch, mb);
   if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
+  if (g.tp > 0) {
+    if (c.gpus_per_node % g.tp != 0) {
+      return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +
+                               std::to_string(c.gpus_per_node) + " GPUs of a node");
+    }
+    if (problem->n_head % g.tp != 0 || (4 * problem->n_embd) % g.tp != 0) {
+      return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the model's " +
+                               std::to_string(problem->n_head) + " attention heads and MLP width " +
+                               std::to_string(4 * problem->n_embd));
+    }
+    problem->tp = g.tp;
+  }
   const auto& p = *problem;
 
   OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
@@ -237,6 +250,10 @@ void Setup(CLI::App& app) {
       ->option_text("FILE");
   app.add_option("-g,--gpus-per-node", g.gpus_per_node,
                  "GPUs per node (default: the hosts' slots=, else the profile's)");
+  app.add_option("--tp", g.tp,
+                 "Tensor-parallel degree of every stage (Megatron's --tensor-model-parallel-size); "
+                 "a node then runs g/tp stages (default: the fastest degree the model splits by)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
   app.add_option("--host-memory", g.host_memory_gib,
                  "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "

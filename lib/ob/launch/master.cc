@@ -44,9 +44,6 @@ Status Master::Prepare() {
   pb::Plan& plan = plan_;
   OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
   hosts_name_ = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
-  Result<LaunchLayout> layout = LayOut(plan, hosts_, hosts_name_);
-  if (!layout.ok()) return layout.status().WithContext(io::DisplayName(opt_.plan_path));
-  layout_ = std::move(layout).value();
   auto loaded = plan::FromProto(plan);
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
   loaded_ = std::move(loaded).value();
@@ -55,6 +52,19 @@ Status Master::Prepare() {
                                             loaded_.problem.microbatch_size,
                                             model::GptConfig::FromProto(plan.model()))
                          .WithContext(io::DisplayName(opt_.plan_path)));
+  int tp = 1;
+  for (const auto& t : loaded_.templates.templates) {
+    for (const auto& stage : t.stages) tp = std::max(tp, stage.tp);
+  }
+  if (tp > 1 && (!opt_.ckpt_dir.empty() || !opt_.resume.empty())) {
+    return Status::Config(io::DisplayName(opt_.plan_path) + ": tensor parallelism " + std::to_string(tp) +
+                          " with --ckpt-dir or --resume: checkpoints of tensor-parallel stages are not supported yet");
+  }
+  // Then where its ranks go (a stage's tensor-parallel ranks count
+  // against its host's slots).
+  Result<LaunchLayout> layout = LayOut(plan, hosts_, hosts_name_);
+  if (!layout.ok()) return layout.status().WithContext(io::DisplayName(opt_.plan_path));
+  layout_ = std::move(layout).value();
   holding_ = loaded_.instantiation;
   ranks_.resize(layout_.ranks.size());
   {

@@ -124,14 +124,18 @@ Result<LaunchLayout> LayOut(const pb::Plan& plan, const std::vector<cluster::Hos
         return Status::DataErr("pipeline " + std::to_string(p) + ": node " +
                                std::to_string(node) + " is not in the plan's hosts");
       }
-      RankPlacement r;
-      r.rank = static_cast<int>(out.ranks.size());
-      r.host = node_to_host[node];
-      r.pipeline = static_cast<int>(p);
-      r.stage = static_cast<int>(s);
-      r.local_rank = static_cast<int>(out.host_ranks[r.host].size());
-      out.host_ranks[r.host].push_back(r.rank);
-      out.ranks.push_back(r);
+      // The stage's tensor-parallel ranks, consecutive on its node, as
+      // runtime/topology.h numbers them.
+      for (int tr = 0; tr < std::max(1, t->stages[s].tp); ++tr) {
+        RankPlacement r;
+        r.rank = static_cast<int>(out.ranks.size());
+        r.host = node_to_host[node];
+        r.pipeline = static_cast<int>(p);
+        r.stage = static_cast<int>(s);
+        r.local_rank = static_cast<int>(out.host_ranks[r.host].size());
+        out.host_ranks[r.host].push_back(r.rank);
+        out.ranks.push_back(r);
+      }
     }
   }
   if (out.ranks.empty()) return Status::DataErr("the plan has no pipelines");

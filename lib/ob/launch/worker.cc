@@ -176,17 +176,17 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   for (int s = 0; s < Arena::kSlots; ++s) {
     Arena::SlotInfo i = arena.info(s);
     if (i.lineage != source.lineage()) i = Arena::SlotInfo();  // another lineage's: never ours
-    mine << i.step << " " << i.first_layer << " " << i.last_layer << " ";
+    mine << i.step << " " << i.first_layer << " " << i.last_layer << " " << i.tp << " " << i.tp_rank << " ";
   }
   StoreSet(store, HeldKey(rank), mine.str());
   OB_LOG(Debug) << "own snapshots of lineage " << source.lineage()
-                << " (step first last, per slot): " << mine.str();
+                << " (step first last tp shard, per slot): " << mine.str();
   std::vector<std::array<Arena::SlotInfo, Arena::kSlots>> all(static_cast<size_t>(world));
   int64_t newest = -2;
   for (int q = 0; q < world; ++q) {
     std::istringstream in(StoreGet(store, HeldKey(q)));
     for (auto& i : all[static_cast<size_t>(q)]) {
-      if (!(in >> i.step >> i.first_layer >> i.last_layer)) {
+      if (!(in >> i.step >> i.first_layer >> i.last_layer >> i.tp >> i.tp_rank)) {
         return Status::DataErr("rank " + std::to_string(q) + " published a malformed snapshot list");
       }
       newest = std::max(newest, i.step);
@@ -213,7 +213,7 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
     for (int s = 0; s < Arena::kSlots; ++s) {
       const auto& i = all[static_cast<size_t>(q)][static_cast<size_t>(s)];
       if (i.complete() && i.step == sp.step) {
-        sp.held[static_cast<size_t>(q)] = {i.first_layer, i.last_layer};
+        sp.held[static_cast<size_t>(q)] = {i.first_layer, i.last_layer, i.tp, i.tp_rank};
         if (q == rank) sp.own_slot = s;
       }
     }

@@ -48,6 +48,9 @@ struct Problem {
   int sequence_length = 0;
   // Model shape, for the tensor-parallel activation formula of SPEC §8.
   int n_embd = 0, n_head = 0;
+  // The tensor-parallel degree every stage must use (ob-plan --tp); 0: the
+  // planner chooses among the degrees g/k the model splits by.
+  int tp = 0;
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 

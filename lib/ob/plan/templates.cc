@@ -146,6 +146,7 @@ std::vector<int> StagesPerNodeChoices(const Problem& p) {
   for (int k = 1; k <= p.cluster.gpus_per_node; ++k) {
     if (p.cluster.gpus_per_node % k != 0) continue;
     const int tp = p.cluster.gpus_per_node / k;
+    if (p.tp > 0 && tp != p.tp) continue;
     if (tp > 1 && ((p.n_head > 0 && p.n_head % tp != 0) || (p.n_embd > 0 && (4 * p.n_embd) % tp != 0))) continue;
     ks.push_back(k);
   }

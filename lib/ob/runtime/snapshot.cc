@@ -31,6 +31,8 @@ CopyJobs PlanCopies(const model::GptStage& stage, const torch::Tensor& tied,
   into->step = -2;  // invalid until complete: a throw leaves it unusable
   into->first_layer = stage->first();
   into->last_layer = stage->last();
+  into->tp = stage->tp() ? stage->tp()->size : 1;
+  into->tp_rank = stage->tp() ? stage->tp()->rank : 0;
   auto& state = optimizer.state();
   CopyJobs jobs;
   *cuda = false;

@@ -54,6 +54,7 @@ struct StageSnapshot {
   int64_t step = -2;       // state after global step `step`; -1: initial weights; -2: empty
   int first_layer = 0;     // the stage's layers [first_layer, last_layer]
   int last_layer = -1;
+  int tp = 1, tp_rank = 0; // shard tp_rank of tp of those layers (tensor_parallel.h)
   std::map<std::string, TensorSnapshot> tensors;
 
   bool valid() const { return step >= -1; }

@@ -16,7 +16,7 @@ namespace ob::runtime {
 namespace {
 
 constexpr uint64_t kMagic = 0x6f622d736e617031ull;  // "ob-snap1"
-constexpr uint32_t kVersion = 2;  // 2: slots carry their lineage
+constexpr uint32_t kVersion = 3;  // 2: slots carry their lineage; 3: and their shard
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kReserveBytes = uint64_t{1} << 38;  // virtual only: 256 GiB
 constexpr int kMaxDims = 6;
@@ -33,6 +33,8 @@ struct SlotHeader {
   uint64_t offset;      // of the region, from the file start
   uint64_t capacity;    // bytes of the region
   uint64_t lineage;     // of the state captured (control.proto's WeightSource)
+  int32_t tp;           // shard tp_rank of tp of the layers
+  int32_t tp_rank;
 };
 
 struct Entry {
@@ -134,6 +136,8 @@ SnapshotArena::SlotInfo SnapshotArena::info(int slot) const {
   i.step = s.step;
   i.first_layer = s.first_layer;
   i.last_layer = s.last_layer;
+  i.tp = s.tp;
+  i.tp_rank = s.tp_rank;
   i.lineage = s.lineage;
   return i;
 }
@@ -157,6 +161,8 @@ Result<StageSnapshot> SnapshotArena::View(int slot) const {
   out.step = s.step;
   out.first_layer = s.first_layer;
   out.last_layer = s.last_layer;
+  out.tp = s.tp;
+  out.tp_rank = s.tp_rank;
   char* region = base_ + s.offset;
   const auto* entries = reinterpret_cast<const Entry*>(region);
   for (int i = 0; i < s.count; ++i) {
@@ -200,6 +206,8 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
   s.step = -2;
   s.first_layer = like.first_layer;
   s.last_layer = like.last_layer;
+  s.tp = like.tp;
+  s.tp_rank = like.tp_rank;
   s.count = static_cast<int32_t>(like.tensors.size());
   char* region = base_ + s.offset;
   auto* entries = reinterpret_cast<Entry*>(region);
@@ -207,6 +215,8 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
   out->step = -2;
   out->first_layer = like.first_layer;
   out->last_layer = like.last_layer;
+  out->tp = like.tp;
+  out->tp_rank = like.tp_rank;
   out->tensors.clear();
   int i = 0;
   for (const auto& [key, t] : like.tensors) {  // map order: the table is sorted by key
@@ -246,6 +256,8 @@ void SnapshotArena::Commit(int slot, const StageSnapshot& snap) {
   }
   s.first_layer = snap.first_layer;
   s.last_layer = snap.last_layer;
+  s.tp = snap.tp;
+  s.tp_rank = snap.tp_rank;
   s.step = snap.step;
   s.lineage = lineage_;
   __atomic_store_n(&s.state, kComplete, __ATOMIC_RELEASE);

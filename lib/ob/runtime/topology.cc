@@ -58,8 +58,10 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
         return Status::Config(where + " does not divide the model's MLP width " +
                               std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
       }
-      if (tp != 1) {
-        return Status::Config(where + ": this ob-launch runs tensor parallelism 1 only (plan with ob-plan -g 1)");
+      const int first_tp = ts.templates.front().stages.empty() ? tp : ts.templates.front().stages.front().tp;
+      if (tp != first_tp) {
+        return Status::Config(where + ", another's " + std::to_string(first_tp) +
+                              ": this ob-launch recovers between equal degrees only (re-sharding is not supported yet)");
       }
     }
   }

@@ -106,9 +106,9 @@ struct Topology {
 // Whether this worker runtime can run `inst` of `ts` for `model`: the
 // topology builds (see above), and every stage's tensor-parallel degree t
 // is one the runtime supports for this model (t divides the attention
-// heads and the MLP width, t <= the vocabulary; today only t = 1: tensor
-// parallelism is planned by ob-plan; the worker runs it, recovery and
-// checkpoints do not yet). kConfig with one line
+// heads and the MLP width, t <= the vocabulary), the same in every template
+// (a recovery from one degree to another would re-shard: not yet).
+// kConfig with one line
 // naming the template, stage and reason (every template is checked: a
 // recovery may instantiate any); the master calls it before any
 // host starts, so a plan the runtime cannot run never reaches a worker.

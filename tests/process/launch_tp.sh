@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Tensor parallelism inside a node (issue 11, acceptance 1 and 3), local
+# hosts of several slots, gpt-tiny (4 heads, a byte vocabulary of 256
+# split over the TP ranks, the LM head tied to the embedding), plans made
+# by ob-plan --tp:
+#  1. 20 steps of (a) 1 host x 2 slots, one stage, tp 2; (b) 2 hosts x 4
+#     slots, 2 pipelines x 2 stages, tp 2 (2 stages a node); (c) 1 host x
+#     4 slots, tp 4: each run's losses equal the one-worker run's within
+#     1e-5 relative;
+#  2. 3 hosts x 4 slots, f = 1, tp 2 and 2 stages a node: kill -9 of host
+#     h2 (its agent, its 4 workers, its standbys) after step 15 of 60:
+#     training reaches step 60 from the survivors' snapshots (no
+#     checkpoint), every loss equal to an uninterrupted run's within 1e-4,
+#     no process left behind.
+NAME=launch_tp
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+
+"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
+  -o "$WORK/tiny.pb" || fail "ob-profile"
+(umask 077; echo "secret-$TAG" > "$WORK/secret")
+
+# plan NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb (and NAME.hosts,
+# NAME.json) for local hosts "HOST slots=N", checked with its JSON: every
+# stage has the asked tp. (Not a run's name: run_start removes RUN.pb.)
+plan() {
+  local name=$1 tp
+  shift
+  : > "$WORK/$name.hosts"
+  while [ "$1" != "--" ]; do echo "${TAG}$1" >> "$WORK/$name.hosts"; shift; done
+  shift
+  tp=1
+  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --tp ] && { j=$((i + 1)); tp=${!j}; }; done
+  local flags=(--hosts "$WORK/$name.hosts" -B 8 --gpu-memory 0.1 --overhead-gib 0 "$@")
+  "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/$name.pb" "$WORK/tiny.pb" || fail "ob-plan $name"
+  "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/$name.json" || fail "ob-plan --json $name"
+  python3 - "$WORK/$name.json" "$tp" <<'PY' || fail "$name: not the plan this test is about: $(head -c 400 "$WORK/$name.json")"
+import json, sys
+p, tp = json.load(open(sys.argv[1])), int(sys.argv[2])
+assert all(s["tensor_parallel"] == tp for t in p["templates"] for s in t["stages"]), p["templates"]
+PY
+}
+
+# 1. Equivalence with one worker.
+plan p-one h0 -- -g 1 -f 0
+RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" reference_run 20
+plan p-a "h1 slots=2" -- -g 2 --tp 2 -f 0
+plan p-b "h1 slots=4" "h2 slots=4" -- -g 4 --tp 2 -f 1
+plan p-c "h1 slots=4" -- -g 4 --tp 4 -f 0
+python3 - "$WORK/p-b.json" <<'PY' || fail "plan p-b is not 2 pipelines x 2 stages: $(head -c 600 "$WORK/p-b.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+pipes = p["instantiation"]["pipelines"]
+t = {x["nodes"]: x for x in p["templates"]}
+assert len(pipes) == 2 and all(len(t[q["template_nodes"]]["stages"]) == 2 for q in pipes), (pipes, t)
+PY
+for run in a b c; do
+  RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/p-$run.hosts" run_start "$run" 20
+  run_wait
+  [ "$RC" = 0 ] || fail "$run: exit $RC: $(tail -3 "$WORK/$run.err")"
+  python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/$run.pb" 1e-5 > "$WORK/$run.cmp" \
+    || fail "$run: $(cat "$WORK/$run.cmp")"
+  echo "$NAME: $run: $(cat "$WORK/$run.cmp")"
+done
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+
+# 2. A host of 4 TP ranks lost and recovered in place.
+plan p-r "h1 slots=4" "h2 slots=4" "h3 slots=4" -- -g 4 --tp 2 -f 1
+python3 - "$WORK/p-r.json" "$TAG" <<'PY' || fail "plan p-r: $(head -c 600 "$WORK/p-r.json")"
+import json, sys
+p, tag = json.load(open(sys.argv[1])), sys.argv[2]
+assert all(t["stages_per_node"] == 2 for t in p["templates"]), p["templates"]
+assert tag + "h2" in p["instantiation"]["pipelines"][0]["nodes"], p["instantiation"]
+PY
+export RUN_PLAN="$WORK/p-r.pb" RUN_HOSTS="$WORK/p-r.hosts"
+RUN_RANKS=12 reference_run 60
+run_start host 60
+wait_step host 15 || fail "did not reach step 15: $(tail -3 "$WORK/host.err")"
+victims=$(host_pids "${TAG}h2")
+[ -n "$victims" ] || fail "no processes for ${TAG}h2"
+kill -9 $victims
+run_wait
+[ "$RC" = 0 ] || fail "exit $RC: $(tail -3 "$WORK/host.err")"
+grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated" "$WORK/host/events.log" \
+  || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/host/events.log")"
+rec=$(grep " recovered generation=2 " "$WORK/host/events.log") || fail "no recovery logged"
+grep start-workers "$WORK/host/events.log" | tail -1 | grep -q "source=snapshots" \
+  || fail "the recovery did not start from snapshots: $(grep start-workers "$WORK/host/events.log" | tail -1)"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/host.pb" 1e-4 > "$WORK/host.cmp" \
+  || fail "$(cat "$WORK/host.cmp")"
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: kill -9 of ${TAG}h2 (4 TP ranks): $(cat "$WORK/host.cmp"); ${rec#* recovered }"
+echo "$NAME: ok"
