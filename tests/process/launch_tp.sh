@@ -11,7 +11,12 @@
 #     h2 (its agent, its 4 workers, its standbys) after step 15 of 60:
 #     training reaches step 60 from the survivors' snapshots (no
 #     checkpoint), every loss equal to an uninterrupted run's within 1e-4,
-#     no process left behind.
+#     no process left behind;
+#  3. (acceptance 4) that 3 x 4 plan (tp 2, 2 stages a node) saves
+#     checkpoints after steps 9 and 19 (TP rank 0 of each stage writes the
+#     merged tensors); step 9's resumes on one worker (tp 1, one stage a
+#     node) and on tp 4: steps 10-19 give the saving run's losses within
+#     1e-5.
 NAME=launch_tp
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -90,4 +95,21 @@ python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/host.pb" 1e-4 > "$WORK/host.
   || fail "$(cat "$WORK/host.cmp")"
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: kill -9 of ${TAG}h2 (4 TP ranks): $(cat "$WORK/host.cmp"); ${rec#* recovered }"
+
+# 3. Checkpoints across tensor-parallel degrees.
+run_start saved 20 --ckpt-dir "$WORK/ck" --ckpt-every 10
+run_wait
+[ "$RC" = 0 ] || fail "saving run: exit $RC: $(tail -3 "$WORK/saved.err")"
+[ -f "$WORK/ck/step-000000000009/manifest.pb" ] || fail "no checkpoint of step 9: $(ls "$WORK/ck")"
+"$OB_BIN/ob-ckpt" verify "$WORK/ck/step-000000000009" > /dev/null || fail "ob-ckpt verify step 9"
+unset RUN_PLAN RUN_HOSTS
+for to in p-one p-c; do
+  RUN_PLAN="$WORK/$to.pb" RUN_HOSTS="$WORK/$to.hosts" run_start "resume-$to" 20 --resume "$WORK/ck/step-000000000009"
+  run_wait
+  [ "$RC" = 0 ] || fail "resumed on $to: exit $RC: $(tail -3 "$WORK/resume-$to.err")"
+  python3 "$METRICS_PY" compare "$WORK/resume-$to.pb" "$WORK/saved.pb" 1e-5 > "$WORK/resume-$to.cmp" \
+    || fail "resumed on $to: $(cat "$WORK/resume-$to.cmp")"
+  echo "$NAME: tp 2 checkpoint of step 9 resumed on $to: $(cat "$WORK/resume-$to.cmp")"
+done
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: ok"

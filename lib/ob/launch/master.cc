@@ -52,14 +52,6 @@ Status Master::Prepare() {
                                             loaded_.problem.microbatch_size,
                                             model::GptConfig::FromProto(plan.model()))
                          .WithContext(io::DisplayName(opt_.plan_path)));
-  int tp = 1;
-  for (const auto& t : loaded_.templates.templates) {
-    for (const auto& stage : t.stages) tp = std::max(tp, stage.tp);
-  }
-  if (tp > 1 && (!opt_.ckpt_dir.empty() || !opt_.resume.empty())) {
-    return Status::Config(io::DisplayName(opt_.plan_path) + ": tensor parallelism " + std::to_string(tp) +
-                          " with --ckpt-dir or --resume: checkpoints of tensor-parallel stages are not supported yet");
-  }
   // Then where its ranks go (a stage's tensor-parallel ranks count
   // against its host's slots).
   Result<LaunchLayout> layout = LayOut(plan, hosts_, hosts_name_);

@@ -430,11 +430,11 @@ Status RunWorker(const WorkerOptions& o) {
       }
       auto loaded_state = runtime::LoadStageSnapshot(
           source.checkpoint(), me.first_layer, me.last_layer,
-          me.first_layer == 0 || me.last_layer == topo.num_layers - 1);
+          me.first_layer == 0 || me.last_layer == topo.num_layers - 1, me.tp, me.tp_rank);
       if (!loaded_state.ok()) return refuse(loaded_state.status());
       own = std::move(loaded_state).value();
       sp.step = source.step();
-      for (const auto& r : topo.ranks) sp.held.push_back({r.first_layer, r.last_layer});
+      for (const auto& r : topo.ranks) sp.held.push_back({r.first_layer, r.last_layer, r.tp, r.tp_rank});
     } else {
       Result<StartPoint> agreed = Status::Internal("");
       try {
@@ -490,7 +490,21 @@ Status RunWorker(const WorkerOptions& o) {
 
   std::unique_ptr<runtime::Checkpointer> saver;
   if (!o.ckpt_dir.empty()) {  // ckpt_every 0: only when the master asks
-    saver = std::make_unique<runtime::Checkpointer>(o.ckpt_dir, o.ckpt_every, topo, o.rank);
+    c10::intrusive_ptr<compat::Backend> tp_group;
+    const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
+    if (me.tp > 1) {  // the shards of a save go to TP rank 0 over a CPU group of their own
+      std::vector<int> ranks;
+      for (int r = 0; r < me.tp; ++r) ranks.push_back(o.rank - me.tp_rank + r);
+      try {
+        tp_group = compat::MakeProcessGroup(
+            c10::make_intrusive<c10d::PrefixStore>("ckpt/" + runtime::Topology::TpGroupName(ranks), gen_store),
+            me.tp_rank, me.tp, torch::kCPU, timeout);
+      } catch (const std::exception& e) {
+        return Status::Unavailable("joining the checkpoint group failed: " + FirstLine(e.what()));
+      }
+    }
+    saver = std::make_unique<runtime::Checkpointer>(o.ckpt_dir, o.ckpt_every, topo, o.rank, tp_group,
+                                                    cfg.vocab_size);
   }
   auto report = [](const runtime::Checkpointer::Done& d, pb::Metrics* m) {
     auto* c = m->mutable_checkpoint();

@@ -12,6 +12,7 @@
 #include "ob/ckpt/checkpoint.h"
 #include "ob/ckpt/safetensors.h"
 #include "ob/manifest.pb.h"
+#include "ob/model/tensor_parallel.h"
 
 namespace ob::runtime {
 
@@ -51,6 +52,97 @@ Names StoredNames(const std::string& key) {
 }
 
 std::string LayerPrefix(int layer) { return std::to_string(layer) + "."; }
+
+// The parameter name a snapshot key is sharded as (tensor_parallel.h):
+// "3.attn.c_attn.weight" -> "attn.c_attn.weight"; the tied weight is a
+// token table.
+std::string ShardName(const std::string& key) {
+  if (key == StageSnapshot::kTied) return "wte.weight";
+  return key.substr(key.find('.') + 1);
+}
+
+// Whether a whole tensor of parameter `name` splits in `tp` shards.
+bool Splits(const std::string& name, const torch::Tensor& t, int tp) {
+  switch (model::ShardKindOf(name)) {
+    case model::ShardKind::kReplicated: return true;
+    case model::ShardKind::kVocabRows: return t.dim() >= 1 && t.size(0) >= tp;
+    case model::ShardKind::kRows: return t.dim() >= 1 && t.size(0) % tp == 0;
+    case model::ShardKind::kHeadRows: return t.dim() >= 1 && t.size(0) % (3 * tp) == 0;
+    case model::ShardKind::kColumns: return t.dim() >= 2 && t.size(1) % tp == 0;
+  }
+  return false;
+}
+
+// Whether snapshot key `key` belongs to the files of `layers` (the tied
+// weight with layer 0 when `with_tied`).
+bool InLayers(const std::string& key, const std::vector<int>& layers, bool with_tied) {
+  if (key == StageSnapshot::kTied) {
+    return with_tied && std::find(layers.begin(), layers.end(), 0) != layers.end();
+  }
+  const int layer = std::stoi(key.substr(0, key.find('.')));
+  return std::find(layers.begin(), layers.end(), layer) != layers.end();
+}
+
+// Tensor parallelism: TP rank 0 of a stage receives the other ranks'
+// shards of the keys it writes and returns them merged, whole; the others
+// send theirs and return an empty snapshot. Keys in map order, for each
+// the value and both moments, tag = their index: both ends agree. Shards
+// have rank 0's shape but for the rows of a vocabulary shard.
+StageSnapshot GatherShards(const StageSnapshot& snap, const std::vector<int>& layers, bool with_tied,
+                           int t, int r, compat::Backend& group, int64_t vocab) {
+  using Work = c10::intrusive_ptr<c10d::Work>;
+  std::vector<Work> works;
+  std::vector<torch::Tensor> keep;
+  struct Parts {
+    std::vector<torch::Tensor> value, exp_avg, exp_avg_sq;
+  };
+  std::map<std::string, Parts> parts;
+  int tag = 0;
+  for (const auto& [key, s] : snap.tensors) {
+    if (!InLayers(key, layers, with_tied)) continue;
+    const std::string name = ShardName(key);
+    Parts& p = parts[key];
+    for (const torch::Tensor* own : {&s.value, &s.exp_avg, &s.exp_avg_sq}) {
+      std::vector<torch::Tensor>& out = own == &s.value ? p.value : own == &s.exp_avg ? p.exp_avg : p.exp_avg_sq;
+      if (r != 0) {
+        std::vector<torch::Tensor> buf{own->contiguous()};
+        keep.push_back(buf[0]);
+        works.push_back(group.send(buf, 0, tag));
+      } else {
+        out.push_back(*own);
+        for (int q = 1; q < t; ++q) {
+          std::vector<int64_t> shape(own->sizes().begin(), own->sizes().end());
+          if (model::ShardKindOf(name) == model::ShardKind::kVocabRows) {
+            auto [lo, hi] = model::VocabRange(vocab, t, q);
+            shape[0] = hi - lo;
+          }
+          std::vector<torch::Tensor> buf{torch::empty(shape, own->options())};
+          out.push_back(buf[0]);
+          works.push_back(group.recv(buf, q, tag));
+        }
+      }
+      ++tag;
+    }
+  }
+  for (auto& w : works) {
+    if (!w->wait()) throw std::runtime_error("gathering the shards was aborted");
+  }
+  StageSnapshot whole;
+  whole.step = snap.step;
+  whole.first_layer = snap.first_layer;
+  whole.last_layer = snap.last_layer;
+  if (r != 0) return whole;
+  for (auto& [key, p] : parts) {
+    const std::string name = ShardName(key);
+    TensorSnapshot m;
+    m.value = model::MergeShards(name, p.value).contiguous();
+    m.exp_avg = model::MergeShards(name, p.exp_avg).contiguous();
+    m.exp_avg_sq = model::MergeShards(name, p.exp_avg_sq).contiguous();
+    m.adam_step = snap.tensors.at(key).adam_step;
+    whole.tensors[key] = std::move(m);
+  }
+  return whole;
+}
 
 Status AddTensor(const std::string& name, const torch::Tensor& t, std::vector<ckpt::TensorView>* out) {
   OB_ASSIGN_OR_RETURN(ckpt::DType dtype, ToDType(t.scalar_type()));
@@ -93,13 +185,25 @@ constexpr size_t kWriters = 2;
 
 // Writes the layers' files and this rank's part; runs on the save thread,
 // which fans the files out over kWriters threads.
-Checkpointer::Done Save(const std::string& dir, int64_t step, int rank, const std::vector<int>& layers,
-                        bool with_tied, const StageSnapshot* snap) {
+Checkpointer::Done Save(const std::string& dir, int64_t step, int rank, std::vector<int> layers,
+                        bool with_tied, const StageSnapshot* snap, int t, int r,
+                        c10::intrusive_ptr<compat::Backend> group, int64_t vocab) {
   const auto start = std::chrono::steady_clock::now();
   Checkpointer::Done done;
   done.step = step;
   pb::Manifest part;
   Status st = ckpt::BeginStep(dir, step);
+  StageSnapshot whole;
+  if (t > 1 && st.ok()) {
+    try {
+      whole = GatherShards(*snap, layers, with_tied, t, r, *group, vocab);
+      snap = &whole;
+    } catch (const std::exception& e) {
+      st = Status::Unavailable("step " + std::to_string(step) + ": gathering the tensor-parallel shards failed: " +
+                               FirstLine(e.what()));
+    }
+    if (r != 0) layers.clear();  // TP rank 0 writes them
+  }
   std::vector<Result<pb::CheckpointFile>> files(layers.size(), Status::Internal("not written"));
   std::atomic<size_t> next{0};
   auto writer = [&] {
@@ -133,11 +237,22 @@ Checkpointer::Done Save(const std::string& dir, int64_t step, int rank, const st
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::string dir, int64_t every, const Topology& topo, int rank)
-    : dir_(std::move(dir)), every_(every), rank_(rank), num_layers_(topo.num_layers) {
+Checkpointer::Checkpointer(std::string dir, int64_t every, const Topology& topo, int rank,
+                           c10::intrusive_ptr<compat::Backend> tp_group, int64_t vocab_size)
+    : dir_(std::move(dir)),
+      every_(every),
+      rank_(rank),
+      tp_(topo.ranks[static_cast<size_t>(rank)].tp),
+      tp_rank_(topo.ranks[static_cast<size_t>(rank)].tp_rank),
+      tp_group_(std::move(tp_group)),
+      vocab_size_(vocab_size),
+      num_layers_(topo.num_layers) {
+  // The layers whose shard-0 writer is this stage's TP rank 0 (every TP
+  // rank of that stage takes part in writing them).
+  const int stage_rank0 = rank - tp_rank_;
   for (int l = 0; l < topo.num_layers; ++l) {
     const auto& owners = topo.layer_groups[static_cast<size_t>(topo.layer_group_of[static_cast<size_t>(l)])].ranks;
-    if (!owners.empty() && owners.front() == rank) layers_.push_back(l);
+    if (!owners.empty() && owners.front() == stage_rank0) layers_.push_back(l);
   }
   // The tied weight goes with layer 0, written by layer 0's writer, which
   // holds it (the embedding stage owns the tied weight).
@@ -169,7 +284,8 @@ bool Checkpointer::AfterStep(StageWorker& worker, int64_t step, int64_t last_ste
   if (!save) return have;
   const StageSnapshot* snap = worker.Pin(step);
   if (snap != nullptr) {
-    pending_ = std::async(std::launch::async, Save, dir_, step, rank_, layers_, writes_tied_, snap);
+    pending_ = std::async(std::launch::async, Save, dir_, step, rank_, layers_, writes_tied_, snap, tp_, tp_rank_,
+                          tp_group_, vocab_size_);
   }
   return have;
 }
@@ -181,10 +297,13 @@ bool Checkpointer::Finish(StageWorker& worker, Done* finished) {
   return true;
 }
 
-Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, int last, bool tied) {
+Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, int last, bool tied, int tp,
+                                        int tp_rank) {
   StageSnapshot out;
   out.first_layer = first;
   out.last_layer = last;
+  out.tp = tp;
+  out.tp_rank = tp_rank;
   std::vector<int> layers;
   for (int l = first; l <= last; ++l) layers.push_back(l);
   if (tied && first != 0) layers.insert(layers.begin(), 0);  // the tied weight lives with layer 0
@@ -220,6 +339,15 @@ Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, 
         t.adam_step = std::stoll(m->second);
       } catch (const std::exception&) {
         return Status::DataErr(path + ": metadata " + n.adam_step + " is not a number");
+      }
+      if (tp > 1) {  // this rank's shard of the whole tensors
+        const std::string name = ShardName(key);
+        if (!Splits(name, t.value, tp)) {
+          return Status::DataErr(path + ": " + key + " does not split in " + std::to_string(tp) + " shards");
+        }
+        t.value = model::ShardOf(name, t.value, tp, tp_rank);
+        t.exp_avg = model::ShardOf(name, t.exp_avg, tp, tp_rank);
+        t.exp_avg_sq = model::ShardOf(name, t.exp_avg_sq, tp, tp_rank);
       }
       out.tensors[key] = std::move(t);
     }

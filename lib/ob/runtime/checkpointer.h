@@ -7,6 +7,11 @@
 // rotates through its other slots) and a background thread writes the
 // layers this rank is the writer of — each layer is written once, by the
 // lowest rank that owns it; the tied LM weight goes with layer 0 — as
+// whole (unsharded) tensors: with tensor parallelism t > 1 the stage's TP
+// rank 0 writes, the other t − 1 send it their shards of those layers
+// over a CPU group of their own (never the training groups or the GPU),
+// and it merges them (tensor_parallel.h, MergeShards), so a checkpoint
+// does not depend on the degree that saved it. They go as
 // safetensors files into the step's partial directory, then this rank's
 // part manifest (ckpt/checkpoint.h). The training thread pays nothing at
 // the checkpoint step; it waits only when the next checkpoint step comes
@@ -15,7 +20,8 @@
 //
 // Loading. LoadStageSnapshot reads, from any checkpoint, the layers
 // [first, last] (and the tied weight when asked) into a host StageSnapshot,
-// whatever layout saved them; StageWorker::Restore then installs it.
+// whatever layout saved them, as shard tp_rank of tp; StageWorker::Restore
+// then installs it.
 //
 // Thread-safety: Checkpointer's methods run on the training thread; the
 // writer thread only reads the pinned snapshot. Failure: a failed save (a
@@ -45,8 +51,12 @@ class Checkpointer {
   };
 
   // `every` > 0: save after steps every-1, 2·every-1, ... and the last;
-  // 0: only when AfterStep is forced.
-  Checkpointer(std::string dir, int64_t every, const Topology& topo, int rank);
+  // 0: only when AfterStep is forced. With tensor parallelism, `tp_group`
+  // is a CPU (Gloo) group of the rank's stage, TP rank order, used only
+  // here, and `vocab_size` the model's (for the shapes of vocabulary
+  // shards). REQUIRES: tp_group when topo.tp > 1.
+  Checkpointer(std::string dir, int64_t every, const Topology& topo, int rank,
+               c10::intrusive_ptr<compat::Backend> tp_group = {}, int64_t vocab_size = 0);
   ~Checkpointer();           // waits for a save in progress
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -71,6 +81,9 @@ class Checkpointer {
   std::string dir_;
   int64_t every_;
   int rank_;
+  int tp_ = 1, tp_rank_ = 0;
+  c10::intrusive_ptr<compat::Backend> tp_group_;
+  int64_t vocab_size_ = 0;
   int num_layers_;
   std::vector<int> layers_;
   bool writes_tied_ = false;
@@ -81,6 +94,7 @@ class Checkpointer {
 // keyed as in StageSnapshot; the tied weight under kTied when `tied`), read
 // from the checkpoint directory `ckpt` (a step-… directory). kDataErr
 // naming the file when a layer or tensor is missing or damaged.
-Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt, int first, int last, bool tied);
+Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt, int first, int last, bool tied,
+                                        int tp = 1, int tp_rank = 0);
 
 }  // namespace ob::runtime
