@@ -9,7 +9,8 @@
 #  3. --device cuda with one GPU per host: each worker gets
 #     CUDA_VISIBLE_DEVICES=0 (its slot) and OB_DEVICE=cuda; its thread
 #     variables are max(1, cores / workers) unless the agent's environment
-#     sets them (OMP_NUM_THREADS=3 here is passed through as it is).
+#     sets them (OMP_NUM_THREADS=3 here is passed through as it is), and
+#     so are the standbys'.
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -51,6 +52,18 @@ for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "O
   grep -qx "OMP_NUM_THREADS=3" <<< "$env" || fail "worker $p: $(grep OMP_NUM <<< "$env")"
   grep -qx "MKL_NUM_THREADS=$want" <<< "$env" || fail "worker $p: $(grep MKL_NUM <<< "$env"), want $want"
 done
+# Standbys start with the threads they will get (their pools are sized at
+# start: a standby sized for the whole machine took 1.5 s instead of 0.4
+# for its first step after a recovery).
+standbys=0
+for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -Lsa "OB_RANK=" | cut -d/ -f3); do
+  grep -qa -- "--standby-worker" "/proc/$p/cmdline" 2>/dev/null || continue
+  env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null) || continue
+  grep -qx "MKL_NUM_THREADS=$want" <<< "$env" || fail "standby $p: $(grep MKL_NUM <<< "$env"), want $want"
+  grep -qx "OPENBLAS_NUM_THREADS=$want" <<< "$env" || fail "standby $p: $(grep OPENBLAS_NUM <<< "$env"), want $want"
+  standbys=$((standbys + 1))
+done
+[ "$standbys" -gt 0 ] || fail "no standby worker to check"
 grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=3 (from the environment), OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=$want" \
   "$WORK/c.err" || fail "no agent line on threads: $(grep -m1 'worker(s) on' "$WORK/c.err")"
 stop_master c

@@ -128,6 +128,9 @@ class Agent {
   // OMP_NUM_THREADS and the like for `workers` workers (agent.h), added to
   // each spec unless our environment sets them.
   void SetThreads(std::vector<pb::WorkerSpec>* specs);
+  // The thread variables (devices.h) a worker here gets when `sharing`
+  // workers share the host's cores, leaving out those the user set.
+  std::map<std::string, std::string> ThreadEnv(int sharing) const;
   std::vector<std::string> WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot);
   // Forks `argv` with the slot's snapshot arena and a new store endpoint;
   // sets *store_client to the endpoint's id.
@@ -156,6 +159,11 @@ class Agent {
   // one finds its predecessor's state; it dies with the agent.
   std::map<uint32_t, int> arenas_;
   std::map<uint32_t, Standby> standby_;  // per slot, waiting for a role
+  // How many workers shared the cores at the last start (a standby starts
+  // with the threads it would get: LibTorch's and BLAS's pools are sized
+  // when they first run, and a pool sized for the whole machine makes the
+  // first step after a recovery several times slower).
+  int last_sharing_ = 0;
   // Workers' and standbys' store requests, to the master and back.
   std::unique_ptr<StoreRelay> relay_;
   uint64_t generation_ = 0;
@@ -345,23 +353,40 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
   StartPending();
 }
 
-void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
-  if (specs->empty()) return;
+namespace {
+int Cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                   : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-  const int sharing = std::max(static_cast<int>(specs->size()), opt_.cpu_share);
-  const int n = ThreadsPerWorker(cores, sharing);
-  std::string said;
+  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                       : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+}
+}  // namespace
+
+std::map<std::string, std::string> Agent::ThreadEnv(int sharing) const {
+  std::map<std::string, std::string> env;
+  const int n = ThreadsPerWorker(Cores(), sharing);
   for (const std::string& var : ThreadVariables()) {
     const char* have = std::getenv(var.c_str());
-    if (have != nullptr && *have != '\0') {
-      said += (said.empty() ? "" : ", ") + var + "=" + have + " (from the environment)";
+    if (have == nullptr || *have == '\0') env[var] = std::to_string(n);
+  }
+  return env;
+}
+
+void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
+  if (specs->empty()) return;
+  const int cores = Cores();
+  const int sharing = std::max(static_cast<int>(specs->size()), opt_.cpu_share);
+  last_sharing_ = sharing;
+  const std::map<std::string, std::string> mine = ThreadEnv(sharing);
+  std::string said;
+  for (const std::string& var : ThreadVariables()) {
+    auto it = mine.find(var);
+    if (it == mine.end()) {
+      said += (said.empty() ? "" : ", ") + var + "=" + std::getenv(var.c_str()) + " (from the environment)";
       continue;
     }
-    for (auto& spec : *specs) (*spec.mutable_env())[var] = std::to_string(n);
-    said += (said.empty() ? "" : ", ") + var + "=" + std::to_string(n);
+    for (auto& spec : *specs) (*spec.mutable_env())[var] = it->second;
+    said += (said.empty() ? "" : ", ") + var + "=" + it->second;
   }
   OB_LOG(Info) << specs->size() << " worker(s) here, " << sharing << " sharing " << cores << " core(s), "
                << (cuda() ? "cuda" : "cpu") << ": " << said;
@@ -427,6 +452,7 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
     for (const auto& [k, v] : spec->env()) env.push_back(k + "=" + v);
   } else {
     env.push_back("OB_HOST=" + opt_.host);  // so tools that look for our workers find it
+    for (const auto& [k, v] : ThreadEnv(std::max({1, last_sharing_, opt_.cpu_share}))) env.push_back(k + "=" + v);
   }
   const bool on_cuda = cuda();
   env.push_back(std::string("OB_DEVICE=") + (on_cuda ? "cuda" : "cpu"));
