@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Recovery time with tensor parallelism and several stages a node (issue
+# 11, acceptance 5): gpt-tiny on 3 local hosts of 4 slots, ob-plan -g 4
+# --tp 2 -f 1 (2 stages a node, each over 2 TP ranks: 12 workers); every
+# process of host 2 (its agent, its 4 workers, its standbys) is killed
+# with SIGKILL at step KILL_STEP, and the time from the kill to the next
+# completed step (the first `recovered` line of events.log after the kill)
+# is measured, with the phases the master logs.
+#
+#   bench/tp_recovery.sh [RUNS]        (default 5; medians)
+#
+# Environment: OB_BIN (default build/bin), STEPS (40), KILL_STEP (15).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+TAG=tpr$$h
+bench_cluster tp-recovery "$TAG"
+printf '%s1 slots=4\n%s2 slots=4\n%s3 slots=4\n' "$TAG" "$TAG" "$TAG" > hosts.txt
+runs=${1:-5}
+steps=${STEPS:-40}
+kill_step=${KILL_STEP:-15}
+for t in ob-profile ob-plan ob-launch; do
+  [ -x "$bin/$t" ] || { echo "tp_recovery.sh: $bin/$t: not found (build first)" >&2; exit 1; }
+done
+
+"$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb
+"$bin/ob-plan" --hosts hosts.txt -g 4 --tp 2 -f 1 -B 8 --gpu-memory 0.1 --overhead-gib 0 -o plan.pb tiny.pb
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+max_step() { [ -s "$1" ] && python3 "$root/tests/lib/metrics.py" max-step "$1" || echo -1; }
+
+# one RUN: prints "kill_to_next_ms detect decide teardown regroup copy first_step" or dashes.
+one() {
+  local run=$1 pid kill_ms line end pids
+  timeout 300 "$bin/ob-launch" --rsh local --secret-file secret --run-dir "$run" --steps "$steps" \
+    --data "$root/tests/data/corpus.txt" --metrics "$run.pb" plan.pb hosts.txt 2> "$run.err" &
+  pid=$!
+  end=$(( $(date +%s) + 240 ))
+  until [ "$(max_step "$run.pb")" -ge "$kill_step" ]; do
+    if ! kill -0 "$pid" 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; then echo "- - - - - - -"; return; fi
+    sleep 0.05
+  done
+  pids=$( (pgrep -f -- "--agent .*--host ${TAG}2( |\$)" || true
+           grep -lsa "OB_HOST=${TAG}2\b" /proc/[0-9]*/environ | cut -d/ -f3 || true) | sort -u | tr '\n' ' ')
+  kill_ms=$(now_ms)
+  # shellcheck disable=SC2086
+  kill -9 $pids 2>/dev/null || true
+  wait "$pid" || true
+  line=$(grep ' recovered ' "$run/events.log" | head -1 || true)
+  [ -n "$line" ] || { echo "- - - - - - -"; return; }
+  phase() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$line"; }
+  echo "$(( $(date -d "${line%% *}" +%s%3N) - kill_ms )) $(phase detect_ms) $(phase decide_ms)" \
+       "$(phase teardown_ms) $(phase regroup_ms) $(phase copy_ms) $(phase first_step_ms)"
+}
+
+echo "# recovery with tp 2 and 2 stages a node: gpt-tiny, 3 local hosts x 4 slots, SIGKILL of host 2 (4 workers) at step $kill_step"
+echo "#   kill->next = the kill to the first 'recovered' line after it; phases as the master logs them (ms)"
+echo "#   $(nproc) cores; $("$bin/ob-launch" --version); $(date -u +%Y-%m-%d)"
+fmt='%-6s %10s %8s %8s %9s %8s %8s %11s\n'
+# shellcheck disable=SC2059
+printf "$fmt" "# run" "kill->next" detect decide teardown regroup copy first_step
+totals=()
+for r in $(seq 1 "$runs"); do
+  read -r k d de t g c f < <(one "run$r")
+  # shellcheck disable=SC2059
+  printf "$fmt" "$r" "$k" "$d" "$de" "$t" "$g" "$c" "$f"
+  [ "$k" = - ] || totals+=("$k")
+done
+[ "${#totals[@]}" -gt 0 ] || { echo "tp_recovery.sh: no run recovered" >&2; exit 1; }
+echo "median kill->next: $(median "${totals[@]}") ms over ${#totals[@]} runs (target <= 2000)"
