@@ -183,10 +183,13 @@ class StageWorker {
   // after step `step` comes from snapshots rather than from an old worker.
   // `own` is this process's snapshot at `step` (from its SnapshotArena; null
   // for a node that holds nothing, e.g. one that joined); `held[r]` says
-  // which layers rank r's own snapshot holds, for every rank of `topo`
-  // (every rank passes the same list: they derive the same transfers). A
-  // layer a rank needs and does not hold comes from the fetch list's holder
-  // when that rank holds it, else from the lowest rank that holds it.
+  // which layers (and which tensor-parallel shard of them) rank r's own
+  // snapshot holds, for every rank of `topo` (every rank passes the same
+  // list: they derive the same transfers). A layer shard a rank needs and
+  // does not hold comes from the fetch list's holder when that rank holds
+  // the same shard, else from a rank of its node, else from the lowest
+  // rank that holds it. kConfig too when a holder's degree is not `topo`'s
+  // (re-sharding: not yet).
   // With `arena`, the new worker keeps its snapshots there; `arena_keep` is
   // the slot `own` lives in, left intact until the state at `step` is in
   // the other one. kConfig when a layer has no holder or `own` is missing
