@@ -25,6 +25,23 @@ nodes = [n for x in pipes for n in x["node_ids"]]
 assert sorted(nodes) == list(range(16)), nodes
 PY
 
+# One tensor-parallel degree in every template (the runtime sums a layer's
+# gradient shard by shard, and does not re-shard on a recovery): gpt3-6.7b
+# on 8 nodes of 8 H100s planned templates of t = 2, 4 and 8 before.
+"$PROFILE" --model gpt3-6.7b --analytic --gpu h100 -o "$TMP/6.7b-h100.pb" || fail "6.7b h100 profile"
+for n in 4 8 16; do
+  "$PLAN" --nodes "$n" -g 8 -f 1 -B 256 --json "$TMP/6.7b-h100.pb" > "$TMP/tp$n.json" || fail "plan n=$n"
+  python3 - "$TMP/tp$n.json" <<'PY' || fail "n=$n: templates of several tensor-parallel degrees"
+import json, sys
+p = json.load(open(sys.argv[1]))
+degrees = {s["tensor_parallel"] for t in p["templates"] for s in t["stages"]}
+assert len(degrees) == 1, sorted(degrees)
+PY
+done
+"$PLAN" --nodes 8 -g 8 --tp 8 -f 1 -B 256 --json "$TMP/6.7b-h100.pb" | grep -q '"tensor_parallel": 8' || fail "--tp 8"
+expect 64 'tp 3 does not divide the 8 GPUs of a node' -- "$PLAN" --nodes 8 -g 8 --tp 3 "$TMP/6.7b-h100.pb"
+expect 64 'tp 16 does not divide the 8 GPUs of a node' -- "$PLAN" --nodes 8 -g 8 --tp 16 "$TMP/6.7b-h100.pb"
+
 # f = 2 with too few nodes for 3 pipelines is refused.
 expect 78 'needs at least' -- "$PLAN" --nodes 2 -g 8 -f 2 "$TMP/6.7b.pb"
 

@@ -185,4 +185,36 @@ TEST_CASE("Rebalance recomputes the split and the iteration time") {
   CheckWellFormed(p, *ts, *inst);
 }
 
+TEST_CASE("one tensor-parallel degree for every template: the fastest instantiation's") {
+  // 8 GPUs a node, 16 heads: t in {1, 2, 4, 8}; per template the best k
+  // may differ, the runtime needs one.
+  for (int nodes : {4, 8, 12}) {
+    Problem p = testing::UniformProblem(16, nodes, 1, 64, 8);
+    const Result<int> t = ChooseTensorParallel(p);
+    REQUIRE(t.ok());
+    INFO(nodes << " nodes: t = " << *t);
+    const std::vector<int> choices = TensorParallelChoices(p);
+    CHECK(std::find(choices.begin(), choices.end(), *t) != choices.end());
+    double chosen = 0;
+    std::vector<double> others;
+    for (int u : choices) {
+      Problem q = p;
+      q.tp = u;
+      const Result<TemplateSet> ts = BuildTemplates(q);
+      if (!ts.ok()) continue;
+      for (const Template& tm : ts->templates) {
+        for (const auto& st : tm.stages) CHECK(st.tp == u);
+      }
+      const Result<Instantiation> inst = Instantiate(q, *ts);
+      if (!inst.ok()) continue;
+      (u == *t ? chosen : others.emplace_back()) = inst->iteration_seconds;
+    }
+    for (double o : others) CHECK(chosen <= o);
+  }
+  Problem odd = testing::UniformProblem(16, 4, 1, 64, 8);
+  odd.n_head = 25;  // only t = 1 splits 25 heads
+  CHECK(TensorParallelChoices(odd) == std::vector<int>{1});
+  CHECK(*ChooseTensorParallel(odd) == 1);
+}
+
 }  // namespace ob::plan

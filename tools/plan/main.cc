@@ -193,6 +193,11 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
                                std::to_string(4 * problem->n_embd));
     }
     problem->tp = g.tp;
+  } else {
+    // One degree for all templates, as the runtime needs; when none
+    // instantiates alone, BuildTemplates below says why, as it always did.
+    ob::Result<int> tp = ob::plan::ChooseTensorParallel(*problem);
+    if (tp.ok()) problem->tp = *tp;
   }
   const auto& p = *problem;
 

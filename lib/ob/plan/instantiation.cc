@@ -141,6 +141,32 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
   return m;
 }
 
+Result<int> ChooseTensorParallel(const Problem& p) {
+  Status last = Status::Config("no tensor-parallel degree divides the model");
+  int best = 0;
+  double best_seconds = 0;
+  for (int t : TensorParallelChoices(p)) {
+    Problem q = p;
+    q.tp = t;
+    Result<TemplateSet> ts = BuildTemplates(q);
+    if (!ts.ok()) {
+      last = ts.status();
+      continue;
+    }
+    Result<Instantiation> inst = Instantiate(q, *ts);
+    if (!inst.ok()) {
+      last = inst.status();
+      continue;
+    }
+    if (best == 0 || inst->iteration_seconds < best_seconds) {
+      best = t;
+      best_seconds = inst->iteration_seconds;
+    }
+  }
+  if (best == 0) return last;
+  return best;
+}
+
 Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst) {
   std::vector<int> template_nodes;
   for (const PipelineInstance& pl : inst->pipelines) template_nodes.push_back(pl.template_nodes);

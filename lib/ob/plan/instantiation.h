@@ -57,6 +57,14 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
 // with f + 1 ≤ P ≤ M pipelines, or M < f + 1.
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts);
 
+// One tensor-parallel degree for every template, as the runtime needs (a
+// layer's gradient is summed shard by shard across replicas, so they must
+// be split alike, and a recovery onto another degree would re-shard): the
+// degree among TensorParallelChoices(p) whose templates instantiate on the
+// cluster with the least iteration time (ties: the smaller degree). The
+// error of the last degree tried when none instantiates.
+Result<int> ChooseTensorParallel(const Problem& p);
+
 // Recomputes microbatches (by SplitBatch) and iteration_seconds of `inst` for
 // its pipelines, keeping their order and nodes; SplitBatch's errors.
 Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst);

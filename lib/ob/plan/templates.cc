@@ -320,4 +320,11 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
   return set;
 }
 
+std::vector<int> TensorParallelChoices(const Problem& p) {
+  std::vector<int> ts;
+  for (int k : StagesPerNodeChoices(p)) ts.push_back(p.cluster.gpus_per_node / k);
+  std::sort(ts.begin(), ts.end());
+  return ts;
+}
+
 }  // namespace ob::plan

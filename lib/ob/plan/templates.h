@@ -72,4 +72,9 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes);
 // N / (f + 1) when that is at least 1). Messages are one line.
 Result<TemplateSet> BuildTemplates(const Problem& p);
 
+// The tensor-parallel degrees t = g/k a template may use, ascending: t
+// divides the model's heads and MLP width (the runtime's rule), and equals
+// p.tp when that is set.
+std::vector<int> TensorParallelChoices(const Problem& p);
+
 }  // namespace ob::plan
