@@ -28,7 +28,8 @@ PY
 # After that step the idle host's snapshot is a step older than the
 # survivors' newest, the master restarts from a checkpoint (none here: exit
 # 75), and this attempt says nothing; on a fast machine generation 2 can
-# step within the 90 ms, so the attempt is made again (at most 3).
+# step within the 90 ms (or a rank of it between the kill and its agent's
+# death), so the attempt is made again (at most 3).
 for attempt in 1 2 3; do
   run_start second "$STEPS"
   wait_step second 15 || fail "did not reach step 15: $(tail -3 "$WORK/second.err")"
@@ -45,9 +46,24 @@ for attempt in 1 2 3; do
     continue
   fi
   run_wait
+  # A rank of generation 2 may have completed a step between the kill and
+  # its agent's death (the recovered line needs every rank): the premise
+  # broke too.
+  if [ "$RC" != 0 ] && python3 - "$OB_SOURCE_DIR/tests/lib" "$WORK/second.pb" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import metrics
+sys.exit(0 if any(r.get(metrics.GENERATION, 0) == 2 for r in metrics.records(sys.argv[2])) else 1)
+PY
+  then
+    echo "$NAME: attempt $attempt: a rank of generation 2 stepped before the second kill took effect; again" >&2
+    wait_for 5 no_tagged || fail "processes left after attempt $attempt: $(tagged)"
+    [ "$attempt" = 3 ] && skip "generation 2 stepped before the second kill in 3 attempts"
+    continue
+  fi
   break
 done
-[ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err")"
+[ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err"; grep -iE 'worker\[[0-9]+\].*(error|cannot|refus)' "$WORK/second.err" | tail -3)"
 grep -q "decide generation=3 lost hosts $a1; re-instantiated as pipelines of 2 nodes, 0 layer copies" \
   "$WORK/second/events.log" || fail "generation 3 is not a copy-free re-instantiation: $(grep decide "$WORK/second/events.log")"
 rec=$(grep " recovered generation=3 " "$WORK/second/events.log") \
