@@ -181,6 +181,7 @@ TEST_CASE("shards: every parameter splits and merges back, uneven vocabularies i
           rows += shards.back().size(0);
         }
         INFO(p.key() << " t = " << t);
+        CHECK(SplitsInto(name, p.value(), t));
         CHECK(torch::equal(MergeShards(name, shards), p.value()));
         if (ShardKindOf(name) == ShardKind::kVocabRows) CHECK(rows == cfg.vocab_size);
         if (ShardKindOf(name) == ShardKind::kReplicated) CHECK(torch::equal(shards.back(), p.value()));
@@ -191,6 +192,11 @@ TEST_CASE("shards: every parameter splits and merges back, uneven vocabularies i
   CHECK((VocabRange(37, 4, 3) == std::pair<int64_t, int64_t>(27, 37)));
   CHECK(ShardKindOf("attn.c_attn.weight") == ShardKind::kHeadRows);
   CHECK(ShardKindOf("attn.c_proj.bias") == ShardKind::kReplicated);
+  // 64-wide: 3 heads of rows, 5 columns or 38 vocabulary shards do not split it.
+  CHECK_FALSE(SplitsInto("attn.c_attn.weight", torch::zeros({3 * 64, 64}), 3));
+  CHECK_FALSE(SplitsInto("mlp.c_proj.weight", torch::zeros({64, 256}), 5));
+  CHECK_FALSE(SplitsInto("wte.weight", torch::zeros({37, 64}), 38));
+  CHECK(SplitsInto("ln_f.weight", torch::zeros({64}), 5));
 }
 
 TEST_CASE("tp = 2 and 4 train as the unsharded stage: losses, gradients, AdamW steps") {

@@ -187,12 +187,12 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +
                                std::to_string(c.gpus_per_node) + " GPUs of a node");
     }
-    if (problem->n_head % g.tp != 0 || (4 * problem->n_embd) % g.tp != 0) {
+    problem->tp = g.tp;
+    if (ob::plan::TensorParallelChoices(*problem).empty()) {
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the model's " +
                                std::to_string(problem->n_head) + " attention heads and MLP width " +
                                std::to_string(4 * problem->n_embd));
     }
-    problem->tp = g.tp;
   } else {
     // One degree for all templates, as the runtime needs; when none
     // instantiates alone, BuildTemplates below says why, as it always did.

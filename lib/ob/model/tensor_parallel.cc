@@ -102,6 +102,17 @@ torch::Tensor ShardOf(const std::string& p, const torch::Tensor& full, int t, in
   return full.clone();
 }
 
+bool SplitsInto(const std::string& p, const torch::Tensor& full, int t) {
+  switch (ShardKindOf(p)) {
+    case ShardKind::kReplicated: return true;
+    case ShardKind::kVocabRows: return full.dim() >= 1 && full.size(0) >= t;
+    case ShardKind::kRows: return full.dim() >= 1 && full.size(0) % t == 0;
+    case ShardKind::kHeadRows: return full.dim() >= 1 && full.size(0) % (3 * t) == 0;
+    case ShardKind::kColumns: return full.dim() >= 2 && full.size(1) % t == 0;
+  }
+  return false;
+}
+
 torch::Tensor MergeShards(const std::string& p, const std::vector<torch::Tensor>& shards) {
   torch::NoGradGuard no_grad;
   switch (ShardKindOf(p)) {

@@ -82,6 +82,9 @@ std::pair<int64_t, int64_t> VocabRange(int64_t vocab, int t, int r);
 // Rank r of t's shard of `full` (a copy), and the full tensor from the t
 // shards in rank order. REQUIRES: CheckTensorParallel(t) for the model.
 torch::Tensor ShardOf(const std::string& layer_param, const torch::Tensor& full, int t, int r);
+// Whether `full` (a whole tensor of `layer_param`) splits in t shards as
+// ShardOf takes them: a whole tensor read from a file may not.
+bool SplitsInto(const std::string& layer_param, const torch::Tensor& full, int t);
 torch::Tensor MergeShards(const std::string& layer_param, const std::vector<torch::Tensor>& shards);
 
 // The pieces of the sharded layers (gpt.cc) that talk to the group:

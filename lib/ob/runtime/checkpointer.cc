@@ -61,18 +61,6 @@ std::string ShardName(const std::string& key) {
   return key.substr(key.find('.') + 1);
 }
 
-// Whether a whole tensor of parameter `name` splits in `tp` shards.
-bool Splits(const std::string& name, const torch::Tensor& t, int tp) {
-  switch (model::ShardKindOf(name)) {
-    case model::ShardKind::kReplicated: return true;
-    case model::ShardKind::kVocabRows: return t.dim() >= 1 && t.size(0) >= tp;
-    case model::ShardKind::kRows: return t.dim() >= 1 && t.size(0) % tp == 0;
-    case model::ShardKind::kHeadRows: return t.dim() >= 1 && t.size(0) % (3 * tp) == 0;
-    case model::ShardKind::kColumns: return t.dim() >= 2 && t.size(1) % tp == 0;
-  }
-  return false;
-}
-
 // Whether snapshot key `key` belongs to the files of `layers` (the tied
 // weight with layer 0 when `with_tied`).
 bool InLayers(const std::string& key, const std::vector<int>& layers, bool with_tied) {
@@ -342,7 +330,7 @@ Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, 
       }
       if (tp > 1) {  // this rank's shard of the whole tensors
         const std::string name = ShardName(key);
-        if (!Splits(name, t.value, tp)) {
+        if (!model::SplitsInto(name, t.value, tp)) {
           return Status::DataErr(path + ": " + key + " does not split in " + std::to_string(tp) + " shards");
         }
         t.value = model::ShardOf(name, t.value, tp, tp_rank);

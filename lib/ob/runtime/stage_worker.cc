@@ -279,13 +279,7 @@ void StageWorker::BuildBuckets() {
   buckets_.clear();
   // Highest layers first: the order their last backward finishes in.
   for (int l = me.last_layer; l >= me.first_layer; --l) {
-    int group = -1;
-    for (const auto& lg : topo_.layer_groups) {
-      if (std::find(lg.layers.begin(), lg.layers.end(), l) != lg.layers.end() &&
-          std::binary_search(lg.ranks.begin(), lg.ranks.end(), rank_)) {
-        group = lg.id;
-      }
-    }
+    const int group = topo_.layer_group_of[l] + me.tp_rank;  // the owners of our shard of l
     int64_t bytes = 0;
     for (const auto& p : layer_params_[l - me.first_layer]) bytes += p.numel() * 4;
     if (bytes == 0) continue;

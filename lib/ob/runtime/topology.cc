@@ -44,6 +44,7 @@ bool Topology::InTied(int rank) const {
 Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& inst, int microbatch_size,
                      const model::GptConfig& model) {
   // Every template, not only those instantiated: a recovery may use any.
+  int degree = 0;  // the first stage's: every stage must have it
   for (const plan::Template& t : ts.templates) {
     for (size_t s = 0; s < t.stages.size(); ++s) {
       const int tp = t.stages[s].tp;
@@ -58,9 +59,9 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
         return Status::Config(where + " does not divide the model's MLP width " +
                               std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
       }
-      const int first_tp = ts.templates.front().stages.empty() ? tp : ts.templates.front().stages.front().tp;
-      if (tp != first_tp) {
-        return Status::Config(where + ", another's " + std::to_string(first_tp) +
+      if (degree == 0) degree = tp;
+      if (tp != degree) {
+        return Status::Config(where + ", another's " + std::to_string(degree) +
                               ": this ob-launch recovers between equal degrees only (re-sharding is not supported yet)");
       }
     }

@@ -85,6 +85,7 @@ struct Topology {
   std::vector<RankInfo> ranks;                  // indexed by rank
   std::vector<std::vector<int>> pipelines;      // lanes: ranks in stage order
   std::vector<std::vector<int>> tp_groups;      // when tp > 1: each stage's ranks
+                                                // (rank q's: tp_groups[q / tp])
   std::vector<LayerGroup> layer_groups;
   // layer -> index in layer_groups of its TP rank 0's owners; TP rank r's
   // are the index + r.
