@@ -168,6 +168,37 @@ host_pids() {
   { pgrep -f -- "--agent .*--host $1( |\$)"; grep -lsa "OB_HOST=$1\b" /proc/[0-9]*/environ | cut -d/ -f3; } \
     | sort -u
 }
+# kill_host_at RUN STEP HOST: once a rank of RUN reported STEP, kill -9 of
+# HOST's agent and every worker and standby it started; then waits for the
+# master (RC).
+kill_host_at() {
+  local run=$1 step=$2 host=$3 victims
+  wait_step "$run" "$step" || fail "$run did not reach step $step: $(tail -3 "$WORK/$run.err")"
+  victims=$(host_pids "$host")
+  [ -n "$victims" ] || fail "no processes for $host"
+  # shellcheck disable=SC2086
+  kill -9 $victims
+  run_wait
+}
+# check_recovered RUN STEPS WHAT: RUN exited 0 after STEPS steps, recovered
+# in place once (generation 2, from the survivors' snapshots, every phase
+# logged), every loss the reference's ($WORK/ref.pb) within 1e-4, nothing
+# left behind; prints the comparison and the phases.
+check_recovered() {
+  local run=$1 steps=$2 what=$3 rec start phase
+  [ "$RC" = 0 ] || fail "$what: exit $RC: $(tail -3 "$WORK/$run.err")"
+  grep -q "trained $steps steps: final loss" "$WORK/$run.err" || fail "$what: no closing line"
+  rec=$(grep " recovered generation=2 " "$WORK/$run/events.log") || fail "$what: no recovery logged"
+  for phase in detect decide teardown regroup copy first_step total; do
+    [[ "$rec" =~ " ${phase}_ms="[0-9]+ ]] || fail "$what: no $phase phase in: $rec"
+  done
+  start=$(grep " start-workers generation=2 " "$WORK/$run/events.log")
+  [[ "$start" =~ " source=snapshots " ]] || fail "$what: generation 2 did not start from snapshots: $start"
+  python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/$run.pb" 1e-4 > "$WORK/$run.cmp" \
+    || fail "$what: $(cat "$WORK/$run.cmp")"
+  wait_for 3 no_tagged || fail "$what: processes left behind: $(tagged)"
+  echo "$NAME: $what: $(cat "$WORK/$run.cmp"); ${rec#* recovered }"
+}
 # worker_pid RANK: this test's worker process of that rank (named ob-worker-RANK).
 worker_pid() {
   local p

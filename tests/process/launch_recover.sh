@@ -16,32 +16,12 @@ STEPS=60
 
 reference_run "$STEPS"
 
-# check_recovered RUN WHAT: the run finished every step with the reference's losses.
-check_recovered() {
-  local run=$1 what=$2
-  [ "$RC" = 0 ] || fail "$what: exit $RC: $(tail -3 "$WORK/$run.err")"
-  grep -q "trained $STEPS steps: final loss" "$WORK/$run.err" || fail "$what: no closing line"
-  local rec
-  rec=$(grep " recovered generation=2 " "$WORK/$run/events.log") || fail "$what: no recovery logged"
-  for phase in detect decide teardown regroup copy first_step total; do
-    [[ "$rec" =~ " ${phase}_ms="[0-9]+ ]] || fail "$what: no $phase phase in: $rec"
-  done
-  python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/$run.pb" 1e-4 > "$WORK/$run.cmp" \
-    || fail "$what: $(cat "$WORK/$run.cmp")"
-  wait_for 3 no_tagged || fail "$what: processes left behind: $(tagged)"
-  echo "$NAME: $what: $(cat "$WORK/$run.cmp"); ${rec#* recovered }"
-}
-
 # 1. A host: its agent, its worker and its standby, all at once.
 run_start host "$STEPS"
-wait_step host 15 || fail "host run did not reach step 15: $(tail -3 "$WORK/host.err")"
-victims=$(host_pids "${TAG}h3")
-[ -n "$victims" ] || fail "no processes for ${TAG}h3"
-kill -9 $victims
-run_wait
+kill_host_at host 15 "${TAG}h3"
 grep -q "decide generation=2 lost hosts ${TAG}h3; re-instantiated" "$WORK/host/events.log" \
   || fail "no re-instantiation decision: $(grep decide "$WORK/host/events.log")"
-check_recovered host "kill -9 of host ${TAG}h3"
+check_recovered host "$STEPS" "kill -9 of host ${TAG}h3"
 
 # 2. One worker (rank 1: the last stage of the first pipeline).
 run_start worker "$STEPS"
@@ -52,5 +32,5 @@ kill -9 "$victim"
 run_wait
 grep -q "decide generation=2 restarting every worker in place" "$WORK/worker/events.log" \
   || fail "no restart decision: $(grep decide "$WORK/worker/events.log")"
-check_recovered worker "kill -9 of worker rank 1"
+check_recovered worker "$STEPS" "kill -9 of worker rank 1"
 echo "$NAME: ok"

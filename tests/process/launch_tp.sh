@@ -80,21 +80,10 @@ PY
 export RUN_PLAN="$WORK/p-r.pb" RUN_HOSTS="$WORK/p-r.hosts"
 RUN_RANKS=12 reference_run 60
 run_start host 60
-wait_step host 15 || fail "did not reach step 15: $(tail -3 "$WORK/host.err")"
-victims=$(host_pids "${TAG}h2")
-[ -n "$victims" ] || fail "no processes for ${TAG}h2"
-kill -9 $victims
-run_wait
-[ "$RC" = 0 ] || fail "exit $RC: $(tail -3 "$WORK/host.err")"
+kill_host_at host 15 "${TAG}h2"
 grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated" "$WORK/host/events.log" \
   || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/host/events.log")"
-rec=$(grep " recovered generation=2 " "$WORK/host/events.log") || fail "no recovery logged"
-grep start-workers "$WORK/host/events.log" | tail -1 | grep -q "source=snapshots" \
-  || fail "the recovery did not start from snapshots: $(grep start-workers "$WORK/host/events.log" | tail -1)"
-python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/host.pb" 1e-4 > "$WORK/host.cmp" \
-  || fail "$(cat "$WORK/host.cmp")"
-wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
-echo "$NAME: kill -9 of ${TAG}h2 (4 TP ranks): $(cat "$WORK/host.cmp"); ${rec#* recovered }"
+check_recovered host 60 "kill -9 of ${TAG}h2 (4 TP ranks)"
 
 # 3. Checkpoints across tensor-parallel degrees.
 run_start saved 20 --ckpt-dir "$WORK/ck" --ckpt-every 10
