@@ -30,26 +30,10 @@ done
 python3 -c 'import random, sys; r = random.Random(1); sys.stdout.buffer.write(bytes(r.randrange(256) if i % 2 == 0 else 0 for i in range(1 << 20)))' > small.bin
 truncate -s "${big_gib}G" big.bin
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-max_step() { [ -s "$1" ] && python3 "$root/tests/lib/metrics.py" max-step "$1" || echo -1; }
-
 # one DATA RUN: prints "kill_to_next_ms start_to_first_ms".
 one() {
-  local data=$1 run=$2 pid kill_ms line end pids start first
-  timeout 300 "$bin/ob-launch" --rsh local --secret-file secret --run-dir "$run" --steps "$steps" \
-    --data "$data" --metrics "$run.pb" plan.pb hosts.txt 2> "$run.err" &
-  pid=$!
-  end=$(( $(date +%s) + 240 ))
-  until [ "$(max_step "$run.pb")" -ge "$kill_step" ]; do
-    if ! kill -0 "$pid" 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; then echo "- -"; return; fi
-    sleep 0.05
-  done
-  pids=$( (pgrep -f -- "--agent .*--host ${TAG}1( |\$)" || true
-           grep -lsa "OB_HOST=${TAG}1\b" /proc/[0-9]*/environ | cut -d/ -f3 || true) | sort -u | tr '\n' ' ')
-  kill_ms=$(now_ms)
-  # shellcheck disable=SC2086
-  kill -9 $pids 2>/dev/null || true
-  wait "$pid" || true
+  local data=$1 run=$2 kill_ms line start first
+  kill_ms=$(kill_host_at "$run" "${TAG}1" "$kill_step" "$data") || { echo "- -"; return; }
   line=$(grep ' recovered ' "$run/events.log" | head -1 || true)
   start=$(date -d "$(grep ' start-workers generation=1 ' "$run/events.log" | cut -d' ' -f1)" +%s%3N)
   # the first completed step 0 of any rank (field 8: unix_ms; records() leaves out heartbeats)

@@ -25,26 +25,10 @@ done
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb
 "$bin/ob-plan" --hosts hosts.txt -g 4 --tp 2 -f 1 -B 8 --gpu-memory 0.1 --overhead-gib 0 -o plan.pb tiny.pb
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-max_step() { [ -s "$1" ] && python3 "$root/tests/lib/metrics.py" max-step "$1" || echo -1; }
-
 # one RUN: prints "kill_to_next_ms detect decide teardown regroup copy first_step" or dashes.
 one() {
-  local run=$1 pid kill_ms line end pids
-  timeout 300 "$bin/ob-launch" --rsh local --secret-file secret --run-dir "$run" --steps "$steps" \
-    --data "$root/tests/data/corpus.txt" --metrics "$run.pb" plan.pb hosts.txt 2> "$run.err" &
-  pid=$!
-  end=$(( $(date +%s) + 240 ))
-  until [ "$(max_step "$run.pb")" -ge "$kill_step" ]; do
-    if ! kill -0 "$pid" 2>/dev/null || [ "$(date +%s)" -ge "$end" ]; then echo "- - - - - - -"; return; fi
-    sleep 0.05
-  done
-  pids=$( (pgrep -f -- "--agent .*--host ${TAG}2( |\$)" || true
-           grep -lsa "OB_HOST=${TAG}2\b" /proc/[0-9]*/environ | cut -d/ -f3 || true) | sort -u | tr '\n' ' ')
-  kill_ms=$(now_ms)
-  # shellcheck disable=SC2086
-  kill -9 $pids 2>/dev/null || true
-  wait "$pid" || true
+  local run=$1 kill_ms line
+  kill_ms=$(kill_host_at "$run" "${TAG}2" "$kill_step" "$root/tests/data/corpus.txt") || { echo "- - - - - - -"; return; }
   line=$(grep ' recovered ' "$run/events.log" | head -1 || true)
   [ -n "$line" ] || { echo "- - - - - - -"; return; }
   phase() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$line"; }
