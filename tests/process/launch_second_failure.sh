@@ -63,7 +63,7 @@ PY
   fi
   break
 done
-[ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err"; grep -iE 'worker\[[0-9]+\].*(error|cannot|refus)' "$WORK/second.err" | tail -3)"
+[ "$RC" = 0 ] || fail "exit $RC: $(grep -E ' decide ' "$WORK/second/events.log" | tail -2; tail -2 "$WORK/second.err"; grep -E 'cannot start from|no rank of the new plan|claims layers|re-shard|error' "$WORK/second.err" | grep -v ' decide ' | tail -4)"
 grep -q "decide generation=3 lost hosts $a1; re-instantiated as pipelines of 2 nodes, 0 layer copies" \
   "$WORK/second/events.log" || fail "generation 3 is not a copy-free re-instantiation: $(grep decide "$WORK/second/events.log")"
 rec=$(grep " recovered generation=3 " "$WORK/second/events.log") \
