@@ -24,7 +24,8 @@ cleanup() {
   [ -n "$MASTER_PID" ] && kill -9 "$MASTER_PID" 2>/dev/null
   local p
   for p in $(tagged); do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$WORK"
+  # OB_TEST_KEEP=1 keeps the work directory (logs, events, metrics) to read.
+  if [ -n "${OB_TEST_KEEP:-}" ]; then echo "$NAME: kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM

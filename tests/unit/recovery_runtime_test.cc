@@ -450,6 +450,132 @@ TEST_CASE("rebuilding needs a snapshot at the agreed step", "[recovery]") {
   CHECK((*r)->SnapshotAt(3) == nullptr);
 }
 
+// A restarted worker restores from its arena (a new process on the same
+// memfd, in ob-launch). The arena keeps its older snapshots of the lineage:
+// a host left idle by one recovery may hold only the step before, and when a
+// second failure leaves it the only holder of some layers, the others must
+// go back to that step (issue 10's second failure; the arena once kept only
+// the restored step, and the run ended in exit 75). Snapshots newer than the
+// restored step are not on the run's path any more and go.
+TEST_CASE("a worker restored from its arena keeps the lineage's older snapshots there", "[recovery]") {
+  torch::set_num_threads(1);
+  using ob::runtime::SnapshotArena;
+  auto [ts, inst] = Plan({{{0, 5}}}, 1, 1, 2);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  auto arena = SnapshotArena::Anonymous();
+  REQUIRE(arena.ok());
+  (*arena)->set_lineage(1);
+  auto store = ob::compat::MakeHashStore();
+  const std::vector<StageWorker::Held> all{{0, 5, 1, 0}};
+  StageSnapshot three;  // the state after step 3, to compare with its redo
+  {
+    auto w = StageWorker::Create(Small(), *topo, 0, store, Options(2), Text(), std::chrono::seconds(5),
+                                 arena->get());
+    REQUIRE(w.ok());
+    for (int step = 0; step < 4; ++step) REQUIRE((*w)->Step(step).ok());
+    three = *(*w)->SnapshotAt(3);
+    for (auto& [key, t] : three.tensors) t.value = t.value.clone();
+  }
+  for (int64_t step = 1; step <= 3; ++step) CHECK((*arena)->SlotAt(step) >= 0);
+
+  // Restored from step 3, in the same layout: the slot is used as it is,
+  // and steps 1 and 2 stay.
+  const int slot3 = (*arena)->SlotAt(3);
+  {
+    auto own = (*arena)->View(slot3);
+    REQUIRE(own.ok());
+    auto gen = c10::make_intrusive<c10d::PrefixStore>("gen/2", store);
+    auto w = StageWorker::Restore(Small(), *topo, 0, gen, Options(2), Text(), 3, &*own, all, {},
+                                  std::chrono::seconds(5), arena->get(), slot3);
+    REQUIRE(w.ok());
+    CHECK((*arena)->SlotAt(3) == slot3);
+    CHECK((*arena)->SlotAt(2) >= 0);
+    CHECK((*arena)->SlotAt(1) >= 0);
+    CHECK((*w)->SnapshotAt(2) != nullptr);
+  }
+
+  // Restored from step 2 (a second failure, and an idle host that holds
+  // only step 2): step 3 goes, steps 1 and 2 stay, and step 3 done again
+  // gives the same state.
+  const int slot2 = (*arena)->SlotAt(2);
+  auto own = (*arena)->View(slot2);
+  REQUIRE(own.ok());
+  auto gen = c10::make_intrusive<c10d::PrefixStore>("gen/3", store);
+  auto w = StageWorker::Restore(Small(), *topo, 0, gen, Options(2), Text(), 2, &*own, all, {},
+                                std::chrono::seconds(5), arena->get(), slot2);
+  REQUIRE(w.ok());
+  CHECK((*arena)->SlotAt(3) == -1);
+  CHECK((*arena)->SlotAt(2) == slot2);
+  CHECK((*arena)->SlotAt(1) >= 0);
+  REQUIRE((*w)->Step(3).ok());
+  const StageSnapshot* redo = (*w)->SnapshotAt(3);
+  REQUIRE(redo != nullptr);
+  const int redo_slot = (*arena)->SlotAt(3);
+  REQUIRE(redo_slot >= 0);
+  CHECK((*arena)->SlotAt(2) == slot2);
+  auto in_arena = (*arena)->View(redo_slot);
+  REQUIRE(in_arena.ok());
+  for (const auto& [key, t] : three.tensors) {
+    INFO(key);
+    CHECK(Identical(t.value, redo->tensors.at(key).value));
+    CHECK(Identical(t.value, in_arena->tensors.at(key).value));
+  }
+}
+
+namespace {
+
+// Slot lists as ranks publish them: {step, first layer, last layer} each
+// (tp 1), the rest empty.
+StageWorker::PublishedSlots Slots(std::vector<std::array<int64_t, 3>> list) {
+  StageWorker::PublishedSlots out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    out[i].step = list[i][0];
+    out[i].first_layer = static_cast<int>(list[i][1]);
+    out[i].last_layer = static_cast<int>(list[i][2]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a restore starts from the newest step at which every layer has a holder", "[recovery]") {
+  auto [ts, inst] = Plan({{{0, 5}}, {{0, 1}, {2, 5}}}, 2, 1, 2);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);  // rank 0: layers 0-1, rank 1: 2-5
+  REQUIRE(topo.ok());
+  // A failure in the middle of a step: each restores its own step 19.
+  auto usual = StageWorker::ChooseStart(*topo, {Slots({{18, 0, 1}, {19, 0, 1}, {20, 0, 1}}),
+                                                Slots({{17, 2, 5}, {18, 2, 5}, {19, 2, 5}})}, -1);
+  REQUIRE(usual.ok());
+  CHECK(usual->step == 19);
+  CHECK(usual->slot == std::vector<int>{1, 2});
+  // Rank 1 held only step 19 (an idle host) when rank 0's generation went
+  // on to step 21: the newest step both hold is 19, two behind.
+  auto back = StageWorker::ChooseStart(*topo, {Slots({{19, 0, 1}, {20, 0, 1}, {21, 0, 1}}),
+                                               Slots({{17, 2, 5}, {18, 2, 5}, {19, 2, 5}})}, -1);
+  REQUIRE(back.ok());
+  CHECK(back->step == 19);
+  CHECK(back->held[1].first_layer == 2);
+  CHECK(back->held[1].last_layer == 5);
+  // A rank that holds step 20 twice (its old layout and its new) serves
+  // from the slot with more of what it now runs, else the wider one.
+  auto two = StageWorker::ChooseStart(*topo, {Slots({{20, 2, 5}, {20, 0, 1}}), Slots({{20, 2, 5}})}, -1);
+  REQUIRE(two.ok());
+  CHECK(two->step == 20);
+  CHECK(two->slot[0] == 1);
+  CHECK(two->held[0].last_layer == 1);
+  auto wide = StageWorker::ChooseStart(*topo, {Slots({{20, 0, 1}, {20, 0, 5}}), Slots({{20, 2, 3}})}, -1);
+  REQUIRE(wide.ok());
+  CHECK(wide->slot[0] == 1);
+  CHECK(wide->held[0].last_layer == 5);
+  // No step has every layer, or only one before the lineage's start.
+  auto none = StageWorker::ChooseStart(*topo, {Slots({{20, 0, 1}, {21, 0, 1}}), Slots({{19, 2, 5}})}, -1);
+  CHECK(none.status().code() == ob::Code::kDataErr);
+  CHECK_THAT(none.status().message(), Catch::Contains("rank 1: step 19 layers 2-5"));
+  auto early = StageWorker::ChooseStart(*topo, {Slots({{19, 0, 1}, {21, 0, 1}}), Slots({{19, 2, 5}})}, 20);
+  CHECK(early.status().code() == ob::Code::kDataErr);
+}
+
 // Checkpoints (issue 5, acceptance 1): two pipelines of two stages save
 // step 2 in the background while training goes on; the saved layers then
 // load bit for bit into a 3-stage layout and into a single stage, whatever

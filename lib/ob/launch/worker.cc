@@ -129,8 +129,7 @@ void StoreSet(const c10::intrusive_ptr<c10d::Store>& store, const std::string& k
 
 // Where a SNAPSHOTS generation starts from: every rank publishes the
 // complete snapshots of the generation's lineage its arena holds, and all
-// derive the same answer. Ranks more than one step behind the newest (a slot
-// idle for a while) hold nothing.
+// derive the same answer (StageWorker::ChooseStart).
 struct StartPoint {
   int64_t step = -1;                 // S: the state after it is restored
   std::vector<runtime::StageWorker::Held> held;
@@ -169,8 +168,8 @@ class Heartbeat {
 };
 
 Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
-                                const runtime::SnapshotArena& arena, int rank, int world,
-                                const pb::WeightSource& source) {
+                                const runtime::SnapshotArena& arena, int rank,
+                                const runtime::Topology& topo, const pb::WeightSource& source) {
   using Arena = runtime::SnapshotArena;
   std::ostringstream mine;
   for (int s = 0; s < Arena::kSlots; ++s) {
@@ -181,9 +180,9 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   StoreSet(store, HeldKey(rank), mine.str());
   OB_LOG(Debug) << "own snapshots of lineage " << source.lineage()
                 << " (step first last tp shard, per slot): " << mine.str();
-  std::vector<std::array<Arena::SlotInfo, Arena::kSlots>> all(static_cast<size_t>(world));
+  std::vector<runtime::StageWorker::PublishedSlots> all(static_cast<size_t>(topo.world_size()));
   int64_t newest = -2;
-  for (int q = 0; q < world; ++q) {
+  for (int q = 0; q < topo.world_size(); ++q) {
     std::istringstream in(StoreGet(store, HeldKey(q)));
     for (auto& i : all[static_cast<size_t>(q)]) {
       if (!(in >> i.step >> i.first_layer >> i.last_layer >> i.tp >> i.tp_rank)) {
@@ -192,32 +191,20 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
       newest = std::max(newest, i.step);
     }
   }
-  StartPoint sp;
-  sp.held.resize(static_cast<size_t>(world));
-  sp.step = newest;
-  for (const auto& slots : all) {  // S: the least newest step among current ranks
-    int64_t n = -2;
-    for (const auto& i : slots) n = std::max(n, i.step);
-    if (n >= newest - 1) sp.step = std::min(sp.step, n);
-  }
-  if (newest < -1 || sp.step < source.step()) {
+  auto chosen = runtime::StageWorker::ChooseStart(topo, all, std::max<int64_t>(source.step(), -1));
+  if (!chosen.ok()) {
     return Status::DataErr("the generation's source is the snapshots of lineage " +
-                           std::to_string(source.lineage()) + " from step " +
-                           std::to_string(source.step()) + " on, and " +
-                           (newest < -1 ? std::string("no rank holds one")
-                                        : "the ranks share none newer than step " +
-                                              std::to_string(sp.step)) +
-                           ": refusing to start from anything else");
+                           std::to_string(source.lineage()) + " from step " + std::to_string(source.step()) +
+                           " on, and " + chosen.status().message() + ": refusing to start from anything else");
   }
-  for (int q = 0; q < world; ++q) {
-    for (int s = 0; s < Arena::kSlots; ++s) {
-      const auto& i = all[static_cast<size_t>(q)][static_cast<size_t>(s)];
-      if (i.complete() && i.step == sp.step) {
-        sp.held[static_cast<size_t>(q)] = {i.first_layer, i.last_layer, i.tp, i.tp_rank};
-        if (q == rank) sp.own_slot = s;
-      }
-    }
+  if (chosen->step < newest - 1 && rank == 0) {
+    OB_LOG(Warn) << "restoring step " << chosen->step << ", not the newest snapshot (step " << newest
+                 << "): only at step " << chosen->step << " does some rank hold every layer of the new plan";
   }
+  StartPoint sp;
+  sp.step = chosen->step;
+  sp.held = std::move(chosen->held);
+  sp.own_slot = chosen->slot[static_cast<size_t>(rank)];
   return sp;
 }
 
@@ -438,7 +425,7 @@ Status RunWorker(const WorkerOptions& o) {
     } else {
       Result<StartPoint> agreed = Status::Internal("");
       try {
-        agreed = AgreeOnStart(gen_store, *arena, o.rank, topo.world_size(), source);
+        agreed = AgreeOnStart(gen_store, *arena, o.rank, topo, source);
       } catch (const std::exception& e) {
         return Status::Unavailable("generation " + std::to_string(o.generation) +
                                    ": peers did not publish their snapshots: " + FirstLine(e.what()));
@@ -462,7 +449,7 @@ Status RunWorker(const WorkerOptions& o) {
     auto restored = runtime::StageWorker::Restore(cfg, topo, o.rank, gen_store, t, data, sp.step,
                                                   have_own ? &own : nullptr, sp.held, fetches,
                                                   timeout, arena.get(), sp.own_slot);
-    if (!restored.ok()) return restored.status();
+    if (!restored.ok()) return restored.status().WithContext("restoring step " + std::to_string(sp.step));
     worker = std::move(restored).value();
     restore_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                       worker->join_seconds();

@@ -17,7 +17,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,8 +154,19 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
       if (from < 0) {
         std::string what = "layer " + std::to_string(l);
         if (r.tp > 1) what += " shard " + std::to_string(r.tp_rank) + " of " + std::to_string(r.tp);
+        std::string holders;  // what each rank does hold: the reason is in there
+        for (size_t q = 0; q < held.size(); ++q) {
+          const StageWorker::Held& h = held[q];
+          holders += (q == 0 ? "" : ", ") + std::to_string(q) + ": ";
+          if (h.last_layer < h.first_layer) {
+            holders += "nothing";
+          } else {
+            holders += "layers " + std::to_string(h.first_layer) + "-" + std::to_string(h.last_layer);
+            if (h.tp > 1) holders += " shard " + std::to_string(h.tp_rank) + " of " + std::to_string(h.tp);
+          }
+        }
         return Status::Config("node " + std::to_string(r.node) + " " + what +
-                              ": no rank of the new plan holds it");
+                              ": no rank of the new plan holds it (ranks hold " + holders + ")");
       }
       Transfer t;
       t.to = r.rank;
@@ -170,6 +183,85 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
 }
 
 }  // namespace
+
+Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
+                                                          const std::vector<PublishedSlots>& published,
+                                                          int64_t not_before) {
+  if (published.size() != next.ranks.size()) {
+    return Status::Internal("snapshot lists of " + std::to_string(published.size()) + " ranks for " +
+                            std::to_string(next.ranks.size()));
+  }
+  std::set<int64_t, std::greater<>> steps;  // newest first
+  int64_t newest = -2;
+  for (const auto& slots : published) {
+    for (const auto& i : slots) {
+      if (i.complete() && i.step >= not_before) steps.insert(i.step);
+      newest = std::max(newest, i.step);
+    }
+  }
+  // First the step every rank can restore on its own after a failure in
+  // the middle of a step: the least newest step among ranks within one of
+  // the newest (those further behind hold nothing current); then the rest,
+  // newest first.
+  std::vector<int64_t> order;
+  {
+    int64_t usual = newest;
+    for (const auto& slots : published) {
+      int64_t n = -2;
+      for (const auto& i : slots) n = std::max(n, i.step);
+      if (n >= newest - 1) usual = std::min(usual, n);
+    }
+    if (steps.count(usual)) order.push_back(usual);
+    for (int64_t step : steps) {
+      if (step != usual) order.push_back(step);
+    }
+  }
+  for (int64_t step : order) {
+    StartChoice c;
+    c.step = step;
+    c.held.resize(published.size());
+    c.slot.assign(published.size(), -1);
+    for (size_t q = 0; q < published.size(); ++q) {
+      const RankInfo& runs = next.ranks[q];
+      int best_own = -1, best_width = -1;
+      for (int s = 0; s < SnapshotArena::kSlots; ++s) {
+        const auto& i = published[q][static_cast<size_t>(s)];
+        if (!i.complete() || i.step != step) continue;
+        const int lo = std::max(i.first_layer, runs.first_layer), hi = std::min(i.last_layer, runs.last_layer);
+        const int own = i.tp == runs.tp && i.tp_rank == runs.tp_rank ? std::max(0, hi - lo + 1) : 0;
+        const int width = i.last_layer - i.first_layer + 1;
+        if (own > best_own || (own == best_own && width > best_width)) {
+          best_own = own;
+          best_width = width;
+          c.slot[q] = s;
+          c.held[q] = {i.first_layer, i.last_layer, i.tp, i.tp_rank};
+        }
+      }
+    }
+    bool complete = true;
+    for (const RankInfo& r : next.ranks) {
+      for (int l = r.first_layer; complete && l <= r.last_layer; ++l) {
+        complete = std::any_of(c.held.begin(), c.held.end(), [&](const Held& h) { return HoldsShard(h, l, r); });
+      }
+    }
+    if (complete) return c;
+  }
+  std::string what;
+  for (size_t q = 0; q < published.size(); ++q) {
+    what += (q == 0 ? "rank " : "; rank ") + std::to_string(q) + ":";
+    bool any = false;
+    for (const auto& i : published[q]) {
+      if (!i.complete()) continue;
+      what += (any ? ", " : " ") + std::string("step ") + std::to_string(i.step) + " layers " +
+              std::to_string(i.first_layer) + "-" + std::to_string(i.last_layer);
+      if (i.tp > 1) what += " shard " + std::to_string(i.tp_rank) + " of " + std::to_string(i.tp);
+      any = true;
+    }
+    if (!any) what += " nothing";
+  }
+  return Status::DataErr("no step from " + std::to_string(not_before) +
+                         " on has every layer of the new plan in some rank's snapshot (" + what + ")");
+}
 
 Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
     const model::GptConfig& cfg, const Topology& next, int new_rank,

@@ -8,7 +8,8 @@
 // completed step and after the one before, because a failure can hit after
 // some ranks applied step k's update and others did not; the survivors agree
 // on S = the minimum of their last completed steps and each restores its
-// snapshot at S.
+// snapshot at S (or on an older step when only that one has every layer:
+// StageWorker::ChooseStart).
 //
 // Cost: one device-to-host copy of 3× the stage's parameter bytes per step
 // (value + two moments; about 12 bytes per fp32 parameter), into buffers

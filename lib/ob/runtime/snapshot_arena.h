@@ -85,6 +85,7 @@ class SnapshotArena {
   // state of its own lineage from what an earlier one (before a rollback,
   // say) left behind. 0 until set.
   void set_lineage(uint64_t lineage) { lineage_ = lineage; }
+  uint64_t lineage() const { return lineage_; }
   // Page-lock the memory the arena grows by from now on (CUDA workers:
   // the snapshot's side-stream copies need pinned memory to be
   // asynchronous). Best effort.

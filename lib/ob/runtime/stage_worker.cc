@@ -178,28 +178,75 @@ void StageWorker::SlowDown(Clock::time_point since) const {
   std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * SecondsSince(since)));
 }
 
+namespace {
+
+// Whether `v` has the layers, shard, keys, dtypes and shapes of `like`.
+bool SameLayout(const StageSnapshot& v, const StageSnapshot& like) {
+  if (v.first_layer != like.first_layer || v.last_layer != like.last_layer || v.tp != like.tp ||
+      v.tp_rank != like.tp_rank || v.tensors.size() != like.tensors.size()) {
+    return false;
+  }
+  for (const auto& [key, t] : like.tensors) {
+    auto it = v.tensors.find(key);
+    if (it == v.tensors.end() || it->second.value.scalar_type() != t.value.scalar_type() ||
+        it->second.value.sizes() != t.value.sizes()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
   arena->set_pin(opts_.device.is_cuda());
   const StageSnapshot& current = snapshots_[newest_];
-  const int a = keep == 0 ? 1 : 0;
-  StageSnapshot first;
-  OB_RETURN_IF_ERROR(arena->Prepare(a, current, &first));
-  arena->Begin(a);
-  for (auto& [key, t] : first.tensors) {
-    const TensorSnapshot& from = current.tensors.at(key);
-    t.value.copy_(from.value);
-    t.exp_avg.copy_(from.exp_avg);
-    t.exp_avg_sq.copy_(from.exp_avg_sq);
-    t.adam_step = from.adam_step;
-  }
-  first.step = current.step;
-  arena->Commit(a, first);
-  // The others (`keep` too: its state is in the stage by now) start empty.
+  // What the arena already holds of this lineage up to the current step
+  // stays: the older steps are what a later recovery may have to go back
+  // to (ChooseStart), in this rank's layout or in the one it had before.
+  // Anything newer than the current step, or of another lineage, is not
+  // on this run's path and goes.
   StageSnapshot views[kSnapshots];
+  bool kept[kSnapshots] = {};
   for (int s = 0; s < kSnapshots; ++s) {
-    if (s != a) OB_RETURN_IF_ERROR(arena->Prepare(s, current, &views[s]));
+    const SnapshotArena::SlotInfo i = arena->info(s);
+    if (!i.complete() || i.lineage != arena->lineage() || i.step > current.step) continue;
+    auto view = arena->View(s);
+    if (!view.ok()) continue;
+    kept[s] = true;
+    if (SameLayout(*view, current)) views[s] = std::move(view).value();  // usable as it is
   }
-  views[a] = std::move(first);
+  int a = -1;  // the slot that holds the current state
+  if (keep >= 0 && keep < kSnapshots && views[keep].valid() && views[keep].step == current.step) {
+    a = keep;  // restored from it, and laid out as the stage is now: nothing to copy
+  } else {
+    for (int s = 0; s < kSnapshots; ++s) {  // else the least useful slot other than `keep`
+      if (s == keep) continue;
+      if (a < 0 || (kept[a] && (!kept[s] || arena->info(s).step < arena->info(a).step))) a = s;
+    }
+    StageSnapshot first;
+    OB_RETURN_IF_ERROR(arena->Prepare(a, current, &first));
+    arena->Begin(a);
+    for (auto& [key, t] : first.tensors) {
+      const TensorSnapshot& from = current.tensors.at(key);
+      t.value.copy_(from.value);
+      t.exp_avg.copy_(from.exp_avg);
+      t.exp_avg_sq.copy_(from.exp_avg_sq);
+      t.adam_step = from.adam_step;
+    }
+    first.step = current.step;
+    arena->Commit(a, first);
+    views[a] = std::move(first);
+  }
+  for (int s = 0; s < kSnapshots; ++s) {
+    unprepared_[s] = false;
+    if (s == a || views[s].valid()) continue;
+    if (kept[s]) {
+      unprepared_[s] = true;  // another layout's: laid out anew when a step needs the slot
+    } else {
+      OB_RETURN_IF_ERROR(arena->Prepare(s, current, &views[s]));
+    }
+  }
   for (int s = 0; s < kSnapshots; ++s) snapshots_[s] = std::move(views[s]);
   newest_ = a;
   pinned_ = -1;
@@ -243,6 +290,11 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     }
     std::function<void(const StageSnapshot&)> commit;
     if (arena_ != nullptr) {
+      if (unprepared_[slot]) {
+        Status st = arena_->Prepare(slot, snapshots_[newest_], &snapshots_[slot]);
+        if (!st.ok()) throw std::runtime_error(st.message());
+        unprepared_[slot] = false;
+      }
       arena_->Begin(slot);
       // Complete in the arena as soon as the copy is (SnapshotArena::Commit
       // touches only this slot, which nothing else uses meanwhile).

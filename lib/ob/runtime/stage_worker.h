@@ -69,6 +69,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -198,6 +199,30 @@ class StageWorker {
     int first_layer = 0, last_layer = -1;   // none when first > last
     int tp = 1, tp_rank = 0;                // which shard of those layers
   };
+  // Where a generation that restores from snapshots starts (launch/
+  // worker.cc publishes every rank's arena slots and each rank derives the
+  // same answer from the same list): the step S, not before `not_before`,
+  // at which every layer shard `next` runs is in some rank's complete
+  // snapshot. The usual S is the least newest step among the ranks within
+  // one step of the newest (a failure in the middle of a step leaves some
+  // ranks a step behind, and each restores its own); when that step lacks
+  // a layer, the newest step that has them all: a host left idle by one
+  // recovery may hold the step before the one the next generation started
+  // from (the failure landed between two pipelines' snapshots of a step),
+  // and when a second failure makes it the only holder of some layers, the
+  // survivors go back to the step it holds, which their arenas still keep
+  // (AttachArena keeps older snapshots of the lineage). For each rank, the slot
+  // at S that holds the most of the layers that rank now runs (ties: the
+  // wider, then the lower slot). kDataErr naming what each rank holds when
+  // no step is complete.
+  struct StartChoice {
+    int64_t step = -2;
+    std::vector<Held> held;   // per rank of `next`, at `step`
+    std::vector<int> slot;    // per rank: its slot at `step`, -1 if none
+  };
+  using PublishedSlots = std::array<SnapshotArena::SlotInfo, SnapshotArena::kSlots>;
+  static Result<StartChoice> ChooseStart(const Topology& next, const std::vector<PublishedSlots>& published,
+                                         int64_t not_before);
   static Result<std::unique_ptr<StageWorker>> Restore(
       const model::GptConfig& cfg, const Topology& topo, int rank,
       const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
@@ -241,8 +266,10 @@ class StageWorker {
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
   void SlowDown(std::chrono::steady_clock::time_point since) const;
-  // Moves the newest snapshot into `arena` (not into slot `keep`) and keeps
-  // both snapshots there from now on.
+  // Keeps the snapshots in `arena` from now on: the newest in slot `keep`
+  // when it holds exactly that (a restore from it, same layout), else
+  // copied into the least useful other slot; the arena's older snapshots of
+  // the lineage stay (see the definition).
   Status AttachArena(SnapshotArena* arena, int keep);
 
   model::GptConfig cfg_;
@@ -289,6 +316,7 @@ class StageWorker {
   mutable int copying_ = -1;
   mutable SnapshotCopier copier_;
   SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
+  bool unprepared_[kSnapshots] = {};  // an arena slot still holding another layout's snapshot
   double join_seconds_ = 0;
   double slowdown_ = 1;
   int64_t stall_at_ = -1;
