@@ -54,7 +54,7 @@ expect 0 '' -- "$CKPT" verify "$TMP/ck/step-000000000006"
 expect 64 'at least 1' -- "$CKPT" prune "$TMP/ck" --keep 0
 expect 64 'keep is required' -- "$CKPT" prune "$TMP/ck"
 expect 64 'no command' -- "$CKPT"
-expect 64 "Try 'ob-ckpt --help'" -- "$CKPT" frobnicate "$TMP/ck"
+expect 64 "try 'ob-ckpt --help'" -- "$CKPT" frobnicate "$TMP/ck"
 expect 66 'nowhere: cannot open: No such file or directory' -- "$CKPT" ls "$TMP/nowhere"
 mkdir "$TMP/empty"
 expect 0 '' -- "$CKPT" ls "$TMP/empty"

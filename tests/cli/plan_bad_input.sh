@@ -50,7 +50,7 @@ expect 65 'bandwidth matrix has 3 hosts, the cluster 4' -- "$PLAN" --hosts "$TMP
 # Batch and micro-batch mismatches, missing costs, usage errors.
 expect 78 'not a positive multiple' -- "$PLAN" --nodes 4 -B 10 -b 3 "$TMP/tiny.pb"
 expect 65 'no costs at micro-batch 4' -- "$PLAN" --nodes 4 -b 4 "$TMP/tiny.pb"
-expect 64 "Try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
+expect 64 "try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
 expect 64 "give the cluster" -- env -u SLURM_JOB_NODELIST "$PLAN" "$TMP/tiny.pb"
 
 # Hosts with different slots (GPUs per node) are refused, naming the line.

@@ -51,9 +51,9 @@ expect 78 "unknown model 'gpt5-huge'" -- "$P" --model gpt5-huge --analytic --gpu
 expect 66 "nope.yaml: " -- "$P" --model "$TMP/nope.yaml" --analytic --gpu h100 -o "$TMP/x.pb"
 expect 78 "unknown GPU 'tpu9'" -- "$P" --model gpt2 --analytic --gpu tpu9 -o "$TMP/x.pb"
 
-# Usage errors: one line + "Try 'ob-profile --help'", exit 64.
-expect 64 "Try 'ob-profile --help'" -- "$P" --no-such-flag
-expect 64 "Try 'ob-profile --help'" -- "$P" --model gpt2 --analytic -o "$TMP/x.pb"
+# Usage errors: one line ending "(try 'ob-profile --help')", exit 64.
+expect 64 "try 'ob-profile --help'" -- "$P" --no-such-flag
+expect 64 "try 'ob-profile --help'" -- "$P" --model gpt2 --analytic -o "$TMP/x.pb"
 
 # Nothing was left behind by the failed writes.
 [ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"

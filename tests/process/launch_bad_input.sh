@@ -24,7 +24,29 @@ expect 66 'nothere.pb' -- run "$WORK/nothere.pb" "$WORK/hosts.txt"
 echo garbage > "$WORK/bad.pb"
 expect 65 'bad.pb' -- run "$WORK/bad.pb" "$WORK/hosts.txt"
 expect 64 'bind' -- run --bind 1.2.3.4:99999 "$WORK/plan.pb" "$WORK/hosts.txt"
-expect 78 'bind' -- run --bind not-an-ip "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 "--bind: 'not-an-ip' is not an IP address" -- run --bind not-an-ip "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 "--bind: '999.1.1.1' is not an IP address" -- run --bind 999.1.1.1 "$WORK/plan.pb" "$WORK/hosts.txt"
+# TEST-NET-1: never an address of this machine.
+expect 78 '--bind 192.0.2.1: not an address of this machine' -- run --bind 192.0.2.1 "$WORK/plan.pb" "$WORK/hosts.txt"
+# Permanent mistakes in the training flags: at once, before any host starts.
+t0=$(now_ms)
+expect 66 '/nonexistent/data.bin: No such file' -- run --data /nonexistent/data.bin "$WORK/plan.pb" "$WORK/hosts.txt"
+[ $(( $(now_ms) - t0 )) -lt 5000 ] || fail "--data /nonexistent took $(( $(now_ms) - t0 )) ms"
+expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 'steps.*positive' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
+! grep -qs agent-start "$WORK/run/events.log" || fail "hosts were started for a bad flag: $(cat "$WORK/run/events.log")"
+# Data the master cannot see is the hosts' to check (an rsh that is not
+# 'local': here env(1), on this machine): the first worker that finds it
+# missing exits 66, and the run stops with 66 at once, restarting nothing.
+t0=$(now_ms)
+OB_TEST_WORKER_CMD= "$L" --rsh "env OB_FAKE_SSH={host}" --secret-file "$WORK/secret" --run-dir "$WORK/run66" \
+  --data /nonexistent/data.bin "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err66"
+rc=$?
+[ "$rc" = 66 ] && grep -q "/nonexistent/data.bin" "$WORK/err66" && tail -1 "$WORK/err66" | grep -q "its input is missing there" \
+  && pass || fail "data missing on the hosts: exit $rc: $(tail -4 "$WORK/err66")"
+[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "data missing on the hosts: took $(( $(now_ms) - t0 )) ms"
+! grep -q "start-workers generation=2" "$WORK/run66/events.log" || fail "workers were restarted for missing data"
 
 # Secrets: none, empty, readable by others.
 expect 78 'no shared secret' -- "$L" --rsh local --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -141,7 +142,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
-  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0 || o.agent_timeout_s <= 0 || o.hang_timeout_s <= 0) {
+  if (o.master_timeout_s <= 0 || o.start_timeout_s <= 0 || o.agent_timeout_s <= 0 || o.hang_timeout_s <= 0 ||
+      o.stop_grace_s <= 0) {
     return ob::Status::Usage("timeouts must be positive");
   }
   ob::log::Init("master");
@@ -159,7 +161,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   // Refuse a plan whose model cannot take the data before any host is touched.
   OB_ASSIGN_OR_RETURN(g.worker.data_facts,
-                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path)));
+                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path),
+                                                   /*data_is_local=*/o.rsh == "local"));
   o.plan_path = Absolute(o.plan_path);
   o.log_to_run_dir = common.log_file.empty();
   o.ckpt_dir = Absolute(g.worker.ckpt_dir);
@@ -168,6 +171,12 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
   o.steps = g.worker.steps;
   if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
+  if (!(g.worker.lr > 0) || !std::isfinite(g.worker.lr)) {
+    return ob::Status::Usage("--lr " + std::to_string(g.worker.lr) + ": the learning rate must be a positive number");
+  }
+  if (g.worker.steps < 0 || g.worker.warmup_steps < 0) {
+    return ob::Status::Usage("--steps and --warmup-steps must not be negative");
+  }
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   o.self_exe = SelfExe();
   if (common.verbose > 0) o.agent_flags.push_back("-v");
@@ -187,7 +196,7 @@ void Setup(CLI::App& app) {
   app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, or a prefix command (default ssh)")
       ->option_text("CMD");
   app.add_option("--steps", g.worker.steps, "Training steps (default 100)")->option_text("N")
-      ->check(CLI::PositiveNumber);
+      ->check(ob::cli::Positive());
   app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")
       ->option_text("SPEC");
   app.add_option("--lr", g.worker.lr, "Peak learning rate (default 1e-3)")->option_text("X");
@@ -224,11 +233,15 @@ void Setup(CLI::App& app) {
                  "A rank whose training loop made no progress for this long is hung; its "
                  "generation is restarted (default 3 s; at least 30 s before a generation's first step)")
       ->option_text("SECONDS");
+  app.add_option("--stop-grace", g.master.stop_grace_s,
+                 "On SIGTERM, SIGINT or SIGUSR1 with --ckpt-dir: time for the checkpoint taken before "
+                 "stopping (default 120 s)")
+      ->option_text("SECONDS");
   app.add_option("--ckpt-dir", g.worker.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
   app.add_option("--ckpt-every", g.worker.ckpt_every, "Save a checkpoint every N steps, in the background")
-      ->option_text("N")->check(CLI::NonNegativeNumber);
+      ->option_text("N")->check(ob::cli::NonNegative());
   app.add_option("--ckpt-keep", g.master.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
-      ->option_text("N")->check(CLI::NonNegativeNumber);
+      ->option_text("N")->check(ob::cli::NonNegative());
   app.add_option("--inject", g.inject,
                  "Fault injection for tests: RANK:slow=F, RANK:hang=STEP, RANK:stall=STEP or RANK:nan=STEP")
       ->option_text("SPEC")

@@ -258,7 +258,7 @@ void Setup(CLI::App& app) {
   app.add_option("--tp", g.tp,
                  "Tensor-parallel degree of every stage (Megatron's --tensor-model-parallel-size); "
                  "a node then runs g/tp stages (default: the fastest degree the model splits by)")
-      ->check(CLI::PositiveNumber);
+      ->check(ob::cli::Positive());
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
   app.add_option("--host-memory", g.host_memory_gib,
                  "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "

@@ -2,7 +2,10 @@
 
 #include <google/protobuf/stubs/common.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <sstream>
@@ -22,10 +25,34 @@ std::string ProtobufVersion() {
 }
 
 void UsageError(const std::string& bin, const std::string& message) {
-  std::cerr << bin << ": " << message << "\nTry '" << bin << " --help' for more information.\n";
+  std::cerr << bin << ": " << message << " (try '" << bin << " --help')\n";
 }
 
 }  // namespace
+
+namespace {
+
+// The number `v` spells (all of it), or NaN.
+double Number(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  return v.empty() || end != v.c_str() + v.size() || errno != 0 ? std::nan("") : x;
+}
+
+}  // namespace
+
+CLI::Validator Positive() {
+  return CLI::Validator(
+      [](std::string& v) { return Number(v) > 0 ? std::string() : "'" + v + "' must be a positive number"; },
+      "POSITIVE");
+}
+
+CLI::Validator NonNegative() {
+  return CLI::Validator(
+      [](std::string& v) { return Number(v) >= 0 ? std::string() : "'" + v + "' must not be negative"; },
+      "NONNEGATIVE");
+}
 
 std::string VersionLine(const std::string& name) {
   std::string line = "ob-" + name + " " OB_VERSION;

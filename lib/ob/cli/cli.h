@@ -1,6 +1,6 @@
 // Behaviour shared by every ob tool (STYLE "Tools people enjoy"):
 // common flags declared once, --help to stdout (exit 0), usage errors as one
-// line plus "Try 'ob-x --help'" (exit 64), --version [-v], Status → exit code,
+// line ending "(try 'ob-x --help')" (exit 64), --version [-v], Status → exit code,
 // and exceptions caught at the door (exit 70).
 #pragma once
 
@@ -49,5 +49,10 @@ Result<std::string> InputPath(const std::string& given, const std::string& what)
 
 // Splits "1,2,4" into positive integers; kUsage naming `flag` on bad input.
 Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag);
+
+// Validators whose messages read as ours ("must be positive"), not
+// CLI11's ("Value -3 not in range 0 to 1.797…e308").
+CLI::Validator Positive();
+CLI::Validator NonNegative();
 
 }  // namespace ob::cli

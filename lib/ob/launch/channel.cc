@@ -307,7 +307,7 @@ Status Server::Listen(const Options& options, AdmitFn admit, ReadyFn ready) {
   ready_ = std::move(ready);
   sockaddr_storage addr;
   if (!ParseIp(options.bind, options.port, &addr)) {
-    return Status::Config("--bind: '" + options.bind + "' is not an IP address");
+    return Status::Usage("--bind: '" + options.bind + "' is not an IP address");
   }
   listener_ = NewHandle<uv_tcp_t>();
   uv_tcp_init(loop_, listener_);
@@ -317,6 +317,9 @@ Status Server::Listen(const Options& options, AdmitFn admit, ReadyFn ready) {
   if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(listener_), 128, &Server::OnConnection);
   if (rc != 0) {
     Close();
+    if (rc == UV_EADDRNOTAVAIL) {  // permanent: not an address of this machine
+      return Status::Config("--bind " + options.bind + ": not an address of this machine (" + UvError(rc) + ")");
+    }
     return Status::Unavailable("cannot listen on " + where + ": " + UvError(rc));
   }
   sockaddr_storage bound{};

@@ -73,6 +73,9 @@ class CheckpointKeeper {
   void Finish() {
     while (commits_ && !commits_->idle()) Poll(true);
   }
+  // The newest step committed by this run, and the newest that failed (-1: none).
+  int64_t good_step() const { return good_step_; }
+  int64_t failed_step() const { return failed_step_; }
   // OK, or kIoErr when the newest save failed (after Finish).
   Status Verdict() const;
 

@@ -94,7 +94,7 @@ Result<int> Master::Run() {
   uv_signal_start(&sigchld_, [](uv_signal_t* s, int) {
     static_cast<Master*>(s->loop->data)->ReapAgents();
   }, SIGCHLD);
-  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}}) {
+  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}, {&sigusr1_, SIGUSR1}}) {
     uv_signal_init(&loop_, h);
     uv_signal_start(h, [](uv_signal_t* s, int signum) {
       static_cast<Master*>(s->loop->data)->RequestStop(std::string("got ") + strsignal(signum));
@@ -331,6 +331,19 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       }
       return;
     }
+    // A worker that met a permanent mistake (a bad flag, its input missing
+    // on its host: EX_USAGE, EX_NOINPUT) meets it again on every restart.
+    if (x.signal() == 0 && (x.exit_status() == static_cast<int>(Code::kUsage) ||
+                            x.exit_status() == static_cast<int>(Code::kNoInput))) {
+      const std::string msg = "worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " " +
+                              x.description() + (x.exit_status() == static_cast<int>(Code::kNoInput)
+                                                     ? " (its input is missing there)"
+                                                     : " (a bad flag)") +
+                              "; not restarting what fails the same way again";
+      events_.Write("detect", msg);
+      OB_LOG(Error) << msg;
+      return BeginStop(msg, Status(static_cast<Code>(x.exit_status()), msg));
+    }
     Failure("worker rank " + std::to_string(x.rank()) + " on host " + a.host.name + " failed (" +
                 x.description() + "), detected in " + std::to_string(latency) + " ms",
             "", latency);
@@ -399,9 +412,7 @@ void Master::Tick() {
     if (decide_deadline_ms_ < 0) CheckHang();
   }
   if (decide_deadline_ms_ >= 0 && now >= decide_deadline_ms_) return Decide();
-  if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
-    BeginStop("the stop hook did not finish within " + Fixed(opt_.stop_grace_s, 0) + " s", Status::Ok());
-  }
+  CheckStopCheckpoint(now);
 }
 
 void Master::Progress() {
@@ -569,13 +580,58 @@ std::string Master::Rollback(const std::string& reason) {
 void Master::RequestStop(const std::string& reason) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
   events_.Write("stop-request", reason);
-  if (stop_requested_ || state_ != State::kRunning || !opt_.on_stop_request) {
+  // Nothing to save before the run's first step: its weights are the
+  // checkpoint it resumed from, or the seed's.
+  if (stop_requested_ || state_ != State::kRunning || !ckpt_.enabled() || !metrics_.stepped()) {
     return BeginStop(reason, Status::Ok());
   }
   stop_requested_ = true;
-  OB_LOG(Info) << reason << ": finishing the step before stopping (again to stop now)";
+  stop_reason_ = reason;
+  const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
+  if (opt_.steps > 0 && k > opt_.steps - 1) {
+    OB_LOG(Info) << reason << ": the run ends at step " << opt_.steps - 1
+                 << ", letting it finish (again to stop now)";
+    return;
+  }
   grace_deadline_ms_ = Now() + static_cast<int64_t>(opt_.stop_grace_s * 1e3);
-  opt_.on_stop_request(reason, [this, reason] { BeginStop(reason, Status::Ok()); });
+  AskStopCheckpoint();
+}
+
+// Every worker of the current generation saves after step K, a step none
+// has reached yet (workers are at most one step apart); the master stops
+// once it is committed (CheckStopCheckpoint).
+void Master::AskStopCheckpoint() {
+  const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
+  if (opt_.steps > 0 && k > opt_.steps - 1) return;  // the run ends first, and saves its last step
+  Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
+  if (!st.ok()) return BeginStop(stop_reason_ + "; cannot ask for a checkpoint: " + st.message(), st);
+  stop_ckpt_step_ = k;
+  stop_ckpt_generation_ = generation_;
+  events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + stop_reason_);
+  OB_LOG(Info) << stop_reason_ << ": saving a checkpoint after step " << k
+               << ", then stopping (again to stop now, without it)";
+}
+
+void Master::CheckStopCheckpoint(int64_t now) {
+  if (!stop_requested_ || state_ == State::kStopping || state_ == State::kDone) return;
+  if (stop_ckpt_step_ >= 0 && ckpt_.good_step() >= stop_ckpt_step_) {
+    return BeginStop(stop_reason_ + "; saved the checkpoint of step " + std::to_string(ckpt_.good_step()),
+                     Status::Ok());
+  }
+  if (stop_ckpt_step_ >= 0 && ckpt_.failed_step() >= stop_ckpt_step_) {
+    const std::string msg = stop_reason_ + ": the checkpoint of step " + std::to_string(stop_ckpt_step_) +
+                            " failed; the work since the last good checkpoint is not on disk";
+    return BeginStop(msg, Status::IoErr(msg));
+  }
+  if (grace_deadline_ms_ >= 0 && now >= grace_deadline_ms_) {
+    const std::string msg = stop_reason_ + ": no checkpoint committed within --stop-grace " +
+                            Fixed(opt_.stop_grace_s, 0) + " s; the work since the last good checkpoint is not on disk";
+    return BeginStop(msg, Status::TempFail(msg));
+  }
+  // A recovery started a new generation before the save: ask it again.
+  if (state_ == State::kRunning && stop_ckpt_generation_ != generation_ && decide_deadline_ms_ < 0) {
+    AskStopCheckpoint();
+  }
 }
 
 void Master::BeginStop(const std::string& reason, Status outcome) {
@@ -604,7 +660,8 @@ void Master::FinishStop() {
   operator_.Close();
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&tick_), reinterpret_cast<uv_handle_t*>(&heartbeat_),
                          reinterpret_cast<uv_handle_t*>(&progress_), reinterpret_cast<uv_handle_t*>(&sigchld_),
-                         reinterpret_cast<uv_handle_t*>(&sigterm_), reinterpret_cast<uv_handle_t*>(&sigint_)}) {
+                         reinterpret_cast<uv_handle_t*>(&sigterm_), reinterpret_cast<uv_handle_t*>(&sigint_),
+                         reinterpret_cast<uv_handle_t*>(&sigusr1_)}) {
     if (h->loop == &loop_ && !uv_is_closing(h)) uv_close(h, nullptr);
   }
   if (drain_.loop == &loop_) {

@@ -40,9 +40,15 @@
 // on the surviving hosts and restarts every worker from that checkpoint
 // (steps since it are redone). Three recoveries in a row that complete no
 // step end the run with kTempFail. When every worker exited 0 the run is
-// complete. SIGTERM/SIGINT (or `stop` on the control socket) stop the
-// agents and return 0; `on_stop_request` lets the caller finish the step
-// first. Every detection and decision is a line in run_dir/events.log.
+// complete. SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal) or `stop` on the
+// control socket: with checkpoints, every worker saves after the step after
+// the next (the first no worker may have begun) and the master stops once
+// that checkpoint is committed and returns 0; not committed within
+// stop_grace_s, or failed, is kTempFail / kIoErr (the work since the last
+// good checkpoint is not on disk). Without checkpoints, before the run's
+// first step, or at a second signal, it stops at once and returns 0. A run that ends within two steps
+// is left to end. Every detection and decision is a line in
+// run_dir/events.log.
 //
 // No orphans: agents get Stop and end of file on stdin, and their process
 // groups are SIGKILLed if they do not exit within kStopWaitMs; agents kill
@@ -104,7 +110,7 @@ struct MasterOptions {
   // hung (hang_watch.h; ten times as long, at least 30 s, before its first
   // step of a generation): the master names it and restarts the generation.
   double hang_timeout_s = 3.0;
-  double stop_grace_s = 30.0;        // bound on on_stop_request before stopping anyway
+  double stop_grace_s = 120.0;       // for the checkpoint a stop request writes
   std::string self_exe;              // the ob-launch binary agents run; "" = /proc/self/exe
   std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")
   WorkerCommand worker_command;      // REQUIRES: set
@@ -122,10 +128,6 @@ struct MasterOptions {
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (for the job identity)
   int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)
-  // Called on the loop when SIGTERM/SIGINT or an operator asks to stop,
-  // instead of stopping at once: it should let the step finish and then call
-  // `stop_now` (on the loop). A second signal, or stop_grace_s, stops anyway.
-  std::function<void(const std::string& reason, std::function<void()> stop_now)> on_stop_request;
 };
 
 // The run's exit status: 0 when training completed or was stopped on

@@ -150,11 +150,18 @@ class Master {
   bool hang_suspect_ = false;               // a verdict at the last tick, confirmed after an I/O poll
   MetricsSink metrics_{&operator_};         // --metrics, watchers, progress (metrics_sink.h)
   uv_timer_t tick_{}, heartbeat_{}, progress_{}, drain_{};
-  uv_signal_t sigchld_{}, sigterm_{}, sigint_{};
+  uv_signal_t sigchld_{}, sigterm_{}, sigint_{}, sigusr1_{};
   State state_ = State::kStarting;
   Status outcome_;
   int64_t start_ms_ = 0, stop_deadline_ms_ = 0, grace_deadline_ms_ = -1;
   bool stop_requested_ = false;
+  // A stop request's checkpoint: the step every worker saves after, and the
+  // generation asked (a recovery meanwhile asks its successor again).
+  int64_t stop_ckpt_step_ = -1;
+  uint64_t stop_ckpt_generation_ = 0;
+  std::string stop_reason_;
+  void AskStopCheckpoint();
+  void CheckStopCheckpoint(int64_t now);
   int ranks_done_ = 0;
   uint64_t generation_ = 0;
   std::set<std::string> lost_hosts_;        // hosts lost and not back

@@ -98,6 +98,7 @@ void MetricsSink::Hung(const std::string& host, const HangWatch::Named& n, uint6
 void MetricsSink::Step(const pb::Metrics& m) {
   last_[m.rank()] = m;
   last_step_ = std::max<uint64_t>(last_step_, m.step());
+  stepped_ = true;
   fresh_ = true;
   if (m.rank() == 0) {
     steps_done_ = std::max<uint64_t>(steps_done_, m.step() + 1);

@@ -44,6 +44,8 @@ class MetricsSink {
   void Step(const pb::Metrics& m);
   void NewGeneration() { last_.clear(); }
   uint64_t last_step() const { return last_step_; }
+  // Whether any rank completed a step in this run.
+  bool stepped() const { return stepped_; }
   // The progress line, when a step came since the last one ("" otherwise).
   std::string Progress();
   // "trained N steps: final loss L, T tokens/s", or "" before any step.
@@ -55,6 +57,7 @@ class MetricsSink {
   std::unique_ptr<io::RecordWriter> out_;
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
   uint64_t last_step_ = 0;
+  bool stepped_ = false;
   bool fresh_ = false;
   // Rank 0's steps, their summed time and last loss (every rank reports the
   // global loss and throughput).

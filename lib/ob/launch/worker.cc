@@ -7,8 +7,10 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <csignal>
 #include <functional>
 #include <mutex>
@@ -71,10 +73,13 @@ Result<model::TokenSource> OpenData(const std::string& spec, const model::GptCon
 
 }  // namespace
 
-Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path) {
+Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path, bool data_is_local) {
   OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
   if (data == "synthetic") return std::string();
-  if (access(data.c_str(), R_OK) != 0) return std::string();  // only on the hosts: they check
+  if (access(data.c_str(), R_OK) != 0) {
+    if (!data_is_local) return std::string();  // only on the hosts: they check
+    return Status::NoInput(data + ": " + std::strerror(errno));
+  }
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
   const int seq = static_cast<int>(pd.plan.sequence_length());
   Status st = src.Check(seq > 0 ? seq : pd.cfg.n_positions, pd.cfg.vocab_size);

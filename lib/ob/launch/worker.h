@@ -86,7 +86,10 @@ void WarmUpLibTorch(bool cuda = false);
 // readable here), is a regular file, and fits the plan's model (vocabulary,
 // sequence length). kDataErr naming the file and the mismatch. Returns the
 // file's model::TokenFileFacts, encoded for WorkerOptions::data_facts (""
-// for synthetic data or a file only the hosts can read).
-Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path);
+// for synthetic data or a file only the hosts can read). With
+// `data_is_local` (every worker runs on this machine), a file this process
+// cannot read is kNoInput naming it.
+Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path,
+                                     bool data_is_local = false);
 
 }  // namespace ob::launch

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Scheduler signals (issue 12, acceptance 6): 4 local hosts in 2 pipelines
+# of 2 stages, 40 steps, --ckpt-dir without --ckpt-every.
+#  1. SIGTERM (and SIGUSR1, Slurm's --signal) to the master at step 20: it
+#     lets the workers save the step after the next, stops once that
+#     checkpoint is committed, and exits 0; the checkpoint verifies, is of
+#     a step >= 20, and is not the run's last (it stopped);
+#  2. --resume auto from it trains the rest with the uninterrupted run's
+#     losses exactly;
+#  3. a second signal stops at once (exit 0, nothing saved);
+#  4. without --ckpt-dir, SIGTERM stops at once, exit 0.
+NAME=launch_signal
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+make_two_by_two
+STEPS=40
+
+reference_run "$STEPS"
+master() { pgrep -P "$MASTER_PID" -x ob-launch; }  # the master itself, not its timeout(1)
+
+for sig in TERM USR1; do
+  run_start "sig$sig" "$STEPS" --ckpt-dir "$WORK/ckpt-$sig"
+  wait_step "sig$sig" 20 || fail "SIG$sig: no step 20: $(tail -3 "$WORK/sig$sig.err")"
+  kill -"$sig" "$(master)"
+  run_wait
+  [ "$RC" = 0 ] || fail "SIG$sig: exit $RC: $(tail -3 "$WORK/sig$sig.err")"
+  [ -s "$WORK/ckpt-$sig/latest" ] || fail "SIG$sig: no checkpoint: $(grep -E 'stop|checkpoint' "$WORK/sig$sig/events.log")"
+  latest=$(cat "$WORK/ckpt-$sig/latest")
+  step=$((10#${latest#step-}))
+  [ "$step" -ge 20 ] && [ "$step" -lt $((STEPS - 1)) ] \
+    || fail "SIG$sig: the checkpoint is of step $step, not one of 20..$((STEPS - 2))"
+  "$OB_BIN/ob-ckpt" verify "$WORK/ckpt-$sig/$latest" > /dev/null || fail "SIG$sig: $latest does not verify"
+  grep -q " stop .*saved the checkpoint of step $step$" "$WORK/sig$sig/events.log" \
+    || fail "SIG$sig: no stop line naming the checkpoint: $(grep -E ' stop' "$WORK/sig$sig/events.log")"
+  last=$(max_step "$WORK/sig$sig.pb")
+  [ "$last" -lt $((STEPS - 1)) ] || fail "SIG$sig: trained to the end instead of stopping"
+  wait_for 5 no_tagged || fail "SIG$sig: processes left behind: $(tagged)"
+  echo "$NAME: SIG$sig at step >= 20: exit 0, $latest verifies, stopped after step $last"
+done
+
+run_start resumed "$STEPS" --ckpt-dir "$WORK/ckpt-TERM" --resume auto
+run_wait
+[ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
+python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
+echo "$NAME: resumed: $(cat "$WORK/cmp")"
+
+# A second signal does not wait for the checkpoint.
+run_start twice "$STEPS" --ckpt-dir "$WORK/ckpt-twice"
+wait_step twice 5 || fail "no step 5: $(tail -3 "$WORK/twice.err")"
+m=$(master)
+kill -TERM "$m"
+requested() { grep -q " checkpoint-request " "$WORK/twice/events.log"; }
+wait_for 5 requested || fail "no checkpoint request after SIGTERM: $(tail -3 "$WORK/twice.err")"
+kill -TERM "$m"
+run_wait
+[ "$RC" = 0 ] || fail "second signal: exit $RC: $(tail -3 "$WORK/twice.err")"
+[ "$(grep -c ' stop-request ' "$WORK/twice/events.log")" = 2 ] || fail "not two stop requests: $(grep stop "$WORK/twice/events.log")"
+! grep -q " stop .*saved the checkpoint" "$WORK/twice/events.log" || fail "the second signal waited for the checkpoint"
+wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
+
+run_start plain "$STEPS"
+wait_step plain 5 || fail "no step 5: $(tail -3 "$WORK/plain.err")"
+kill -TERM "$(master)"
+run_wait
+[ "$RC" = 0 ] || fail "SIGTERM without --ckpt-dir: exit $RC: $(tail -3 "$WORK/plain.err")"
+[ "$(max_step "$WORK/plain.pb")" -lt $((STEPS - 1)) ] || fail "SIGTERM without --ckpt-dir: trained to the end"
+wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
+echo "$NAME: ok"
