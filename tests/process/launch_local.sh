@@ -35,7 +35,7 @@ OB_TEST_WORKER_CMD="printf '$rec'; exec sleep 0.3" timeout 30 "$OB_BIN/ob-launch
   "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err3"
 rc=$?
 [ "$rc" = 0 ] || fail "metrics run: exit $rc: $(tail -3 "$WORK/err3")"
-grep -q 'master: info: step 5  loss 2.5000  tokens/s 1000' "$WORK/err3" \
+grep -q 'master: info: step 6/100  loss 2.5000  tokens/s 1000  MFU -  ETA 0s' "$WORK/err3" \
   || fail "no progress line: $(grep -c step "$WORK/err3")"
 if command -v python3 >/dev/null; then
   python3 - "$WORK/metrics.pb" "$TAG" "$METRICS_PY" <<'PY' || fail "metrics file"

@@ -220,6 +220,10 @@ TEST_CASE("learning rate warms up linearly then decays by cosine", "[model]") {
   CHECK(ob::model::LearningRate(o, 10) == Approx(1e-3));
   CHECK(ob::model::LearningRate(o, 60) == Approx(5.5e-4));
   CHECK(ob::model::LearningRate(o, 110) == Approx(1e-4));
+  o.cosine = false;  // --lr-schedule constant: the warm-up, then the peak
+  CHECK(ob::model::LearningRate(o, 0) == Approx(1e-4));
+  CHECK(ob::model::LearningRate(o, 60) == Approx(1e-3));
+  CHECK(ob::model::LearningRate(o, 110) == Approx(1e-3));
 }
 
 TEST_CASE("gradient accumulation matches one large batch", "[model][train]") {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -50,6 +51,14 @@ std::string Absolute(const std::string& path) {
   return path;
 }
 
+// A double as text that reads back to the same value (std::to_string
+// writes 6 decimals: --lr 3e-7 became 0).
+std::string Exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 // The command each agent runs for a worker. OB_TEST_WORKER_CMD (tests only)
 // replaces the real worker with `sh -c CMD`, given OB_RANK, OB_WORLD_SIZE,
 // OB_LOCAL_RANK and OB_HOST in its environment.
@@ -73,10 +82,14 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
        {self, std::string("--worker"), std::string("--rank"), std::to_string(ctx.rank),
         std::string("--world"), std::to_string(ctx.world_size), std::string("--generation"),
         std::to_string(ctx.generation), std::string("--steps"), std::to_string(g.worker.steps),
-        std::string("--data"), g.worker.data, std::string("--lr"), std::to_string(g.worker.lr),
+        std::string("--data"), g.worker.data, std::string("--lr"), Exact(g.worker.lr),
         std::string("--warmup-steps"), std::to_string(g.worker.warmup_steps), std::string("--seed"),
         std::to_string(g.worker.seed), std::string("--device"), g.worker.device,
-        std::string("--precision"), g.worker.precision}) {
+        std::string("--precision"), g.worker.precision, std::string("--min-lr"), Exact(g.worker.min_lr),
+        std::string("--lr-schedule"), g.worker.lr_schedule, std::string("--weight-decay"),
+        Exact(g.worker.weight_decay), std::string("--beta1"), Exact(g.worker.beta1), std::string("--beta2"),
+        Exact(g.worker.beta2), std::string("--eps"), Exact(g.worker.eps), std::string("--clip-norm"),
+        Exact(g.worker.clip_norm)}) {
     spec.add_argv(a);
   }
   if (!g.worker.data_facts.empty()) {
@@ -170,9 +183,34 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.seed = g.worker.seed;
   o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
   o.steps = g.worker.steps;
+  {
+    const auto& w = g.worker;
+    ob::pb::OptimizerSettings& s = o.optimizer;
+    s.set_lr(w.lr);
+    s.set_min_lr(w.min_lr);
+    s.set_warmup_steps(w.warmup_steps);
+    s.set_lr_schedule(w.lr_schedule);
+    s.set_weight_decay(w.weight_decay);
+    s.set_beta1(w.beta1);
+    s.set_beta2(w.beta2);
+    s.set_eps(w.eps);
+    s.set_clip_norm(w.clip_norm);
+    s.set_steps(w.steps);
+  }
   if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
   if (!(g.worker.lr > 0) || !std::isfinite(g.worker.lr)) {
-    return ob::Status::Usage("--lr " + std::to_string(g.worker.lr) + ": the learning rate must be a positive number");
+    return ob::Status::Usage("--lr " + Exact(g.worker.lr) + ": the learning rate must be a positive number");
+  }
+  {
+    const auto& w = g.worker;
+    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr must be between 0 and --lr");
+    if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
+      return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
+    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) return ob::Status::Usage("--weight-decay must not be negative");
+    if (!(w.beta1 >= 0 && w.beta1 < 1) || !(w.beta2 >= 0 && w.beta2 < 1))
+      return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
+    if (!(w.eps > 0 && std::isfinite(w.eps))) return ob::Status::Usage("--eps must be a positive number");
+    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm must not be negative (0: no clipping)");
   }
   if (g.worker.steps < 0 || g.worker.warmup_steps < 0) {
     return ob::Status::Usage("--steps and --warmup-steps must not be negative");
@@ -202,6 +240,19 @@ void Setup(CLI::App& app) {
   app.add_option("--lr", g.worker.lr, "Peak learning rate (default 1e-3)")->option_text("X");
   app.add_option("--warmup-steps", g.worker.warmup_steps, "Linear warm-up steps before cosine decay (default 0)")
       ->option_text("N");
+  app.add_option("--min-lr", g.worker.min_lr, "Floor of the cosine decay (default 0)")->option_text("X");
+  app.add_option("--lr-schedule", g.worker.lr_schedule,
+                 "After the warm-up: 'cosine' decay to --min-lr at the last step, or 'constant' (default cosine)")
+      ->option_text("cosine|constant");
+  app.add_option("--weight-decay", g.worker.weight_decay,
+                 "AdamW weight decay of the matrices, embeddings included; none on biases and LayerNorms "
+                 "(default 0.1)")
+      ->option_text("X");
+  app.add_option("--beta1", g.worker.beta1, "AdamW beta1 (default 0.9)")->option_text("X");
+  app.add_option("--beta2", g.worker.beta2, "AdamW beta2 (default 0.95)")->option_text("X");
+  app.add_option("--eps", g.worker.eps, "AdamW epsilon (default 1e-8)")->option_text("X");
+  app.add_option("--clip-norm", g.worker.clip_norm, "Clip the global gradient norm to X; 0: no clipping (default 1)")
+      ->option_text("X");
   app.add_option("--seed", g.worker.seed, "Seed of the weights and of data sampling (default 1234)")
       ->option_text("N");
   app.add_option("--device", g.worker.device,

@@ -28,6 +28,10 @@ ob::Status Check() {
   if (!g.clock.empty() && g.clock != "wall" && g.clock != "stream")
     return ob::Status::Usage("--clock must be 'wall' or 'stream'");
   if (g.dry_run && !g.act) return ob::Status::Usage("--dry-run goes with --act");
+  if (!g.records.empty() && g.records != "json" && g.records != "csv")
+    return ob::Status::Usage("--records must be 'json' or 'csv'");
+  if (!g.records.empty() && (g.act || !g.plot.empty() || !g.metrics_addr.empty()))
+    return ob::Status::Usage("--records writes the records only: not with --act, --plot or --metrics-addr");
   if (g.act && !g.dry_run && g.attach_dir.empty() && g.control.empty())
     return ob::Status::Usage("--act needs the master's control socket: --attach RUN_DIR or --control SOCKET");
   return ob::Status::Ok();
@@ -57,11 +61,16 @@ void Setup(CLI::App& app) {
       "Examples:\n"
       "  ob-watch metrics.pb                       # summary on a terminal\n"
       "  ob-watch --json metrics.pb > events.jsonl\n"
+      "  ob-watch --records csv metrics.pb > steps.csv   # pandas.read_csv(\"steps.csv\")\n"
       "  ob-watch --attach run/ --act --metrics-addr 127.0.0.1:9100\n"
       "  ob-watch --plot run.svg metrics.pb");
   app.add_option("file", g.input, "A metrics stream from ob-launch (default: stdin)")->option_text("FILE");
   app.add_option("--attach", g.attach_dir, "Stream from the master running in RUN_DIR (RUN_DIR/control.sock)")
       ->option_text("RUN_DIR");
+  app.add_option("--records", g.records,
+                 "Write every metrics record, every field, as JSON lines or CSV (with a header), "
+                 "instead of events; no detector runs")
+      ->option_text("json|csv");
   app.add_flag("--act", g.act, "Ask the master to exclude, checkpoint or roll back on confirmed events");
   app.add_flag("--dry-run", g.dry_run, "With --act: decide and record actions, send nothing");
   app.add_option("--control", g.control, "The master's control socket for --act (default: RUN_DIR/control.sock)")

@@ -1,5 +1,7 @@
 #include "ob/launch/ckpt_keeper.h"
 
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 
 #include "ob/clock.h"
@@ -64,6 +66,16 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                          ": nothing left to train (raise --steps)");
   }
   resume_ = {from, step};
+  if (m.has_optimizer()) {  // changes are allowed, and said
+    const google::protobuf::Descriptor* d = pb::OptimizerSettings::descriptor();
+    for (int i = 0; i < d->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* f = d->field(i);
+      std::string was, now;
+      google::protobuf::TextFormat::PrintFieldValueToString(m.optimizer(), f, -1, &was);
+      google::protobuf::TextFormat::PrintFieldValueToString(o.optimizer, f, -1, &now);
+      if (was != now) optimizer_changes_.push_back(f->name() + " " + was + " -> " + now);
+    }
+  }
   return Status::Ok();
 }
 
@@ -134,6 +146,7 @@ void CheckpointKeeper::Poll(bool wait) {
     m.set_created_unix_ms(UnixMs());
     m.set_plan(plan_->SerializeAsString());
     *m.mutable_job() = job_;
+    *m.mutable_optimizer() = o_.optimizer;
     return m;
   };
   const std::optional<CommitQueue::Outcome> done = commits_->Poll(base, wait);

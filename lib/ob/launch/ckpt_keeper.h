@@ -46,6 +46,7 @@ class CheckpointKeeper {
     uint64_t seed = 0;
     std::string data;            // --data as the workers get it
     std::string holder;          // who holds the lock, for a second master's message
+    pb::OptimizerSettings optimizer;  // recorded in every manifest; compared on resume
   };
 
   // Locks and cleans the directory, and picks the checkpoint --resume names
@@ -59,6 +60,9 @@ class CheckpointKeeper {
   bool enabled() const { return commits_ != nullptr; }
   // The checkpoint to resume from ("" path: start afresh).
   const CheckpointRef& resume() const { return resume_; }
+  // How this run's optimizer settings differ from the resumed checkpoint's,
+  // one "name A -> B" each ("" when the same, or none recorded).
+  const std::vector<std::string>& optimizer_changes() const { return optimizer_changes_; }
   // The newest checkpoint of the directory that verifies and is this job's.
   Result<CheckpointRef> Newest();
   // A rank's report of its part of a save (Metrics.checkpoint) of a world of `world`.
@@ -93,6 +97,7 @@ class CheckpointKeeper {
   CheckpointRef resume_;
   int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed
   std::string failure_;
+  std::vector<std::string> optimizer_changes_;
 };
 
 }  // namespace ob::launch

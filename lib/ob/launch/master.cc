@@ -75,12 +75,17 @@ Status Master::Prepare() {
   OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
   OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
   OB_RETURN_IF_ERROR(ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, opt_.resume, opt_.resume_from_other, opt_.steps,
-                                 opt_.seed, opt_.data, "ob-launch, run directory " + run_dir_},
+                                 opt_.seed, opt_.data, "ob-launch, run directory " + run_dir_, opt_.optimizer},
                                 &plan_, loaded_.problem.num_layers(), &events_));
   if (!ckpt_.resume().path.empty()) lineage_.RestoreNext(ckpt_.resume());
+  for (const std::string& change : ckpt_.optimizer_changes()) {
+    events_.Write("resume-change", change);
+    OB_LOG(Warn) << "resuming with another optimizer setting than the checkpoint's: " << change;
+  }
   if (!opt_.worker_command) return Status::Internal("no worker command");
 
   OB_RETURN_IF_ERROR(metrics_.Open(opt_.metrics));
+  metrics_.set_total_steps(opt_.steps);
   if (opt_.log_to_run_dir && !log::SetFile(run_dir_ + "/master.log")) {
     return Status::IoErr(run_dir_ + "/master.log: cannot open");
   }

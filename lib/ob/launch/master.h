@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "ob/control.pb.h"
+#include "ob/manifest.pb.h"
 #include "ob/status.h"
 
 namespace ob::launch {
@@ -128,6 +129,7 @@ struct MasterOptions {
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (for the job identity)
   int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)
+  pb::OptimizerSettings optimizer;   // the workers' (recorded in checkpoints)
 };
 
 // The run's exit status: 0 when training completed or was stopped on

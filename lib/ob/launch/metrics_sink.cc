@@ -103,25 +103,56 @@ void MetricsSink::Step(const pb::Metrics& m) {
   if (m.rank() == 0) {
     steps_done_ = std::max<uint64_t>(steps_done_, m.step() + 1);
     step_seconds_sum_ += m.step_seconds();
+    recent_step_seconds_.push_back(m.step_seconds());
+    if (recent_step_seconds_.size() > kEtaSteps) recent_step_seconds_.pop_front();
     tokens_sum_ += m.tokens_per_second() * m.step_seconds();
     last_loss_ = m.loss();
   }
 }
 
+namespace {
+
+// "45s", "3m05s", "2h07m", "3d04h".
+std::string Duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else if (s < 86400) std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+  else std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s / 3600 % 24));
+  return buf;
+}
+
+}  // namespace
+
 std::string MetricsSink::Progress() {
   if (!fresh_) return "";
   fresh_ = false;
-  double loss_sum = 0, tokens = 0;
-  int losses = 0;
+  double loss_sum = 0, tokens = 0, mfu_sum = 0;
+  int losses = 0, mfus = 0;
   for (const auto& [rank, m] : last_) {
-    if (m.step() != last_step_ || !std::isfinite(m.loss())) continue;
+    if (m.step() != last_step_) continue;
+    if (m.mfu() > 0) {
+      mfu_sum += m.mfu();
+      ++mfus;
+    }
+    if (!std::isfinite(m.loss())) continue;
     loss_sum += m.loss();
     tokens += m.tokens_per_second();
     ++losses;
   }
-  return "step " + std::to_string(last_step_) + "  loss " +
-         (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) + "  tokens/s " +
-         (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-"));
+  const int64_t done = static_cast<int64_t>(last_step_) + 1;
+  std::string line = "step " + std::to_string(done) + (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "") +
+                     "  loss " + (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) + "  tokens/s " +
+                     (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-")) + "  MFU " +
+                     (mfus > 0 ? Fixed(100 * mfu_sum / mfus, 1) + "%" : std::string("-"));
+  if (total_steps_ > 0 && !recent_step_seconds_.empty()) {
+    double mean = 0;
+    for (double s : recent_step_seconds_) mean += s;
+    mean /= static_cast<double>(recent_step_seconds_.size());
+    line += "  ETA " + Duration(mean * static_cast<double>(std::max<int64_t>(0, total_steps_ - done)));
+  }
+  return line;
 }
 
 std::string MetricsSink::Summary() const {

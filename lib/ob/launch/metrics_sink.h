@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,7 +47,14 @@ class MetricsSink {
   uint64_t last_step() const { return last_step_; }
   // Whether any rank completed a step in this run.
   bool stepped() const { return stepped_; }
-  // The progress line, when a step came since the last one ("" otherwise).
+  // The run's last step is total_steps - 1 (0: not known): the progress
+  // line shows how far it is, and when it should end.
+  void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
+  // The progress line, when a step came since the last one ("" otherwise):
+  // "step 24/40  loss 3.1416  tokens/s 1234  MFU 31.2%  ETA 1m05s", the
+  // loss and rates those of the newest step (MFU: the mean over the ranks
+  // that report one; "-" on a device without a known peak), the ETA from
+  // the mean of rank 0's last step times.
   std::string Progress();
   // "trained N steps: final loss L, T tokens/s", or "" before any step.
   std::string Summary() const;
@@ -57,6 +65,9 @@ class MetricsSink {
   std::unique_ptr<io::RecordWriter> out_;
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
   uint64_t last_step_ = 0;
+  int64_t total_steps_ = 0;
+  std::deque<double> recent_step_seconds_;  // rank 0's, the last kEtaSteps
+  static constexpr size_t kEtaSteps = 20;
   bool stepped_ = false;
   bool fresh_ = false;
   // Rank 0's steps, their summed time and last loss (every rank reports the

@@ -349,6 +349,24 @@ Status RunWorker(const WorkerOptions& o) {
   t.seq_len = static_cast<int>(gen.plan().sequence_length());
   t.lr = o.lr;
   t.warmup_steps = o.warmup_steps;
+  t.min_lr = o.min_lr;
+  t.cosine = o.lr_schedule != "constant";
+  t.weight_decay = o.weight_decay;
+  t.beta1 = o.beta1;
+  t.beta2 = o.beta2;
+  t.eps = o.eps;
+  t.grad_clip = o.clip_norm;
+  if (o.rank == 0 && o.generation == 1) {
+    std::ostringstream line;
+    line << "optimizer: AdamW lr " << t.lr << " (" << t.warmup_steps << " warm-up steps, then ";
+    if (t.cosine) line << "cosine to " << t.min_lr << " at step " << t.steps;
+    else line << "constant";
+    line << "), weight decay " << t.weight_decay << ", betas " << t.beta1 << "/" << t.beta2 << ", eps " << t.eps
+         << ", clip norm ";
+    if (t.grad_clip > 0) line << t.grad_clip;
+    else line << "none";
+    OB_LOG(Info) << line.str();
+  }
   t.seed = o.seed;
   // The overlap benchmark compares against the schedule without overlap.
   if (const char* ov = std::getenv("OB_OVERLAP"); ov != nullptr && std::string(ov) == "0") {

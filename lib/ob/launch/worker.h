@@ -48,6 +48,13 @@ struct WorkerOptions {
   std::string data_facts;
   double lr = 1e-3;
   int64_t warmup_steps = 0;
+  // The optimizer and schedule (model::TrainOptions; ob-launch(1)).
+  double min_lr = 0.0;
+  std::string lr_schedule = "cosine";  // or "constant"
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double clip_norm = 1.0;      // 0: no clipping
   uint64_t seed = 1234;        // model initialisation and data sampling
   std::string host;            // for the Metrics records
   double timeout_s = 60;       // bound on rendezvous and every collective

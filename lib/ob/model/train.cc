@@ -24,6 +24,7 @@ double LearningRate(const TrainOptions& opts, int64_t step) {
   if (step < opts.warmup_steps) {
     return opts.lr * static_cast<double>(step + 1) / static_cast<double>(opts.warmup_steps);
   }
+  if (!opts.cosine) return opts.lr;
   const int64_t decay_steps = std::max<int64_t>(1, opts.steps - opts.warmup_steps);
   const double progress =
       std::min(1.0, static_cast<double>(step - opts.warmup_steps) / decay_steps);

@@ -53,6 +53,7 @@ struct TrainOptions {
   int seq_len = 0;         // 0: cfg.n_positions
   double lr = 1e-3;        // peak learning rate
   double min_lr = 0.0;     // floor of the cosine decay
+  bool cosine = true;      // after warm-up: cosine decay to min_lr, else lr throughout
   int64_t warmup_steps = 0;
   double weight_decay = 0.1;  // on >= 2-D weights only
   double beta1 = 0.9;
@@ -75,7 +76,8 @@ struct TrainOptions {
 };
 
 // Learning rate at `step` (0-based): linear warm-up to opts.lr over
-// warmup_steps, then cosine decay to min_lr at opts.steps.
+// warmup_steps, then cosine decay to min_lr at opts.steps (or opts.lr
+// throughout when !opts.cosine).
 double LearningRate(const TrainOptions& opts, int64_t step);
 
 // Samples [first, first + count) of global step `step`: {x, y}, each [count,

@@ -23,6 +23,7 @@
 #include "ob/watch/events.h"
 #include "ob/watch/plot.h"
 #include "ob/watch/prometheus.h"
+#include "ob/watch/records.h"
 #include "ob/watch/summary.h"
 #include "ob/watch/watcher.h"
 
@@ -158,6 +159,50 @@ Status RunSession(const SessionOptions& o) {
     ~CloseOut() { if (fd != STDOUT_FILENO) ::close(fd); }
   } close_out{out_fd};
 
+  g_stop = false;
+  struct sigaction sa{};
+  sa.sa_handler = [](int) { g_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  struct RestoreSignals {
+    struct sigaction *i, *t;
+    ~RestoreSignals() {
+      ::sigaction(SIGINT, i, nullptr);
+      ::sigaction(SIGTERM, t, nullptr);
+    }
+  } restore_signals{&old_int, &old_term};
+
+  if (!o.records.empty()) {  // every record as text, nothing else
+    if (o.records != "json" && o.records != "csv") {
+      if (owned) ::close(in_fd);
+      return Status::Usage("--records must be 'json' or 'csv', not '" + o.records + "'");
+    }
+    auto queue = std::make_shared<Queue>();
+    std::thread(ReadLoop, in_fd, owned, attached, name, queue).detach();
+    Status written = o.records == "csv"
+                         ? WriteAll(out_fd, RecordCsvHeader(*pb::Metrics::descriptor()) + "\n", out_name)
+                         : Status::Ok();
+    for (;;) {
+      std::deque<pb::Metrics> batch;
+      bool done = false;
+      Status stream;
+      {
+        std::unique_lock<std::mutex> lock(queue->mu);
+        queue->cv.wait_for(lock, kTick, [&] { return !queue->records.empty() || queue->done; });
+        batch.swap(queue->records);
+        done = queue->done && batch.empty();
+        stream = queue->status;
+      }
+      std::string text;
+      for (const auto& m : batch) text += (o.records == "csv" ? RecordCsvRow(m) : RecordJson(m)) + "\n";
+      if (written.ok() && !text.empty()) written = WriteAll(out_fd, text, out_name);
+      if (done) return stream.ok() ? written : stream;
+      if (g_stop || !written.ok()) return written;
+    }
+  }
+
   Watcher watcher(o.detectors, clock);
   std::mutex state_mu;  // guards watcher against the Prometheus thread
   std::unique_ptr<MetricsServer> server;
@@ -173,14 +218,6 @@ Status RunSession(const SessionOptions& o) {
     server = std::move(started).value();
     OB_LOG(Info) << "serving Prometheus metrics at http://" << server->address() << "/metrics";
   }
-
-  g_stop = false;
-  struct sigaction sa{};
-  sa.sa_handler = [](int) { g_stop = true; };
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
 
   auto queue = std::make_shared<Queue>();
   std::thread(ReadLoop, in_fd, owned, attached, name, queue).detach();
@@ -277,9 +314,6 @@ Status RunSession(const SessionOptions& o) {
     }
     handle(events);
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
-
   if (human) {
     std::string text = SummaryTable(watcher.state(), o.detectors, name, kSummaryEvents);
     if (clock == Clock::kWall) text = "\033[H\033[2J" + text;

@@ -30,6 +30,9 @@ struct SessionOptions {
   std::string plot;            // SVG file, "" for none
   std::string output = "-";    // events: "-" stdout, else a file
   bool json = false;           // JSON lines instead of delimited records
+  // "json" or "csv": write every metrics record as text (records.h)
+  // instead of events; no detector runs. "" = events.
+  std::string records;
   bool terminal = false;       // stdout is a terminal: a human summary there
   double answer_timeout_s = 5; // the master's answer to one request
 };
@@ -37,7 +40,8 @@ struct SessionOptions {
 // The socket the master listens on in `run_dir`.
 std::string ControlSocketPath(const std::string& run_dir);
 
-// Runs to the end of the stream (or SIGINT/SIGTERM). Ok when no anomaly
+// Runs to the end of the stream (or SIGINT/SIGTERM). With `records`, Ok
+// unless the stream or the output fails. Otherwise Ok when no anomaly
 // (warning or critical event from a detector) was raised; kNo naming the
 // counts when some were; the stream's own error (kDataErr naming the file,
 // record and byte offset; kUnavailable when the master cannot be reached)
