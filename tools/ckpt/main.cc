@@ -1,4 +1,4 @@
-// ob-ckpt: list, show, verify, export and prune checkpoint directories.
+// ob-ckpt: list, show, verify, export, import and prune checkpoint directories.
 #include <unistd.h>
 
 #include <chrono>
@@ -7,11 +7,13 @@
 #include <sys/stat.h>
 
 #include "ob/ckpt/checkpoint.h"
+#include "ob/ckpt/hf.h"
 #include "ob/cli/cli.h"
 #include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/log.h"
+#include "ob/model/config.h"
 
 namespace {
 
@@ -19,6 +21,9 @@ struct Options {
   std::string path;             // DIR, or a checkpoint directory
   bool with_optimizer = false;  // export: Adam moments too
   int keep = 0;                 // prune: complete checkpoints to keep
+  std::string format = "ob";    // export: "ob" (one safetensors file) or "hf"
+  std::string model;            // import: the ob model (preset or config) it is
+  int64_t step = 0;             // import: the step it counts as
 };
 
 Options g;
@@ -27,6 +32,7 @@ CLI::App* g_show = nullptr;
 CLI::App* g_verify = nullptr;
 CLI::App* g_export = nullptr;
 CLI::App* g_prune = nullptr;
+CLI::App* g_import = nullptr;
 
 std::string HumanBytes(uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -228,6 +234,14 @@ ob::Status VerifyCmd(const ob::cli::CommonOptions& common) {
 }
 
 ob::Status ExportCmd(const ob::cli::CommonOptions& common) {
+  if (g.format == "hf") {
+    if (common.output == "-" || common.output.empty())
+      return ob::Status::Usage("--format hf writes a directory (model.safetensors, config.json): give -o DIR");
+    OB_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(g.path));
+    ProgressBar bar("export", common.quiet);
+    return ob::ckpt::ExportHf(path, common.output, bar.Callback());
+  }
+  if (g.format != "ob") return ob::Status::Usage("--format must be 'ob' or 'hf', not '" + g.format + "'");
   if ((common.output == "-" || common.output.empty()) && ob::io::StdoutIsTerminal())
     return ob::Status::Usage(
         "refusing to write a binary safetensors file to a terminal; use -o FILE or a pipe");
@@ -246,13 +260,44 @@ ob::Status PruneCmd(const ob::cli::CommonOptions& common) {
   return ob::io::WriteFile(common.output, out);
 }
 
+// A HuggingFace GPT-2 directory (config.json, model.safetensors) into the
+// checkpoint root -o DIR.
+ob::Status ImportCmd(const ob::cli::CommonOptions& common) {
+  if (common.output == "-" || common.output.empty())
+    return ob::Status::Usage("import writes a checkpoint root: give -o DIR");
+  const std::string config = g.path + "/config.json", weights = g.path + "/model.safetensors";
+  OB_ASSIGN_OR_RETURN(ob::pb::ModelConfig shape, ob::ckpt::ReadHfConfig(config));
+  ob::pb::ModelConfig model;
+  if (!g.model.empty()) {
+    OB_ASSIGN_OR_RETURN(ob::model::GptConfig cfg, ob::model::ResolveModel(g.model));
+    model = cfg.ToProto();
+  } else {  // the preset of that shape
+    for (const std::string& name : ob::model::PresetNames()) {
+      ob::pb::ModelConfig p = ob::model::Preset(name)->ToProto();
+      ob::pb::ModelConfig s = p;
+      s.clear_name();
+      if (s.SerializeAsString() == shape.SerializeAsString()) {
+        model = p;
+        break;
+      }
+    }
+    if (model.name().empty())
+      return ob::Status::DataErr(config + ": no ob preset has this shape (" + shape.ShortDebugString() +
+                                 "); give --model CONFIG naming a model config of it");
+  }
+  OB_RETURN_IF_ERROR(ob::ckpt::ImportHf(config, weights, model, common.output, g.step));
+  return ob::io::WriteFile("-", "imported " + g.path + " as " + model.name() + ", " +
+                                    ob::ckpt::StepPath(common.output, g.step) + "\n");
+}
+
 ob::Status Run(const ob::cli::CommonOptions& common) {
+  if (g_import->parsed()) return ImportCmd(common);
   if (g_ls->parsed()) return Ls(common);
   if (g_show->parsed()) return Show(common);
   if (g_verify->parsed()) return VerifyCmd(common);
   if (g_export->parsed()) return ExportCmd(common);
   if (g_prune->parsed()) return PruneCmd(common);
-  return ob::Status::Usage("no command: give ls, show, verify, export or prune");
+  return ob::Status::Usage("no command: give ls, show, verify, export, import or prune");
 }
 
 CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* dir_help) {
@@ -274,6 +319,18 @@ void Setup(CLI::App& app) {
                      "A checkpoint, or a root (its latest checkpoint)");
   g_export->add_flag("--with-optimizer", g.with_optimizer,
                      "Also export the Adam moments (<name>.exp_avg, <name>.exp_avg_sq)");
+  g_export->add_option("--format", g.format,
+                       "'ob' (one safetensors file, ob's names) or 'hf' (-o DIR: a HuggingFace GPT-2, "
+                       "model.safetensors and config.json)")
+      ->option_text("ob|hf");
+  g_import = Command(app, "import", "Make a checkpoint (-o DIR) of a HuggingFace GPT-2 directory",
+                     "A directory with config.json and model.safetensors");
+  g_import->add_option("--model", g.model,
+                       "The ob model it is, a preset or config file (default: the preset of its shape)")
+      ->option_text("NAME|FILE");
+  g_import->add_option("--step", g.step, "The step the weights count as; --resume trains from the next (default 0)")
+      ->option_text("N")
+      ->check(ob::cli::NonNegative());
   g_prune = Command(app, "prune", "Delete all but the newest K complete checkpoints",
                     "Checkpoint root directory");
   g_prune->add_option("-k,--keep", g.keep, "Complete checkpoints to keep (at least 1)")
@@ -286,6 +343,8 @@ void Setup(CLI::App& app) {
       "  ob-ckpt ls ckpt/\n"
       "  ob-ckpt verify ckpt/step-000000001000\n"
       "  ob-ckpt export ckpt/ -o model.safetensors\n"
+      "  ob-ckpt export --format hf ckpt/ -o gpt2-finetuned/\n"
+      "  ob-ckpt import gpt2/ -o ckpt/         # then ob-launch --ckpt-dir ckpt --resume auto\n"
       "  ob-ckpt prune ckpt/ --keep 3");
 }
 
@@ -293,5 +352,5 @@ void Setup(CLI::App& app) {
 
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
-                       {"ckpt", "Inspect, verify, export and prune checkpoints.", Setup, Run});
+                       {"ckpt", "Inspect, verify, export, import and prune checkpoints.", Setup, Run});
 }

@@ -1,0 +1,302 @@
+#include "ob/ckpt/hf.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "ob/io/dir_lock.h"
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+
+namespace ob::ckpt {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The block parameters HuggingFace keeps as Conv1D, weight [in, out].
+bool IsConv1DWeight(const std::string& param) {
+  return param == "attn.c_attn.weight" || param == "attn.c_proj.weight" || param == "mlp.c_fc.weight" ||
+         param == "mlp.c_proj.weight";
+}
+
+const char* const kBlockParams[] = {
+    "ln_1.weight",      "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",      "ln_2.bias",
+    "mlp.c_fc.weight",  "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+// A [rows, cols] matrix of `elem`-byte elements, transposed.
+std::vector<char> Transpose(const std::vector<char>& src, int64_t rows, int64_t cols, size_t elem) {
+  std::vector<char> dst(src.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      std::memcpy(&dst[static_cast<size_t>(j * rows + i) * elem], &src[static_cast<size_t>(i * cols + j) * elem],
+                  elem);
+    }
+  }
+  return dst;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// The shape of every HuggingFace tensor of `m`, by HF name, in file order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> HfShapes(const pb::ModelConfig& m) {
+  const int64_t h = m.n_embd(), v = m.vocab_size(), s = m.n_positions();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out = {{"transformer.wte.weight", {v, h}},
+                                                                   {"transformer.wpe.weight", {s, h}}};
+  for (uint32_t i = 0; i < m.n_layer(); ++i) {
+    const std::string p = "transformer.h." + std::to_string(i) + ".";
+    out.push_back({p + "ln_1.weight", {h}});
+    out.push_back({p + "ln_1.bias", {h}});
+    out.push_back({p + "attn.c_attn.weight", {h, 3 * h}});
+    out.push_back({p + "attn.c_attn.bias", {3 * h}});
+    out.push_back({p + "attn.c_proj.weight", {h, h}});
+    out.push_back({p + "attn.c_proj.bias", {h}});
+    out.push_back({p + "ln_2.weight", {h}});
+    out.push_back({p + "ln_2.bias", {h}});
+    out.push_back({p + "mlp.c_fc.weight", {h, 4 * h}});
+    out.push_back({p + "mlp.c_fc.bias", {4 * h}});
+    out.push_back({p + "mlp.c_proj.weight", {4 * h, h}});
+    out.push_back({p + "mlp.c_proj.bias", {h}});
+  }
+  out.push_back({"transformer.ln_f.weight", {h}});
+  out.push_back({"transformer.ln_f.bias", {h}});
+  return out;
+}
+
+// ob's name of a HuggingFace tensor of a model of `n_layer` blocks.
+std::string ObName(const std::string& hf, uint32_t n_layer) {
+  if (hf == "transformer.wte.weight") return "tied";
+  if (hf == "transformer.wpe.weight") return "0.wpe.weight";
+  if (hf.rfind("transformer.ln_f.", 0) == 0) return std::to_string(n_layer + 1) + "." + hf.substr(12);
+  const std::string rest = hf.substr(std::strlen("transformer.h."));
+  const size_t dot = rest.find('.');
+  return std::to_string(std::stoi(rest.substr(0, dot)) + 1) + rest.substr(dot);
+}
+
+// The parameter name of an ob tensor name ("3.attn.c_attn.weight" -> "attn.c_attn.weight").
+std::string Param(const std::string& ob) {
+  const size_t dot = ob.find('.');
+  return dot == std::string::npos ? ob : ob.substr(dot + 1);
+}
+
+std::string ConfigJson(const pb::ModelConfig& m) {
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  return "{\n"
+         "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+         "  \"model_type\": \"gpt2\",\n"
+         "  \"vocab_size\": " + n(m.vocab_size()) + ",\n"
+         "  \"n_positions\": " + n(m.n_positions()) + ",\n"
+         "  \"n_ctx\": " + n(m.n_positions()) + ",\n"
+         "  \"n_embd\": " + n(m.n_embd()) + ",\n"
+         "  \"n_layer\": " + n(m.n_layer()) + ",\n"
+         "  \"n_head\": " + n(m.n_head()) + ",\n"
+         "  \"n_inner\": null,\n"
+         "  \"activation_function\": \"gelu_new\",\n"
+         "  \"layer_norm_epsilon\": 1e-05,\n"
+         "  \"tie_word_embeddings\": true,\n"
+         "  \"resid_pdrop\": 0.0,\n"
+         "  \"embd_pdrop\": 0.0,\n"
+         "  \"attn_pdrop\": 0.0,\n"
+         "  \"initializer_range\": 0.02,\n"
+         "  \"bos_token_id\": " + n(m.vocab_size() - 1) + ",\n"
+         "  \"eos_token_id\": " + n(m.vocab_size() - 1) + ",\n"
+         "  \"torch_dtype\": \"float32\"\n"
+         "}\n";
+}
+
+}  // namespace
+
+Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const Progress& progress) {
+  OB_RETURN_IF_ERROR(Verify(ckpt_path, progress));
+  OB_ASSIGN_OR_RETURN(pb::Manifest m, LoadManifest(ckpt_path));
+  const pb::ModelConfig& model = m.model();
+  if (model.n_layer() == 0) return Status::DataErr(ckpt_path + ": the manifest names no model");
+  // Every weight of the checkpoint by ob name, from whichever file holds it.
+  std::map<std::string, std::pair<std::string, SafetensorsEntry>> where;
+  std::map<std::string, SafetensorsHeader> headers;
+  for (const auto& f : m.files()) {
+    const std::string path = JoinPath(ckpt_path, f.path());
+    OB_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(path));
+    for (const auto& e : h.tensors) {
+      if (EndsWith(e.name, ".exp_avg") || EndsWith(e.name, ".exp_avg_sq")) continue;
+      where[e.name] = {path, e};
+    }
+    headers[path] = std::move(h);
+  }
+  std::vector<std::vector<char>> buffers;
+  std::vector<TensorView> views;
+  const auto shapes = HfShapes(model);
+  buffers.reserve(shapes.size());
+  for (const auto& [hf, shape] : shapes) {
+    const std::string ob = ObName(hf, model.n_layer());
+    auto it = where.find(ob);
+    if (it == where.end()) return Status::DataErr(ckpt_path + ": no tensor " + ob + " (for " + hf + ")");
+    const auto& [path, e] = it->second;
+    std::vector<int64_t> want = shape;
+    const bool conv = IsConv1DWeight(Param(ob)) && ob != "tied";
+    if (conv) std::swap(want[0], want[1]);
+    if (e.shape != want) return Status::DataErr(path + ": " + ob + " is not of " + hf + "'s shape");
+    std::vector<char> bytes(e.end - e.begin);
+    OB_RETURN_IF_ERROR(ReadTensor(path, headers.at(path), e, bytes.data()));
+    if (conv) bytes = Transpose(bytes, e.shape[0], e.shape[1], DTypeSize(e.dtype));
+    buffers.push_back(std::move(bytes));
+    views.push_back({hf, e.dtype, shape, buffers.back().data(), buffers.back().size()});
+    where.erase(it);
+  }
+  for (const auto& [name, w] : where) {
+    if (name != std::to_string(model.n_layer() + 1) + ".lm_head.weight") {
+      return Status::DataErr(w.first + ": tensor " + name + " has no place in a GPT-2 model");
+    }
+  }
+  OB_RETURN_IF_ERROR(io::MakeDirs(out_dir, "export directory"));
+  OB_RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, "model.safetensors"), views,
+                                      {{"format", "pt"}, {"ob.step", std::to_string(m.step())}}, nullptr, nullptr));
+  return io::WriteFile(JoinPath(out_dir, "config.json"), ConfigJson(model));
+}
+
+Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
+  YAML::Node c;
+  try {
+    c = YAML::LoadFile(config_json);
+  } catch (const YAML::BadFile&) {
+    return Status::NoInput(config_json + ": cannot read");
+  } catch (const std::exception& e) {
+    return Status::DataErr(config_json + ": not JSON: " + e.what());
+  }
+  auto str = [&](const char* key, const std::string& dflt) {
+    return c[key] && c[key].IsScalar() ? c[key].as<std::string>() : dflt;
+  };
+  auto num = [&](const char* key, const char* alt) -> Result<uint32_t> {
+    YAML::Node v = c[key] ? c[key] : (alt ? c[alt] : YAML::Node());
+    try {
+      if (v && v.IsScalar()) {
+        const int64_t x = v.as<int64_t>();
+        if (x > 0 && x < (int64_t{1} << 31)) return static_cast<uint32_t>(x);
+      }
+    } catch (const std::exception&) {
+    }
+    return Status::DataErr(config_json + ": no positive integer " + key);
+  };
+  if (str("model_type", "gpt2") != "gpt2") {
+    return Status::DataErr(config_json + ": model_type " + str("model_type", "") + ", not gpt2");
+  }
+  const std::string act = str("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    return Status::DataErr(config_json + ": activation_function " + act + "; ob's GPT-2 uses gelu_new (tanh)");
+  }
+  if (str("tie_word_embeddings", "true") != "true") {
+    return Status::DataErr(config_json + ": untied embeddings; ob's GPT-2 ties the LM head to wte");
+  }
+  const double eps = c["layer_norm_epsilon"] ? c["layer_norm_epsilon"].as<double>() : 1e-5;
+  if (eps != 1e-5) return Status::DataErr(config_json + ": layer_norm_epsilon " + str("layer_norm_epsilon", "") + ", ob's is 1e-05");
+  pb::ModelConfig m;
+  OB_ASSIGN_OR_RETURN(uint32_t n_layer, num("n_layer", nullptr));
+  OB_ASSIGN_OR_RETURN(uint32_t n_embd, num("n_embd", nullptr));
+  OB_ASSIGN_OR_RETURN(uint32_t n_head, num("n_head", nullptr));
+  OB_ASSIGN_OR_RETURN(uint32_t n_positions, num("n_positions", "n_ctx"));
+  OB_ASSIGN_OR_RETURN(uint32_t vocab, num("vocab_size", nullptr));
+  if (c["n_inner"] && !c["n_inner"].IsNull() && c["n_inner"].as<int64_t>() != 4 * int64_t{n_embd}) {
+    return Status::DataErr(config_json + ": n_inner " + str("n_inner", "") + ", ob's MLP is 4 x n_embd");
+  }
+  m.set_n_layer(n_layer);
+  m.set_n_embd(n_embd);
+  m.set_n_head(n_head);
+  m.set_n_positions(n_positions);
+  m.set_vocab_size(vocab);
+  return m;
+}
+
+Status ImportHf(const std::string& config_json, const std::string& safetensors, const pb::ModelConfig& model,
+                const std::string& dir, int64_t step) {
+  OB_ASSIGN_OR_RETURN(pb::ModelConfig hf_model, ReadHfConfig(config_json));
+  pb::ModelConfig shape = model;
+  shape.clear_name();
+  if (shape.SerializeAsString() != hf_model.SerializeAsString()) {
+    return Status::DataErr(config_json + ": its shape (" + hf_model.ShortDebugString() + ") is not " +
+                           model.name() + "'s (" + shape.ShortDebugString() + ")");
+  }
+  if (step < 0) return Status::Usage("--step must not be negative");
+  OB_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(safetensors));
+  std::map<std::string, const SafetensorsEntry*> by_name;  // HF names, "transformer." prefixed
+  for (const auto& e : h.tensors) {
+    std::string name = e.name;
+    if (name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") name = "transformer." + name;
+    if (EndsWith(name, ".attn.bias") || EndsWith(name, ".attn.masked_bias")) continue;  // causal masks
+    by_name[name] = &e;
+  }
+  const uint32_t L = model.n_layer();
+  std::vector<std::vector<TensorView>> layers(L + 2);
+  std::vector<std::map<std::string, std::string>> metadata(L + 2);
+  std::vector<std::vector<char>> buffers;
+  const auto shapes = HfShapes(model);
+  buffers.reserve(3 * shapes.size());
+  std::vector<char> wte;
+  for (const auto& [hf, want] : shapes) {
+    auto it = by_name.find(hf);
+    if (it == by_name.end()) return Status::DataErr(safetensors + ": no tensor " + hf);
+    const SafetensorsEntry& e = *it->second;
+    if (e.dtype != DType::kF32) {
+      return Status::DataErr(safetensors + ": " + e.name + " is " + DTypeName(e.dtype) + "; ob imports F32");
+    }
+    if (e.shape != want) return Status::DataErr(safetensors + ": " + e.name + " is not of GPT-2's shape");
+    std::vector<char> bytes(e.end - e.begin);
+    OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, e, bytes.data()));
+    const std::string ob = ObName(hf, L);
+    std::vector<int64_t> shape = want;
+    if (IsConv1DWeight(Param(ob)) && ob != "tied") {
+      bytes = Transpose(bytes, want[0], want[1], 4);
+      std::swap(shape[0], shape[1]);
+    }
+    if (ob == "tied") wte = bytes;
+    const int layer = ob == "tied" ? 0 : std::stoi(ob.substr(0, ob.find('.')));
+    buffers.push_back(std::move(bytes));
+    const uint64_t n = buffers.back().size();
+    layers[layer].push_back({ob, DType::kF32, shape, buffers.back().data(), n});
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {  // AdamW starts afresh
+      buffers.emplace_back(n, 0);
+      layers[layer].push_back({ob + moment, DType::kF32, shape, buffers.back().data(), n});
+    }
+    metadata[layer][ob + ".adam_step"] = "0";
+    by_name.erase(it);
+  }
+  for (const auto& [name, e] : by_name) {
+    if (name == "lm_head.weight") {  // tied: must be the embedding
+      std::vector<char> head(e->end - e->begin);
+      if (e->shape == std::vector<int64_t>{model.vocab_size(), model.n_embd()}) {
+        OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, *e, head.data()));
+      }
+      if (head != wte) return Status::DataErr(safetensors + ": lm_head.weight is not the embedding (untied)");
+      continue;
+    }
+    return Status::DataErr(safetensors + ": tensor " + e->name + " has no place in a GPT-2 model");
+  }
+  OB_RETURN_IF_ERROR(io::MakeDirs(dir, "checkpoint directory"));
+  OB_ASSIGN_OR_RETURN(io::DirLock lock, io::DirLock::Acquire(dir, "ob-ckpt import"));
+  if (::access(StepPath(dir, step).c_str(), F_OK) == 0) {
+    return Status::Config(StepPath(dir, step) + ": exists; import into another directory or --step");
+  }
+  OB_RETURN_IF_ERROR(BeginStep(dir, step));
+  pb::Manifest part;
+  for (uint32_t layer = 0; layer < L + 2; ++layer) {
+    metadata[layer]["step"] = std::to_string(step);
+    OB_ASSIGN_OR_RETURN(pb::CheckpointFile f, WriteLayer(dir, step, static_cast<int>(layer), layers[layer],
+                                                         metadata[layer]));
+    *part.add_files() = f;
+  }
+  OB_RETURN_IF_ERROR(WritePart(dir, step, 0, part));
+  pb::Manifest base;
+  base.set_format_version(io::kManifestFormatVersion);
+  *base.mutable_model() = model;
+  return Commit(dir, step, base, static_cast<int>(L + 2)).status();
+}
+
+}  // namespace ob::ckpt
