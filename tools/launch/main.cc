@@ -198,11 +198,12 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     s.set_steps(w.steps);
   }
   if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
-  if (!(g.worker.lr > 0) || !std::isfinite(g.worker.lr)) {
-    return ob::Status::Usage("--lr " + Exact(g.worker.lr) + ": the learning rate must be a positive number");
-  }
   {
     const auto& w = g.worker;
+    if (!(w.lr > 0) || !std::isfinite(w.lr)) {
+      return ob::Status::Usage("--lr " + Exact(w.lr) + ": the learning rate must be a positive number");
+    }
+    if (w.warmup_steps < 0) return ob::Status::Usage("--warmup-steps must not be negative");
     if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr must be between 0 and --lr");
     if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
       return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
@@ -211,9 +212,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
     if (!(w.eps > 0 && std::isfinite(w.eps))) return ob::Status::Usage("--eps must be a positive number");
     if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm must not be negative (0: no clipping)");
-  }
-  if (g.worker.steps < 0 || g.worker.warmup_steps < 0) {
-    return ob::Status::Usage("--steps and --warmup-steps must not be negative");
   }
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   o.self_exe = SelfExe();

@@ -38,7 +38,6 @@ constexpr size_t kChunk = size_t{4} << 20;
 
 std::string Errno() { return std::strerror(errno); }
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
-std::string Join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -89,7 +88,7 @@ std::string PathProblem(const std::string& path) {
 
 // What DIR/latest names ("step-…"), or "" when it is missing or not a name.
 std::string ReadLatestName(const std::string& dir) {
-  auto text = io::ReadFile(Join(dir, kLatestName));
+  auto text = io::ReadFile(io::JoinPath(dir, kLatestName));
   if (!text.ok()) return "";
   std::string name = *text;
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
@@ -119,7 +118,7 @@ bool IsComplete(const std::string& path, int64_t step, uint64_t* bytes) {
   uint64_t total = 0;
   for (const auto& f : m->files()) {
     struct stat st;
-    if (stat(Join(path, f.path()).c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+    if (stat(io::JoinPath(path, f.path()).c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
         static_cast<uint64_t>(st.st_size) != f.size())
       return false;
     total += f.size();
@@ -130,7 +129,7 @@ bool IsComplete(const std::string& path, int64_t step, uint64_t* bytes) {
 
 // CKPT/file, after checking that it stays inside CKPT through symbolic links.
 Result<std::string> ResolveInside(const std::string& ckpt, const pb::CheckpointFile& f) {
-  const std::string full = Join(ckpt, f.path());
+  const std::string full = io::JoinPath(ckpt, f.path());
   struct stat st;
   if (lstat(full.c_str(), &st) != 0) return Status::DataErr(full + ": missing");
   std::unique_ptr<char, decltype(&std::free)> root(realpath(ckpt.c_str(), nullptr), &std::free);
@@ -189,9 +188,6 @@ Result<std::string> ScanFile(const std::string& path, uint64_t size,
   return std::string("xxh3:") + hex;
 }
 
-bool IsMoment(const std::string& tensor) {
-  return EndsWith(tensor, ".exp_avg") || EndsWith(tensor, ".exp_avg_sq");
-}
 
 std::string LayerList(const std::vector<int>& layers) {
   std::string out;
@@ -216,9 +212,14 @@ std::string LayerFileName(int layer) {
 }
 
 std::string PartialPath(const std::string& dir, int64_t step) {
-  return Join(dir, StepDirName(step) + kPartialSuffix);
+  return io::JoinPath(dir, StepDirName(step) + kPartialSuffix);
 }
-std::string StepPath(const std::string& dir, int64_t step) { return Join(dir, StepDirName(step)); }
+
+bool IsMoment(const std::string& tensor) {
+  return EndsWith(tensor, ".exp_avg") || EndsWith(tensor, ".exp_avg_sq");
+}
+
+std::string StepPath(const std::string& dir, int64_t step) { return io::JoinPath(dir, StepDirName(step)); }
 
 Status BeginStep(const std::string& dir, int64_t step) {
   if (step < 0) return Status::DataErr(dir + ": negative step " + std::to_string(step));
@@ -238,7 +239,7 @@ Result<pb::CheckpointFile> WriteLayer(const std::string& dir, int64_t step, int 
   const std::string name = LayerFileName(layer);
   pb::CheckpointFile f;
   uint64_t size = 0;
-  OB_RETURN_IF_ERROR(WriteSafetensors(Join(PartialPath(dir, step), name), tensors, metadata, &size,
+  OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(PartialPath(dir, step), name), tensors, metadata, &size,
                                       f.mutable_checksum()));
   f.set_path(name);
   f.set_size(size);
@@ -250,7 +251,7 @@ Status WritePart(const std::string& dir, int64_t step, int rank, const pb::Manif
   pb::Manifest m = part;
   m.set_step(static_cast<uint64_t>(step));
   m.set_rank(rank);
-  const std::string path = Join(PartialPath(dir, step), "part-" + std::to_string(rank) + ".pb");
+  const std::string path = io::JoinPath(PartialPath(dir, step), "part-" + std::to_string(rank) + ".pb");
   return io::WriteFile(path, io::SerializeMessage(m, io::kManifestFormatVersion));
 }
 
@@ -291,7 +292,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
   std::vector<std::string> owner(static_cast<size_t>(num_layers));  // "file (part)"
   std::map<std::string, std::string> listed;                         // path -> part
   for (const auto& [rank, name] : part_names) {
-    const std::string part_path = Join(partial, name);
+    const std::string part_path = io::JoinPath(partial, name);
     pb::Manifest part;
     OB_RETURN_IF_ERROR(io::LoadMessage(part_path, io::kManifestFormatVersion, &part));
     if (part.step() != static_cast<uint64_t>(step))
@@ -314,7 +315,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
         owner[layer] = here;
       }
       struct stat st;
-      const std::string full = Join(partial, f.path());
+      const std::string full = io::JoinPath(partial, f.path());
       if (stat(full.c_str(), &st) != 0)
         return Status::DataErr(full + ": listed by " + name + " but missing");
       if (static_cast<uint64_t>(st.st_size) != f.size())
@@ -339,14 +340,14 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
   merged.set_end(io::kManifestEndMarker);
 
   // The manifest, then the rename that commits, then `latest`.
-  OB_RETURN_IF_ERROR(io::WriteFile(Join(partial, kManifestJsonName), io::ToJson(merged)));
-  OB_RETURN_IF_ERROR(io::WriteFile(Join(partial, kManifestName),
+  OB_RETURN_IF_ERROR(io::WriteFile(io::JoinPath(partial, kManifestJsonName), io::ToJson(merged)));
+  OB_RETURN_IF_ERROR(io::WriteFile(io::JoinPath(partial, kManifestName),
                                    io::SerializeMessage(merged, io::kManifestFormatVersion)));
-  for (const auto& [rank, name] : part_names) unlink(Join(partial, name).c_str());
+  for (const auto& [rank, name] : part_names) unlink(io::JoinPath(partial, name).c_str());
   for (const auto& name : stale)
     if (!listed.count(name) && name != kManifestName && name != kManifestJsonName &&
         (name.rfind("layer-", 0) == 0 || name.find(".tmp") != std::string::npos))
-      unlink(Join(partial, name).c_str());
+      unlink(io::JoinPath(partial, name).c_str());
   OB_RETURN_IF_ERROR(FsyncDir(partial));
   // A run resumed from an older checkpoint saves this step again: the old
   // copy is moved aside (it stops being a checkpoint) and removed after.
@@ -366,7 +367,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
       OB_LOG(Warn) << replaced << ": cannot remove: " << ec.message();
     }
   }
-  OB_RETURN_IF_ERROR(io::WriteFile(Join(dir, kLatestName), StepDirName(step) + "\n"));
+  OB_RETURN_IF_ERROR(io::WriteFile(io::JoinPath(dir, kLatestName), StepDirName(step) + "\n"));
   OB_RETURN_IF_ERROR(FsyncDir(dir));
   return merged;
 }
@@ -381,7 +382,7 @@ Result<std::vector<std::string>> RemovePartials(const std::string& dir) {
     int64_t step;
     bool partial;
     if ((ParseStepName(name, &step, &partial) && partial) || EndsWith(name, kDeletingSuffix))
-      doomed.push_back(Join(dir, name));
+      doomed.push_back(io::JoinPath(dir, name));
   }
   if (ec) return Status::IoErr(dir + ": cannot list: " + ec.message());
   for (const auto& path : doomed) {
@@ -404,7 +405,7 @@ Result<std::vector<CheckpointInfo>> List(const std::string& dir) {
     bool partial;
     std::error_code dir_ec;
     if (!ParseStepName(name, &info.step, &partial) || !it->is_directory(dir_ec)) continue;
-    info.path = Join(dir, name);
+    info.path = io::JoinPath(dir, name);
     info.complete = !partial && IsComplete(info.path, info.step, &info.bytes);
     if (!info.complete) info.bytes = DiskBytes(info.path);
     info.latest = !partial && name == latest;
@@ -424,13 +425,13 @@ Result<std::string> Latest(const std::string& dir) {
   bool partial = false;
   uint64_t bytes = 0;
   if (!name.empty() && ParseStepName(name, &step, &partial) &&
-      IsComplete(Join(dir, name), step, &bytes))
-    return Join(dir, name);
+      IsComplete(io::JoinPath(dir, name), step, &bytes))
+    return io::JoinPath(dir, name);
   OB_ASSIGN_OR_RETURN(auto all, List(dir));
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (!it->complete) continue;
     if (!name.empty()) {
-      OB_LOG(Warn) << Join(dir, kLatestName) << " names " << name
+      OB_LOG(Warn) << io::JoinPath(dir, kLatestName) << " names " << name
                    << ", which is not complete; using " << it->path;
     }
     return it->path;
@@ -470,7 +471,7 @@ Result<pb::Manifest> LoadManifest(const std::string& ckpt_path) {
   if (stat(ckpt_path.c_str(), &st) != 0)
     return Status::NoInput(ckpt_path + ": cannot open: " + Errno());
   if (!S_ISDIR(st.st_mode)) return Status::NoInput(ckpt_path + ": not a checkpoint directory");
-  const std::string path = Join(ckpt_path, kManifestName);
+  const std::string path = io::JoinPath(ckpt_path, kManifestName);
   if (stat(path.c_str(), &st) != 0)
     return Status::DataErr(path + ": missing (not a committed checkpoint)");
   pb::Manifest m;

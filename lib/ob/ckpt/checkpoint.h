@@ -43,6 +43,9 @@ using Progress = std::function<void(uint64_t done, uint64_t total)>;
 std::string StepDirName(int64_t step);
 // "layer-0007.safetensors".
 std::string LayerFileName(int layer);
+// Whether a layer file's tensor is an Adam moment ("<name>.exp_avg",
+// "<name>.exp_avg_sq"; WriteLayer below), not a weight.
+bool IsMoment(const std::string& tensor);
 // DIR/step-….partial and DIR/step-….
 std::string PartialPath(const std::string& dir, int64_t step);
 std::string StepPath(const std::string& dir, int64_t step);

@@ -16,10 +16,6 @@
 namespace ob::ckpt {
 namespace {
 
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The block parameters HuggingFace keeps as Conv1D, weight [in, out].
 bool IsConv1DWeight(const std::string& param) {
   return param == "attn.c_attn.weight" || param == "attn.c_proj.weight" || param == "mlp.c_fc.weight" ||
@@ -41,10 +37,6 @@ std::vector<char> Transpose(const std::vector<char>& src, int64_t rows, int64_t 
     }
   }
   return dst;
-}
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 // The shape of every HuggingFace tensor of `m`, by HF name, in file order.
@@ -124,10 +116,10 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
   std::map<std::string, std::pair<std::string, SafetensorsEntry>> where;
   std::map<std::string, SafetensorsHeader> headers;
   for (const auto& f : m.files()) {
-    const std::string path = JoinPath(ckpt_path, f.path());
+    const std::string path = io::JoinPath(ckpt_path, f.path());
     OB_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(path));
     for (const auto& e : h.tensors) {
-      if (EndsWith(e.name, ".exp_avg") || EndsWith(e.name, ".exp_avg_sq")) continue;
+      if (IsMoment(e.name)) continue;
       where[e.name] = {path, e};
     }
     headers[path] = std::move(h);
@@ -158,9 +150,9 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
     }
   }
   OB_RETURN_IF_ERROR(io::MakeDirs(out_dir, "export directory"));
-  OB_RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, "model.safetensors"), views,
+  OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(out_dir, "model.safetensors"), views,
                                       {{"format", "pt"}, {"ob.step", std::to_string(m.step())}}, nullptr, nullptr));
-  return io::WriteFile(JoinPath(out_dir, "config.json"), ConfigJson(model));
+  return io::WriteFile(io::JoinPath(out_dir, "config.json"), ConfigJson(model));
 }
 
 Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
@@ -230,7 +222,11 @@ Status ImportHf(const std::string& config_json, const std::string& safetensors, 
   for (const auto& e : h.tensors) {
     std::string name = e.name;
     if (name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") name = "transformer." + name;
-    if (EndsWith(name, ".attn.bias") || EndsWith(name, ".attn.masked_bias")) continue;  // causal masks
+    const size_t attn = name.rfind(".attn.");
+    if (attn != std::string::npos && (name.compare(attn, std::string::npos, ".attn.bias") == 0 ||
+                                      name.compare(attn, std::string::npos, ".attn.masked_bias") == 0)) {
+      continue;  // causal masks, not weights
+    }
     by_name[name] = &e;
   }
   const uint32_t L = model.n_layer();

@@ -136,6 +136,10 @@ bool IsTerminal(int fd) { return isatty(fd) == 1; }
 bool StdinIsTerminal() { return IsTerminal(STDIN_FILENO); }
 bool StdoutIsTerminal() { return IsTerminal(STDOUT_FILENO); }
 
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
 Status MakeDirs(const std::string& path, const std::string& what, unsigned mode) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at == path.size() || path[at] == '/') {

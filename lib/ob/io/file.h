@@ -44,6 +44,9 @@ Status WriteFile(const std::string& path, const std::string& data);
 // kIoErr naming the part and `what` ("run directory").
 Status MakeDirs(const std::string& path, const std::string& what, unsigned mode = 0777);
 
+// DIR/NAME, without doubling a slash DIR ends with.
+std::string JoinPath(const std::string& dir, const std::string& name);
+
 bool IsTerminal(int fd);
 bool StdinIsTerminal();
 bool StdoutIsTerminal();

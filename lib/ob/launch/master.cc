@@ -592,28 +592,33 @@ void Master::RequestStop(const std::string& reason) {
   }
   stop_requested_ = true;
   stop_reason_ = reason;
-  const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
-  if (opt_.steps > 0 && k > opt_.steps - 1) {
-    OB_LOG(Info) << reason << ": the run ends at step " << opt_.steps - 1
-                 << ", letting it finish (again to stop now)";
-    return;
-  }
   grace_deadline_ms_ = Now() + static_cast<int64_t>(opt_.stop_grace_s * 1e3);
   AskStopCheckpoint();
 }
 
-// Every worker of the current generation saves after step K, a step none
-// has reached yet (workers are at most one step apart); the master stops
-// once it is committed (CheckStopCheckpoint).
-void Master::AskStopCheckpoint() {
+Result<int64_t> Master::AskCheckpoint(const std::string& reason) {
   const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
-  if (opt_.steps > 0 && k > opt_.steps - 1) return;  // the run ends first, and saves its last step
-  Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
-  if (!st.ok()) return BeginStop(stop_reason_ + "; cannot ask for a checkpoint: " + st.message(), st);
-  stop_ckpt_step_ = k;
+  if (opt_.steps > 0 && k > opt_.steps - 1) {
+    return Status::Usage("too late: the run ends at step " + std::to_string(opt_.steps - 1) + ", before step " +
+                         std::to_string(k) + ", the first no worker may have begun");
+  }
+  OB_RETURN_IF_ERROR(store_.Set(CheckpointNowKey(generation_), std::to_string(k)));
+  events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + reason);
+  return k;
+}
+
+// The master stops once the checkpoint is committed (CheckStopCheckpoint).
+void Master::AskStopCheckpoint() {
+  Result<int64_t> k = AskCheckpoint(stop_reason_);
   stop_ckpt_generation_ = generation_;
-  events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + stop_reason_);
-  OB_LOG(Info) << stop_reason_ << ": saving a checkpoint after step " << k
+  if (!k.ok() && k.status().code() == Code::kUsage) {  // the run ends first, and saves its last step
+    grace_deadline_ms_ = -1;
+    OB_LOG(Info) << stop_reason_ << ": " << k.status().message() << "; letting the run finish (again to stop now)";
+    return;
+  }
+  if (!k.ok()) return BeginStop(stop_reason_ + "; cannot ask for a checkpoint: " + k.status().message(), k.status());
+  stop_ckpt_step_ = *k;
+  OB_LOG(Info) << stop_reason_ << ": saving a checkpoint after step " << *k
                << ", then stopping (again to stop now, without it)";
 }
 

@@ -160,6 +160,10 @@ class Master {
   int64_t stop_ckpt_step_ = -1;
   uint64_t stop_ckpt_generation_ = 0;
   std::string stop_reason_;
+  // Every worker of the current generation saves after step K, a step none
+  // has reached yet (workers are at most one step apart): K, or kUsage when
+  // the run ends before K, or the store's error.
+  Result<int64_t> AskCheckpoint(const std::string& reason);
   void AskStopCheckpoint();
   void CheckStopCheckpoint(int64_t now);
   int ranks_done_ = 0;

@@ -17,27 +17,17 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
     case pb::OPERATOR_STATUS:
       break;
     case pb::OPERATOR_CHECKPOINT_NOW: {
-      // Every worker saves after step K, a step none has reached yet
-      // (workers are at most one step apart).
       if (opt_.ckpt_dir.empty()) {
         r.set_ok(false);
         r.set_error("no --ckpt-dir: nowhere to save");
         return r;
       }
-      const int64_t k = static_cast<int64_t>(metrics_.last_step()) + 2;
-      if (opt_.steps > 0 && k > opt_.steps - 1) {
+      Result<int64_t> k = AskCheckpoint(req.reason());
+      if (!k.ok()) {
         r.set_ok(false);
-        r.set_error("too late: the run ends at step " + std::to_string(opt_.steps - 1) +
-                    ", before step " + std::to_string(k) + ", the first no worker may have begun");
+        r.set_error(k.status().message());
         return r;
       }
-      Status st = store_.Set(CheckpointNowKey(generation_), std::to_string(k));
-      if (!st.ok()) {
-        r.set_ok(false);
-        r.set_error(st.message());
-        return r;
-      }
-      events_.Write("checkpoint-request", "step=" + std::to_string(k) + " " + req.reason());
       break;
     }
     case pb::OPERATOR_EXCLUDE_HOST:

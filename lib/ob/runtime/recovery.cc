@@ -109,6 +109,13 @@ bool HoldsRange(const StageWorker::Held& h, int layer) {
   return h.first_layer <= layer && layer <= h.last_layer;
 }
 
+// "layers 2-5", "layers 2-5 shard 1 of 2", for messages.
+std::string LayersText(int first, int last, int tp, int tp_rank) {
+  std::string s = "layers " + std::to_string(first) + "-" + std::to_string(last);
+  if (tp > 1) s += " shard " + std::to_string(tp_rank) + " of " + std::to_string(tp);
+  return s;
+}
+
 // Whether `h` holds the shard of `layer` that `r` runs.
 bool HoldsShard(const StageWorker::Held& h, int layer, const RankInfo& r) {
   return HoldsRange(h, layer) && h.tp == r.tp && h.tp_rank == r.tp_rank;
@@ -157,13 +164,8 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
         std::string holders;  // what each rank does hold: the reason is in there
         for (size_t q = 0; q < held.size(); ++q) {
           const StageWorker::Held& h = held[q];
-          holders += (q == 0 ? "" : ", ") + std::to_string(q) + ": ";
-          if (h.last_layer < h.first_layer) {
-            holders += "nothing";
-          } else {
-            holders += "layers " + std::to_string(h.first_layer) + "-" + std::to_string(h.last_layer);
-            if (h.tp > 1) holders += " shard " + std::to_string(h.tp_rank) + " of " + std::to_string(h.tp);
-          }
+          holders += (q == 0 ? "" : ", ") + std::to_string(q) + ": " +
+                     (h.last_layer < h.first_layer ? "nothing" : LayersText(h.first_layer, h.last_layer, h.tp, h.tp_rank));
         }
         return Status::Config("node " + std::to_string(r.node) + " " + what +
                               ": no rank of the new plan holds it (ranks hold " + holders + ")");
@@ -252,9 +254,8 @@ Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
     bool any = false;
     for (const auto& i : published[q]) {
       if (!i.complete()) continue;
-      what += (any ? ", " : " ") + std::string("step ") + std::to_string(i.step) + " layers " +
-              std::to_string(i.first_layer) + "-" + std::to_string(i.last_layer);
-      if (i.tp > 1) what += " shard " + std::to_string(i.tp_rank) + " of " + std::to_string(i.tp);
+      what += (any ? ", step " : " step ") + std::to_string(i.step) + " " +
+              LayersText(i.first_layer, i.last_layer, i.tp, i.tp_rank);
       any = true;
     }
     if (!any) what += " nothing";

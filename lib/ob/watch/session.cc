@@ -76,6 +76,17 @@ void ReadLoop(int fd, bool owned, bool socket, std::string name, std::shared_ptr
   q->cv.notify_one();
 }
 
+// Waits up to kTick for records and moves them into *batch. True once the
+// stream has ended and nothing is left; *status is then the stream's.
+bool NextBatch(Queue& q, std::deque<pb::Metrics>* batch, Status* status) {
+  std::unique_lock<std::mutex> lock(q.mu);
+  q.cv.wait_for(lock, kTick, [&] { return !q.records.empty() || q.done; });
+  batch->swap(q.records);
+  const bool done = q.done && batch->empty();
+  if (done) *status = q.status;
+  return done;
+}
+
 Result<int> ConnectAndWatch(const std::string& path) {
   sockaddr_un addr{};
   if (path.size() >= sizeof addr.sun_path) return Status::Usage(path + ": too long for a unix socket path");
@@ -175,10 +186,6 @@ Status RunSession(const SessionOptions& o) {
   } restore_signals{&old_int, &old_term};
 
   if (!o.records.empty()) {  // every record as text, nothing else
-    if (o.records != "json" && o.records != "csv") {
-      if (owned) ::close(in_fd);
-      return Status::Usage("--records must be 'json' or 'csv', not '" + o.records + "'");
-    }
     auto queue = std::make_shared<Queue>();
     std::thread(ReadLoop, in_fd, owned, attached, name, queue).detach();
     Status written = o.records == "csv"
@@ -186,15 +193,8 @@ Status RunSession(const SessionOptions& o) {
                          : Status::Ok();
     for (;;) {
       std::deque<pb::Metrics> batch;
-      bool done = false;
       Status stream;
-      {
-        std::unique_lock<std::mutex> lock(queue->mu);
-        queue->cv.wait_for(lock, kTick, [&] { return !queue->records.empty() || queue->done; });
-        batch.swap(queue->records);
-        done = queue->done && batch.empty();
-        stream = queue->status;
-      }
+      const bool done = NextBatch(*queue, &batch, &stream);
       std::string text;
       for (const auto& m : batch) text += (o.records == "csv" ? RecordCsvRow(m) : RecordJson(m)) + "\n";
       if (written.ok() && !text.empty()) written = WriteAll(out_fd, text, out_name);
@@ -282,14 +282,7 @@ Status RunSession(const SessionOptions& o) {
   Status stream_status;
   for (;;) {
     std::deque<pb::Metrics> batch;
-    bool done = false;
-    {
-      std::unique_lock<std::mutex> lock(queue->mu);
-      queue->cv.wait_for(lock, kTick, [&] { return !queue->records.empty() || queue->done; });
-      batch.swap(queue->records);
-      done = queue->done && batch.empty();
-      if (done) stream_status = queue->status;
-    }
+    const bool done = NextBatch(*queue, &batch, &stream_status);
     std::vector<pb::Event> events;
     {
       std::lock_guard<std::mutex> lock(state_mu);

@@ -30,8 +30,8 @@ struct SessionOptions {
   std::string plot;            // SVG file, "" for none
   std::string output = "-";    // events: "-" stdout, else a file
   bool json = false;           // JSON lines instead of delimited records
-  // "json" or "csv": write every metrics record as text (records.h)
-  // instead of events; no detector runs. "" = events.
+  // "json" or "csv" (the caller checks): write every metrics record as
+  // text (records.h) instead of events; no detector runs. "" = events.
   std::string records;
   bool terminal = false;       // stdout is a terminal: a human summary there
   double answer_timeout_s = 5; // the master's answer to one request
