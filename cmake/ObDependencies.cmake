@@ -23,6 +23,24 @@ find_package(Torch REQUIRED)
 # TorchConfig appends its flags (the C++11 ABI define) to CMAKE_CXX_FLAGS.
 message(STATUS "ob: LibTorch ${Torch_VERSION}")
 
+# The PyTorch wheel ships protobuf headers of its own (torch/include/google,
+# protobuf 3.13) in a directory that every torch target puts on the include
+# path, before ours: our generated .pb.h then meet the wrong protobuf. Put a
+# directory holding only a link to our protobuf's google/ ahead of them all.
+foreach(_dir ${TORCH_INCLUDE_DIRS})
+  if(EXISTS "${_dir}/google/protobuf/message.h")
+    get_filename_component(_theirs "${_dir}/google" REALPATH)
+    get_filename_component(_ours "${Protobuf_INCLUDE_DIRS}/google" REALPATH)
+    if(NOT _theirs STREQUAL _ours)
+      set(_first "${CMAKE_BINARY_DIR}/protobuf-first")
+      file(MAKE_DIRECTORY "${_first}")
+      file(CREATE_LINK "${_ours}" "${_first}/google" SYMBOLIC)
+      include_directories(BEFORE SYSTEM "${_first}")
+      message(STATUS "ob: ${_dir}/google shadowed by ${_ours}")
+    endif()
+  endif()
+endforeach()
+
 set(OB_HAVE_CUDA OFF)
 if(OB_CUDA STREQUAL "ON" OR (OB_CUDA STREQUAL "AUTO" AND TARGET torch_cuda))
   if(NOT TARGET torch_cuda)

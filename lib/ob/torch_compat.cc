@@ -296,6 +296,7 @@ std::unique_ptr<CopyFence> CopyOnSideStream(
 bool PinHostRange(void* data, size_t bytes) {
   return cudaHostRegister(data, bytes, cudaHostRegisterDefault) == cudaSuccess;
 }
+void UnpinHostRange(void* data) { (void)cudaHostUnregister(data); }
 #else
 std::unique_ptr<CopyFence> CopyOnSideStream(
     const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&) {
@@ -303,6 +304,7 @@ std::unique_ptr<CopyFence> CopyOnSideStream(
 }
 
 bool PinHostRange(void*, size_t) { return false; }
+void UnpinHostRange(void*) {}
 #endif
 
 }  // namespace ob::compat

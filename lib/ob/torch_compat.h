@@ -166,5 +166,7 @@ std::unique_ptr<CopyFence> CopyOnSideStream(
 // (cudaHostRegister); false where there is no CUDA or it failed (the copies
 // then still work, at pageable speed).
 bool PinHostRange(void* data, size_t bytes);
+// Undoes PinHostRange for the range that starts at data (cudaHostUnregister).
+void UnpinHostRange(void* data);
 
 }  // namespace ob::compat

@@ -125,6 +125,21 @@ TEST_CASE("named GPUs and overrides") {
   CHECK(bad.status().code() == ob::Code::kConfig);
   CHECK_THAT(bad.status().message(), Catch::Contains("h100"));
 
+  // CUDA's names for the devices, as a measured profile and the worker see
+  // them (MFU was blank on an H200: "NVIDIA H200" is no short name).
+  for (auto [cuda, key] : {std::pair{"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA H200", "h200"},
+                           {"NVIDIA A100-SXM4-40GB", "a100-40gb"}, {"NVIDIA A100-SXM4-80GB", "a100-80gb"},
+                           {"NVIDIA B200", "b200"}, {"Tesla V100-SXM2-32GB", "v100"}}) {
+    INFO(cuda);
+    auto g = ob::profile::GpuForDevice(cuda);
+    REQUIRE(g.ok());
+    CHECK(g->name == key);
+  }
+  for (const char* other : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA GeForce RTX 4090", ""}) {
+    INFO(other);
+    CHECK(ob::profile::GpuForDevice(other).status().code() == ob::Code::kUnavailable);
+  }
+
   auto c = ob::model::Preset("gpt-tiny");
   auto o = Options("h100");
   o.gpu.efficiency = 0;

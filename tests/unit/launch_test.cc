@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "ob/launch/channel.h"
 #include "ob/log.h"
 #include "ob/launch/master_setup.h"
+#include "ob/launch/metrics_sink.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/launch/peer_probe.h"
 
@@ -455,4 +457,27 @@ TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a 
   CHECK(!r[1]);
   CHECK(r[2] == gateway_answers);
   CHECK(r[3]);
+}
+
+TEST_CASE("the progress line names the largest peak GPU memory of any rank, and none on a CPU") {
+  ob::launch::MetricsSink sink(nullptr);
+  sink.set_total_steps(100);
+  auto step = [](uint32_t rank, uint64_t peak) {
+    ob::pb::Metrics m;
+    m.set_rank(rank);
+    m.set_step(4);
+    m.set_loss(rank == 1 ? 3.5 : std::nan(""));
+    m.set_tokens_per_second(1000);
+    m.set_step_seconds(0.5);
+    m.set_peak_memory_bytes(peak);
+    return m;
+  };
+  sink.Step(step(0, uint64_t{17} << 30));
+  sink.Step(step(1, uint64_t{18} << 30));
+  const std::string line = sink.Progress();
+  CHECK_THAT(line, Catch::Contains("step 5/100  loss 3.5000"));
+  CHECK_THAT(line, Catch::Contains("GPU memory 18.0 GiB (rank 1)"));
+  ob::launch::MetricsSink cpu(nullptr);
+  cpu.Step(step(0, 0));
+  CHECK_THAT(cpu.Progress(), !Catch::Contains("GPU memory"));
 }

@@ -80,3 +80,19 @@ TEST_CASE("measured mode refuses what it cannot do") {
   CHECK_THAT(r.status().message(), Catch::Contains("without CUDA"));
 #endif
 }
+
+TEST_CASE("measured mode: all-reduce groups up to the node's, 4 ranks on the CPU, when not given") {
+  // On a one-GPU machine the old default (groups up to 4) refused to profile
+  // at all: "all-reduce group of 2 needs 2 GPUs, this node has 1".
+  auto c = ob::model::Preset("gpt-tiny");
+  ob::profile::MeasureOptions o;
+  o.warmup = 0;
+  o.repeats = 1;
+  CHECK(o.max_group == 0);
+  auto p = ob::profile::MeasureProfile(*c, o);
+  REQUIRE(p.ok());
+  const auto& l = p->layers(1);
+  REQUIRE(l.allreduce_size() == 3);
+  CHECK(l.allreduce(2).group_size() == 4);
+  CHECK(p->device().peak_tflops() == 0);  // no published peak for a CPU
+}

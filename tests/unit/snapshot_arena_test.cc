@@ -127,3 +127,60 @@ TEST_CASE("a descriptor that is not an arena is refused") {
   CHECK(a.status().message().find("not a snapshot arena") != std::string::npos);
   close(fd);
 }
+
+TEST_CASE("a restarted worker pins what its predecessor wrote, and every range whole pages once") {
+  // On an H200 a worker restarted after kill -9 found its arena already
+  // written and pinned none of it (pinning is per process, and only growth
+  // was pinned): its snapshots went through pageable memory, 0.16 s of
+  // every step on the training thread instead of 0.005.
+  const int fd = memfd_create("arena-pin-test", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  std::vector<std::pair<char*, size_t>> pinned;
+  std::vector<char*> unpinned;
+  auto pin = [&](void* p, size_t n) {
+    pinned.emplace_back(static_cast<char*>(p), n);
+    return true;
+  };
+  auto unpin = [&](void* p) { unpinned.push_back(static_cast<char*>(p)); };
+  const long page = sysconf(_SC_PAGESIZE);
+  {
+    auto first = SnapshotArena::Open(fd, "first worker");
+    REQUIRE(first.ok());
+    StageSnapshot s;
+    REQUIRE((*first)->Prepare(0, Like(0, 2, 1001), &s).ok());  // 64-byte, not page, multiples
+    Write(**first, 0, s, 3, 1.0f);
+  }
+  const uint64_t written = static_cast<uint64_t>(lseek(fd, 0, SEEK_END));
+  CHECK(written % page == 0);
+  {
+    auto restarted = SnapshotArena::Open(fd, "restarted worker");
+    REQUIRE(restarted.ok());
+    (*restarted)->set_pin(true, pin, unpin);
+    REQUIRE(pinned.size() == 1);  // everything the first worker wrote
+    CHECK(pinned[0].second == written);
+    CHECK((*restarted)->pinned_bytes() == written);
+    StageSnapshot s;
+    REQUIRE((*restarted)->Prepare(1, Like(0, 2, 1001), &s).ok());  // grows: only the new pages
+    REQUIRE(pinned.size() == 2);
+    CHECK(pinned[1].first == pinned[0].first + pinned[0].second);
+    CHECK(reinterpret_cast<uintptr_t>(pinned[1].first) % page == 0);
+    CHECK(pinned[1].second % page == 0);
+    CHECK(static_cast<uint64_t>(lseek(fd, 0, SEEK_END)) == pinned[0].second + pinned[1].second);
+  }
+  CHECK(unpinned.size() == 2);  // given back when the arena goes
+  // A failed pin leaves the arena pageable, and nothing is tried again.
+  pinned.clear();
+  unpinned.clear();
+  {
+    auto again = SnapshotArena::Open(fd, "third worker");
+    REQUIRE(again.ok());
+    int tries = 0;
+    (*again)->set_pin(true, [&](void*, size_t) { return ++tries, false; }, unpin);
+    StageSnapshot s;
+    REQUIRE((*again)->Prepare(0, Like(0, 2, 5000), &s).ok());
+    CHECK(tries == 1);
+    CHECK((*again)->pinned_bytes() == 0);
+  }
+  CHECK(unpinned.empty());
+  close(fd);
+}

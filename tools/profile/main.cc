@@ -25,7 +25,7 @@ struct Options {
   int seq_len = 0;
   int warmup = 2;
   int repeats = 5;
-  int allreduce_max = 4;
+  int allreduce_max = 0;
   int threads = 0;
   std::string dtype;
   uint64_t seed = 1234;
@@ -152,8 +152,9 @@ void Setup(CLI::App& app) {
   app.add_option("--seq-len", g.seq_len, "Tokens per sequence (default: the model's context)");
   app.add_option("--warmup", g.warmup, "Untimed runs before timing")->capture_default_str();
   app.add_option("-k,--repeats", g.repeats, "Timed runs; the median is kept")->capture_default_str();
-  app.add_option("--allreduce-max", g.allreduce_max, "Time gradient all-reduce for groups 1, 2, 4, ... up to N")
-      ->capture_default_str();
+  app.add_option("--allreduce-max", g.allreduce_max,
+                 "Time gradient all-reduce for groups 1, 2, 4, ... up to N (default: this node's GPUs; 4 on the CPU)")
+      ->check(ob::cli::Positive());
   app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
   app.add_option("--dtype", g.dtype, "float32, or bfloat16 (autocast over fp32 weights, as ob-launch trains in bf16; analytic default)");
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();

@@ -130,8 +130,14 @@ std::string MetricsSink::Progress() {
   fresh_ = false;
   double loss_sum = 0, tokens = 0, mfu_sum = 0;
   int losses = 0, mfus = 0;
+  uint64_t peak = 0;  // the largest peak device memory of any rank, and whose
+  uint32_t peak_rank = 0;
   for (const auto& [rank, m] : last_) {
     if (m.step() != last_step_) continue;
+    if (m.peak_memory_bytes() > peak) {
+      peak = m.peak_memory_bytes();
+      peak_rank = m.rank();
+    }
     if (m.mfu() > 0) {
       mfu_sum += m.mfu();
       ++mfus;
@@ -146,6 +152,10 @@ std::string MetricsSink::Progress() {
                      "  loss " + (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) + "  tokens/s " +
                      (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-")) + "  MFU " +
                      (mfus > 0 ? Fixed(100 * mfu_sum / mfus, 1) + "%" : std::string("-"));
+  if (peak > 0) {
+    line += "  GPU memory " + Fixed(static_cast<double>(peak) / (1 << 30), 1) + " GiB (rank " +
+            std::to_string(peak_rank) + ")";
+  }
   if (total_steps_ > 0 && !recent_step_seconds_.empty()) {
     double mean = 0;
     for (double s : recent_step_seconds_) mean += s;

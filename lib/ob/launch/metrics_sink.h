@@ -51,7 +51,8 @@ class MetricsSink {
   // line shows how far it is, and when it should end.
   void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
   // The progress line, when a step came since the last one ("" otherwise):
-  // "step 24/40  loss 3.1416  tokens/s 1234  MFU 31.2%  ETA 1m05s", the
+  // "step 24/40  loss 3.1416  tokens/s 1234  MFU 31.2%  GPU memory 17.4 GiB
+  // (rank 3)  ETA 1m05s" (memory: the largest peak of any rank, on GPUs), the
   // loss and rates those of the newest step (MFU: the mean over the ranks
   // that report one; "-" on a device without a known peak), the ETA from
   // the mean of rank 0's last step times.

@@ -392,7 +392,7 @@ Status RunWorker(const WorkerOptions& o) {
   if (t.device.is_cuda()) {
     peak_flops = gen.plan().profile().device().peak_tflops() * 1e12;
     if (peak_flops <= 0 && t.precision == model::Precision::kBf16) {  // gpus.h: bf16 peaks
-      auto gpu = profile::FindGpu(compat::CudaDeviceName(t.device.index()));
+      auto gpu = profile::GpuForDevice(compat::CudaDeviceName(t.device.index()));
       if (gpu.ok()) peak_flops = gpu->peak_tflops * 1e12;
     }
   }

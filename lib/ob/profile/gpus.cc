@@ -55,4 +55,19 @@ Result<GpuSpec> FindGpu(const std::string& name) {
                         "; or give --peak-tflops and --mem-gib)");
 }
 
+Result<GpuSpec> GpuForDevice(const std::string& cuda_name) {
+  const std::string n = Lower(cuda_name);
+  auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+  const char* key = nullptr;
+  if (has("pcie") || has("nvl")) key = nullptr;
+  else if (has("b200")) key = "b200";
+  else if (has("h200")) key = "h200";
+  else if (has("h100")) key = "h100";
+  else if (has("a100")) key = has("40gb") ? "a100-40gb" : "a100-80gb";
+  else if (has("l40s")) key = "l40s";
+  else if (has("v100")) key = "v100";
+  if (key == nullptr) return Status::Unavailable("no published peak for GPU '" + cuda_name + "'");
+  return FindGpu(key);
+}
+
 }  // namespace ob::profile

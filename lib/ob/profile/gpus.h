@@ -28,4 +28,10 @@ std::vector<std::string> GpuNames();
 // known GPUs when it is not in the table.
 Result<GpuSpec> FindGpu(const std::string& name);
 
+// The table's entry for a device as CUDA names it ("NVIDIA H100 80GB HBM3",
+// "NVIDIA H200", "NVIDIA A100-SXM4-40GB", ...); kUnavailable for a device the
+// table does not describe (an H100 PCIe or NVL has other peaks than the SXM
+// part, so it is not taken for one).
+Result<GpuSpec> GpuForDevice(const std::string& cuda_name);
+
 }  // namespace ob::profile

@@ -165,7 +165,7 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
 
 Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptions& o) {
   if (o.warmup < 0 || o.repeats < 1) return Status::Config("--warmup must be >= 0 and --repeats >= 1");
-  if (o.max_group < 1) return Status::Config("--allreduce-max must be >= 1");
+  if (o.max_group < 0) return Status::Config("--allreduce-max must be >= 1");
   OB_ASSIGN_OR_RETURN(pb::Profile p, NewLayerProfile(c, pb::PROFILE_MEASURED,
                                                      o.bf16 ? "bfloat16" : "float32", o.seq_len,
                                                      o.microbatches));
@@ -185,6 +185,9 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   }
   if (o.threads > 0) torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
+  // Unset, the all-reduce groups go up to this node's GPUs (a one-GPU
+  // machine times the group of one alone), or to 4 ranks on the CPU.
+  const int max_group = o.max_group > 0 ? o.max_group : dev.is_cuda() ? compat::CudaDeviceCount() : 4;
 
   auto* d = p.mutable_device();
   d->set_kind(dev.is_cuda() ? "cuda" : "cpu");
@@ -194,6 +197,8 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   d->set_threads(torch::get_num_threads());
   d->set_devices_per_node(dev.is_cuda() ? compat::CudaDeviceCount() : 1);
   if (dev.is_cuda()) d->set_memory_bytes(compat::CudaTotalMemory(dev.index()));
+  // The dense bf16 peak, for MFU, where the GPU's is published (gpus.h).
+  if (auto gpu = GpuForDevice(d->name()); dev.is_cuda() && o.bf16 && gpu.ok()) d->set_peak_tflops(gpu->peak_tflops);
   else d->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
   p.set_warmup(o.warmup);
   p.set_repeats(o.repeats);
@@ -229,7 +234,7 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (int g = 1; g <= o.max_group; g *= 2) {
+  for (int g = 1; g <= max_group; g *= 2) {
     auto t0 = Clock::now();
     auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats);
     if (!times.ok()) return times.status();

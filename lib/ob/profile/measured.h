@@ -23,7 +23,8 @@ struct MeasureOptions {
   int seq_len = 0;                   // 0: the model's context length
   int warmup = 2;                    // untimed runs before timing
   int repeats = 5;                   // timed runs; the median is kept
-  int max_group = 4;                 // all-reduce group sizes 1, 2, 4, ... up to this
+  int max_group = 0;                 // all-reduce group sizes 1, 2, 4, ... up to this; 0: the
+                                     // node's GPUs on CUDA, 4 on the CPU
   int threads = 0;                   // CPU intra-op threads; 0: LibTorch's default
   bool bf16 = false;                 // bf16 autocast over fp32 weights (CUDA or CPU)
   uint64_t seed = 1234;              // weights and inputs

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -49,6 +50,12 @@ struct Entry {
 
 uint64_t Align(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// The file's growth unit, so that pinned ranges never share a page.
+uint64_t PageBytes() {
+  static const uint64_t page = std::max<uint64_t>(4096, static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)));
+  return page;
+}
+
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 }  // namespace
@@ -84,6 +91,7 @@ Result<std::unique_ptr<SnapshotArena>> SnapshotArena::Anonymous() {
 }
 
 SnapshotArena::~SnapshotArena() {
+  for (const auto& range : pinned_) unpin_fn_(range.first);
   if (base_ != nullptr) ::munmap(base_, kReserveBytes);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -115,18 +123,40 @@ Status SnapshotArena::Map(int fd) {
 }
 
 Status SnapshotArena::Grow(uint64_t bytes) {
+  bytes = Align(bytes, PageBytes());
   if (bytes <= file_bytes_) return Status::Ok();
   if (bytes > kReserveBytes) return Status::IoErr(name_ + ": snapshot larger than the reserved range");
   if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
     return Status::IoErr(Errno(name_ + ": cannot grow to " + std::to_string(bytes) + " bytes"));
   }
-  // Page-locked for the side stream's device-to-host copies (snapshot.h);
-  // pageable if that fails, which is slower but correct.
-  if (pin_ && !compat::PinHostRange(static_cast<char*>(base_) + file_bytes_, bytes - file_bytes_)) {
-    pin_ = false;
-  }
   file_bytes_ = bytes;
+  PinUpTo(file_bytes_);
   return Status::Ok();
+}
+
+void SnapshotArena::set_pin(bool pin, PinFn pin_fn, UnpinFn unpin_fn) {
+  pin_ = pin;
+  pin_fn_ = pin_fn ? std::move(pin_fn) : PinFn(compat::PinHostRange);
+  unpin_fn_ = unpin_fn ? std::move(unpin_fn) : UnpinFn(compat::UnpinHostRange);
+  PinUpTo(file_bytes_);
+}
+
+uint64_t SnapshotArena::pinned_bytes() const {
+  return pinned_.empty() ? 0 : static_cast<uint64_t>(pinned_.back().first - base_) + pinned_.back().second;
+}
+
+// Page-locked for the side stream's copies (snapshot.h); pageable if that
+// fails, which is slower but correct. Whole pages only: a file an older
+// build left at another size keeps its last partial page pageable.
+void SnapshotArena::PinUpTo(uint64_t end) {
+  const uint64_t from = pinned_bytes();
+  end = end / PageBytes() * PageBytes();
+  if (!pin_ || end <= from) return;
+  if (!pin_fn_(base_ + from, end - from)) {
+    pin_ = false;
+    return;
+  }
+  pinned_.emplace_back(base_ + from, end - from);
 }
 
 SnapshotArena::SlotInfo SnapshotArena::info(int slot) const {
@@ -198,7 +228,7 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
   SlotHeader& s = header()->slots[slot];
   __atomic_store_n(&s.state, kEmpty, __ATOMIC_RELEASE);
   if (needed > s.capacity) {  // a new region at the end; the old one is abandoned
-    const uint64_t offset = Align(file_bytes_, 4096);
+    const uint64_t offset = Align(file_bytes_, PageBytes());
     OB_RETURN_IF_ERROR(Grow(offset + needed));
     s.offset = offset;
     s.capacity = needed;

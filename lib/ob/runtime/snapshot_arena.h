@@ -26,6 +26,10 @@
 // the wrong descriptor).
 #pragma once
 
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -86,16 +90,28 @@ class SnapshotArena {
   // say) left behind. 0 until set.
   void set_lineage(uint64_t lineage) { lineage_ = lineage; }
   uint64_t lineage() const { return lineage_; }
-  // Page-lock the memory the arena grows by from now on (CUDA workers:
-  // the snapshot's side-stream copies need pinned memory to be
-  // asynchronous). Best effort.
-  void set_pin(bool pin) { pin_ = pin; }
+  // Page-locks the whole file, what an earlier process wrote included, and
+  // what it grows by from now on (CUDA workers: the snapshot's side-stream
+  // copies and a restore's copies need pinned memory to be asynchronous and
+  // fast). Pinning is per process, so a restarted worker pins again. Best
+  // effort: after the first failure the arena stays pageable. The file
+  // grows by whole pages, so no page is registered twice. Tests pass their
+  // own pin and unpin functions (default: compat::PinHostRange and
+  // compat::UnpinHostRange).
+  using PinFn = std::function<bool(void*, size_t)>;
+  using UnpinFn = std::function<void(void*)>;
+  void set_pin(bool pin, PinFn pin_fn = {}, UnpinFn unpin_fn = {});
+  uint64_t pinned_bytes() const;
 
   const std::string& name() const { return name_; }
 
  private:
   SnapshotArena() = default;
   bool pin_ = false;
+  PinFn pin_fn_;
+  UnpinFn unpin_fn_;
+  std::vector<std::pair<char*, uint64_t>> pinned_;  // registered ranges, in file order
+  void PinUpTo(uint64_t end);
   Status Map(int fd);
   Status Grow(uint64_t bytes);
   struct Header;

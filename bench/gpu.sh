@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Issue 13's GPU points on one lent GPU, in one pass, each phase bounded in
+# time so that a slow one cannot eat the others (the device tool lends few
+# minutes). Run from the repository root on the GPU machine:
+#
+#   OUT=/some/dir bench/gpu.sh
+#
+# 1. builds ob against the PyTorch wheel's LibTorch (CUDA) and NCCL, with our
+#    other dependencies unpacked from bookworm .debs (.deps/debs, fetched
+#    with `apt-get download`) into a prefix of their own; runs the unit
+#    tests; profiles MODEL on the GPU in bf16;
+# 2. trains MODELS with ob-launch (one host, one slot, one stage, bf16):
+#    tokens/s, MFU, peak memory from the metrics stream;
+# 3. the same model, batch, sequence and precision in bench/peers/torch_loop.py
+#    (plain eager PyTorch, SDPA, fused AdamW);
+# 4. kills the worker with SIGKILL at step KILL_STEP: the agent restarts it
+#    from its host snapshot; the `recovered` line of events.log gives kill to
+#    next completed step and its phases.
+# Results: OUT/summary.txt (and the logs beside it).
+#
+# Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
+# gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
+# KILL_STEP (50), KILL=0 (no kill run), BUDGET (seconds for the whole pass, 420), BUILD (build
+# directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
+# for a dry run of this script on a machine without a GPU).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/ob-gpu}
+py=${PYTHON:-python3}
+models=${MODELS:-gpt2-medium gpt2-large}
+mb=${MB:-8} gb=${GB:-32} seq=${SEQ:-1024} steps=${STEPS:-100} skip=${SKIP:-10}
+kill_step=${KILL_STEP:-50}
+budget=${BUDGET:-420}
+bd=${BUILD:-$root/build-gpu}
+device=${DEVICE:-cuda}
+deps=/tmp/ob-deps
+mkdir -p "$out"
+summary=$out/summary.txt
+t0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t0 )); }
+left() { echo $(( budget - $(elapsed) )); }
+say() { echo "[$(elapsed)s] $*" | tee -a "$summary"; }
+# phase NAME SECONDS: true when at least SECONDS of the budget are left.
+phase() {
+  if [ "$(left)" -lt "$2" ]; then say "$1: skipped, $(left) s of the budget left"; return 1; fi
+  echo "[$(elapsed)s] == $1" >&2
+}
+cd "$root"
+: > "$summary"
+
+# --- the machine -----------------------------------------------------------
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1
+  echo "$(getconf _NPROCESSORS_ONLN) cores; $(g++ --version | head -1); $(cmake --version | head -1)"
+} | tee -a "$summary"
+if [ "$device" = cuda ]; then
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+else
+  gpu_name=cpu
+fi
+
+# --- build -----------------------------------------------------------------
+torch_prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_dir=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+site=$(dirname "$torch_dir")
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  rm -rf "$deps"; mkdir -p "$deps"
+  for f in .deps/debs/*.deb; do dpkg -x "$f" "$deps"; done
+  # c10d's Gloo headers: the wheel's own when it has them, else bookworm's.
+  if [ ! -d "$torch_dir/include/gloo" ]; then
+    for f in .deps/debs-gloo/*.deb; do dpkg -x "$f" "$deps"; done
+  fi
+fi
+export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nccl_h=$(find "$site/nvidia" -name nccl.h 2>/dev/null | head -1)
+nccl_so=$(find "$site/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
+std=17
+if grep -rqs "C++20 or later" "$torch_dir/include/c10/macros" "$torch_dir/include/c10/util/C++17.h"; then std=20; fi
+say "torch at $torch_dir; NCCL ${nccl_h:-none} ${nccl_so:-none}; C++$std"
+built=0
+if [ "${NO_BUILD:-0}" = 1 ]; then
+  built=1
+elif phase build 120; then
+  cuda_args=()
+  if [ "$device" = cuda ]; then
+    cuda_args=(-DOB_CUDA=ON -DOB_NCCL_INCLUDE_DIR="$(dirname "$nccl_h")" -DOB_NCCL_LIBRARY="$nccl_so")
+  fi
+  if cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$std \
+      -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include" \
+      "${cuda_args[@]}" > "$out/configure.log" 2>&1; then
+    jobs=$(getconf _NPROCESSORS_ONLN)
+    # First the tools and the torch unit tests, so that a slow rest still
+    # leaves something to run; then everything.
+    timeout $(( $(left) - 150 )) cmake --build "$bd" -j "$jobs" -- -k 0 \
+        ob-launch ob-profile ob-plan ob-watch ob-ckpt > "$out/build.log" 2>&1 && built=1
+    grep -E "error|Error" "$out/build.log" | head -40 | tee -a "$summary"
+    say "build of the tools: $([ $built = 1 ] && echo ok || echo FAILED)"
+  else
+    tail -30 "$out/configure.log" | tee -a "$summary"
+    say "configure FAILED"
+  fi
+fi
+bin=$bd/bin
+[ $built = 1 ] && "$bin/ob-launch" --version -v 2>&1 | tee -a "$summary"
+
+# --- the plain PyTorch peer --------------------------------------------------
+peer() {  # peer MODEL: one run of torch_loop.py, its summary line
+  local m=$1
+  env -u LD_LIBRARY_PATH timeout 150 "$py" bench/peers/torch_loop.py --model "$m" --micro-batch "$mb" \
+    --global-batch "$gb" --seq-len "$seq" --steps "$steps" --skip "$skip" --device "$device" \
+    --json "$out/peer-$m.json" > "$out/peer-$m.log" 2>&1
+  say "peer $m: $(tail -1 "$out/peer-$m.log")"
+}
+
+# --- ob on one GPU -------------------------------------------------------------
+work=/tmp/ob-gpu-work
+rm -rf "$work"; mkdir -p "$work"
+echo gpu0 > "$work/hosts.txt"
+(umask 077; echo gpu-bench-secret > "$work/secret")
+ob_summary() {  # ob_summary RUN: tokens/s, MFU, peak memory of rank 0 over steps >= SKIP
+  "$bin/ob-watch" --records json "$1.metrics" 2> /dev/null | "$py" -c '
+import json, sys
+skip = int(sys.argv[1]); rows = []
+for line in sys.stdin:
+    r = json.loads(line)
+    if r.get("heartbeat") or int(r.get("rank", 0)) != 0 or int(r.get("step", -1)) < skip:
+        continue
+    rows.append(r)
+if not rows:
+    print("no step records"); sys.exit()
+sec = sum(float(r.get("step_seconds", 0)) for r in rows)
+tps = sorted(float(r.get("tokens_per_second", 0)) for r in rows)
+mfu = sorted(float(r.get("mfu", 0)) for r in rows)
+peak = max(float(r.get("peak_memory_bytes", 0)) for r in rows)
+snap = sum(float(r.get("snapshot_seconds", 0)) for r in rows) / len(rows)
+print(f"steps {skip}..{skip + len(rows) - 1}: median tokens/s {tps[len(tps) // 2]:.0f}, mean step {sec / len(rows):.4f} s, "
+      f"median MFU {mfu[len(mfu) // 2]:.3f}, peak memory {peak / 2**30:.2f} GiB, snapshot on the training thread {snap:.4f} s/step")
+' "$skip"
+}
+train() {  # train NAME MODEL [ARGS...]: ob-launch, 100 steps
+  local name=$1 m=$2; shift 2
+  timeout 200 "$bin/ob-launch" --rsh local --secret-file "$work/secret" --steps "$steps" \
+    --device "$device" --run-dir "$work/$name" --metrics "$work/$name.metrics" "$@" \
+    "$work/plan-$m.pb" "$work/hosts.txt" > "$out/$name.out" 2> "$out/$name.err"
+  local rc=$?
+  say "ob $name: exit $rc; $(grep -a 'trained' "$out/$name.err" | tail -1)"
+  say "ob $name: $(ob_summary "$work/$name")"
+  [ $rc = 0 ] || tail -5 "$out/$name.err" | tee -a "$summary"
+  return $rc
+}
+
+first=${models%% *}
+# profile_plan MODEL: a measured profile on the device (bf16) and a plan of
+# one pipeline on the one host.
+profile_plan() {
+  local m=$1
+  timeout 120 "$bin/ob-profile" --model "$m" --device "$device" --dtype bfloat16 --seq-len "$seq" --warmup 2 -k 5 \
+      -b "$mb" -o "$work/profile-$m.pb" 2> "$out/profile-$m.err" \
+    && "$bin/ob-plan" --hosts "$work/hosts.txt" -g 1 -f 0 -B "$gb" -b "$mb" \
+      -o "$work/plan-$m.pb" --explain "$work/profile-$m.pb" > "$out/plan-$m.txt" 2>&1
+  local rc=$?
+  "$bin/ob-profile" --table "$work/profile-$m.pb" > "$out/profile-$m.txt" 2>&1
+  say "profile+plan $m: exit $rc; $(tail -n 2 "$out/profile-$m.err" | tr '\n' ' ') $(tail -n 2 "$out/plan-$m.txt" 2> /dev/null | tr '\n' ' ')"
+  return $rc
+}
+if [ $built = 1 ] && phase "profile $first" 60; then profile_plan "$first"; fi
+
+if [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "ob $first" 60; then
+  train "train-$first" "$first" --precision bf16
+fi
+if phase "peer $first" 50; then peer "$first"; fi
+
+# Kill -9 of the worker at KILL_STEP.
+if [ "${KILL:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "kill -9 at step $kill_step" 70; then
+  (
+    end=$(( $(date +%s) + 150 ))
+    until [ "$("$py" tests/lib/metrics.py max-step "$work/kill.metrics" 2> /dev/null || echo -1)" -ge "$kill_step" ]; do
+      [ "$(date +%s)" -lt "$end" ] || exit 1
+      sleep 0.05
+    done
+    pids=$(pgrep -x ob-worker-0 | tr '\n' ' ')
+    echo "killing worker(s) $pids at $(date +%s%3N)"
+    # shellcheck disable=SC2086
+    kill -9 $pids
+  ) > "$out/kill.killer" 2>&1 &
+  train kill "$first" --precision bf16
+  wait
+  say "kill: $(cat "$out/kill.killer")"
+  grep -a "recovered\|restart\|lost" "$work/kill/events.log" | head -5 | tee -a "$summary"
+fi
+
+# The unit tests: the rest of the build first.
+if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
+  timeout $(( $(left) - 10 )) cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" > "$out/build-rest.log" 2>&1 \
+    && (cd "$bd" && OMP_NUM_THREADS=1 timeout $(( $(left) - 5 )) ctest -j "$(getconf _NPROCESSORS_ONLN)" --timeout 120 --output-on-failure \
+          -E '^(process|cli|fuzz)\.' > "$out/unit.log" 2>&1)
+  say "unit tests: exit $?; $(grep -a 'tests passed\|tests failed' "$out/unit.log" 2> /dev/null | tail -1)"
+  grep -a "Failed\|\*\*\*" "$out/unit.log" 2> /dev/null | head -20 | tee -a "$summary"
+fi
+
+# The second model, where the budget allows.
+for m in $models; do
+  [ "$m" = "$first" ] && continue
+  if [ $built = 1 ] && phase "ob $m" 150; then
+    profile_plan "$m" && train "train-$m" "$m" --precision bf16
+  fi
+  if phase "peer $m" 60; then peer "$m"; fi
+done
+
+say "done"
