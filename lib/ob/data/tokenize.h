@@ -1,0 +1,59 @@
+// Text files → the token files ob-launch trains on (ob-data(1)): GPT-2's
+// BPE (bpe.h) streamed over the inputs in fixed-size chunks, so memory does
+// not grow with the input, and an optional train/validation split.
+//
+// Outputs: "*.bin" holds little-endian uint16 ids (nanoGPT's train.bin; the
+// vocabulary must fit), "*.u32" uint32 ids; ob-launch's --data reads both by
+// their suffix (model/data.h). Each output is written to a temporary file
+// beside it and renamed over it only when everything succeeded, so a failed
+// or interrupted run leaves no file that looks complete.
+//
+// The split: the last `val_fraction` of the input bytes (all inputs in
+// order), moved forward to the end of the line it falls in, goes to the
+// validation output; the rest to the training output. Pre-tokens never span
+// the split or an input's end; with `eot`, each input ends with the
+// vocabulary's "<|endoftext|>".
+//
+// Torch-free. Failure: kUsage for an option mistake (an output suffix that
+// is not .bin or .u32, a vocabulary too large for .bin, a split of stdin);
+// kNoInput naming an unreadable input; kIoErr naming an output that cannot
+// be written; Bpe::Load's errors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ob/data/bpe.h"
+#include "ob/status.h"
+
+namespace ob::data {
+
+struct TokenizeOptions {
+  std::vector<std::string> inputs;  // files; "-" is stdin
+  std::string output;               // training (or only) output
+  std::string val_output;           // with val_fraction > 0
+  double val_fraction = 0;          // in [0, 1)
+  bool eot = false;                 // "<|endoftext|>" after each input
+  size_t chunk_bytes = size_t{1} << 20;
+  // Called about once a second: bytes read so far, bytes in all (0: not
+  // known), tokens written so far.
+  std::function<void(uint64_t done, uint64_t total, uint64_t tokens)> progress;
+};
+
+struct TokenizeStats {
+  uint64_t bytes = 0;
+  uint64_t train_tokens = 0;
+  uint64_t val_tokens = 0;
+  double seconds = 0;
+};
+
+Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o);
+
+// The text of a token file (*.bin or *.u32, as above): the bytes of its ids,
+// appended to `out`. kDataErr naming the file for an id the vocabulary does
+// not have (with its position) or a size that is not a whole number of ids.
+Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out);
+
+}  // namespace ob::data

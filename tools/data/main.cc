@@ -1,0 +1,108 @@
+// ob-data: text → token files (GPT-2 BPE), and back.
+#include <cstdio>
+
+#include "ob/cli/cli.h"
+#include "ob/data/tokenize.h"
+#include "ob/io/file.h"
+#include "ob/log.h"
+
+namespace {
+
+struct Options {
+  std::string vocab, merges;
+  std::vector<std::string> inputs;
+  std::string val_output;
+  double val_fraction = 0;
+  bool eot = false;
+};
+
+Options g;
+CLI::App* g_tokenize = nullptr;
+CLI::App* g_decode = nullptr;
+
+std::string Mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
+  if (common.output == "-") return ob::Status::Usage("tokenize writes a token file: give -o FILE.bin or -o FILE.u32");
+  OB_ASSIGN_OR_RETURN(ob::data::Bpe bpe, ob::data::Bpe::Load(g.vocab, g.merges));
+  ob::data::TokenizeOptions o;
+  o.inputs = g.inputs;
+  o.output = common.output;
+  o.val_output = g.val_output;
+  o.val_fraction = g.val_fraction;
+  o.eot = g.eot;
+  if (!common.quiet) {
+    o.progress = [](uint64_t done, uint64_t total, uint64_t tokens) {
+      std::string line = "ob-data: " + Mib(done);
+      if (total > 0) line += " of " + Mib(total) + " (" + std::to_string(100 * done / total) + "%)";
+      std::fprintf(stderr, "%s, %llu tokens\n", line.c_str(), static_cast<unsigned long long>(tokens));
+    };
+  }
+  OB_ASSIGN_OR_RETURN(ob::data::TokenizeStats s, ob::data::Tokenize(bpe, o));
+  if (!common.quiet) {
+    std::fprintf(stderr, "ob-data: %s → %llu tokens in %s", Mib(s.bytes).c_str(),
+                 static_cast<unsigned long long>(s.train_tokens), common.output.c_str());
+    if (!g.val_output.empty()) {
+      std::fprintf(stderr, ", %llu in %s", static_cast<unsigned long long>(s.val_tokens), g.val_output.c_str());
+    }
+    std::fprintf(stderr, " (%.1f s, %.1f MB/s)\n", s.seconds, s.seconds > 0 ? s.bytes / s.seconds / 1e6 : 0.0);
+  }
+  return ob::Status::Ok();
+}
+
+ob::Status DecodeCmd(const ob::cli::CommonOptions& common) {
+  OB_ASSIGN_OR_RETURN(ob::data::Bpe bpe, ob::data::Bpe::Load(g.vocab, g.merges));
+  if (g.inputs.size() != 1) return ob::Status::Usage("decode takes one token file");
+  std::string text;
+  OB_RETURN_IF_ERROR(ob::data::Detokenize(bpe, g.inputs[0], &text));
+  return ob::io::WriteFile(common.output, text);
+}
+
+ob::Status Run(const ob::cli::CommonOptions& common) {
+  if (g_tokenize->parsed()) return TokenizeCmd(common);
+  if (g_decode->parsed()) return DecodeCmd(common);
+  return ob::Status::Usage("no command: give tokenize or decode");
+}
+
+CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* inputs) {
+  CLI::App* sub = app.add_subcommand(name, what);
+  sub->fallthrough();  // the common options (-o, -q, ...) work after the command
+  sub->add_option("--vocab", g.vocab, "GPT-2's vocab.json (or encoder.json): {\"token\": id}")
+      ->required()
+      ->option_text("FILE");
+  sub->add_option("--merges", g.merges, "GPT-2's merges.txt (or vocab.bpe): one merge a line, in rank order")
+      ->required()
+      ->option_text("FILE");
+  sub->add_option("FILE", g.inputs, inputs)->required()->option_text(" ");
+  return sub;
+}
+
+void Setup(CLI::App& app) {
+  app.require_subcommand(0, 1);
+  g_tokenize = Command(app, "tokenize", "Text files to a token file (-o FILE.bin: uint16 ids, FILE.u32: uint32)",
+                       "Text files, in order; - for stdin");
+  g_tokenize->add_option("--val-fraction", g.val_fraction,
+                         "Send the last F of the input bytes (from the end of the line it falls in) to --val-output")
+      ->option_text("F")
+      ->check(CLI::Range(0.0, 0.999999));
+  g_tokenize->add_option("--val-output", g.val_output, "The validation split's token file")->option_text("FILE");
+  g_tokenize->add_flag("--eot", g.eot, "End each input file with <|endoftext|> (a document each)");
+  g_decode = Command(app, "decode", "A token file back to text (-o FILE, or stdout)", "A token file (*.bin or *.u32)");
+  app.footer(
+      "Each command has its own --help, e.g. 'ob-data tokenize --help'.\n"
+      "Examples:\n"
+      "  ob-data tokenize --vocab vocab.json --merges merges.txt --eot \\\n"
+      "      corpus/*.txt --val-fraction 0.01 --val-output val.bin -o train.bin\n"
+      "  ob-launch --data train.bin ...\n"
+      "  ob-data decode --vocab vocab.json --merges merges.txt val.bin | head");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ob::cli::Main(argc, argv, {"data", "Turn text into token files with GPT-2's BPE, and back.", Setup, Run});
+}
