@@ -5,7 +5,8 @@
 # million invented words (syllables), with numbers, punctuation, line
 # breaks and some non-Latin text. Medians of ROUNDS runs; the reference runs
 # on the first REF_MB of the same text (it holds the text and its ids in
-# memory).
+# memory). Then ob-data's peak RSS on the text and on ten copies of it
+# (constant memory: the two must be about the same).
 #
 #   bench/data_speed.sh [MB] [ROUNDS] [REF_MB]     (default 100 3 0.2)
 set -euo pipefail
@@ -53,6 +54,14 @@ for ((r = 0; r < rounds; r++)); do
   node_rate+=("$(node "$work/ref.js" "$ref" "$work/ref.txt")")
 done
 tokens=$(( $(stat -c %s "$work/t.bin") / 2 ))
+# Memory: peak RSS on the text and on ten copies of it (over 1 GiB).
+rss() {
+  /usr/bin/time -f %M "$bin/ob-data" tokenize -q --vocab "$ref/encoder.json" --merges "$ref/vocab.bpe" "$@" \
+    -o "$work/m.bin" 2>&1 | tail -1
+}
+rss_small=$(rss "$work/text.txt")
+rss_big=$(rss $(for _ in 1 2 3 4 5 6 7 8 9 10; do echo "$work/text.txt"; done))
 a=$(median "${ob[@]}") b=$(median "${ob_small[@]}") c=$(median "${node_rate[@]}")
 echo "ob-data: $a MB/s on $mb MiB ($tokens tokens; target >= 20), $b MB/s on the first $ref_mb MiB;" \
-  "gpt-3-encoder (node $(node --version)): $c MB/s on the same $ref_mb MiB; ob / reference $(awk -v b="$b" -v c="$c" 'BEGIN { printf "%.1f", b / c }')x"
+  "gpt-3-encoder (node $(node --version)): $c MB/s on the same $ref_mb MiB; ob / reference $(awk -v b="$b" -v c="$c" 'BEGIN { printf "%.1f", b / c }')x;" \
+  "peak RSS $((rss_small / 1024)) MiB on $mb MiB, $((rss_big / 1024)) MiB on $((10 * mb)) MiB"

@@ -1,10 +1,10 @@
 #include "ob/data/bpe.h"
 
 #include <algorithm>
-#include <fstream>
 #include <queue>
 #include <sstream>
 
+#include "ob/io/file.h"
 #include "ob/io/json.h"
 
 namespace ob::data {
@@ -79,15 +79,6 @@ bool AlphabetToBytes(std::string_view spelled, std::string* out) {
     i += len;
   }
   return !out->empty();
-}
-
-Result<std::string> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NoInput(path + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return Status::NoInput(path + ": cannot read");
-  return s.str();
 }
 
 // {"token": id, ...}: the one shape vocab.json takes.
@@ -227,8 +218,14 @@ size_t PreTokenEnd(std::string_view t, size_t i, bool at_end) {
 }  // namespace internal
 
 Result<Bpe> Bpe::Load(const std::string& vocab_json, const std::string& merges_txt) {
+  OB_ASSIGN_OR_RETURN(std::string vtext, io::ReadFile(vocab_json));
+  OB_ASSIGN_OR_RETURN(std::string mtext, io::ReadFile(merges_txt));
+  return Parse(vtext, vocab_json, mtext, merges_txt);
+}
+
+Result<Bpe> Bpe::Parse(const std::string& vtext, const std::string& vocab_json, const std::string& mtext,
+                       const std::string& merges_txt) {
   Bpe bpe;
-  OB_ASSIGN_OR_RETURN(std::string vtext, ReadAll(vocab_json));
   std::vector<std::pair<std::string, uint32_t>> entries;
   OB_RETURN_IF_ERROR(ParseVocab(vocab_json, vtext, &entries));
   std::string bytes;
@@ -253,7 +250,6 @@ Result<Bpe> Bpe::Load(const std::string& vocab_json, const std::string& merges_t
     bpe.byte_id_[b] = static_cast<uint32_t>(id);
   }
 
-  OB_ASSIGN_OR_RETURN(std::string mtext, ReadAll(merges_txt));
   std::istringstream lines(mtext);
   std::string line, left, right;
   size_t number = 0;

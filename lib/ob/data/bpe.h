@@ -37,6 +37,10 @@ class Bpe {
   // a token outside the byte alphabet, a merge of unknown tokens or whose
   // result is not in the vocabulary, or a byte with no token of its own.
   static Result<Bpe> Load(const std::string& vocab_json, const std::string& merges_txt);
+  // The same from the files' text; errors name them as `vocab_name` and
+  // `merges_name`.
+  static Result<Bpe> Parse(const std::string& vocab_text, const std::string& vocab_name,
+                           const std::string& merges_text, const std::string& merges_name);
 
   // One past the largest id.
   uint32_t vocab_size() const { return vocab_size_; }
