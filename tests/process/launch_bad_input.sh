@@ -61,7 +61,10 @@ expect 78 'nosuch' -- "$L" --rsh local --secret-file "$WORK/nosuch" --run-dir "$
 rc=$?; [ "$rc" = 69 ] && grep -q "host ${TAG}h1: cannot run '/nonexistent/rsh'" "$WORK/err" && pass \
   || fail "--rsh missing: exit $rc: $(cat "$WORK/err")"
 "$L" --rsh false --secret-file "$WORK/secret" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
-rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -q "^ob-launch: the agent on host ${TAG}h[12] exited before it connected (exit status 1)" && pass \
+# Every host that failed is named, not only the first to give up (ssh to
+# unreachable hosts: each one's ConnectTimeout).
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12] \(exit status 1\), ${TAG}h[12] \(exit status 1\)$" \
+  && [ "$(tail -1 "$WORK/err" | grep -o "${TAG}h[12]" | sort -u | wc -l)" = 2 ] && pass \
   || fail "--rsh false: exit $rc: $(cat "$WORK/err")"
 
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"

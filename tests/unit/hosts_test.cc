@@ -158,10 +158,10 @@ TEST_CASE("rsh: argv for local, ssh, prefixes and {host}", "[rsh]") {
   h.name = "node7";
   std::vector<std::string> cmd = {"/opt/ob/bin/ob-profile", "--net-agent"};
   CHECK(RshArgv("local", h, cmd) == cmd);
-  CHECK(RshArgv("ssh", h, cmd) == std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "node7",
+  CHECK(RshArgv("ssh", h, cmd) == std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "node7",
                                                            "/opt/ob/bin/ob-profile", "--net-agent"});
   CHECK(RshArgv("/usr/bin/ssh -p 2222", h, cmd) ==
-        std::vector<std::string>{"/usr/bin/ssh", "-o", "BatchMode=yes", "-p", "2222", "node7",
+        std::vector<std::string>{"/usr/bin/ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", "2222", "node7",
                                  "/opt/ob/bin/ob-profile", "--net-agent"});
   CHECK(RshArgv("ip netns exec", h, cmd) ==
         std::vector<std::string>{"ip", "netns", "exec", "node7", "/opt/ob/bin/ob-profile",
@@ -173,7 +173,7 @@ TEST_CASE("rsh: argv for local, ssh, prefixes and {host}", "[rsh]") {
         std::vector<std::string>{"docker", "exec", "ob-node7", "x"});
   // ssh hands the command to the remote shell: words that need it are quoted.
   CHECK(RshArgv("ssh", h, {"/opt/my dir/ob", "it's"}) ==
-        std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "node7", "'/opt/my dir/ob'",
+        std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "node7", "'/opt/my dir/ob'",
                                  "'it'\\''s'"});
   // No shell for other prefixes: words are passed through as they are.
   CHECK(RshArgv("ip netns exec", h, {"/opt/my dir/ob"}).back() == "/opt/my dir/ob");

@@ -70,6 +70,8 @@ std::vector<std::string> RshArgv(const std::string& rsh, const Host& host,
     if (i == 0 && ssh) {
       argv.push_back("-o");
       argv.push_back("BatchMode=yes");
+      argv.push_back("-o");
+      argv.push_back("ConnectTimeout=10");
     }
   }
   if (!has_placeholder) argv.push_back(host.name);

@@ -27,7 +27,9 @@ namespace ob::cluster {
 
 // argv for running `command` on `host` through `rsh` ("local", "ssh",
 // "ip netns exec", "srun -w {host} --", ...). Plain "ssh ..." gets
-// "-o BatchMode=yes" after the ssh word so a password prompt never hangs a run.
+// "-o BatchMode=yes -o ConnectTimeout=10" after the ssh word so a password
+// prompt never hangs a run and an unreachable host fails in seconds (the
+// master names every host whose agent exits before connecting).
 // REQUIRES: command is not empty.
 std::vector<std::string> RshArgv(const std::string& rsh, const Host& host,
                                  const std::vector<std::string>& command);

@@ -79,6 +79,13 @@ std::string AgentPool::Starting() const {
   return s;
 }
 
+bool AgentPool::AnyPending() const {
+  for (const auto& a : agents_) {
+    if (a->state == AgentState::State::kStarting && !a->rsh_done) return true;
+  }
+  return false;
+}
+
 void AgentPool::Send(const pb::Control& m) {
   for (auto& a : agents_) {
     if (a->conn && a->connected()) a->conn->Send(m);

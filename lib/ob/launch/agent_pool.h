@@ -74,6 +74,7 @@ class AgentPool {
   std::vector<int> Live() const;           // nodes whose agents are connected
   bool AllConnected() const;
   std::string Starting() const;            // hosts not yet authenticated, ", "-separated
+  bool AnyPending() const;                 // an agent neither authenticated nor exited
 
   void Send(const pb::Control& m);         // to every connected agent
   void Beat();                             // a heartbeat to every connected agent

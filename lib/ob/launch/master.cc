@@ -370,7 +370,8 @@ void Master::ReapAgents() {
       std::string msg = "the agent on host " + a.host.name + " exited before it connected (" + desc + ")";
       events_.Write("detect", msg);
       OB_LOG(Error) << msg;
-      BeginStop(msg, Status::Unavailable(msg));
+      failed_starts_.push_back(a.host.name + " (" + desc + ")");
+      CheckFailedStarts();
     } else if (a.connected()) {
       const int64_t silent = a.conn ? Now() - a.conn->last_receive_ms() : 0;
       HostLost(a, "lost the agent on host " + a.host.name + " (its process " + desc + "), detected " +
@@ -378,6 +379,19 @@ void Master::ReapAgents() {
                silent, Lost::kGone);
     }
   });
+}
+
+void Master::CheckFailedStarts() {
+  if (failed_starts_.empty() || state_ != State::kStarting || agents_.AnyPending()) return;
+  std::string msg;
+  if (failed_starts_.size() == 1) {
+    msg = "the agent on host " + failed_starts_[0];
+    msg.insert(msg.find(" ("), " exited before it connected");
+  } else {
+    msg = "the agents on " + std::to_string(failed_starts_.size()) + " hosts exited before they connected: ";
+    for (size_t i = 0; i < failed_starts_.size(); ++i) msg += (i ? ", " : "") + failed_starts_[i];
+  }
+  BeginStop(msg, Status::Unavailable(msg));
 }
 
 void Master::Tick() {
@@ -404,9 +418,11 @@ void Master::Tick() {
     }
     return;
   }
+  CheckFailedStarts();  // the last agent still starting may have connected since
   if (state_ == State::kStarting && now - start_ms_ > static_cast<int64_t>(opt_.start_timeout_s * 1e3)) {
     std::string msg = "no agent authenticated within " + Fixed(opt_.start_timeout_s, 0) +
                       " s on host(s) " + agents_.Starting();
+    for (const std::string& f : failed_starts_) msg += (&f == &failed_starts_[0] ? "; exited: " : ", ") + f;
     events_.Write("detect", msg);
     OB_LOG(Error) << msg;
     return BeginStop(msg, Status::Unavailable(msg));
