@@ -67,5 +67,12 @@ rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents 
   && [ "$(tail -1 "$WORK/err" | grep -o "${TAG}h[12]" | sort -u | wc -l)" = 2 ] && pass \
   || fail "--rsh false: exit $rc: $(cat "$WORK/err")"
 
+# ob-launch missing on the hosts (an rsh that runs on this machine and keeps
+# the host name out of the command): 69, every host named, and the hint.
+"$L" --rsh "env OB_RSH_HOST={host}" --agent-exe /nonexistent/ob-launch --secret-file "$WORK/secret" \
+  --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -q "^ob-launch: the agents on 2 hosts exited before they connected: .*(exit status 127: no /nonexistent/ob-launch there; see --agent-exe)" \
+  && pass || fail "--agent-exe missing: exit $rc: $(cat "$WORK/err")"
+
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 finish

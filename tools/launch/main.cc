@@ -35,6 +35,7 @@ struct Options {
   ob::launch::WorkerOptions worker;  // steps, data, lr, warm-up, seed, checkpoints
   ob::launch::AgentOptions agent;
   std::vector<std::string> inject;
+  std::string agent_exe;  // ob-launch's path on the hosts (default: this one's)
   bool as_agent = false, as_worker = false;  // hidden: the roles ob-launch starts itself
   Options() {
     worker.steps = 100;
@@ -214,7 +215,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm must not be negative (0: no clipping)");
   }
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
-  o.self_exe = SelfExe();
+  // Agents, and the workers they start, run this path on their hosts.
+  o.self_exe = g.agent_exe.empty() ? SelfExe() : g.agent_exe;
   if (common.verbose > 0) o.agent_flags.push_back("-v");
   if (common.quiet) o.agent_flags.push_back("-q");
   const std::string self = o.self_exe;
@@ -231,6 +233,8 @@ void Setup(CLI::App& app) {
       ->option_text("HOSTS");
   app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, or a prefix command (default ssh)")
       ->option_text("CMD");
+  app.add_option("--agent-exe", g.agent_exe, "Path of ob-launch on the hosts (default: this one's)")
+      ->option_text("PATH");
   app.add_option("--steps", g.worker.steps, "Training steps (default 100)")->option_text("N")
       ->check(ob::cli::Positive());
   app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")

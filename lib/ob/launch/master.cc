@@ -370,7 +370,10 @@ void Master::ReapAgents() {
       std::string msg = "the agent on host " + a.host.name + " exited before it connected (" + desc + ")";
       events_.Write("detect", msg);
       OB_LOG(Error) << msg;
-      failed_starts_.push_back(a.host.name + " (" + desc + ")");
+      // 127: the shell on the host found no such program.
+      failed_starts_.push_back(a.host.name + " (" + desc +
+                               (desc == "exit status 127" ? ": no " + opt_.self_exe + " there; see --agent-exe" : "") +
+                               ")");
       CheckFailedStarts();
     } else if (a.connected()) {
       const int64_t silent = a.conn ? Now() - a.conn->last_receive_ms() : 0;
