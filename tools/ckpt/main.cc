@@ -301,8 +301,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 }
 
 CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* dir_help) {
-  CLI::App* sub = app.add_subcommand(name, what);
-  sub->fallthrough();  // the common options (-o, --json, -q, ...) work after the command
+  CLI::App* sub = ob::cli::AddCommand(app, name, what);
   sub->add_option("DIR", g.path, dir_help)->required()->option_text(" ");
   return sub;
 }

@@ -69,8 +69,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 }
 
 CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* inputs) {
-  CLI::App* sub = app.add_subcommand(name, what);
-  sub->fallthrough();  // the common options (-o, -q, ...) work after the command
+  CLI::App* sub = ob::cli::AddCommand(app, name, what);
   sub->add_option("--vocab", g.vocab, "GPT-2's vocab.json (or encoder.json): {\"token\": id}")
       ->required()
       ->option_text("FILE");

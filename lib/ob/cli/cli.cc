@@ -155,4 +155,10 @@ Result<std::vector<int>> ParseIntList(const std::string& text, const std::string
   return out;
 }
 
+CLI::App* AddCommand(CLI::App& app, const std::string& name, const std::string& what) {
+  CLI::App* sub = app.add_subcommand(name, what);
+  sub->fallthrough();
+  return sub;
+}
+
 }  // namespace ob::cli

@@ -50,6 +50,10 @@ Result<std::string> InputPath(const std::string& given, const std::string& what)
 // Splits "1,2,4" into positive integers; kUsage naming `flag` on bad input.
 Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag);
 
+// A command of a tool with several (ob-ckpt ls, ob-data tokenize): a
+// subcommand after which the common options (-o, --json, -q, ...) still work.
+CLI::App* AddCommand(CLI::App& app, const std::string& name, const std::string& what);
+
 // Validators whose messages read as ours ("must be positive"), not
 // CLI11's ("Value -3 not in range 0 to 1.797…e308").
 CLI::Validator Positive();

@@ -311,7 +311,7 @@ void Bpe::EncodeWord(std::string_view word, std::vector<uint32_t>* out) const {
   struct Candidate {
     uint32_t rank;
     int left;
-    uint32_t left_id, right_id;
+    uint32_t left_id, right_id, result;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
@@ -319,7 +319,7 @@ void Bpe::EncodeWord(std::string_view word, std::vector<uint32_t>* out) const {
     const int right = next[left];
     if (right < 0) return;
     auto it = merges_.find((static_cast<uint64_t>(id[left]) << 32) | id[right]);
-    if (it != merges_.end()) heap.push({it->second.rank, left, id[left], id[right]});
+    if (it != merges_.end()) heap.push({it->second.rank, left, id[left], id[right], it->second.result});
   };
   for (size_t i = 0; i + 1 < n; ++i) offer(static_cast<int>(i));
   while (!heap.empty()) {
@@ -327,7 +327,7 @@ void Bpe::EncodeWord(std::string_view word, std::vector<uint32_t>* out) const {
     heap.pop();
     const int right = next[c.left];
     if (id[c.left] != c.left_id || right < 0 || id[right] != c.right_id || prev[c.left] == -2) continue;
-    id[c.left] = merges_.at((static_cast<uint64_t>(c.left_id) << 32) | c.right_id).result;
+    id[c.left] = c.result;
     next[c.left] = next[right];
     if (next[right] >= 0) prev[next[right]] = c.left;
     prev[right] = -2;  // gone
@@ -346,12 +346,13 @@ void Encoder::Emit(std::string_view word) {
     bpe_.EncodeWord(word, &ids_);
     return;
   }
-  auto it = cache_.find(std::string(word));
+  key_.assign(word.data(), word.size());  // reused: no allocation per word
+  auto it = cache_.find(key_);
   if (it == cache_.end()) {
     if (cache_.size() >= cache_words_) cache_.clear();
     std::vector<uint32_t> w;
     bpe_.EncodeWord(word, &w);
-    it = cache_.emplace(std::string(word), std::move(w)).first;
+    it = cache_.emplace(key_, std::move(w)).first;
   }
   ids_.insert(ids_.end(), it->second.begin(), it->second.end());
 }

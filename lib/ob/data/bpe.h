@@ -90,6 +90,7 @@ class Encoder {
   const Bpe& bpe_;
   size_t cache_words_;
   std::string pending_;
+  std::string key_;  // the word being looked up in the cache
   std::vector<uint32_t> ids_;
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;
 };

@@ -10,15 +10,12 @@
 #include <memory>
 
 #include "ob/io/file.h"
+#include "ob/model/data.h"
 
 namespace ob::data {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 Status Errno(const std::string& what) { return Status::IoErr(what + ": " + std::strerror(errno)); }
 
@@ -94,9 +91,11 @@ class TokenWriter {
   std::string buffer_;
 };
 
+// The bytes of an id in the token file `path`, as ob-launch will read it.
 Result<int> IdWidth(const std::string& path, const Bpe& bpe) {
-  if (EndsWith(path, ".u32")) return 4;
-  if (!EndsWith(path, ".bin")) {
+  const model::TokenFormat format = model::TokenFormatForPath(path);
+  if (format == model::TokenFormat::kU32) return 4;
+  if (format != model::TokenFormat::kU16) {
     return Status::Usage(path + ": name a token file *.bin (uint16 ids) or *.u32 (uint32 ids)");
   }
   if (bpe.vocab_size() > 65536) {
@@ -210,7 +209,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
 }
 
 Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out) {
-  const int width = EndsWith(path, ".u32") ? 4 : 2;
+  const int width = model::TokenFormatForPath(path) == model::TokenFormat::kU32 ? 4 : 2;
   OB_ASSIGN_OR_RETURN(std::string data, io::ReadFile(path));
   if (data.size() % width != 0) {
     return Status::DataErr(path + ": " + std::to_string(data.size()) + " bytes is not a whole number of " +

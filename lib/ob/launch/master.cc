@@ -367,13 +367,13 @@ void Master::ReapAgents() {
   agents_.Reap([this](AgentState& a, const std::string& desc) {
     if (state_ == State::kStopping || state_ == State::kDone) return;
     if (a.state == AgentState::State::kStarting) {
-      std::string msg = "the agent on host " + a.host.name + " exited before it connected (" + desc + ")";
+      // 127: the shell on the host found no such program.
+      const std::string what =
+          desc == "exit status 127" ? desc + ": no " + opt_.self_exe + " there; see --agent-exe" : desc;
+      failed_starts_.push_back({a.host.name, what});
+      const std::string msg = ExitedBeforeConnecting(failed_starts_.back());
       events_.Write("detect", msg);
       OB_LOG(Error) << msg;
-      // 127: the shell on the host found no such program.
-      failed_starts_.push_back(a.host.name + " (" + desc +
-                               (desc == "exit status 127" ? ": no " + opt_.self_exe + " there; see --agent-exe" : "") +
-                               ")");
       CheckFailedStarts();
     } else if (a.connected()) {
       const int64_t silent = a.conn ? Now() - a.conn->last_receive_ms() : 0;
@@ -384,16 +384,23 @@ void Master::ReapAgents() {
   });
 }
 
+std::string Master::ExitedBeforeConnecting(const FailedStart& f) {
+  return "the agent on host " + f.host + " exited before it connected (" + f.what + ")";
+}
+
+std::string Master::FailedStartsText() const {
+  std::string s;
+  for (const FailedStart& f : failed_starts_) s += (s.empty() ? "" : ", ") + f.host + " (" + f.what + ")";
+  return s;
+}
+
 void Master::CheckFailedStarts() {
   if (failed_starts_.empty() || state_ != State::kStarting || agents_.AnyPending()) return;
-  std::string msg;
-  if (failed_starts_.size() == 1) {
-    msg = "the agent on host " + failed_starts_[0];
-    msg.insert(msg.find(" ("), " exited before it connected");
-  } else {
-    msg = "the agents on " + std::to_string(failed_starts_.size()) + " hosts exited before they connected: ";
-    for (size_t i = 0; i < failed_starts_.size(); ++i) msg += (i ? ", " : "") + failed_starts_[i];
-  }
+  const std::string msg =
+      failed_starts_.size() == 1
+          ? ExitedBeforeConnecting(failed_starts_[0])
+          : "the agents on " + std::to_string(failed_starts_.size()) + " hosts exited before they connected: " +
+                FailedStartsText();
   BeginStop(msg, Status::Unavailable(msg));
 }
 
@@ -425,7 +432,7 @@ void Master::Tick() {
   if (state_ == State::kStarting && now - start_ms_ > static_cast<int64_t>(opt_.start_timeout_s * 1e3)) {
     std::string msg = "no agent authenticated within " + Fixed(opt_.start_timeout_s, 0) +
                       " s on host(s) " + agents_.Starting();
-    for (const std::string& f : failed_starts_) msg += (&f == &failed_starts_[0] ? "; exited: " : ", ") + f;
+    if (!failed_starts_.empty()) msg += "; exited: " + FailedStartsText();
     events_.Write("detect", msg);
     OB_LOG(Error) << msg;
     return BeginStop(msg, Status::Unavailable(msg));

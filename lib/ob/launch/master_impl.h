@@ -154,11 +154,16 @@ class Master {
   State state_ = State::kStarting;
   Status outcome_;
   int64_t start_ms_ = 0, stop_deadline_ms_ = 0, grace_deadline_ms_ = -1;
-  // Agents that exited before they connected: "HOST (exit status N)". The
-  // run stops once no other agent is still starting, naming them all (an
-  // unreachable host each, with ssh), not only the first to give up.
-  std::vector<std::string> failed_starts_;
+  // Agents that exited before they connected. The run stops once no other
+  // agent is still starting, naming them all (an unreachable host each,
+  // with ssh), not only the first to give up.
+  struct FailedStart {
+    std::string host, what;  // what: "exit status 255"
+  };
+  std::vector<FailedStart> failed_starts_;
   void CheckFailedStarts();
+  std::string FailedStartsText() const;  // "HOST (WHAT), HOST (WHAT)"
+  static std::string ExitedBeforeConnecting(const FailedStart& f);  // one host's line
   bool stop_requested_ = false;
   // A stop request's checkpoint: the step every worker saves after, and the
   // generation asked (a recovery meanwhile asks its successor again).

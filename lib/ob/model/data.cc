@@ -122,16 +122,16 @@ Result<TokenFileFacts> TokenFileFacts::Decode(const std::string& text) {
   return f;
 }
 
+TokenFormat TokenFormatForPath(const std::string& path) {
+  return EndsWith(path, ".bin") ? TokenFormat::kU16 : EndsWith(path, ".u32") ? TokenFormat::kU32 : TokenFormat::kText;
+}
+
 Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat format,
                                       const TokenFileFacts* known) {
   if (format == TokenFormat::kSynthetic) {
     return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
   }
-  if (format == TokenFormat::kAuto) {
-    format = EndsWith(path, ".bin")   ? TokenFormat::kU16
-             : EndsWith(path, ".u32") ? TokenFormat::kU32
-                                      : TokenFormat::kText;
-  }
+  if (format == TokenFormat::kAuto) format = TokenFormatForPath(path);
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));

@@ -36,6 +36,9 @@ enum class TokenFormat { kAuto, kU16, kU32, kText, kSynthetic };
 const char* TokenFormatName(TokenFormat f);
 // Parses the names above; kUsage on anything else.
 Result<TokenFormat> ParseTokenFormat(const std::string& name);
+// What kAuto reads a file as, by its name: kU16 for "*.bin", kU32 for
+// "*.u32", kText otherwise (ob-data writes by the same rule).
+TokenFormat TokenFormatForPath(const std::string& path);
 
 // What identifies a data spec across runs: "synthetic", or "bytes=N
 // xxh3=<16 hex>" over the file's size and its first and last MiB (cheap on

@@ -58,14 +58,14 @@ Result<GpuSpec> FindGpu(const std::string& name) {
 Result<GpuSpec> GpuForDevice(const std::string& cuda_name) {
   const std::string n = Lower(cuda_name);
   auto has = [&](const char* part) { return n.find(part) != std::string::npos; };
+  // An H100 PCIe or NVL is another part with other peaks: none of the table's.
   const char* key = nullptr;
-  if (has("pcie") || has("nvl")) key = nullptr;
-  else if (has("b200")) key = "b200";
-  else if (has("h200")) key = "h200";
-  else if (has("h100")) key = "h100";
-  else if (has("a100")) key = has("40gb") ? "a100-40gb" : "a100-80gb";
-  else if (has("l40s")) key = "l40s";
-  else if (has("v100")) key = "v100";
+  if (!has("pcie") && !has("nvl")) {
+    for (const char* k : {"b200", "h200", "h100", "l40s", "v100"}) {
+      if (key == nullptr && has(k)) key = k;
+    }
+    if (key == nullptr && has("a100")) key = has("40gb") ? "a100-40gb" : "a100-80gb";
+  }
   if (key == nullptr) return Status::Unavailable("no published peak for GPU '" + cuda_name + "'");
   return FindGpu(key);
 }
