@@ -7,9 +7,14 @@
 # completed step (the first `recovered` line of events.log after the kill)
 # is measured, with the phases the master logs.
 #
+# RESHARD=1: the plan adds --template-tp 1=4 -B 3 (a tp-2 2-node pipeline
+# beside a tp-4 1-node one); the kill moves host 1 onto the 1-node
+# template, whose ranks re-cut their tp-2 state into tp-4 shards.
+#
 #   bench/tp_recovery.sh [RUNS]        (default 5; medians)
 #
-# Environment: OB_BIN (default build/bin), STEPS (40), KILL_STEP (15).
+# Environment: OB_BIN (default build/bin), STEPS (40), KILL_STEP (15),
+# RESHARD (0).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 TAG=tpr$$h
@@ -23,7 +28,13 @@ for t in ob-profile ob-plan ob-launch; do
 done
 
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb
-"$bin/ob-plan" --hosts hosts.txt -g 4 --tp 2 -f 1 -B 8 --gpu-memory 0.1 --overhead-gib 0 -o plan.pb tiny.pb
+what="tp 2 and 2 stages a node"
+plan_flags=(-B 8)
+if [ "${RESHARD:-0}" = 1 ]; then
+  what="a tp-2 pipeline (2 stages a node) beside a tp-4 one, re-cut to tp 4"
+  plan_flags=(-B 3 --template-tp 1=4)
+fi
+"$bin/ob-plan" --hosts hosts.txt -g 4 --tp 2 -f 1 "${plan_flags[@]}" --gpu-memory 0.1 --overhead-gib 0 -o plan.pb tiny.pb
 
 # one RUN: prints "kill_to_next_ms detect decide teardown regroup copy first_step" or dashes.
 one() {
@@ -36,7 +47,7 @@ one() {
        "$(phase teardown_ms) $(phase regroup_ms) $(phase copy_ms) $(phase first_step_ms)"
 }
 
-echo "# recovery with tp 2 and 2 stages a node: gpt-tiny, 3 local hosts x 4 slots, SIGKILL of host 2 (4 workers) at step $kill_step"
+echo "# recovery with $what: gpt-tiny, 3 local hosts x 4 slots, SIGKILL of host 2 (4 workers) at step $kill_step"
 echo "#   kill->next = the kill to the first 'recovered' line after it; phases as the master logs them (ms)"
 echo "#   $(nproc) cores; $("$bin/ob-launch" --version); $(date -u +%Y-%m-%d)"
 fmt='%-6s %10s %8s %8s %9s %8s %8s %11s\n'

@@ -25,9 +25,10 @@ nodes = [n for x in pipes for n in x["node_ids"]]
 assert sorted(nodes) == list(range(16)), nodes
 PY
 
-# One tensor-parallel degree in every template (the runtime sums a layer's
-# gradient shard by shard, and does not re-shard on a recovery): gpt3-6.7b
-# on 8 nodes of 8 H100s planned templates of t = 2, 4 and 8 before.
+# One tensor-parallel degree in every template unless --template-tp asks
+# otherwise (replicas split alike sum a layer's gradient shard by shard,
+# not in pieces): gpt3-6.7b on 8 nodes of 8 H100s planned templates of
+# t = 2, 4 and 8 before.
 "$PROFILE" --model gpt3-6.7b --analytic --gpu h100 -o "$TMP/6.7b-h100.pb" || fail "6.7b h100 profile"
 for n in 4 8 16; do
   "$PLAN" --nodes "$n" -g 8 -f 1 -B 256 --json "$TMP/6.7b-h100.pb" > "$TMP/tp$n.json" || fail "plan n=$n"
@@ -41,6 +42,18 @@ done
 "$PLAN" --nodes 8 -g 8 --tp 8 -f 1 -B 256 --json "$TMP/6.7b-h100.pb" | grep -q '"tensor_parallel": 8' || fail "--tp 8"
 expect 64 'tp 3 does not divide the 8 GPUs of a node' -- "$PLAN" --nodes 8 -g 8 --tp 3 "$TMP/6.7b-h100.pb"
 expect 64 'tp 16 does not divide the 8 GPUs of a node' -- "$PLAN" --nodes 8 -g 8 --tp 16 "$TMP/6.7b-h100.pb"
+# --template-tp: one template at another degree, the rest at --tp's.
+"$PLAN" --nodes 8 -g 8 --tp 4 --template-tp 1=8 -f 1 -B 256 --json "$TMP/6.7b-h100.pb" > "$TMP/tpat.json" \
+  || fail "--template-tp 1=8"
+python3 - "$TMP/tpat.json" <<'PY' || fail "--template-tp 1=8: $(head -c 600 "$TMP/tpat.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+for t in p["templates"]:
+    want = 8 if t["nodes"] == 1 else 4
+    assert {s["tensor_parallel"] for s in t["stages"]} == {want}, (t["nodes"], t["stages"])
+PY
+expect 64 'template-tp 1=3: 3 does not divide the 8 GPUs of a node' -- "$PLAN" --nodes 8 -g 8 --template-tp 1=3 "$TMP/6.7b-h100.pb"
+expect 64 'template-tp 2x4: not NODES=T' -- "$PLAN" --nodes 8 -g 8 --template-tp 2x4 "$TMP/6.7b-h100.pb"
 
 # f = 2 with too few nodes for 3 pipelines is refused.
 expect 78 'needs at least' -- "$PLAN" --nodes 2 -g 8 -f 2 "$TMP/6.7b.pb"

@@ -6,7 +6,8 @@
 #     hand-edited (protoc) to t = 3, which does not divide gpt-tiny's 4
 #     attention heads;
 #  2. a --tp 2 plan with one template's first stage edited to t = 1: a
-#     recovery onto it would re-shard, which this runtime does not do yet;
+#     pipeline's lanes run stage to stage, so its stages share one degree
+#     (templates of different degrees are runnable: launch_tp.sh);
 #  3. a plan of 2 stages a node run on hosts with slots=1.
 NAME=launch_runnable
 source "$(dirname "$0")/../lib/launch.sh"
@@ -50,7 +51,7 @@ printf '%s slots=4\n' "${TAG}h1" "${TAG}h2" "${TAG}h3" > "$WORK/hosts4.txt"
 protoc -I "$PROTO_DIR" --decode=ob.pb.Plan ob/plan.proto < "$WORK/tp2x3.pb" \
   | sed '0,/tensor_parallel: 2/s//tensor_parallel: 1/' > "$WORK/mixed.txt"
 protoc -I "$PROTO_DIR" --encode=ob.pb.Plan ob/plan.proto < "$WORK/mixed.txt" > "$WORK/mixed.pb" || fail "protoc --encode"
-refused mixed "$WORK/mixed.pb" "$WORK/hosts4.txt" "mixed.pb: .*tensor parallelism 2, another's 1: this ob-launch recovers between equal degrees only"
+refused mixed "$WORK/mixed.pb" "$WORK/hosts4.txt" "mixed.pb: .*stage 1: tensor parallelism 2, stage 0's 1: a pipeline runs one degree"
 
 # Two stages a node (slow intra-node links: ob-plan picks k = 2, t = 1) on
 # hosts of one slot each.

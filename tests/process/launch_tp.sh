@@ -12,6 +12,13 @@
 #     training reaches step 60 from the survivors' snapshots (no
 #     checkpoint), every loss equal to an uninterrupted run's within 1e-4,
 #     no process left behind;
+#  2b. (acceptance 1 and 3, re-sharding) 3 hosts x 4 slots, f = 1, -B 3:
+#     ob-plan --tp 2 --template-tp 1=4 instantiates a 2-node pipeline (tp
+#     2, 2 stages a node) beside a 1-node one (tp 4): 20 steps give the
+#     one-worker run's losses within 1e-5; kill -9 of h2 at step 15 of 60
+#     moves h1 onto the 1-node template (tp 4): its ranks re-cut their own
+#     tp-2 state and take the rest from h3; every loss equal to the
+#     one-worker run's within 1e-4, no checkpoint read, no orphans;
 #  3. (acceptance 4) that 3 x 4 plan (tp 2, 2 stages a node) saves
 #     checkpoints after steps 9 and 19 (TP rank 0 of each stage writes the
 #     merged tensors); step 9's resumes on one worker (tp 1, one stage a
@@ -36,13 +43,14 @@ plan() {
   shift
   tp=1
   for ((i = 1; i <= $#; i++)); do [ "${!i}" = --tp ] && { j=$((i + 1)); tp=${!j}; }; done
-  local flags=(--hosts "$WORK/$name.hosts" -B 8 --gpu-memory 0.1 --overhead-gib 0 "$@")
+  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --template-tp ] && tp=0; done  # checked by the caller
+  local flags=(--hosts "$WORK/$name.hosts" -B "${PLAN_B:-8}" --gpu-memory 0.1 --overhead-gib 0 "$@")
   "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/$name.pb" "$WORK/tiny.pb" || fail "ob-plan $name"
   "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/$name.json" || fail "ob-plan --json $name"
   python3 - "$WORK/$name.json" "$tp" <<'PY' || fail "$name: not the plan this test is about: $(head -c 400 "$WORK/$name.json")"
 import json, sys
 p, tp = json.load(open(sys.argv[1])), int(sys.argv[2])
-assert all(s["tensor_parallel"] == tp for t in p["templates"] for s in t["stages"]), p["templates"]
+assert tp == 0 or all(s["tensor_parallel"] == tp for t in p["templates"] for s in t["stages"]), p["templates"]
 PY
 }
 
@@ -85,7 +93,39 @@ grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated" "$WORK/host/e
   || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/host/events.log")"
 check_recovered host 60 "kill -9 of ${TAG}h2 (4 TP ranks)"
 
+# 2b. Replicas of degrees 2 and 4; a recovery from one to the other.
+PLAN_B=3 plan p-one3 h0 -- -g 1 -f 0
+PLAN_B=3 plan p-m "h1 slots=4" "h2 slots=4" "h3 slots=4" -- -g 4 --tp 2 --template-tp 1=4 -f 1
+python3 - "$WORK/p-m.json" "$TAG" <<'PY' || fail "plan p-m is not a tp-2 2-node pipeline beside a tp-4 1-node one: $(head -c 900 "$WORK/p-m.json")"
+import json, sys
+p, tag = json.load(open(sys.argv[1])), sys.argv[2]
+t = {x["nodes"]: x for x in p["templates"]}
+assert {s["tensor_parallel"] for s in t[1]["stages"]} == {4} and t[1]["stages_per_node"] == 1, t[1]
+assert {s["tensor_parallel"] for s in t[2]["stages"]} == {2} and t[2]["stages_per_node"] == 2, t[2]
+pipes = p["instantiation"]["pipelines"]
+assert [q["template_nodes"] for q in pipes] == [2, 1], pipes
+assert tag + "h2" in pipes[0]["nodes"], pipes
+PY
+RUN_PLAN="$WORK/p-one3.pb" RUN_HOSTS="$WORK/p-one3.hosts" reference_run 20
+export RUN_PLAN="$WORK/p-m.pb" RUN_HOSTS="$WORK/p-m.hosts"
+run_start mixed 20
+run_wait
+[ "$RC" = 0 ] || fail "mixed: exit $RC: $(tail -3 "$WORK/mixed.err")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/mixed.pb" 1e-5 > "$WORK/mixed.cmp" \
+  || fail "mixed degrees: $(cat "$WORK/mixed.cmp")"
+echo "$NAME: tp 2 + tp 4 replicas against one worker: $(cat "$WORK/mixed.cmp")"
+RUN_PLAN="$WORK/p-one3.pb" RUN_HOSTS="$WORK/p-one3.hosts" reference_run 60  # the schedule spans --steps
+run_start reshard 60
+kill_host_at reshard 15 "${TAG}h2"
+# Both pipelines now on the 1-node template: h1's at tp 4, re-cut.
+grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated as pipelines of 1+1 nodes" \
+  "$WORK/reshard/events.log" \
+  || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/reshard/events.log")"
+check_recovered reshard 60 "kill -9 of ${TAG}h2, h1 re-cut from tp 2 to tp 4"
+unset RUN_PLAN RUN_HOSTS
+
 # 3. Checkpoints across tensor-parallel degrees.
+export RUN_PLAN="$WORK/p-r.pb" RUN_HOSTS="$WORK/p-r.hosts"
 run_start saved 20 --ckpt-dir "$WORK/ck" --ckpt-every 10
 run_wait
 [ "$RC" = 0 ] || fail "saving run: exit $RC: $(tail -3 "$WORK/saved.err")"

@@ -403,6 +403,207 @@ TEST_CASE("tensor parallelism 2, two stages a node: shards move between a node's
                     /*expect_tied_fetch=*/true, "2x(2 nodes x 2 stages) tp2 lose node 3", 2, 2);
 }
 
+// Issue 11, acceptance 3 (re-sharding) at the worker level: nodes of 4
+// ranks; the 2-node template runs 2 stages a node at tensor parallelism 2,
+// the 1-node template one stage at 4. A pipeline of each (12 ranks) trains;
+// node 1 dies; its pipeline's survivor, node 0, runs the 1-node template:
+// its ranks cut their own tp-2 shards of layers 0-2 into tp-4 ones (no
+// message) and take layers 3-5 whole from node 2's ranks of the same
+// shard. Every step's loss is the one-process reference's, the re-cut
+// state is the old state bit for bit, and the final weights match.
+TEST_CASE("replicas of tensor parallelism 2 and 4 train together; a recovery re-shards", "[recovery][tp]") {
+  torch::set_num_threads(1);
+  const int total = 4;
+  const auto cfg = Small();
+  const auto data = Text();
+  const auto opts = Options(total);
+  ob::model::GptStage reference{nullptr};
+  auto ref = ob::model::train_steps(cfg, data, opts, &reference);
+  REQUIRE(ref.ok());
+
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates.resize(2);
+  ts.templates[0].nodes = 1;
+  ts.templates[0].stages = {{0, 5, 4}};
+  ts.templates[1].nodes = 2;
+  ts.templates[1].stages_per_node = 2;
+  ts.templates[1].stages = {{0, 1, 2}, {2, 2, 2}, {3, 4, 2}, {5, 5, 2}};
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{2, {0, 1}, 2}, {1, {2}, 2}};
+  REQUIRE(ob::runtime::CheckRunnable(ts, inst, kMicrobatch, cfg).ok());
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  REQUIRE(topo->pieces == 4);
+  const int world = topo->world_size();
+  REQUIRE(world == 12);
+  const int victim = 1;
+  auto store = ob::compat::MakeHashStore();
+  auto gen0 = c10::make_intrusive<c10d::PrefixStore>("gen/0", store);
+
+  std::vector<std::unique_ptr<StageWorker>> old(world);
+  std::vector<std::vector<StepResult>> results(world);
+  std::vector<std::string> errors(world);
+  Barrier barrier(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto w = StageWorker::Create(cfg, *topo, rank, gen0, opts, data, std::chrono::seconds(10));
+      if (!w.ok()) {
+        errors[rank] = w.status().message();
+        barrier.Wait();
+        return;
+      }
+      old[rank] = std::move(*w);
+      for (int step = 0; step <= kFailAfter; ++step) {
+        auto r = old[rank]->Step(step);
+        if (!r.ok()) {
+          errors[rank] = r.status().message();
+          break;
+        }
+        results[rank].push_back(*r);
+      }
+      barrier.Wait();
+      if (topo->ranks[rank].node == victim) old[rank].reset();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank << ": " << errors[rank]);
+    REQUIRE(errors[rank].empty());
+    REQUIRE(results[rank].size() == kFailAfter + 1);
+  }
+
+  const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, 3, 1, total, 4);
+  auto rec = ob::plan::Reinstantiate(problem, ts, inst, {victim});
+  INFO(rec.reason);
+  REQUIRE(rec.ok);
+  auto next = ob::runtime::BuildTopology(ts, rec.next, kMicrobatch);
+  REQUIRE(next.ok());
+  REQUIRE(next->world_size() == 8);
+  for (const auto& r : next->ranks) REQUIRE(r.tp == 4);
+  std::map<int, std::vector<int>> old_ranks_of;
+  for (const auto& r : topo->ranks) old_ranks_of[r.node].push_back(r.rank);
+  std::vector<int> old_of(next->world_size());
+  {
+    std::map<int, size_t> seen;
+    for (const auto& r : next->ranks) old_of[r.rank] = old_ranks_of.at(r.node).at(seen[r.node]++);
+  }
+
+  auto gen1 = c10::make_intrusive<c10d::PrefixStore>("gen/1", store);
+  const int new_world = next->world_size();
+  std::vector<std::unique_ptr<StageWorker>> fresh(new_world);
+  std::vector<std::vector<StepResult>> later(new_world);
+  std::vector<std::string> new_errors(new_world);
+  std::vector<StageSnapshot> rebuilt(new_world);
+  threads.clear();
+  for (int nr = 0; nr < new_world; ++nr) {
+    threads.emplace_back([&, nr] {
+      auto w = old[old_of[nr]]->Rebuild(kFailAfter, *next, rec.fetches, gen1, std::chrono::seconds(30));
+      if (!w.ok()) {
+        new_errors[nr] = w.status().message();
+        return;
+      }
+      fresh[nr] = std::move(*w);
+      StageSnapshot copy = *fresh[nr]->SnapshotAt(kFailAfter);
+      for (auto& [key, t] : copy.tensors) {
+        t.value = t.value.clone();
+        t.exp_avg = t.exp_avg.clone();
+        t.exp_avg_sq = t.exp_avg_sq.clone();
+      }
+      rebuilt[nr] = std::move(copy);
+      for (int step = kFailAfter + 1; step < kSteps; ++step) {
+        auto r = fresh[nr]->Step(step);
+        if (!r.ok()) {
+          new_errors[nr] = r.status().message();
+          return;
+        }
+        later[nr].push_back(*r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int nr = 0; nr < new_world; ++nr) {
+    INFO("new rank " << nr << ": " << new_errors[nr]);
+    REQUIRE(new_errors[nr].empty());
+  }
+
+  // The state after step S as each rank now holds it is the old state cut
+  // anew, bit for bit: the whole tensor from the old stage of a survivor
+  // that held the layer (either replica: they are the same bits), then
+  // this rank's shard of 4.
+  auto whole_before = [&](const std::string& key, int layer) {
+    for (const auto& r : topo->ranks) {
+      if (r.node == victim || r.tp_rank != 0 || layer < r.first_layer || layer > r.last_layer) continue;
+      std::vector<torch::Tensor> value, exp_avg, exp_avg_sq;
+      for (int q = r.rank; q < r.rank + r.tp; ++q) {
+        const auto& t = old[q]->SnapshotAt(kFailAfter)->tensors.at(key);
+        value.push_back(t.value);
+        exp_avg.push_back(t.exp_avg);
+        exp_avg_sq.push_back(t.exp_avg_sq);
+      }
+      const std::string name = ob::runtime::ShardName(key);
+      return std::vector<torch::Tensor>{ob::model::MergeShards(name, value), ob::model::MergeShards(name, exp_avg),
+                                        ob::model::MergeShards(name, exp_avg_sq)};
+    }
+    FAIL("no survivor held " << key);
+    return std::vector<torch::Tensor>{};
+  };
+  size_t recut = 0;
+  for (int nr = 0; nr < new_world; ++nr) {
+    const auto& r = next->ranks[nr];
+    for (const auto& [key, t] : rebuilt[nr].tensors) {
+      const int layer = key == StageSnapshot::kTied ? 0 : std::stoi(key.substr(0, key.find('.')));
+      const auto whole = whole_before(key, layer);
+      const std::string name = ob::runtime::ShardName(key);
+      INFO("new rank " << nr << " " << key);
+      CHECK(Identical(t.value, ob::model::ShardOf(name, whole[0], r.tp, r.tp_rank)));
+      CHECK(Identical(t.exp_avg, ob::model::ShardOf(name, whole[1], r.tp, r.tp_rank)));
+      CHECK(Identical(t.exp_avg_sq, ob::model::ShardOf(name, whole[2], r.tp, r.tp_rank)));
+      CHECK(t.adam_step == kFailAfter + 1);
+      if (r.node == 0 && layer <= 2) ++recut;
+    }
+  }
+  CHECK(recut > 0);
+
+  double max_rel = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const bool after = step > kFailAfter;
+    const auto& per_rank = after ? later : results;
+    const size_t k = after ? step - kFailAfter - 1 : step;
+    const StepResult& r0 = per_rank[0][k];
+    REQUIRE(r0.step == step);
+    for (size_t rank = 0; rank < per_rank.size(); ++rank) {
+      if (!after && topo->ranks[rank].node == victim) continue;
+      REQUIRE(per_rank[rank][k].loss == r0.loss);
+      REQUIRE(per_rank[rank][k].grad_norm == r0.grad_norm);
+    }
+    const double want = (*ref)[step].loss;
+    max_rel = std::max(max_rel, std::abs(r0.loss - want) / std::abs(want));
+    INFO("step " << step << ": loss " << r0.loss << " vs " << want);
+    CHECK(std::abs(r0.loss - want) < 1e-5 * std::abs(want));
+    CHECK(std::abs(r0.grad_norm - (*ref)[step].grad_norm) < 1e-4 * (*ref)[step].grad_norm);
+  }
+  std::map<std::string, torch::Tensor> ref_params;
+  for (const auto& p : reference->named_parameters()) ref_params[p.key()] = p.value();
+  const std::string head_copy = std::to_string(cfg.num_layers() - 1) + ".lm_head.weight";
+  double max_diff = 0;
+  for (int first : {0, 4}) {  // each pipeline's one stage, 4 shards
+    for (const auto& p : fresh[first]->stage()->named_parameters()) {
+      const std::string name = p.key() == head_copy ? "0.wte.weight" : p.key();
+      REQUIRE(ref_params.count(name));
+      std::vector<torch::Tensor> shards;
+      for (int q = first; q < first + 4; ++q) shards.push_back(fresh[q]->stage()->named_parameters()[p.key()]);
+      const auto whole = ob::model::MergeShards(p.key().substr(p.key().find('.') + 1), shards);
+      max_diff = std::max(max_diff, (whole - ref_params[name]).abs().max().item<double>());
+    }
+  }
+  CHECK(max_diff < 1e-5);
+  std::printf("# tp 2 + tp 4, node 1 lost, re-sharded: %zu tensors re-cut on node 0; max relative loss "
+              "difference %.3g over %d steps; final max parameter difference %.3g\n",
+              recut, max_rel, kSteps, max_diff);
+}
+
 TEST_CASE("rebuilding needs a snapshot at the agreed step", "[recovery]") {
   torch::set_num_threads(1);
   auto [ts, inst] = Plan({{{0, 5}}}, 1, 1, 2);

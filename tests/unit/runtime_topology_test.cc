@@ -131,7 +131,7 @@ TEST_CASE("topology of 2 pipelines x 2 stages with tensor parallelism 2", "[runt
   inst.pipelines = {{1, {0}, 2}, {1, {1}, 3}};
   auto topo = BuildTopology(ts, inst, 1);
   REQUIRE(topo.ok());
-  CHECK(topo->tp == 2);
+  CHECK(topo->pieces == 2);
   CHECK(topo->world_size() == 8);
   // Rank = 2·(Σ S_q + s) + r: pipeline 1's stage 1, TP rank 1 is rank 7.
   const auto& r7 = topo->ranks[7];
@@ -158,15 +158,51 @@ TEST_CASE("topology of 2 pipelines x 2 stages with tensor parallelism 2", "[runt
   CHECK(topo->tied == std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}});
   CHECK(Topology::TiedGroupName(1) == "tied/1");
 
-  // Replicas split differently cannot sum their gradients shard by shard.
-  ob::plan::TemplateSet mixed = ts;
-  mixed.min_nodes = 1;
-  mixed.templates.push_back(MakeTemplate(2, {{0, 2}, {3, 5}}));  // t = 1
-  ob::plan::Instantiation both;
-  both.pipelines = {{1, {0}, 2}, {2, {1, 2}, 2}};
-  auto r = BuildTopology(mixed, both, 1);
+  CHECK(topo->layer_groups[1].name() == "layers/1,5/1");
+  CHECK(topo->FirstPieceOf(5) == 1);
+  CHECK(topo->PiecesOf(5) == 1);
+  CHECK(topo->TpGroupOf(5) == std::vector<int>{4, 5});
+}
+
+TEST_CASE("replicas of tensor parallelism 2 and 4 sum their gradients in 4 pieces", "[runtime][topology]") {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = 1;
+  ts.templates = {MakeTemplate(1, {{0, 5}}), MakeTemplate(2, {{0, 2}, {3, 5}})};
+  for (auto& s : ts.templates[0].stages) s.tp = 4;
+  for (auto& s : ts.templates[1].stages) s.tp = 2;
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{2, {0, 1}, 2}, {1, {2}, 2}};
+  auto topo = BuildTopology(ts, inst, 1);
+  REQUIRE(topo.ok());
+  CHECK(topo->pieces == 4);
+  CHECK(topo->world_size() == 8);  // pipeline 0: ranks 0-3 (2 stages x 2), pipeline 1: ranks 4-7
+  CHECK(topo->ranks[5].tp == 4);
+  CHECK(topo->ranks[5].lane == 3);
+  CHECK(topo->pipelines == std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4}, {5}, {6}, {7}});
+  CHECK(topo->tp_groups == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5, 6, 7}});
+  CHECK(topo->FirstPieceOf(1) == 2);
+  CHECK(topo->PiecesOf(1) == 2);
+  CHECK(topo->FirstPieceOf(6) == 2);
+  CHECK(topo->PiecesOf(6) == 1);
+  // Layers 0-2: piece P's holders are rank P / 2 of pipeline 0 and 4 + P.
+  REQUIRE(topo->layer_groups.size() == 8);
+  CHECK(topo->layer_groups[0].ranks == std::vector<int>{0, 4});
+  CHECK(topo->layer_groups[1].ranks == std::vector<int>{0, 5});
+  CHECK(topo->layer_groups[2].ranks == std::vector<int>{1, 6});
+  CHECK(topo->layer_groups[3].ranks == std::vector<int>{1, 7});
+  CHECK(topo->layer_groups[7].ranks == std::vector<int>{3, 7});
+  CHECK(topo->layer_groups[7].layers == std::vector<int>{3, 4, 5});
+  CHECK(topo->layer_group_of == std::vector<int>{0, 0, 0, 4, 4, 4});
+  CHECK(topo->LayerGroupsOf(1) == std::vector<int>{2, 3});
+  CHECK(topo->LayerGroupsOf(6) == std::vector<int>{2, 6});
+  CHECK(topo->tied == std::vector<std::vector<int>>{{0, 2, 4}, {0, 2, 5}, {1, 3, 6}, {1, 3, 7}});
+
+  // Within a pipeline one degree: its lanes run stage to stage.
+  auto uneven = ts;
+  uneven.templates[1].stages[1].tp = 4;
+  auto r = BuildTopology(uneven, inst, 1);
   CHECK(r.status().code() == ob::Code::kConfig);
-  CHECK(r.status().message().find("replicas must be split alike") != std::string::npos);
+  CHECK(r.status().message().find("a pipeline runs one degree") != std::string::npos);
 }
 
 TEST_CASE("topology refuses what the runtime cannot run", "[runtime][topology]") {
@@ -223,12 +259,29 @@ TEST_CASE("CheckRunnable: every template's tensor parallelism against the model"
     for (auto& s : t.stages) s.tp = 2;
   }
   CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
-  two.templates[1].stages[3].tp = 1;  // a recovery onto it would re-shard
+  for (auto& s : two.templates[1].stages) s.tp = 4;  // replicas meet in 4 pieces: runnable
+  CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
+  two.templates[1].stages[3].tp = 1;  // one template, one degree
   st = ob::runtime::CheckRunnable(two, inst, 1, cfg);
   CHECK(st.code() == ob::Code::kConfig);
   CHECK(st.message() ==
-        "the template for 2 node(s), stage 3: tensor parallelism 1, another's 2: this ob-launch recovers "
-        "between equal degrees only (re-sharding is not supported yet)");
+        "the template for 2 node(s), stage 3: tensor parallelism 1, stage 0's 4: a pipeline runs one degree "
+        "(its lanes go stage to stage)");
+  // Degrees that do not divide one another meet in pieces of their least
+  // common multiple, which divides whatever each divides.
+  auto coprime = ts;
+  for (auto& s : coprime.templates[0].stages) s.tp = 2;
+  for (auto& s : coprime.templates[1].stages) s.tp = 3;
+  cfg.n_head = 6;
+  cfg.n_embd = 96;
+  CHECK(ob::runtime::CheckRunnable(coprime, inst, 1, cfg).ok());
+  cfg.vocab_size = 5;  // 6 pieces of a vocabulary of 5: some would be empty
+  st = ob::runtime::CheckRunnable(coprime, inst, 1, cfg);
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.message().find("meet in 6 pieces") != std::string::npos);
+  cfg.n_head = 4;
+  cfg.n_embd = 128;
+  cfg.vocab_size = 256;
 
   auto zero = ts;
   zero.templates[0].stages[0].tp = 0;

@@ -25,6 +25,7 @@ struct Options {
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
   int tp = 0;                  // 0: chosen
+  std::vector<std::string> template_tp;  // "NODES=T"
   double gpu_memory_gib = 0;   // 0: from the profile
   double host_memory_gib = 0;  // 0: not checked
   int global_batch = 256;
@@ -193,8 +194,31 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
                                std::to_string(problem->n_head) + " attention heads and MLP width " +
                                std::to_string(4 * problem->n_embd));
     }
-  } else {
-    // One degree for all templates, as the runtime needs; when none
+  }
+  for (const std::string& spec : g.template_tp) {
+    const size_t eq = spec.find('=');
+    int nodes = 0, tp = 0;
+    try {
+      size_t used = 0;
+      if (eq != std::string::npos) nodes = std::stoi(spec.substr(0, eq), &used);
+      if (eq == std::string::npos || used != eq) throw std::invalid_argument(spec);
+      tp = std::stoi(spec.substr(eq + 1), &used);
+      if (used != spec.size() - eq - 1) throw std::invalid_argument(spec);
+    } catch (const std::exception&) {
+      return ob::Status::Usage("--template-tp " + spec + ": not NODES=T");
+    }
+    if (nodes < 1 || tp < 1 || c.gpus_per_node % tp != 0 ||
+        (problem->n_head > 0 && problem->n_head % tp != 0) ||
+        (problem->n_embd > 0 && (4 * problem->n_embd) % tp != 0)) {
+      return ob::Status::Usage("--template-tp " + spec + ": " + std::to_string(tp) + " does not divide the " +
+                               std::to_string(c.gpus_per_node) + " GPUs of a node, or the model's " +
+                               std::to_string(problem->n_head) + " attention heads and MLP width " +
+                               std::to_string(4 * problem->n_embd));
+    }
+    problem->tp_at[nodes] = tp;
+  }
+  if (g.tp == 0) {
+    // One degree for the other templates; when none
     // instantiates alone, BuildTemplates below says why, as it always did.
     ob::Result<int> tp = ob::plan::ChooseTensorParallel(*problem);
     if (tp.ok()) problem->tp = *tp;
@@ -259,6 +283,12 @@ void Setup(CLI::App& app) {
                  "Tensor-parallel degree of every stage (Megatron's --tensor-model-parallel-size); "
                  "a node then runs g/tp stages (default: the fastest degree the model splits by)")
       ->check(ob::cli::Positive());
+  app.add_option("--template-tp", g.template_tp,
+                 "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "
+                 "--tp's; replicas of different degrees sum gradients in pieces (repeatable)")
+      ->option_text("NODES=T")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
   app.add_option("--host-memory", g.host_memory_gib,
                  "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "

@@ -503,7 +503,7 @@ Status RunWorker(const WorkerOptions& o) {
     c10::intrusive_ptr<compat::Backend> tp_group;
     const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
     if (me.tp > 1) {  // the shards of a save go to TP rank 0 over a CPU group of their own
-      const std::vector<int>& ranks = topo.tp_groups[static_cast<size_t>(o.rank / me.tp)];
+      const std::vector<int>& ranks = topo.TpGroupOf(o.rank);
       try {
         tp_group = compat::MakeProcessGroup(
             c10::make_intrusive<c10d::PrefixStore>("ckpt/" + runtime::Topology::TpGroupName(ranks), gen_store),

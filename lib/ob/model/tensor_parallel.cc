@@ -137,6 +137,38 @@ torch::Tensor MergeShards(const std::string& p, const std::vector<torch::Tensor>
   return shards.front().clone();
 }
 
+std::vector<torch::Tensor> PieceViews(const std::string& p, const torch::Tensor& shard, int t, int r, int T,
+                                      int piece, int64_t vocab) {
+  const int k = T / t, i = piece - FirstPiece(t, r, T);
+  assert(T % t == 0 && 0 <= i && i < k);
+  switch (ShardKindOf(p)) {
+    case ShardKind::kReplicated:
+      return {shard};
+    case ShardKind::kRows:
+      return {shard.chunk(k, 0)[i]};
+    case ShardKind::kColumns:
+      return {shard.chunk(k, 1)[i]};
+    case ShardKind::kHeadRows: {
+      auto qkv = shard.chunk(3, 0);
+      return {qkv[0].chunk(k, 0)[i], qkv[1].chunk(k, 0)[i], qkv[2].chunk(k, 0)[i]};
+    }
+    case ShardKind::kVocabRows: {
+      const int64_t base = VocabRange(vocab, t, r).first;  // rank r's first row
+      auto [lo, hi] = VocabRange(vocab, T, piece);
+      return {shard.slice(0, lo - base, hi - base)};
+    }
+  }
+  return {shard};
+}
+
+torch::Tensor PieceOf(const std::string& p, const torch::Tensor& shard, int t, int r, int T, int piece,
+                      int64_t vocab) {
+  torch::NoGradGuard no_grad;
+  auto views = PieceViews(p, shard, t, r, T, piece, vocab);
+  if (views.size() == 1) return views[0].clone();
+  return torch::cat(views, 0);
+}
+
 torch::Tensor TpEmbedding(const torch::Tensor& table, const torch::Tensor& ids, int64_t vocab,
                           const TpGroup& g) {
   if (g.size == 1) return torch::embedding(table, ids);

@@ -87,6 +87,25 @@ torch::Tensor ShardOf(const std::string& layer_param, const torch::Tensor& full,
 bool SplitsInto(const std::string& layer_param, const torch::Tensor& full, int t);
 torch::Tensor MergeShards(const std::string& layer_param, const std::vector<torch::Tensor>& shards);
 
+// Pieces: replicas split with different degrees (a pipeline of t = 2 beside
+// one of t = 4) meet at a common refinement. With T a multiple of every
+// degree (their least common multiple), piece P (0 <= P < T) of a parameter
+// is shard P of T; rank r of t holds the T/t pieces [r·T/t, (r+1)·T/t), and its shard is
+// their MergeShards. A replicated parameter is one piece, every rank's
+// whole tensor. `vocab` is the model's V (vocabulary rows split at
+// ⌊P·V/T⌋, which for P = r·T/t is rank r's own first row).
+//
+// PieceViews: views into rank r of t's `shard` that make up piece P: one
+// view, or three (q, k and v rows) for kHeadRows; writing them writes the
+// shard. PieceOf: the piece as one new tensor (MergeShards of the views).
+// REQUIRES: t divides T, P within rank r's pieces, CheckTensorParallel(T).
+std::vector<torch::Tensor> PieceViews(const std::string& layer_param, const torch::Tensor& shard, int t,
+                                      int r, int T, int piece, int64_t vocab);
+torch::Tensor PieceOf(const std::string& layer_param, const torch::Tensor& shard, int t, int r, int T,
+                      int piece, int64_t vocab);
+// The pieces rank r of t holds in a refinement of T: [first, first + T/t).
+inline int FirstPiece(int t, int r, int T) { return r * (T / t); }
+
 // The pieces of the sharded layers (gpt.cc) that talk to the group:
 // rank g.rank's rows [VocabRange) of the token table looked up for `ids`
 // (ids outside the range contribute zeros) and summed over the group; and

@@ -57,9 +57,10 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
 // with f + 1 ≤ P ≤ M pipelines, or M < f + 1.
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts);
 
-// One tensor-parallel degree for every template, as the runtime needs (a
-// layer's gradient is summed shard by shard across replicas, so they must
-// be split alike, and a recovery onto another degree would re-shard): the
+// One tensor-parallel degree for every template (replicas split alike sum
+// a layer's gradient shard by shard, and a recovery never re-cuts state;
+// mixed degrees, which the runtime sums in pieces, only when asked, by
+// Problem::tp_at): the
 // degree among TensorParallelChoices(p) whose templates instantiate on the
 // cluster with the least iteration time (ties: the smaller degree). The
 // error of the last degree tried when none instantiates.

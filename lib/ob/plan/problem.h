@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct Problem {
   // The tensor-parallel degree every stage must use (ob-plan --tp); 0: the
   // planner chooses among the degrees g/k the model splits by.
   int tp = 0;
+  // Degrees for the templates of some node counts (ob-plan --template-tp
+  // NODES=T), ahead of `tp`: replicas of different degrees sum their
+  // gradients in pieces (runtime/topology.h).
+  std::map<int, int> tp_at;
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 

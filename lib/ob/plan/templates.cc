@@ -146,7 +146,8 @@ std::vector<int> StagesPerNodeChoices(const Problem& p) {
   for (int k = 1; k <= p.cluster.gpus_per_node; ++k) {
     if (p.cluster.gpus_per_node % k != 0) continue;
     const int tp = p.cluster.gpus_per_node / k;
-    if (p.tp > 0 && tp != p.tp) continue;
+    const bool forced = std::any_of(p.tp_at.begin(), p.tp_at.end(), [&](const auto& a) { return a.second == tp; });
+    if (p.tp > 0 && tp != p.tp && !forced) continue;
     if (tp > 1 && ((p.n_head > 0 && p.n_head % tp != 0) || (p.n_embd > 0 && (4 * p.n_embd) % tp != 0))) continue;
     ks.push_back(k);
   }
@@ -161,6 +162,9 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
   const int L = p.num_layers();
   for (size_t i = 0; i < tables.size(); ++i) {
     const StageTable& t = tables[i];
+    auto at = p.tp_at.find(nodes);
+    const int want = at != p.tp_at.end() ? at->second : p.tp;
+    if (want > 0 && p.cluster.gpus_per_node / t.k != want) continue;
     const int S = nodes * t.k;
     if (S > std::min(L, t.max_stages)) continue;
     const double bound = minimax[i][static_cast<size_t>(S) * (L + 1)];
@@ -288,7 +292,10 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
     minimax.push_back(MinimaxFromBack(tables.back()));
   }
   auto has_template = [&](int n) {
+    auto at = p.tp_at.find(n);
+    const int want = at != p.tp_at.end() ? at->second : p.tp;
     for (size_t i = 0; i < tables.size(); ++i) {
+      if (want > 0 && p.cluster.gpus_per_node / tables[i].k != want) continue;
       const int S = n * tables[i].k;
       if (S <= L && minimax[i][static_cast<size_t>(S) * (L + 1)] != kInf) return true;
     }

@@ -53,14 +53,6 @@ Names StoredNames(const std::string& key) {
 
 std::string LayerPrefix(int layer) { return std::to_string(layer) + "."; }
 
-// The parameter name a snapshot key is sharded as (tensor_parallel.h):
-// "3.attn.c_attn.weight" -> "attn.c_attn.weight"; the tied weight is a
-// token table.
-std::string ShardName(const std::string& key) {
-  if (key == StageSnapshot::kTied) return "wte.weight";
-  return key.substr(key.find('.') + 1);
-}
-
 // Whether snapshot key `key` belongs to the files of `layers` (the tied
 // weight with layer 0 when `with_tied`).
 bool InLayers(const std::string& key, const std::vector<int>& layers, bool with_tied) {

@@ -3,27 +3,36 @@
 // fill it from its own snapshot and from the holders the fetch list names.
 //
 // Transfers. Every rank of the new topology derives the same ordered list:
-// for each new rank (ascending), each layer of its new stage (ascending) that
-// its old stage did not hold, the sender is the new rank of the fetch's
-// from_node. The layer's non-tied parameters go in name order; the tied LM
-// weight goes with the first of layers 0 and L+1 a rank gains when its old
-// stage held neither. A layer the fetch list does not name (its node holds
-// it, on another of its ranks) comes from that rank. Each tensor is two
-// messages on a "recovery" group over all new ranks: a float [3, n] (value, exp_avg, exp_avg_sq; the snapshot's
-// dtype) with tag 2·i and an int64 [1] AdamW step count with tag 2·i + 1,
-// i the tensor's index among the pair's tensors in list order. All sends and
-// receives are posted before any is waited on, so no two ranks wait on each
-// other.
+// for each new rank (ascending), each layer of its new stage (ascending)
+// whose shard its old stage did not hold, the sender is a rank holding that
+// shard: of the fetch's from_node, else of its own node (a stage moved
+// between a node's slots), else the lowest. When no rank holds the shard as
+// it is now cut (the replicas of another degree, or this rank's own state
+// under another degree), it comes piece by piece (topology.h: T the least
+// common multiple of every degree involved), each piece from a holder in
+// the same order of preference but this rank itself first: a survivor
+// re-shards what it holds without sending it. The layer's non-tied
+// parameters go in name order (in a piece transfer a replicated one only
+// with the receiver's first piece); the tied LM weight (its piece) goes
+// with the first of layers 0 and L+1 a rank gains when its old stage held
+// neither. Each tensor is two messages on a "recovery" group over all new
+// ranks: a float [3, …] (value, exp_avg, exp_avg_sq, the shard or the
+// piece; the snapshot's dtype) with tag 2·i and an int64 [1] AdamW step
+// count with tag 2·i + 1, i the tensor's index among the pair's tensors in
+// list order. All sends and receives are posted before any is waited on,
+// so no two ranks wait on each other.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ob/model/tensor_parallel.h"
 #include "ob/runtime/stage_worker.h"
 
 namespace ob::runtime {
@@ -43,8 +52,9 @@ bool HoldsTied(const RankInfo& r, int num_layers) {
 }
 
 struct Transfer {
-  int to = 0, from = 0;   // new ranks
+  int to = 0, from = 0;   // new ranks (equal: a re-shard of the rank's own state)
   int layer = 0;
+  int piece = -1;         // -1: the whole shard; else piece `piece` of T
   bool with_tied = false;
 };
 
@@ -74,10 +84,6 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
   if (next.num_layers != topo_.num_layers) {
     return Status::Config(who + ": the new plan has " + std::to_string(next.num_layers) +
                           " layers, the old " + std::to_string(topo_.num_layers));
-  }
-  if (next.tp != topo_.tp) {
-    return Status::Config(who + ": recovery from tensor parallelism " + std::to_string(topo_.tp) + " to " +
-                          std::to_string(next.tp) + " (re-sharding) is not supported yet");
   }
   // What each new rank held before: the old stage in the same place on its
   // node (the i-th rank of node n then is the i-th of n now: a worker slot
@@ -121,44 +127,87 @@ bool HoldsShard(const StageWorker::Held& h, int layer, const RankInfo& r) {
   return HoldsRange(h, layer) && h.tp == r.tp && h.tp_rank == r.tp_rank;
 }
 
+// Whether `h` holds piece `piece` of T of `layer`.
+bool HoldsPiece(const StageWorker::Held& h, int layer, int piece, int T) {
+  const int first = model::FirstPiece(h.tp, h.tp_rank, T);
+  return HoldsRange(h, layer) && first <= piece && piece < first + T / h.tp;
+}
+
+// The pieces every degree of `next` and of the holdings meets in.
+int CommonPieces(const Topology& next, const std::vector<StageWorker::Held>& held) {
+  int T = next.pieces;
+  for (const auto& h : held) {
+    if (h.first_layer <= h.last_layer) T = std::lcm(T, std::max(1, h.tp));
+  }
+  return T;
+}
+
+// Whether the holdings give `r` its shard of `layer`: whole, or every piece.
+bool Covered(const std::vector<StageWorker::Held>& held, int layer, const RankInfo& r, int T) {
+  if (std::any_of(held.begin(), held.end(), [&](const StageWorker::Held& h) { return HoldsShard(h, layer, r); })) {
+    return true;
+  }
+  const int first = model::FirstPiece(r.tp, r.tp_rank, T);
+  for (int piece = first; piece < first + T / r.tp; ++piece) {
+    if (std::none_of(held.begin(), held.end(),
+                     [&](const StageWorker::Held& h) { return HoldsPiece(h, layer, piece, T); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The transfers every rank derives alike (see the file comment).
 Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
                                             const std::vector<StageWorker::Held>& held,
-                                            const std::vector<plan::LayerFetch>& fetches) {
+                                            const std::vector<plan::LayerFetch>& fetches, int T) {
   const int L = topo.num_layers;
   // The ranks of each node (several when a node runs several stages).
   std::map<int, std::vector<int>> ranks_of;
   for (const auto& r : topo.ranks) ranks_of[r.node].push_back(r.rank);
   std::map<std::pair<int, int>, int> source;  // (node, layer) -> from_node
   for (const auto& f : fetches) source.emplace(std::make_pair(f.node, f.layer), f.from_node);
+  // The first rank satisfying `has`: `self` when allowed, then of the
+  // plan's from_node, of r's node, of any; -1 when none.
+  auto find = [&](const RankInfo& r, int l, bool self, const std::function<bool(int)>& has) {
+    if (self && has(r.rank)) return r.rank;
+    auto it = source.find({r.node, l});
+    if (it != source.end()) {
+      auto f = ranks_of.find(it->second);
+      if (f != ranks_of.end()) {
+        for (int q : f->second) {
+          if (q != r.rank && has(q)) return q;
+        }
+      }
+    }
+    for (int q : ranks_of[r.node]) {
+      if (q != r.rank && has(q)) return q;
+    }
+    for (size_t q = 0; q < held.size(); ++q) {
+      if (static_cast<int>(q) != r.rank && has(static_cast<int>(q))) return static_cast<int>(q);
+    }
+    return -1;
+  };
   std::vector<Transfer> transfers;
   for (const auto& r : topo.ranks) {
     const StageWorker::Held& old = held[r.rank];
     bool tied_pending = HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
     for (int l = r.first_layer; l <= r.last_layer; ++l) {
       if (HoldsShard(old, l, r)) continue;
-      int from = -1;
-      auto it = source.find({r.node, l});
-      if (it != source.end()) {  // the plan's choice of node: a rank there holding the layer
-        auto f = ranks_of.find(it->second);
-        if (f != ranks_of.end()) {
-          for (int q : f->second) {
-            if (q != r.rank && HoldsShard(held[q], l, r)) {
-              from = q;
-              break;
-            }
-          }
+      const bool with_tied = tied_pending && (l == 0 || l == L - 1);
+      if (with_tied) tied_pending = false;
+      const int whole = find(r, l, false, [&](int q) { return HoldsShard(held[q], l, r); });
+      if (whole >= 0) {
+        transfers.push_back({r.rank, whole, l, -1, with_tied});
+        continue;
+      }
+      const int first = model::FirstPiece(r.tp, r.tp_rank, T);
+      for (int piece = first; piece < first + T / r.tp; ++piece) {
+        const int from = find(r, l, true, [&](int q) { return HoldsPiece(held[q], l, piece, T); });
+        if (from >= 0) {
+          transfers.push_back({r.rank, from, l, piece, with_tied});
+          continue;
         }
-      }
-      // Else a rank of the same node holding it (a stage moved between a
-      // node's slots), else any.
-      for (int q : ranks_of[r.node]) {
-        if (from < 0 && q != r.rank && HoldsShard(held[q], l, r)) from = q;
-      }
-      for (size_t q = 0; from < 0 && q < held.size(); ++q) {
-        if (static_cast<int>(q) != r.rank && HoldsShard(held[q], l, r)) from = static_cast<int>(q);
-      }
-      if (from < 0) {
         std::string what = "layer " + std::to_string(l);
         if (r.tp > 1) what += " shard " + std::to_string(r.tp_rank) + " of " + std::to_string(r.tp);
         std::string holders;  // what each rank does hold: the reason is in there
@@ -170,15 +219,6 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
         return Status::Config("node " + std::to_string(r.node) + " " + what +
                               ": no rank of the new plan holds it (ranks hold " + holders + ")");
       }
-      Transfer t;
-      t.to = r.rank;
-      t.from = from;
-      t.layer = l;
-      if (tied_pending && (l == 0 || l == L - 1)) {
-        t.with_tied = true;
-        tied_pending = false;
-      }
-      transfers.push_back(t);
     }
   }
   return transfers;
@@ -241,10 +281,9 @@ Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
       }
     }
     bool complete = true;
+    const int T = CommonPieces(next, c.held);
     for (const RankInfo& r : next.ranks) {
-      for (int l = r.first_layer; complete && l <= r.last_layer; ++l) {
-        complete = std::any_of(c.held.begin(), c.held.end(), [&](const Held& h) { return HoldsShard(h, l, r); });
-      }
+      for (int l = r.first_layer; complete && l <= r.last_layer; ++l) complete = Covered(c.held, l, r, T);
     }
     if (complete) return c;
   }
@@ -276,30 +315,32 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
     return Status::Config(who + ": outside the new plan, or holdings for " +
                           std::to_string(held.size()) + " ranks");
   }
+  const int T = CommonPieces(next, held);
   for (const Held& h : held) {
-    if (h.first_layer <= h.last_layer && h.tp != next.tp) {
+    if (h.first_layer <= h.last_layer && (h.tp < 1 || T % h.tp != 0 || cfg.n_head % T != 0 ||
+                                          (4 * cfg.n_embd) % T != 0)) {
       return Status::Config(who + ": a snapshot of tensor parallelism " + std::to_string(h.tp) +
-                            " for a plan of " + std::to_string(next.tp) +
-                            " (re-sharding) is not supported yet");
+                            " cannot be cut into the " + std::to_string(T) + " pieces the new plan needs");
     }
   }
   const Held mine = held[new_rank];
+  const RankInfo& me = next.ranks[new_rank];
   // Its own snapshot is its state only if it holds the shard it now runs;
-  // otherwise it only serves the ranks that run that shard.
-  const bool own_shard = mine.tp_rank == next.ranks[new_rank].tp_rank;
+  // otherwise it serves pieces (to itself, too) or the ranks of that shard.
+  const bool own_shard = mine.tp == me.tp && mine.tp_rank == me.tp_rank;
   if (mine.first_layer <= mine.last_layer && own == nullptr) {
     return Status::Config(who + ": claims layers " + std::to_string(mine.first_layer) + "-" +
                           std::to_string(mine.last_layer) + " but has no snapshot");
   }
   static const StageSnapshot kNothing;
   if (own == nullptr) own = &kNothing;
-  OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches));
+  OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches, T));
   auto created = Create(cfg, next, new_rank, store, opts, data, timeout);
   if (!created.ok()) return created.status();
   std::unique_ptr<StageWorker> w = std::move(*created);
   try {
     c10::intrusive_ptr<compat::Backend> group;
-    if (!transfers.empty()) {
+    if (std::any_of(transfers.begin(), transfers.end(), [](const Transfer& t) { return t.from != t.to; })) {
       auto prefixed = c10::make_intrusive<c10d::PrefixStore>("recovery", store);
       group = compat::MakeProcessGroup(prefixed, new_rank, next.world_size(), opts.device,
                                        timeout);
@@ -314,31 +355,60 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       auto it = own->tensors.find(key);
       if (own_shard && it != own->tensors.end()) state[key] = it->second;
     }
+    // A piece of one of `h`'s snapshot tensors, or the whole (piece -1).
+    auto cut = [&](const std::string& key, const TensorSnapshot& s, const Held& h, int piece) {
+      if (piece < 0) return s;
+      const std::string name = ShardName(key);
+      TensorSnapshot out;
+      out.value = model::PieceOf(name, s.value, h.tp, h.tp_rank, T, piece, cfg.vocab_size);
+      out.exp_avg = model::PieceOf(name, s.exp_avg, h.tp, h.tp_rank, T, piece, cfg.vocab_size);
+      out.exp_avg_sq = model::PieceOf(name, s.exp_avg_sq, h.tp, h.tp_rank, T, piece, cfg.vocab_size);
+      out.adam_step = s.adam_step;
+      return out;
+    };
+    // The keys a transfer moves: the layer's (a replicated one in the
+    // receiver's first piece only), and the tied weight with it.
+    auto keys_of = [&](const Transfer& t, const std::vector<std::string>& layer_keys) {
+      std::vector<std::string> keys;
+      const RankInfo& to = next.ranks[t.to];
+      for (const auto& key : layer_keys) {
+        if (t.piece >= 0 && t.piece != model::FirstPiece(to.tp, to.tp_rank, T) &&
+            model::ShardKindOf(ShardName(key)) == model::ShardKind::kReplicated) {
+          continue;
+        }
+        keys.push_back(key);
+      }
+      if (t.with_tied) keys.push_back(StageSnapshot::kTied);
+      return keys;
+    };
 
     const auto device = opts.device;
     std::vector<Work> works;                // sends and receives, all posted before any wait
     std::vector<torch::Tensor> in_flight;   // what the sends read from
     struct Pending {
       std::string key;
+      int piece = -1;
       torch::Tensor packed, step;
     };
     std::vector<Pending> receives;
+    std::map<std::string, std::map<int, TensorSnapshot>> pieces;  // key -> piece -> state
     std::map<std::pair<int, int>, int> sent;  // (from, to) -> tensors so far
     for (const Transfer& t : transfers) {
       if (t.from != new_rank && t.to != new_rank) continue;
-      int& index = sent[{t.from, t.to}];
-      std::vector<std::string> keys;
-      if (t.from == new_rank) {
-        keys = LayerKeys(own->tensors, t.layer);
-      } else {
-        keys = LayerKeys(params, t.layer);
+      if (t.from == t.to) {  // a re-shard of this rank's own snapshot
+        for (const auto& key : keys_of(t, LayerKeys(own->tensors, t.layer))) {
+          pieces[key][t.piece] = cut(key, own->tensors.at(key), mine, t.piece);
+        }
+        continue;
       }
-      if (t.with_tied) keys.push_back(StageSnapshot::kTied);
+      int& index = sent[{t.from, t.to}];
+      const bool sending = t.from == new_rank;
+      const auto keys = keys_of(t, sending ? LayerKeys(own->tensors, t.layer) : LayerKeys(params, t.layer));
       for (const auto& key : keys) {
         // Tags count the pair's tensors in list order: both ends agree.
         const int tag = 2 * index++;
-        if (t.from == new_rank) {
-          const TensorSnapshot& s = own->tensors.at(key);
+        if (sending) {
+          const TensorSnapshot s = cut(key, own->tensors.at(key), mine, t.piece);
           std::vector<torch::Tensor> packed{
               torch::stack({s.value, s.exp_avg, s.exp_avg_sq}).to(device).contiguous()};
           std::vector<torch::Tensor> count{
@@ -351,9 +421,16 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
         } else {
           const torch::Tensor& p = params.at(key);
           std::vector<int64_t> shape{3};
-          for (auto d : p.sizes()) shape.push_back(d);
+          if (t.piece < 0) {
+            for (auto d : p.sizes()) shape.push_back(d);
+          } else {  // the piece's shape: its views' with the rows added up
+            auto views = model::PieceViews(ShardName(key), p, me.tp, me.tp_rank, T, t.piece, cfg.vocab_size);
+            for (auto d : views[0].sizes()) shape.push_back(d);
+            for (size_t v = 1; v < views.size(); ++v) shape[1] += views[v].size(0);
+          }
           Pending r;
           r.key = key;
+          r.piece = t.piece;
           r.packed = torch::empty(shape, p.options().device(device));
           r.step = torch::empty({1}, torch::TensorOptions().dtype(torch::kLong).device(device));
           receives.push_back(std::move(r));
@@ -372,7 +449,27 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       s.exp_avg = packed[1].clone();
       s.exp_avg_sq = packed[2].clone();
       s.adam_step = r.step.cpu().item<int64_t>();
-      state[r.key] = std::move(s);
+      if (r.piece < 0) {
+        state[r.key] = std::move(s);
+      } else {
+        pieces[r.key][r.piece] = std::move(s);
+      }
+    }
+    // A shard from its pieces (in piece order; a replicated tensor is one).
+    for (auto& [key, by_piece] : pieces) {
+      const std::string name = ShardName(key);
+      std::vector<torch::Tensor> value, exp_avg, exp_avg_sq;
+      for (auto& [piece, s] : by_piece) {
+        value.push_back(s.value);
+        exp_avg.push_back(s.exp_avg);
+        exp_avg_sq.push_back(s.exp_avg_sq);
+      }
+      TensorSnapshot s;
+      s.value = model::MergeShards(name, value);
+      s.exp_avg = model::MergeShards(name, exp_avg);
+      s.exp_avg_sq = model::MergeShards(name, exp_avg_sq);
+      s.adam_step = by_piece.begin()->second.adam_step;
+      state[key] = std::move(s);
     }
 
     torch::NoGradGuard no_grad;

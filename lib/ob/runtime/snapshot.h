@@ -119,4 +119,12 @@ inline std::string SnapshotKey(const std::string& name, const torch::Tensor& p,
   return name;
 }
 
+// The parameter name a snapshot key is sharded as (tensor_parallel.h):
+// "3.attn.c_attn.weight" -> "attn.c_attn.weight"; the tied weight is a
+// token table.
+inline std::string ShardName(const std::string& key) {
+  if (key == StageSnapshot::kTied) return "wte.weight";
+  return key.substr(key.find('.') + 1);
+}
+
 }  // namespace ob::runtime

@@ -52,7 +52,7 @@ struct StageWorker::Groups {
   Group pipeline;                                 // this lane: p2p + per-step statistics
   Group tp;                                       // this stage's TP ranks (t > 1)
   std::vector<std::pair<int, Group>> layers;      // (layer group id, group)
-  Group tied;                                     // this shard's tied group
+  std::vector<std::pair<int, Group>> tied;        // (piece, its tied group)
 };
 
 StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int rank,
@@ -75,16 +75,14 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   if (!tied.empty()) tied_ = tied.front();  // one per stage: wte, or the head's own copy
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     std::vector<torch::Tensor> params;
-    std::vector<bool> counted;
+    std::vector<std::string> names;
     for (const auto& p : stage_->layer(l)->named_parameters()) {
       if (tied_.defined() && p.value().unsafeGetTensorImpl() == tied_.unsafeGetTensorImpl()) continue;
       params.push_back(p.value());
-      // A replicated parameter's gradient is the same on every TP rank:
-      // the norm counts it on TP rank 0 only.
-      counted.push_back(me.tp_rank == 0 || model::ShardKindOf(p.key()) != model::ShardKind::kReplicated);
+      names.push_back(p.key());
     }
     layer_params_.push_back(std::move(params));
-    layer_counted_.push_back(std::move(counted));
+    layer_names_.push_back(std::move(names));
   }
   BuildBuckets();
 }
@@ -159,9 +157,9 @@ void StageWorker::JoinGroups(const c10::intrusive_ptr<c10d::Store>& store,
     auto g = join(lg.name(), lg.ranks);
     if (g) groups_->layers.emplace_back(lg.id, g);
   }
-  for (size_t r = 0; r < topo_.tied.size(); ++r) {
-    auto g = join(Topology::TiedGroupName(static_cast<int>(r)), topo_.tied[r]);
-    if (g) groups_->tied = g;
+  for (size_t piece = 0; piece < topo_.tied.size(); ++piece) {
+    auto g = join(Topology::TiedGroupName(static_cast<int>(piece)), topo_.tied[piece]);
+    if (g) groups_->tied.emplace_back(static_cast<int>(piece), g);
   }
 }
 
@@ -326,39 +324,85 @@ void StageWorker::Settle() const {
   copying_ = -1;
 }
 
+std::vector<torch::Tensor> StageWorker::PieceOfGradient(const std::string& name, const torch::Tensor& grad,
+                                                        int piece) const {
+  const RankInfo& me = topo_.ranks[rank_];
+  return model::PieceViews(name, grad, me.tp, me.tp_rank, topo_.pieces, piece, cfg_.vocab_size);
+}
+
 void StageWorker::BuildBuckets() {
   const RankInfo& me = topo_.ranks[rank_];
+  const int first_piece = topo_.FirstPieceOf(rank_), num_pieces = topo_.PiecesOf(rank_);
   buckets_.clear();
-  // Highest layers first: the order their last backward finishes in.
-  for (int l = me.last_layer; l >= me.first_layer; --l) {
-    const int group = topo_.layer_group_of[l] + me.tp_rank;  // the owners of our shard of l
-    int64_t bytes = 0;
-    for (const auto& p : layer_params_[l - me.first_layer]) bytes += p.numel() * 4;
-    if (bytes == 0) continue;
-    const bool join = !buckets_.empty() && buckets_.back().group == group &&
-                      buckets_.back().first_layer == l + 1 &&
-                      buckets_.back().flat.numel() * 4 + bytes <= kBucketBytes;
-    if (!join) {
-      Bucket bk;
-      bk.group = group;
-      bk.last_layer = l;
-      buckets_.push_back(std::move(bk));
+  own_grads_.clear();
+  if (num_pieces > 1) {  // whole gradients, their pieces copied in and out of the buckets
+    for (const auto& params : layer_params_) {
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : params) grads.push_back(torch::zeros_like(p));
+      own_grads_.push_back(std::move(grads));
     }
-    Bucket& bk = buckets_.back();
-    bk.first_layer = l;
-    // Within a bucket, layers in ascending order: prepend this layer's.
-    std::vector<torch::Tensor> params = layer_params_[l - me.first_layer];
-    params.insert(params.end(), bk.params.begin(), bk.params.end());
-    bk.params = std::move(params);
-    int64_t n = 0;
-    for (const auto& p : bk.params) n += p.numel();
-    bk.flat = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat).device(opts_.device));
   }
+  const auto flat_options = torch::TensorOptions().dtype(torch::kFloat).device(opts_.device);
+  for (int piece = first_piece; piece < first_piece + num_pieces; ++piece) {
+    const size_t first_bucket = buckets_.size();
+    // Highest layers first: the order their last backward finishes in.
+    for (int l = me.last_layer; l >= me.first_layer; --l) {
+      const size_t i = static_cast<size_t>(l - me.first_layer);
+      const int group = topo_.layer_group_of[l] + piece;  // the holders of this piece of l
+      // What of layer l goes in: the whole gradients (one piece a rank), or
+      // views of each gradient's piece (a replicated parameter in every
+      // piece's bucket, its sum the same in each; written back from the first).
+      std::vector<torch::Tensor> params, sources;
+      std::vector<bool> back;
+      int64_t numel = 0;
+      for (size_t j = 0; j < layer_params_[i].size(); ++j) {
+        if (num_pieces == 1) {
+          params.push_back(layer_params_[i][j]);
+          numel += layer_params_[i][j].numel();
+          continue;
+        }
+        const bool replicated = model::ShardKindOf(layer_names_[i][j]) == model::ShardKind::kReplicated;
+        for (const auto& v : PieceOfGradient(layer_names_[i][j], own_grads_[i][j], piece)) {
+          sources.push_back(v);
+          back.push_back(!replicated || piece == first_piece);
+          numel += v.numel();
+        }
+      }
+      if (numel == 0) continue;
+      const bool join = buckets_.size() > first_bucket && buckets_.back().group == group &&
+                        buckets_.back().first_layer == l + 1 &&
+                        (buckets_.back().numel + numel) * 4 <= kBucketBytes;
+      if (!join) {
+        Bucket bk;
+        bk.group = group;
+        bk.last_layer = l;
+        buckets_.push_back(std::move(bk));
+      }
+      Bucket& bk = buckets_.back();
+      bk.first_layer = l;
+      bk.numel += numel;
+      // Within a bucket, layers in ascending order: prepend this layer's.
+      params.insert(params.end(), bk.params.begin(), bk.params.end());
+      bk.params = std::move(params);
+      sources.insert(sources.end(), bk.sources.begin(), bk.sources.end());
+      bk.sources = std::move(sources);
+      back.insert(back.end(), bk.write_back.begin(), bk.write_back.end());
+      bk.write_back = std::move(back);
+    }
+  }
+  // Issue order: highest layers first, pieces ascending within them.
+  std::stable_sort(buckets_.begin(), buckets_.end(),
+                   [](const Bucket& a, const Bucket& b) { return a.first_layer > b.first_layer; });
   for (auto& bk : buckets_) {
+    bk.flat = torch::zeros({bk.numel}, flat_options);
     int64_t offset = 0;
     for (const auto& p : bk.params) {
       bk.views.push_back(bk.flat.narrow(0, offset, p.numel()).view(p.sizes()));
       offset += p.numel();
+    }
+    for (const auto& v : bk.sources) {
+      bk.views.push_back(bk.flat.narrow(0, offset, v.numel()).view(v.sizes()));
+      offset += v.numel();
     }
   }
   flops_per_microbatch_ = 0;
@@ -374,6 +418,9 @@ void StageWorker::BindGradients() {
   // replaced it (LibTorch accumulates into an existing gradient in place).
   for (auto& bk : buckets_) {
     for (size_t i = 0; i < bk.params.size(); ++i) bk.params[i].mutable_grad() = bk.views[i];
+  }
+  for (size_t i = 0; i < own_grads_.size(); ++i) {
+    for (size_t j = 0; j < own_grads_[i].size(); ++j) layer_params_[i][j].mutable_grad() = own_grads_[i][j];
   }
   if (tied_.defined() && !tied_.grad().defined()) tied_.mutable_grad() = torch::zeros_like(tied_);
 }
@@ -395,6 +442,9 @@ StepResult StageWorker::RunSchedule(int64_t step) {
 
   BindGradients();
   for (auto& bucket : buckets_) bucket.flat.zero_();
+  for (auto& grads : own_grads_) {
+    for (auto& g : grads) g.zero_();
+  }
   if (tied_.defined()) tied_.mutable_grad().zero_();
 
   compat::DeviceTimer forward_timer(device), backward_timer(device);
@@ -417,6 +467,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   auto issue_buckets_down_to = [&](int layer) {  // every bucket above `layer` is done
     for (; next_bucket < buckets_.size() && buckets_[next_bucket].first_layer >= layer; ++next_bucket) {
       Bucket& bk = buckets_[next_bucket];
+      for (size_t i = 0; i < bk.sources.size(); ++i) bk.views[bk.params.size() + i].copy_(bk.sources[i]);
       for (auto& [id, group] : groups_->layers) {
         if (id != bk.group) continue;
         std::vector<torch::Tensor> buf{bk.flat};
@@ -593,31 +644,58 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   const auto t_comm = Clock::now();
   issue_buckets_down_to(-1);
   std::vector<Work> tied_sums;
-  if (groups_->tied) {
+  std::vector<torch::Tensor> spare_losses;  // a rank of several pieces: the later pieces' copies
+  for (auto& [piece, group] : groups_->tied) {
     std::vector<torch::Tensor> grad{tied_.grad()};
-    tied_sums.push_back(groups_->tied->allreduce(grad));
+    if (topo_.PiecesOf(rank_) > 1) grad = {PieceOfGradient("wte.weight", tied_.grad(), piece).front()};
+    tied_sums.push_back(group->allreduce(grad));
     std::vector<torch::Tensor> loss{loss_sum};
-    tied_sums.push_back(groups_->tied->allreduce(loss));
+    if (piece != topo_.FirstPieceOf(rank_)) {
+      spare_losses.push_back(loss_sum.clone());
+      loss = {spare_losses.back()};
+    }
+    tied_sums.push_back(group->allreduce(loss));
   }
   wait_all(reductions);
+  for (auto& bk : buckets_) {
+    for (size_t i = 0; i < bk.sources.size(); ++i) {
+      if (bk.write_back[i]) bk.sources[i].copy_(bk.views[bk.params.size() + i]);
+    }
+  }
   r.allreduce_exposed_seconds = SecondsSince(t_comm);
   wait_all(tied_sums);
 
-  // Per-layer squared norms (the tied weight counted in layer 0, by the first
-  // stage) and the loss, summed over the pipeline: every entry has one
-  // contributor, so each pipeline gets the same vector bit for bit.
+  // Squared norms per layer and piece (the tied weight counted in layer 0,
+  // by the first stage; a replicated parameter once, in piece 0) and the
+  // loss, summed over the TP group and the pipeline: every entry has one
+  // contributor and is computed from the same views of the same summed
+  // gradient in every pipeline, whatever its degree, so each pipeline gets
+  // the same vector bit for bit.
   const auto double_options = torch::TensorOptions().dtype(torch::kDouble).device(device);
-  auto stats = torch::zeros({topo_.num_layers + 1}, double_options);
-  for (int l = me.first_layer; l <= me.last_layer; ++l) {
+  const int T = topo_.pieces, first_piece = topo_.FirstPieceOf(rank_);
+  auto stats = torch::zeros({topo_.num_layers * T + 1}, double_options);
+  auto square_sum = [&](const std::string& name, const torch::Tensor& grad, int piece) {
     auto sq = torch::zeros({}, double_options);
-    const auto& params = layer_params_[l - me.first_layer];
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (layer_counted_[l - me.first_layer][i]) sq += params[i].grad().to(torch::kDouble).square().sum();
+    for (const auto& v : PieceOfGradient(name, grad, piece)) sq += v.contiguous().to(torch::kDouble).square().sum();
+    return sq;
+  };
+  for (int l = me.first_layer; l <= me.last_layer; ++l) {
+    const size_t i = static_cast<size_t>(l - me.first_layer);
+    for (int piece = first_piece; piece < first_piece + topo_.PiecesOf(rank_); ++piece) {
+      auto sq = torch::zeros({}, double_options);
+      for (size_t j = 0; j < layer_params_[i].size(); ++j) {
+        const std::string& name = layer_names_[i][j];
+        if (model::ShardKindOf(name) == model::ShardKind::kReplicated) {
+          if (piece == 0) sq += layer_params_[i][j].grad().to(torch::kDouble).square().sum();
+        } else {
+          sq += square_sum(name, layer_params_[i][j].grad(), piece);
+        }
+      }
+      if (l == 0 && tied_.defined()) sq += square_sum("wte.weight", tied_.grad(), piece);
+      stats[l * T + piece] = sq;
     }
-    if (l == 0 && tied_.defined()) sq += tied_.grad().to(torch::kDouble).square().sum();
-    stats[l] = sq;
   }
-  if (me.is_last_stage() && me.tp_rank == 0) stats[topo_.num_layers] = loss_sum[0];
+  if (me.is_last_stage() && me.tp_rank == 0) stats[topo_.num_layers * T] = loss_sum[0];
   if (groups_->tp) {  // the shards' sums first, then the lane's: the same on every rank
     std::vector<torch::Tensor> buf{stats};
     std::vector<Work> w{groups_->tp->allreduce(buf)};
@@ -631,9 +709,9 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   stats = stats.cpu();
   const double* s = stats.data_ptr<double>();
   double sum_sq = 0;
-  for (int l = 0; l < topo_.num_layers; ++l) sum_sq += s[l];
+  for (int e = 0; e < topo_.num_layers * T; ++e) sum_sq += s[e];
   r.grad_norm = std::sqrt(sum_sq);
-  r.loss = s[topo_.num_layers];
+  r.loss = s[topo_.num_layers * T];
   r.comm_seconds += SecondsSince(t_comm);
   if (device.is_cuda()) {  // event-timed: the device's own time, not the launches'
     r.forward_seconds = forward_timer.Seconds();

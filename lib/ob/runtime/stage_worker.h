@@ -172,9 +172,10 @@ class StageWorker {
   // fetch list's holder over a "recovery" group), and its next call should
   // be Step(step + 1). kConfig when this worker has no snapshot at `step`,
   // its node is not in `next`, a rank of `next` is a node that was not in
-  // this topology (new nodes: not supported yet), or a needed layer has no fetch from a rank of `next`,
-  // or `next` has another tensor-parallel degree (re-sharding: not yet); kUnavailable when a
-  // peer fails. Does not touch this worker, which may be destroyed after.
+  // this topology (new nodes: not supported yet), or a needed layer has no
+  // fetch from a rank of `next`; kUnavailable when a peer fails. `next` may
+  // have other tensor-parallel degrees: state is re-cut (Restore). Does not
+  // touch this worker, which may be destroyed after.
   Result<std::unique_ptr<StageWorker>> Rebuild(
       int64_t step, const Topology& next, const std::vector<plan::LayerFetch>& fetches,
       const c10::intrusive_ptr<c10d::Store>& store,
@@ -189,8 +190,8 @@ class StageWorker {
   // list: they derive the same transfers). A layer shard a rank needs and
   // does not hold comes from the fetch list's holder when that rank holds
   // the same shard, else from a rank of its node, else from the lowest
-  // rank that holds it. kConfig too when a holder's degree is not `topo`'s
-  // (re-sharding: not yet).
+  // rank that holds it; when no rank holds it cut as it is now (another
+  // degree), piece by piece (recovery.cc), this rank's own pieces first.
   // With `arena`, the new worker keeps its snapshots there; `arena_keep` is
   // the slot `own` lives in, left intact until the state at `step` is in
   // the other one. kConfig when a layer has no holder or `own` is missing
@@ -284,21 +285,31 @@ class StageWorker {
   // Parameters by owning layer (global index - first layer), the tied weight
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
-  std::vector<std::vector<bool>> layer_counted_;  // whether the grad norm counts it here
+  std::vector<std::vector<std::string>> layer_names_;  // their names within the layer
   torch::Tensor tied_;
   // The gradients of this rank's layers live in flat buffers, one per
   // bucket: consecutive layers of one layer group (those with one owner
   // set), at most kBucketBytes unless one layer is larger, highest layers
   // first. p.grad() is a view into its bucket, so a bucket's all-reduce
   // needs no copies and can start as soon as its layers' last backward is
-  // done. Every owner of a layer group builds the same buckets.
+  // done. Every owner of a layer group builds the same buckets. A rank that
+  // holds several pieces (topology.h: a replica of a lower degree beside
+  // one of a higher) has one bucket per piece and layer run instead: its
+  // gradients are whole tensors (own_grads_), whose piece views are copied
+  // into the bucket when it is issued and back when it is summed.
   struct Bucket {
-    int group = 0;               // topology layer-group id
+    int group = 0;               // topology layer-group id (its piece's)
     int first_layer = 0, last_layer = 0;
+    int64_t numel = 0;
     torch::Tensor flat;          // fp32, on the device
-    std::vector<torch::Tensor> params;
-    std::vector<torch::Tensor> views;  // params[i]'s slice of flat
+    std::vector<torch::Tensor> params;   // gradients bound to views of flat
+    std::vector<torch::Tensor> sources;  // or piece views of own_grads_, copied
+    std::vector<bool> write_back;        // sources[i] takes the sum back
+    std::vector<torch::Tensor> views;    // params', then sources' slices of flat
   };
+  std::vector<std::vector<torch::Tensor>> own_grads_;  // by layer, when several pieces
+  std::vector<torch::Tensor> PieceOfGradient(const std::string& name, const torch::Tensor& grad,
+                                             int piece) const;
   static constexpr int64_t kBucketBytes = int64_t{8} << 20;
   void BuildBuckets();
   void BindGradients();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 namespace ob::runtime {
 
@@ -16,14 +17,29 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string LayerGroup::name() const { return "layers/" + JoinRanks(ranks); }
+std::string LayerGroup::name() const {
+  return "layers/" + JoinRanks(ranks) + (piece > 0 ? "/" + std::to_string(piece) : "");
+}
 
 std::string Topology::PipelineGroupName(int lane) { return "pipeline/" + std::to_string(lane); }
 
 std::string Topology::TpGroupName(const std::vector<int>& ranks) { return "tp/" + JoinRanks(ranks); }
 
-std::string Topology::TiedGroupName(int tp_rank) {
-  return tp_rank == 0 ? "tied" : "tied/" + std::to_string(tp_rank);
+std::string Topology::TiedGroupName(int piece) {
+  return piece == 0 ? "tied" : "tied/" + std::to_string(piece);
+}
+
+const std::vector<int>& Topology::TpGroupOf(int rank) const {
+  static const std::vector<int> kNone;
+  for (const auto& g : tp_groups) {
+    if (std::binary_search(g.begin(), g.end(), rank)) return g;
+  }
+  return kNone;
+}
+
+int Topology::FirstPieceOf(int rank) const {
+  const RankInfo& r = ranks[static_cast<size_t>(rank)];
+  return r.tp_rank * (pieces / r.tp);
 }
 
 std::vector<int> Topology::LayerGroupsOf(int rank) const {
@@ -44,7 +60,7 @@ bool Topology::InTied(int rank) const {
 Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& inst, int microbatch_size,
                      const model::GptConfig& model) {
   // Every template, not only those instantiated: a recovery may use any.
-  int degree = 0;  // the first stage's: every stage must have it
+  int pieces = 1;  // the least common multiple of every template's degree
   for (const plan::Template& t : ts.templates) {
     for (size_t s = 0; s < t.stages.size(); ++s) {
       const int tp = t.stages[s].tp;
@@ -59,12 +75,19 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
         return Status::Config(where + " does not divide the model's MLP width " +
                               std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
       }
-      if (degree == 0) degree = tp;
-      if (tp != degree) {
-        return Status::Config(where + ", another's " + std::to_string(degree) +
-                              ": this ob-launch recovers between equal degrees only (re-sharding is not supported yet)");
+      if (tp != t.stages.front().tp) {
+        return Status::Config(where + ", stage 0's " + std::to_string(t.stages.front().tp) +
+                              ": a pipeline runs one degree (its lanes go stage to stage)");
       }
+      pieces = std::lcm(pieces, tp);
     }
+  }
+  // Replicas of different degrees meet in pieces of the least common
+  // multiple (topology.h). What each degree divides their multiple divides
+  // too; only the vocabulary can be too small for it.
+  if (pieces > model.vocab_size) {
+    return Status::Config("the templates' tensor-parallel degrees meet in " + std::to_string(pieces) +
+                          " pieces, more than the model's vocabulary of " + std::to_string(model.vocab_size));
   }
   return BuildTopology(ts, inst, microbatch_size).status();
 }
@@ -78,7 +101,6 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
   if (inst.pipelines.empty()) return Status::Config("instantiation has no pipelines");
   Topology topo;
   topo.microbatch_size = microbatch_size;
-  topo.tp = 0;
   int next_microbatch = 0;
   for (size_t p = 0; p < inst.pipelines.size(); ++p) {
     const auto& pipe = inst.pipelines[p];
@@ -98,6 +120,8 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     }
     const int num_stages = static_cast<int>(t->stages.size());
     const int base = topo.world_size();
+    const int tp = t->stages.front().tp;
+    const int first_lane = static_cast<int>(topo.pipelines.size());
     int expected_first = 0;
     for (int s = 0; s < num_stages; ++s) {
       const auto& shape = t->stages[s];
@@ -106,11 +130,9 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
                               " is not a degree");
       }
-      if (topo.tp == 0) topo.tp = shape.tp;
-      if (shape.tp != topo.tp) {
+      if (shape.tp != tp) {
         return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
-                              ", another stage's " + std::to_string(topo.tp) +
-                              " (replicas must be split alike)");
+                              ", stage 0's " + std::to_string(tp) + " (a pipeline runs one degree)");
       }
       if (shape.first != expected_first || shape.last < shape.first) {
         return Status::Config(stage_where + ": layers " + std::to_string(shape.first) + "-" +
@@ -119,7 +141,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
       }
       expected_first = shape.last + 1;
       std::vector<int> stage_ranks;
-      for (int tr = 0; tr < topo.tp; ++tr) {
+      for (int tr = 0; tr < tp; ++tr) {
         RankInfo r;
         r.rank = topo.world_size();
         r.pipeline = static_cast<int>(p);
@@ -127,31 +149,38 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         r.num_stages = num_stages;
         const size_t node_slot = static_cast<size_t>(s / std::max(1, t->stages_per_node));
         r.node = node_slot < pipe.nodes.size() ? pipe.nodes[node_slot] : -1;
-        r.tp = topo.tp;
+        r.tp = tp;
         r.tp_rank = tr;
-        r.lane = static_cast<int>(p) * topo.tp + tr;
+        r.lane = first_lane + tr;
         r.first_layer = shape.first;
         r.last_layer = shape.last;
         r.first_microbatch = next_microbatch;
         r.num_microbatches = pipe.microbatches;
-        r.prev_rank = s > 0 ? r.rank - topo.tp : -1;
-        r.next_rank = s + 1 < num_stages ? r.rank + topo.tp : -1;
+        r.prev_rank = s > 0 ? r.rank - tp : -1;
+        r.next_rank = s + 1 < num_stages ? r.rank + tp : -1;
         stage_ranks.push_back(r.rank);
         topo.ranks.push_back(r);
       }
-      if (topo.tp > 1) topo.tp_groups.push_back(std::move(stage_ranks));
+      if (tp > 1) topo.tp_groups.push_back(std::move(stage_ranks));
     }
-    for (int tr = 0; tr < topo.tp; ++tr) {
+    for (int tr = 0; tr < tp; ++tr) {
       std::vector<int> lane;
-      for (int s = 0; s < num_stages; ++s) lane.push_back(base + s * topo.tp + tr);
+      for (int s = 0; s < num_stages; ++s) lane.push_back(base + s * tp + tr);
       topo.pipelines.push_back(std::move(lane));
     }
     next_microbatch += pipe.microbatches;
+    topo.pieces = std::lcm(topo.pieces, tp);
   }
   topo.total_microbatches = next_microbatch;
 
-  // Owner sets of each shard, in order of the first layer each owns, then
-  // of the shard: the sets of shard r are those of shard 0 moved by r.
+  // Holder sets of each piece, in order of the first layer each holds, then
+  // of the piece: a layer's holders of piece 0 (TP rank 0 of each of its
+  // stages) fix the stages, hence the holders of every piece.
+  const int T = topo.pieces;
+  auto holds_piece = [&](const RankInfo& r, int piece) {
+    const int first = r.tp_rank * (T / r.tp);
+    return first <= piece && piece < first + T / r.tp;
+  };
   std::map<std::vector<int>, int> id_of;
   for (int layer = 0; layer < topo.num_layers; ++layer) {
     std::vector<int> owners;
@@ -160,22 +189,28 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     }
     auto [it, inserted] = id_of.emplace(owners, static_cast<int>(topo.layer_groups.size()));
     if (inserted) {
-      for (int tr = 0; tr < topo.tp; ++tr) {
+      for (int piece = 0; piece < T; ++piece) {
         LayerGroup g;
-        g.id = it->second + tr;
-        for (int o : owners) g.ranks.push_back(o + tr);
+        g.id = it->second + piece;
+        g.piece = piece;
+        for (const auto& r : topo.ranks) {
+          if (r.first_layer <= layer && layer <= r.last_layer && holds_piece(r, piece)) g.ranks.push_back(r.rank);
+        }
         topo.layer_groups.push_back(std::move(g));
       }
     }
-    for (int tr = 0; tr < topo.tp; ++tr) topo.layer_groups[it->second + tr].layers.push_back(layer);
+    for (int piece = 0; piece < T; ++piece) topo.layer_groups[it->second + piece].layers.push_back(layer);
     topo.layer_group_of.push_back(it->second);
   }
 
-  topo.tied.resize(topo.tp);
+  topo.tied.resize(T);
   for (const auto& lane : topo.pipelines) {
-    auto& tied = topo.tied[topo.ranks[lane.front()].tp_rank];
-    tied.push_back(lane.front());
-    if (lane.size() > 1) tied.push_back(lane.back());
+    for (int piece = 0; piece < T; ++piece) {
+      if (!holds_piece(topo.ranks[lane.front()], piece)) continue;
+      auto& tied = topo.tied[piece];
+      tied.push_back(lane.front());
+      if (lane.size() > 1) tied.push_back(lane.back());
+    }
   }
   for (auto& tied : topo.tied) std::sort(tied.begin(), tied.end());
   return topo;

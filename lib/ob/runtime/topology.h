@@ -3,13 +3,15 @@
 // data-parallel groups that sum gradients across pipelines (SPEC §5).
 // Torch-free, pure.
 //
-// Ranks: t per pipeline stage, t the tensor-parallel degree (one t for
-// the whole instantiation: data parallelism sums a layer's gradient shard
-// by shard, so every replica must be split alike; templates of another t
-// are kConfig). Rank order is pipelines in the instantiation's order,
-// stages in pipeline order, TP ranks in order, so TP rank r of pipeline p's
-// stage s is rank t·(Σ_{q<p} S_q + s) + r: a stage's TP group is t
-// consecutive ranks, which LayOut places on one node.
+// Ranks: t per pipeline stage, t the tensor-parallel degree of the
+// pipeline's template (one t within a pipeline: its lanes run stage to
+// stage). Pipelines may differ in t: data parallelism then sums a layer's
+// gradient piece by piece, T (the least common multiple of the degrees)
+// pieces of every sharded parameter, rank r of t holding
+// pieces [r·T/t, (r+1)·T/t) (model::PieceViews). Rank order is pipelines in
+// the instantiation's order, stages in pipeline order, TP ranks in order:
+// a stage's TP group is t consecutive ranks, which LayOut places on one
+// node.
 //
 // Batch: pipeline p runs the micro-batches [start_p, start_p + m_p) of the
 // global batch, start_p = Σ_{q<p} m_q; micro-batch g holds samples
@@ -18,22 +20,25 @@
 //
 // Groups (every rank derives the same list, so creating them in list order
 // is collective and deadlock-free):
-//   - pipelines[i]: the lanes, i = t·p + r: TP rank r of every stage of
-//     pipeline p, in stage order (p2p, and the per-step reduction of
-//     statistics); with t = 1 one lane per pipeline;
+//   - pipelines[i]: the lanes: TP rank r of every stage of pipeline p, in
+//     stage order (p2p, and the per-step reduction of statistics), lanes of
+//     pipeline p before those of p + 1;
 //   - tp_groups: the t ranks of each stage, by (pipeline, stage), when t > 1;
-//   - layer_groups: for each planner layer and TP rank r, the set of ranks
-//     owning shard r of it, deduplicated; ordered by the first layer each
-//     set owns, then r, so ids are deterministic. With every pipeline
-//     covering all layers, each set has one rank per pipeline;
-//   - tied[r]: TP rank r of the first and last stages of every pipeline,
-//     ascending (a single-stage pipeline's rank once): the ranks holding
-//     shard r of the tied LM weight, whose gradient is summed over exactly
-//     this set.
+//   - layer_groups: for each planner layer and piece P, the set of ranks
+//     holding piece P of it, deduplicated; ordered by the first layer each
+//     set owns, then P, so ids are deterministic. With every pipeline
+//     covering all layers, each set has one rank per pipeline; with one
+//     degree t everywhere, T = t and piece P is TP rank P's shard (two
+//     pieces may have the same holders when T is no pipeline's degree:
+//     the group's name tells them apart);
+//   - tied[P]: the ranks of the first and last stages of every pipeline
+//     holding piece P of the tied LM weight, ascending (a single-stage
+//     pipeline's rank once), whose gradient is summed over exactly this set.
 //
 // Failure: an inconsistent plan (a pipeline whose template is missing, stages
 // that do not tile [0, L) contiguously, different layer counts across
-// templates, a pipeline without micro-batches, a micro-batch size <= 0) is
+// templates, a pipeline without micro-batches, a micro-batch size <= 0,
+// degrees that differ within a template) is
 // kConfig with a one-line message.
 #pragma once
 
@@ -72,6 +77,7 @@ struct LayerGroup {
   int id = 0;                 // index in Topology::layer_groups
   std::vector<int> ranks;     // ascending
   std::vector<int> layers;    // ascending global layer indices
+  int piece = 0;              // which piece of them (topology.h)
   // A name unique among all groups of a topology, used as the store prefix
   // under which the group rendezvouses, e.g. "layers/0,3".
   std::string name() const;
@@ -81,16 +87,15 @@ struct Topology {
   int num_layers = 0;          // L + 2 planner layers
   int microbatch_size = 0;     // samples per micro-batch
   int total_microbatches = 0;  // M over all pipelines
-  int tp = 1;                  // tensor-parallel degree of every stage
+  int pieces = 1;              // T: the least common multiple of the degrees
   std::vector<RankInfo> ranks;                  // indexed by rank
   std::vector<std::vector<int>> pipelines;      // lanes: ranks in stage order
-  std::vector<std::vector<int>> tp_groups;      // when tp > 1: each stage's ranks
-                                                // (rank q's: tp_groups[q / tp])
+  std::vector<std::vector<int>> tp_groups;      // when t > 1: each stage's ranks
   std::vector<LayerGroup> layer_groups;
-  // layer -> index in layer_groups of its TP rank 0's owners; TP rank r's
-  // are the index + r.
+  // layer -> index in layer_groups of the holders of its piece 0; piece
+  // P's are the index + P.
   std::vector<int> layer_group_of;
-  std::vector<std::vector<int>> tied;           // by TP rank; each ascending
+  std::vector<std::vector<int>> tied;           // by piece; each ascending
 
   int world_size() const { return static_cast<int>(ranks.size()); }
   int global_batch() const { return total_microbatches * microbatch_size; }
@@ -98,17 +103,23 @@ struct Topology {
   // "tied", "tied/1").
   static std::string PipelineGroupName(int lane);
   static std::string TpGroupName(const std::vector<int>& ranks);
-  static std::string TiedGroupName(int tp_rank = 0);
+  static std::string TiedGroupName(int piece = 0);
   // Ids of the layer groups `rank` belongs to, ascending.
   std::vector<int> LayerGroupsOf(int rank) const;
   bool InTied(int rank) const;
+  // The TP group (stage) of `rank`; empty when its stage has t = 1.
+  const std::vector<int>& TpGroupOf(int rank) const;
+  // The pieces rank holds: [first, first + count).
+  int FirstPieceOf(int rank) const;
+  int PiecesOf(int rank) const { return pieces / ranks[static_cast<size_t>(rank)].tp; }
 };
 
 // Whether this worker runtime can run `inst` of `ts` for `model`: the
 // topology builds (see above), and every stage's tensor-parallel degree t
 // is one the runtime supports for this model (t divides the attention
-// heads and the MLP width, t <= the vocabulary), the same in every template
-// (a recovery from one degree to another would re-shard: not yet).
+// heads and the MLP width, t <= the vocabulary), one within each template,
+// and so is the least common multiple of all templates' degrees (a
+// recovery may put any two side by side, or re-shard from one to another).
 // kConfig with one line
 // naming the template, stage and reason (every template is checked: a
 // recovery may instantiate any); the master calls it before any
