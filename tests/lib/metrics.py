@@ -18,13 +18,18 @@ is ignored.
   metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
                                      generation that ran it) equals REF's
                                      within REL (default 1e-4) relative
+  metrics.py evals FILE              "STEP LOSS" of every evaluation (the last
+                                     generation that ran the step; every
+                                     rank must agree)
+  metrics.py compare-evals REF RUN [REL]  RUN's evaluations are REF's steps,
+                                     each within REL (default 1e-4) relative
   metrics.py hangs FILE              the master's hang records, one line each:
                                      RANK HOST GENERATION STEP STALLED_SECONDS
 """
 import struct
 import sys
 
-RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT, HANG = 3, 6, 7, 13, 17, 26, 30
+RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT, HANG, EVAL_LOSS = 3, 6, 7, 13, 17, 26, 30, 44
 HOST = 2
 
 
@@ -106,6 +111,27 @@ def losses(recs):
     return out
 
 
+def evals(recs):
+    """{step: eval loss} from the last generation that ran each step."""
+    best = {}
+    for r in recs:
+        step, gen = r.get(STEP, 0), r.get(GENERATION, 0)
+        if gen < best.get(step, (-1, []))[0]:
+            continue
+        if gen > best.get(step, (-1, []))[0]:
+            best[step] = (gen, [])
+        if EVAL_LOSS in r:
+            best[step][1].append(r[EVAL_LOSS])
+    out = {}
+    for step, (_, ls) in best.items():
+        if not ls:
+            continue
+        if max(ls) - min(ls) > 1e-9 * abs(max(ls)):
+            raise SystemExit(f"step {step}: ranks disagree on the eval loss: {ls}")
+        out[step] = ls[0]
+    return out
+
+
 def main(argv):
     cmd = argv[1]
     if cmd == "max-step":
@@ -146,6 +172,18 @@ def main(argv):
             bad = [s for s in sorted(ref) if abs(run[s] - ref[s]) / abs(ref[s]) > rel]
             raise SystemExit(f"losses differ beyond {rel} at steps {bad[:10]}: "
                              f"{[(s, ref[s], run[s]) for s in bad[:3]]}")
+    elif cmd == "evals":
+        for step, loss in sorted(evals(records(argv[2])).items()):
+            print(step, f"{loss:.6f}")
+    elif cmd == "compare-evals":
+        rel = float(argv[4]) if len(argv) > 4 else 1e-4
+        ref, run = evals(records(argv[2])), evals(records(argv[3]))
+        if sorted(ref) != sorted(run) or not ref:
+            raise SystemExit(f"evaluated steps differ: {sorted(ref)} vs {sorted(run)}")
+        worst = max(abs(run[s] - ref[s]) / abs(ref[s]) for s in ref)
+        print(f"{len(ref)} evaluations, max relative difference {worst:.2e}")
+        if worst > rel:
+            raise SystemExit(f"eval losses differ beyond {rel}: {[(s, ref[s], run[s]) for s in sorted(ref)]}")
     elif cmd == "hangs":
         for _, f in frames(open(argv[2], "rb").read(), argv[2]):
             if HANG in f:

@@ -34,7 +34,8 @@ expect 66 '/nonexistent/data.bin: No such file' -- run --data /nonexistent/data.
 [ $(( $(now_ms) - t0 )) -lt 5000 ] || fail "--data /nonexistent took $(( $(now_ms) - t0 )) ms"
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
-expect 64 'steps.*positive' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 'steps 0 evaluates a checkpoint: give --resume' -- run --steps 0 "$WORK/plan.pb" "$WORK/hosts.txt"
 ! grep -qs agent-start "$WORK/run/events.log" || fail "hosts were started for a bad flag: $(cat "$WORK/run/events.log")"
 # Data the master cannot see is the hosts' to check (an rsh that is not
 # 'local': here env(1), on this machine): the first worker that finds it

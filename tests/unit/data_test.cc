@@ -258,3 +258,31 @@ TEST_CASE("a FIFO as data is refused at once, not waited on", "[data]") {
   CHECK(ob::model::DataFingerprint(fifo).empty());
   CHECK(ob::model::DataFingerprint("synthetic") == "synthetic");
 }
+
+TEST_CASE("an evaluation split holds out the end of the tokens, disjoint from training", "[data]") {
+  auto u16 = Ramp<uint16_t>(1000, 50257);
+  TempData f("split.bin", u16.data(), u16.size() * 2);
+  auto all = TokenSource::Open(f.path);
+  REQUIRE(all.ok());
+  auto synthetic = TokenSource::Synthetic(256, 9, 1000);
+  for (const TokenSource* src : {&*all, &synthetic}) {
+    TokenSource train = *src, eval = *src;
+    REQUIRE(ob::model::SplitForEval(*src, 0.1, 16, &train, &eval).ok());
+    CHECK(train.size() == 900);
+    CHECK(eval.size() == 100);
+    for (size_t p = 0; p < 900; ++p) REQUIRE(train.at(p) == src->at(p));
+    for (size_t p = 0; p < 100; ++p) REQUIRE(eval.at(p) == src->at(900 + p));
+    // Every window either part samples lies inside it.
+    for (uint64_t i = 0; i < 200; ++i) {
+      CHECK(train.Offset(1, 3, i, 16) + 16 < 900);
+      CheckWindow(train, 1, 3, i, 16);
+      CheckWindow(eval, 1, 3, i, 16);
+    }
+  }
+  TokenSource train = *all, eval = *all;
+  auto st = ob::model::SplitForEval(*all, 0.01, 16, &train, &eval);  // 10 tokens held out < 17
+  CHECK(st.code() == Code::kDataErr);
+  CHECK(st.message().find(f.path + ": 1000 tokens split 990 for training and 10 for evaluation") == 0);
+  CHECK(ob::model::SplitForEval(*all, 1.0, 16, &train, &eval).code() == Code::kUsage);
+  CHECK(ob::model::SplitForEval(*all, 0, 16, &train, &eval).code() == Code::kUsage);
+}

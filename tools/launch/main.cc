@@ -97,6 +97,14 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
     spec.add_argv("--data-facts");
     spec.add_argv(g.worker.data_facts);
   }
+  if (!g.worker.eval_data.empty() || g.worker.eval_split > 0) {
+    for (const std::string& a :
+         {std::string("--eval-data"), g.worker.eval_data, std::string("--eval-split"), Exact(g.worker.eval_split),
+          std::string("--eval-every"), std::to_string(g.worker.eval_every), std::string("--eval-batches"),
+          std::to_string(g.worker.eval_batches)}) {
+      spec.add_argv(a);
+    }
+  }
   if (!g.worker.ckpt_dir.empty()) {
     for (const std::string& a : {std::string("--ckpt-dir"), Absolute(g.worker.ckpt_dir),
                                  std::string("--ckpt-every"), std::to_string(g.worker.ckpt_every)}) {
@@ -177,6 +185,23 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   OB_ASSIGN_OR_RETURN(g.worker.data_facts,
                       ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path),
                                                    /*data_is_local=*/o.rsh == "local"));
+  {
+    auto& w = g.worker;
+    if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");
+    if (!(w.eval_split >= 0 && w.eval_split < 1)) return ob::Status::Usage("--eval-split must be in [0, 1)");
+    if ((w.eval_every > 0 || w.eval_batches != 1) && w.eval_data.empty() && w.eval_split == 0) {
+      return ob::Status::Usage("--eval-every and --eval-batches need --eval-data or --eval-split");
+    }
+    if (w.steps == 0 && (o.resume.empty() || (w.eval_data.empty() && w.eval_split == 0))) {
+      return ob::Status::Usage("--steps 0 evaluates a checkpoint: give --resume and --eval-data or --eval-split");
+    }
+    if (!w.eval_data.empty()) {
+      w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
+      OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(w.eval_data, Absolute(o.plan_path),
+                                                      /*data_is_local=*/o.rsh == "local").status());
+    }
+    OB_RETURN_IF_ERROR(ob::launch::CheckEvalSplit(Absolute(w.data), w.eval_split, Absolute(o.plan_path)));
+  }
   o.plan_path = Absolute(o.plan_path);
   o.log_to_run_dir = common.log_file.empty();
   o.ckpt_dir = Absolute(g.worker.ckpt_dir);
@@ -235,10 +260,24 @@ void Setup(CLI::App& app) {
       ->option_text("CMD");
   app.add_option("--agent-exe", g.agent_exe, "Path of ob-launch on the hosts (default: this one's)")
       ->option_text("PATH");
-  app.add_option("--steps", g.worker.steps, "Training steps (default 100)")->option_text("N")
-      ->check(ob::cli::Positive());
+  app.add_option("--steps", g.worker.steps,
+                 "Training steps (default 100); 0 with --resume and evaluation data: evaluate the checkpoint")
+      ->option_text("N")
+      ->check(ob::cli::NonNegative());
   app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")
       ->option_text("SPEC");
+  app.add_option("--eval-data", g.worker.eval_data,
+                 "Held-out token file (or 'synthetic') whose loss is evaluated, forward only")
+      ->option_text("SPEC");
+  app.add_option("--eval-split", g.worker.eval_split,
+                 "Hold out the last fraction X of --data's tokens for evaluation; training samples the rest")
+      ->option_text("X");
+  app.add_option("--eval-every", g.worker.eval_every,
+                 "Evaluate after every N steps and the last (default 0: after the last only)")
+      ->option_text("N")->check(ob::cli::NonNegative());
+  app.add_option("--eval-batches", g.worker.eval_batches,
+                 "Global batches of evaluation data per evaluation, the same ones each time (default 1)")
+      ->option_text("N")->check(ob::cli::Positive());
   app.add_option("--lr", g.worker.lr, "Peak learning rate (default 1e-3)")->option_text("X");
   app.add_option("--warmup-steps", g.worker.warmup_steps, "Linear warm-up steps before cosine decay (default 0)")
       ->option_text("N");

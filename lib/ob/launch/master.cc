@@ -297,6 +297,12 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       ranks_[mx.rank()].last_step = mx.step();
       ranks_[mx.rank()].have_metrics = true;
       metrics_.Step(mx);
+      if (mx.rank() == 0 && mx.has_eval_loss()) {
+        char loss[32];
+        std::snprintf(loss, sizeof loss, "%.6f", mx.eval_loss());
+        events_.Write("eval", "generation=" + std::to_string(generation_) + " step=" + std::to_string(mx.step()) +
+                                  " loss=" + loss);
+      }
       fruitless_ = 0;
       if (mx.process_start_unix_ms() > 0) {
         const std::string line = rec_.FirstStep(mx, generation_, static_cast<int>(ranks_.size()));

@@ -107,6 +107,10 @@ void MetricsSink::Step(const pb::Metrics& m) {
     if (recent_step_seconds_.size() > kEtaSteps) recent_step_seconds_.pop_front();
     tokens_sum_ += m.tokens_per_second() * m.step_seconds();
     last_loss_ = m.loss();
+    if (m.has_eval_loss()) {
+      eval_loss_ = m.eval_loss();
+      have_eval_ = true;
+    }
   }
 }
 
@@ -152,6 +156,7 @@ std::string MetricsSink::Progress() {
                      "  loss " + (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) + "  tokens/s " +
                      (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-")) + "  MFU " +
                      (mfus > 0 ? Fixed(100 * mfu_sum / mfus, 1) + "%" : std::string("-"));
+  if (have_eval_) line.insert(line.find("  tokens/s"), "  eval " + Fixed(eval_loss_, 4));
   if (peak > 0) {
     line += "  GPU memory " + Fixed(static_cast<double>(peak) / (1 << 30), 1) + " GiB (rank " +
             std::to_string(peak_rank) + ")";
@@ -166,8 +171,13 @@ std::string MetricsSink::Progress() {
 }
 
 std::string MetricsSink::Summary() const {
+  if (total_steps_ == 0 && have_eval_) {  // --steps 0: a checkpoint evaluated
+    return "evaluated the weights after step " + std::to_string(steps_done_ - 1) + ": eval loss " +
+           Fixed(eval_loss_, 4);
+  }
   if (steps_done_ == 0 || step_seconds_sum_ <= 0) return "";
-  return "trained " + std::to_string(steps_done_) + " steps: final loss " + Fixed(last_loss_, 4) + ", " +
+  return "trained " + std::to_string(steps_done_) + " steps: final loss " + Fixed(last_loss_, 4) +
+         (have_eval_ ? ", eval loss " + Fixed(eval_loss_, 4) : std::string()) + ", " +
          Fixed(tokens_sum_ / step_seconds_sum_, 0) + " tokens/s";
 }
 

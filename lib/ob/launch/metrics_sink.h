@@ -51,13 +51,15 @@ class MetricsSink {
   // line shows how far it is, and when it should end.
   void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
   // The progress line, when a step came since the last one ("" otherwise):
-  // "step 24/40  loss 3.1416  tokens/s 1234  MFU 31.2%  GPU memory 17.4 GiB
-  // (rank 3)  ETA 1m05s" (memory: the largest peak of any rank, on GPUs), the
-  // loss and rates those of the newest step (MFU: the mean over the ranks
-  // that report one; "-" on a device without a known peak), the ETA from
-  // the mean of rank 0's last step times.
+  // "step 24/40  loss 3.1416  eval 3.2001  tokens/s 1234  MFU 31.2%  GPU
+  // memory 17.4 GiB (rank 3)  ETA 1m05s" (eval: the newest evaluation, once
+  // one came; memory: the largest peak of any rank, on GPUs), the loss and
+  // rates those of the newest step (MFU: the mean over the ranks that
+  // report one; "-" on a device without a known peak), the ETA from the
+  // mean of rank 0's last step times.
   std::string Progress();
-  // "trained N steps: final loss L, T tokens/s", or "" before any step.
+  // "trained N steps: final loss L[, eval loss E], T tokens/s"; with --steps
+  // 0, "evaluated the weights after step S: eval loss E"; "" before any step.
   std::string Summary() const;
 
  private:
@@ -70,6 +72,8 @@ class MetricsSink {
   std::deque<double> recent_step_seconds_;  // rank 0's, the last kEtaSteps
   static constexpr size_t kEtaSteps = 20;
   bool stepped_ = false;
+  double eval_loss_ = 0;  // rank 0's newest evaluation
+  bool have_eval_ = false;
   bool fresh_ = false;
   // Rank 0's steps, their summed time and last loss (every rank reports the
   // global loss and throughput).

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <chrono>
 #include <cstdlib>
@@ -86,6 +87,19 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
   if (!st.ok())
     return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
   return src.facts().Encode();
+}
+
+Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path) {
+  if (split <= 0) return Status::Ok();
+  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
+  model::TokenSource all = model::TokenSource::Synthetic(pd.cfg.vocab_size, 0);
+  if (data != "synthetic") {
+    if (access(data.c_str(), R_OK) != 0) return Status::Ok();  // only on the hosts: they check
+    OB_ASSIGN_OR_RETURN(all, model::TokenSource::Open(data));
+  }
+  const int seq = static_cast<int>(pd.plan.sequence_length());
+  model::TokenSource train = all, eval = all;
+  return model::SplitForEval(all, split, seq > 0 ? seq : pd.cfg.n_positions, &train, &eval);
 }
 
 Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision) {
@@ -315,6 +329,21 @@ Status RunWorker(const WorkerOptions& o) {
   if (o.rank < 0 || o.rank >= topo.world_size())
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
   OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed, o.data_facts));
+  // Evaluation data: a file of its own, or the held-out end of `data`.
+  std::optional<model::TokenSource> eval;
+  {
+    const int seq = static_cast<int>(gen.plan().sequence_length());
+    if (!o.eval_data.empty()) {
+      OB_ASSIGN_OR_RETURN(model::TokenSource e, OpenData(o.eval_data, cfg, o.seed + 1, ""));
+      OB_RETURN_IF_ERROR(e.Check(seq > 0 ? seq : cfg.n_positions, cfg.vocab_size));
+      eval = std::move(e);
+    } else if (o.eval_split > 0) {
+      model::TokenSource train = data, held = data;
+      OB_RETURN_IF_ERROR(model::SplitForEval(data, o.eval_split, seq > 0 ? seq : cfg.n_positions, &train, &held));
+      data = train;
+      eval = held;
+    }
+  }
 
   // The device and precision (devices.h), and our share of the host's
   // cores: the agent sets OMP_NUM_THREADS, which a standby that already
@@ -551,6 +580,17 @@ Status RunWorker(const WorkerOptions& o) {
     std::lock_guard<std::mutex> lock(out_mu);
     return out.Write(m);
   };
+  if (o.steps == 0 && eval) {  // ob-launch --steps 0 --resume: evaluate the weights restored, and stop
+    in_step = 1;
+    Result<double> e = worker->Evaluate(*eval, o.eval_batches);
+    in_step = 0;
+    progress.fetch_add(1);
+    OB_ASSIGN_OR_RETURN(double eval_loss, std::move(e));
+    pb::Metrics m = record(first_step - 1);
+    m.set_loss(std::nan(""));
+    m.set_eval_loss(eval_loss);
+    OB_RETURN_IF_ERROR(emit(m));
+  }
   for (int64_t step = first_step; step < o.steps; ++step) {
     if (step == inject.hang_at) {
       OB_LOG(Warn) << "fault injection: stopping before step " << step;
@@ -577,6 +617,14 @@ Status RunWorker(const WorkerOptions& o) {
     last_done = step;
     if (step == inject.nan_at) r.loss = std::nan("");
     pb::Metrics m = record(step);
+    if (eval && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step == o.steps - 1)) {
+      in_step = 1;
+      Result<double> e = worker->Evaluate(*eval, o.eval_batches);
+      in_step = 0;
+      progress.fetch_add(1);
+      OB_ASSIGN_OR_RETURN(double eval_loss, std::move(e));
+      m.set_eval_loss(eval_loss);
+    }
     m.set_step_seconds(r.seconds);
     m.set_forward_seconds(r.forward_seconds);
     m.set_backward_seconds(r.backward_seconds);

@@ -55,6 +55,14 @@ struct WorkerOptions {
   double beta1 = 0.9, beta2 = 0.95;
   double eps = 1e-8;
   double clip_norm = 1.0;      // 0: no clipping
+  // Evaluation (ob-launch(1) --eval-*): a held-out token file, or the last
+  // eval_split of `data`'s tokens (training then samples only the rest);
+  // after every eval_every steps (0: after the last step only) the mean
+  // loss over eval_batches fixed global batches of it.
+  std::string eval_data;
+  double eval_split = 0;
+  int64_t eval_every = 0;
+  int eval_batches = 1;
   uint64_t seed = 1234;        // model initialisation and data sampling
   std::string host;            // for the Metrics records
   double timeout_s = 60;       // bound on rendezvous and every collective
@@ -96,6 +104,9 @@ void WarmUpLibTorch(bool cuda = false);
 // for synthetic data or a file only the hosts can read). With
 // `data_is_local` (every worker runs on this machine), a file this process
 // cannot read is kNoInput naming it.
+// With `split` > 0 and `data` readable here: kDataErr when either part of
+// the split (model::SplitForEval) is too short for the plan's sequence.
+Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path);
 Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path,
                                      bool data_is_local = false);
 

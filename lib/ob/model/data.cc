@@ -271,11 +271,43 @@ int64_t TokenSource::at(size_t p) const {
       return v;
     }
     case TokenFormat::kSynthetic:
-      return static_cast<int64_t>(Mix64(synthetic_seed_, p) %
+      return static_cast<int64_t>(Mix64(synthetic_seed_, synthetic_base_ + p) %
                                   static_cast<uint64_t>(synthetic_vocab_));
     default:
       return tokens_[p];
   }
+}
+
+TokenSource TokenSource::Window(size_t first, size_t count) const {
+  assert(first + count <= size_);
+  TokenSource w = *this;
+  switch (format_) {
+    case TokenFormat::kU16: w.tokens_ += 2 * first; break;
+    case TokenFormat::kU32: w.tokens_ += 4 * first; break;
+    case TokenFormat::kSynthetic: w.synthetic_base_ += first; break;
+    default: w.tokens_ += first; break;
+  }
+  w.size_ = count;
+  return w;
+}
+
+Status SplitForEval(const TokenSource& all, double fraction, int seq_len, TokenSource* train,
+                    TokenSource* eval) {
+  if (!(fraction > 0 && fraction < 1)) {
+    return Status::Usage("an evaluation split of " + std::to_string(fraction) + " is not between 0 and 1");
+  }
+  const size_t n = all.size();
+  const size_t held = static_cast<size_t>(static_cast<double>(n) * fraction);
+  const size_t window = static_cast<size_t>(seq_len) + 1;
+  if (held < window || n - held < window) {
+    return Status::DataErr(all.path() + ": " + std::to_string(n) + " tokens split " +
+                           std::to_string(n - held) + " for training and " + std::to_string(held) +
+                           " for evaluation; each part needs at least " + std::to_string(window) +
+                           " (one sequence and its next token)");
+  }
+  *train = all.Window(0, n - held);
+  *eval = all.Window(n - held, held);
+  return Status::Ok();
 }
 
 size_t TokenSource::Offset(uint64_t seed, uint64_t step, uint64_t sample_index,

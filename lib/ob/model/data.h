@@ -89,6 +89,11 @@ class TokenSource {
   // Token at position p. REQUIRES: p < size().
   int64_t at(size_t p) const;
 
+  // The tokens [first, first + count) as a source of their own (sharing the
+  // mapping): a held-out evaluation part and the training part of one
+  // file never overlap. REQUIRES: first + count <= size().
+  TokenSource Window(size_t first, size_t count) const;
+
   size_t size() const { return size_; }
   // Largest id present (computed once at open); vocab_size - 1 for synthetic.
   int max_token() const { return max_token_; }
@@ -112,7 +117,15 @@ class TokenSource {
   std::string path_;
   uint64_t synthetic_seed_ = 0;
   int synthetic_vocab_ = 0;
+  size_t synthetic_base_ = 0;  // position of token 0 in the synthetic stream
 };
+
+// Holds out the last `fraction` (0 < fraction < 1) of `all`'s tokens for
+// evaluation: *train the tokens before, *eval those after, disjoint by
+// construction. kDataErr naming the file when either part is shorter than
+// one window of seq_len + 1 tokens; kUsage for a fraction outside (0, 1).
+Status SplitForEval(const TokenSource& all, double fraction, int seq_len, TokenSource* train,
+                    TokenSource* eval);
 
 // A strong 64-bit mix of up to three values (splitmix64 chained); used for
 // data offsets and per-layer initialisation seeds.

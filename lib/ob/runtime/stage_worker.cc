@@ -413,6 +413,99 @@ void StageWorker::BuildBuckets() {
   }
 }
 
+Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches) {
+  try {
+    const RankInfo& me = topo_.ranks[rank_];
+    const auto device = opts_.device;
+    const bool bf16 = opts_.precision == model::Precision::kBf16;
+    const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device);
+    const int b = topo_.microbatch_size, t = me.tp;
+    const int64_t boundary_numel = int64_t{b} * seq_len_ * cfg_.n_embd;
+    const double weight = 1.0 / topo_.total_microbatches;
+    Group& pipe = groups_->pipeline;
+    torch::NoGradGuard no_grad;
+    auto wait = [&](std::vector<Work> works) {
+      Waiting(true);
+      for (const auto& w : works) {
+        Wait(w);
+        Tick();
+      }
+      Waiting(false);
+    };
+    auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+    // Forward only, micro-batch by micro-batch: receive, compute, send. A
+    // chain, so no two stages wait on each other; tags after training's.
+    for (int k = 0; k < batches; ++k) {
+      const int64_t key = static_cast<int64_t>(kEvalStep) + k;
+      for (int j = 0; j < me.num_microbatches; ++j) {
+        const int g = me.first_microbatch + j;
+        const int tag = 2 * (k * topo_.total_microbatches + g);
+        torch::Tensor input, targets;
+        if (me.is_first_stage() || me.is_last_stage()) {
+          auto [x, y] = model::MakeBatch(eval, opts_.seed, key, int64_t{g} * b, b, seq_len_);
+          if (me.is_first_stage()) input = x.to(device);
+          if (me.is_last_stage()) targets = y.to(device);
+        }
+        if (!me.is_first_stage()) {
+          compat::P2pMessage msg;
+          msg.send = false;
+          msg.peer = me.stage - 1;
+          msg.tag = tag;
+          msg.tensor = t == 1 ? torch::empty({b, seq_len_, cfg_.n_embd}, wire) : torch::empty({boundary_numel / t}, wire);
+          wait(compat::PostP2p(*pipe, {msg}));
+          torch::Tensor got = msg.tensor;
+          if (t > 1) {  // the shares of the stage's TP ranks, gathered (as in RunSchedule)
+            const auto as = got.scalar_type() == torch::kBFloat16 ? torch::kShort : got.scalar_type();
+            std::vector<torch::Tensor> in{got.view(as)};
+            std::vector<std::vector<torch::Tensor>> out(1);
+            for (int i = 0; i < t; ++i) out[0].push_back(torch::empty_like(in[0]));
+            wait({groups_->tp->allgather(out, in)});
+            got = torch::cat(out[0]).view(got.scalar_type()).view({b, seq_len_, cfg_.n_embd});
+          }
+          input = got.to(torch::kFloat);
+        }
+        torch::Tensor out;
+        {
+          compat::AutocastGuard autocast(device, bf16);
+          out = stage_->forward(input, targets);
+        }
+        Tick();
+        if (me.is_last_stage()) {
+          loss_sum += out.detach().to(torch::kDouble) * weight;
+        } else {
+          compat::P2pMessage msg;
+          msg.peer = me.stage + 1;
+          msg.tag = tag;
+          auto whole = out.detach().to(wire.dtype()).contiguous();
+          msg.tensor = t == 1 ? whole : whole.reshape({-1}).chunk(t)[me.tp_rank].contiguous();
+          wait(compat::PostP2p(*pipe, {msg}));
+        }
+      }
+    }
+    // The pipelines' sums: over TP rank 0 of every first and last stage
+    // (the tied group of piece 0), then from the last stage down its lane
+    // and across its TP group, so that every rank holds the total.
+    auto v = (me.is_last_stage() && me.tp_rank == 0) ? loss_sum : torch::zeros_like(loss_sum);
+    for (auto& [piece, group] : groups_->tied) {
+      if (piece != 0) continue;
+      std::vector<torch::Tensor> buf{v};
+      wait({group->allreduce(buf)});
+    }
+    if (!(me.is_last_stage() && me.tp_rank == 0)) v.zero_();
+    if (pipe) {
+      std::vector<torch::Tensor> buf{v};
+      wait({pipe->allreduce(buf)});
+    }
+    if (groups_->tp) {
+      std::vector<torch::Tensor> buf{v};
+      wait({groups_->tp->allreduce(buf)});
+    }
+    return v.cpu().item<double>() / batches;
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(rank_) + ": evaluation failed: " + FirstLine(e.what()));
+  }
+}
+
 void StageWorker::BindGradients() {
   // Rebinding each step keeps p.grad() a view of its bucket whatever
   // replaced it (LibTorch accumulates into an existing gradient in place).

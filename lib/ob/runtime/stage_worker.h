@@ -161,6 +161,16 @@ class StageWorker {
   void Unpin() { pinned_ = -1; }
   static constexpr int kSnapshots = SnapshotArena::kSlots;
 
+  // Evaluation (ob-launch --eval-every): the mean loss of the current
+  // weights over `batches` global batches of `eval`, forward only, through
+  // the same pipelines and split as training; no state changes. Batch k's
+  // sample i is `eval`'s window for (seed, kEvalStep + k, i), so every
+  // evaluation of a run, before or after a recovery, sees the same tokens.
+  // Every rank of the topology calls it after the same step; each gets the
+  // same value. kUnavailable when a peer fails (as Step).
+  static constexpr uint64_t kEvalStep = uint64_t{1} << 62;
+  Result<double> Evaluate(const model::TokenSource& eval, int batches);
+
   // This survivor's worker in the next generation: `next` is the topology of
   // the plan's re-instantiation (BuildTopology over Recovery::next), ranks
   // matched to this one by node id and order on the node (a node running

@@ -40,10 +40,15 @@ std::string JsonText(const std::string& s) {
 }
 
 // Element `i` of a repeated field, or the singular field when i < 0, as
-// JSON, or as a CSV cell (not for messages).
+// JSON, or as a CSV cell (not for messages). A scalar declared `optional`
+// and not set (eval_loss on a step without an evaluation) is null, or an
+// empty cell: its default would read as a value.
 std::string Value(const Message& m, const FieldDescriptor& f, int i, bool csv) {
   const Reflection& r = *m.GetReflection();
   const bool rep = i >= 0;
+  if (!rep && f.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE && f.has_presence() && !r.HasField(m, &f)) {
+    return csv ? "" : "null";
+  }
   switch (f.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
       return std::to_string(rep ? r.GetRepeatedInt32(m, &f, i) : r.GetInt32(m, &f));
