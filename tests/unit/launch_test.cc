@@ -394,6 +394,23 @@ TEST_CASE("bind addresses and HOST:PORT parsing") {
   CHECK(AdvertisedHost("127.0.0.1") == "127.0.0.1");
 }
 
+TEST_CASE("bind auto: loopback for local hosts, a name that does not resolve is named") {
+  using ob::cluster::Host;
+  auto bind = [](std::vector<Host> hosts, const std::string& rsh) {
+    return ob::launch::AutoBindAddress(hosts, rsh);
+  };
+  Host local{"localhost", 1, 0, "", 1}, alias{"h1", 1, 0, "127.0.0.7", 2}, nowhere{"nowhere.invalid", 1, 0, "", 3};
+  CHECK(*bind({nowhere}, "local") == "127.0.0.1");  // --rsh local: this machine, whatever the names
+  CHECK(*bind({local, alias}, "ssh") == "127.0.0.1");  // every route through loopback: all local
+  auto st = bind({local, nowhere}, "ssh");
+  REQUIRE(st.status().code() == ob::Code::kUsage);
+  CHECK(st.status().message() ==
+        "--bind auto: host nowhere.invalid does not resolve here, so which address of this machine its "
+        "agent can reach is unknown; give --bind ADDR");
+  CHECK(bind({nowhere}, "slurm").status().code() == ob::Code::kUsage);
+  CHECK(*bind({nowhere}, "ip netns exec") == "127.0.0.1");  // namespace names: not on the network
+}
+
 TEST_CASE("control socket requests") {
   auto s = ParseOperatorRequest("status");
   REQUIRE(s.ok());

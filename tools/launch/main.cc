@@ -306,7 +306,9 @@ void Setup(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--secret-file", g.master.secret_file, "Shared secret for agents (mode 600; else $OB_SECRET)")
       ->option_text("FILE");
-  app.add_option("--bind", g.master.bind, "Control channel address, ADDR[:PORT] (default 127.0.0.1)")
+  app.add_option("--bind", g.master.bind,
+                 "Control channel address, ADDR[:PORT], or 'auto' (the default: this machine's address on "
+                 "the route to the first remote host; 127.0.0.1 when all hosts are local)")
       ->option_text("ADDR");
   app.add_option("--metrics", g.master.metrics, "Write delimited Metrics records to FILE ('-' stdout)")
       ->option_text("FILE");

@@ -267,9 +267,16 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
     return;
   }
   if (!r.ok()) {
+    std::string why = r.status().message();
+    // Which address it tried is in the message; the usual cause is a
+    // master listening where this host cannot reach it.
+    if (why.rfind("cannot connect", 0) == 0) {
+      why += " (the master listens on its --bind; if this host reaches its machine at another address, "
+             "give ob-launch --bind ADDR)";
+    }
     return Shutdown(r.status().code() == Code::kConfig ? static_cast<int>(Code::kConfig)
                                                        : static_cast<int>(Code::kUnavailable),
-                    r.status().message());
+                    why);
   }
   conn_ = std::move(r).value();
   OB_LOG(Info) << (rejoin_until_ms_ >= 0 ? "rejoined" : "connected to") << " the master at "

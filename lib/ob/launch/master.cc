@@ -65,7 +65,12 @@ Status Master::Prepare() {
     h.first_step_timeout_ms = std::max<int64_t>(30000, 10 * h.timeout_ms);
     hang_ = HangWatch(h);
   }
-  OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
+  if (opt_.bind == "auto") {
+    OB_ASSIGN_OR_RETURN(bind_addr_, AutoBindAddress(hosts_, opt_.rsh));
+    bind_port_ = 0;
+  } else {
+    OB_RETURN_IF_ERROR(ParseBind(opt_.bind, &bind_addr_, &bind_port_));
+  }
   // The run directory is ours alone: a second master there would delete
   // our control socket and interleave its events.log with ours.
   run_dir_ = opt_.run_dir.empty() ? "ob-run-" + FormatTime(UnixMs(), "%Y%m%d-%H%M%S") : opt_.run_dir;

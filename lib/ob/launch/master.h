@@ -4,7 +4,8 @@
 //
 // Start: loads the plan and the hosts (master_setup.h; every plan host must
 // be in the hosts list), reads the secret, binds the control server only on
-// `bind` (default loopback), starts `SELF --agent --master ADDR:PORT --host
+// `bind` (default: this machine's address on the route to the first remote
+// host, loopback when all are local), starts `SELF --agent --master ADDR:PORT --host
 // NAME --master-timeout S` per host through RshArgv and writes the secret to
 // its stdin (never argv or environment), and waits for every agent to
 // authenticate (start_timeout_s; then kUnavailable naming the missing
@@ -100,7 +101,7 @@ struct MasterOptions {
   std::string hosts_path;            // "" = Slurm's node list
   std::string rsh = "ssh";           // "ssh", "local" or a prefix command
   std::string secret_file;           // "" = $OB_SECRET
-  std::string bind = "127.0.0.1";    // ADDR[:PORT]
+  std::string bind = "auto";         // ADDR[:PORT], or "auto" (master_setup.h AutoBindAddress)
   std::string metrics;               // delimited Metrics out: FILE, "-" or "" (none)
   std::string run_dir;               // "" = ./ob-run-YYYYmmdd-HHMMSS
   bool log_to_run_dir = true;        // copy log lines to run_dir/master.log

@@ -1,6 +1,10 @@
 #include "ob/launch/master_setup.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -165,6 +169,49 @@ Status ParseBind(const std::string& text, std::string* addr, int* port) {
     return Status::Ok();
   }
   return SplitHostPort(text, "--bind", addr, port);
+}
+
+Result<std::string> AutoBindAddress(const std::vector<cluster::Host>& hosts, const std::string& rsh) {
+  const std::string loopback = "127.0.0.1";
+  if (rsh == "local") return loopback;
+  const bool named = rsh == "ssh" || rsh == "slurm";  // hosts are names on the network
+  for (const cluster::Host& h : hosts) {
+    const std::string target = h.addr.empty() ? h.name : h.addr;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(target.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+      if (!named) return loopback;
+      return Status::Usage("--bind auto: host " + h.name +
+                           " does not resolve here, so which address of this machine its agent can reach "
+                           "is unknown; give --bind ADDR");
+    }
+    // A connected UDP socket sends nothing; the kernel picks the source
+    // address of the route to the target.
+    std::string local;
+    const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      char text[INET6_ADDRSTRLEN] = {0};
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+        const void* a = ss.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                                                  : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+        if (::inet_ntop(ss.ss_family, a, text, sizeof text) != nullptr) local = text;
+      }
+    }
+    if (fd >= 0) ::close(fd);
+    freeaddrinfo(res);
+    if (local.empty()) {
+      if (!named) return loopback;
+      return Status::Usage("--bind auto: no route from this machine to host " + h.name + " (" + target +
+                           "); give --bind ADDR");
+    }
+    const bool is_loopback = local.rfind("127.", 0) == 0 || local == "::1";
+    if (!is_loopback) return local;  // the first remote host's route
+  }
+  return loopback;
 }
 
 std::string AdvertisedHost(const std::string& bind_addr) {

@@ -51,6 +51,15 @@ Result<LaunchLayout> LayOut(const pb::Plan& plan, const std::vector<cluster::Hos
 // defaults to 0 (the OS chooses). kUsage on a malformed value.
 Status ParseBind(const std::string& text, std::string* addr, int* port);
 
+// --bind auto (the default): the address of this machine on the route to
+// the first host that is not this machine, so that agents started with
+// `rsh` reach the master there; 127.0.0.1 when every host is this machine
+// (a host whose route leaves through loopback) or rsh is "local". A host
+// that does not resolve here: kUsage naming it and suggesting --bind for
+// ssh and slurm, loopback for a prefix command (ip netns exec: the hosts
+// are not names on the network). Uses hosts' addr= when set.
+Result<std::string> AutoBindAddress(const std::vector<cluster::Host>& hosts, const std::string& rsh);
+
 // The address agents should dial for a server bound to `bind_addr`: the
 // address itself, or this machine's hostname for a wildcard bind; IPv6
 // literals in brackets.
