@@ -4,7 +4,7 @@
 // level and slowdown. A detection is a (run, rank) pair the detector
 // flagged; it is right when that rank was slowed and the event came at or
 // after the onset. Recall counts slowed runs flagged on the right rank
-// within 20 steps (SPEC §9). Every figure comes from this run's own
+// within 20 steps (the target in docs/benchmarks.md). Every figure comes from this run's own
 // streams; the seeds make it repeatable.
 //
 //   ob-watch-accuracy [--runs N] [--steps S] [--seed X]
@@ -28,7 +28,7 @@ namespace {
 using ob::watch::SyntheticFault;
 using ob::watch::SyntheticRun;
 
-constexpr uint64_t kDeadlineSteps = 20;  // SPEC §9: a 1.5x straggler within 20 steps
+constexpr uint64_t kDeadlineSteps = 20;  // the target: a 1.5x straggler within 20 steps
 
 struct Row {
   int runs = 0, detected = 0, in_time = 0;

@@ -1,5 +1,5 @@
 // The ob-launch control plane: framing, authentication, the loopback
-// channel, and the master's set-up decisions (SPEC §5).
+// channel, and the master's set-up decisions (design §5).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-// The store seam (SPEC §5): one conformance list run over every Store
+// The store seam (design §5): one conformance list run over every Store
 // implementation (the master's in-memory server directly, and the whole
 // relay path master ↔ agent ↔ worker), the server's limits, and the relay's
 // routing.

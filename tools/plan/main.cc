@@ -111,7 +111,7 @@ ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hos
   return out;
 }
 
-// Host memory per node: the workers' snapshots (SPEC §4.6) hold, for every
+// Host memory per node: the workers' snapshots (design §4.6) hold, for every
 // stage on the node, 3 copies (the last two steps and one a checkpoint may
 // hold) of 12 bytes per parameter (the fp32 weight and both AdamW moments),
 // whatever the training precision. Checked for every template, since any

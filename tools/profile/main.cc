@@ -158,7 +158,7 @@ void Setup(CLI::App& app) {
   app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
   app.add_option("--dtype", g.dtype, "float32, or bfloat16 (autocast over fp32 weights, as ob-launch trains in bf16; analytic default)");
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
-  app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (SPEC §8)");
+  app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design.md §8)");
   app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");
   app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense bf16 peak");
   app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)");

@@ -1,4 +1,4 @@
-// Remote start: how a command is run on a host (SPEC §5 --rsh), and a child
+// Remote start: how a command is run on a host (design §5 --rsh), and a child
 // process with pipes to it.
 //
 // RshArgv builds the argv without a shell: "local" runs the command here;

@@ -1,4 +1,4 @@
-// The ob-launch agent (SPEC §5): one per host, started by the master through
+// The ob-launch agent (design §5): one per host, started by the master through
 // --rsh as `ob-launch --agent --master HOST:PORT --host NAME`.
 //
 // It reads the shared secret as the first line of its stdin (never from the

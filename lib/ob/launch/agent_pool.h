@@ -1,4 +1,4 @@
-// The master's agents (SPEC §5): one per plan host, started through --rsh
+// The master's agents (design §5): one per plan host, started through --rsh
 // with the job's secret on their stdin (never argv or environment), their
 // connection once they authenticate, the judgement of their silences, and
 // the end of their processes. master.cc decides what a lost agent means;

@@ -1,4 +1,4 @@
-// The master↔agent control channel (SPEC §5): framed, authenticated Control
+// The master↔agent control channel (design §5): framed, authenticated Control
 // messages over TCP on a libuv loop.
 //
 // Framing: each message is a 4-byte big-endian length and that many bytes of

@@ -1,4 +1,4 @@
-// The master's checkpoints (SPEC §7), in one place: the checkpoint
+// The master's checkpoints (design §7), in one place: the checkpoint
 // directory's lock, the job's identity, the choice of --resume, the commits
 // of the parts the workers report (commit_queue.h), the newest checkpoint
 // a recovery may restore, and whether the run may exit 0.

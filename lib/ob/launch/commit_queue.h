@@ -1,4 +1,4 @@
-// The master's half of a checkpoint (SPEC §7): which ranks have written
+// The master's half of a checkpoint (design §7): which ranks have written
 // their part of which step, and the commit of every step all of them wrote
 // (ckpt::Commit: the parts merged into one manifest, renames and fsyncs,
 // then retention by ckpt::Prune), one at a time, in step order, on a thread

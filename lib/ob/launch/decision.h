@@ -1,4 +1,4 @@
-// The recovery decision (SPEC §4.6, §5), in a room of its own: a pure
+// The recovery decision (design §4.6, §5), in a room of its own: a pure
 // function from the facts the master gathered to what it does next. The
 // master only gathers facts (who is connected, who was lost, where the
 // layers are, which checkpoint verifies) and carries the decision out;

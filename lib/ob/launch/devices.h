@@ -1,4 +1,4 @@
-// Devices, precision and threads on the launch side (SPEC §5 "Devices"):
+// Devices, precision and threads on the launch side (design §5 "Devices"):
 // what ob-launch --device and --precision mean, which GPU each worker of a
 // host gets, and how many CPU threads. Torch-free and pure: the callers
 // pass what they measured (GPU count, cores, the environment's values).

@@ -1,4 +1,4 @@
-// Hangs with nobody dead (SPEC §5 "Devices", §9 "detection"): under NCCL a
+// Hangs with nobody dead (design §5, "Failure"): under NCCL a
 // stuck peer makes no collective throw, so the master judges each rank by
 // the progress its training loop reports, not by whether its process or
 // heartbeat thread lives. Every worker record (steps and the heartbeats its

@@ -1,4 +1,4 @@
-// Fault injection for tests and demos (ob-launch --inject, SPEC §6): make
+// Fault injection for tests and demos (ob-launch --inject, design §6): make
 // one rank slow, hang, stall or report a NaN loss, so that ob-watch's detectors
 // and actions can be exercised on a real run. Torch-free, pure.
 //

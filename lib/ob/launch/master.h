@@ -1,4 +1,4 @@
-// The ob-launch master (SPEC §5): starts one agent per plan host through
+// The ob-launch master (design §5): starts one agent per plan host through
 // --rsh, authenticates them on the control channel, tells each which
 // workers to start, relays their metrics, and watches everything.
 //
@@ -26,7 +26,7 @@
 // detected after hang_timeout_s (hang_watch.h): the master names the rank
 // and its host and restarts every worker as for a crash; the agents
 // SIGKILL the old ones (no waiting for NCCL's watchdog). Failures within
-// 100 ms of the first are decided together (SPEC §4.6): lost hosts go to the
+// 100 ms of the first are decided together (design §4.6): lost hosts go to the
 // plan's re-instantiation (plan/recovery.h); if some layer has no replica
 // left the run ends with kTempFail naming the layers; otherwise the master
 // publishes the next generation (the new instantiation and fetch list) and

@@ -1,4 +1,4 @@
-// Where the workers' records go (SPEC §5): --metrics (a file created 0600,
+// Where the workers' records go (design §5): --metrics (a file created 0600,
 // or "-" for standard output, never a terminal), every watcher of the
 // control socket, the progress line (step, loss, tokens/s) the master logs
 // once a second, and the closing summary.

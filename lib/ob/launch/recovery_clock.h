@@ -1,4 +1,4 @@
-// A recovery's phases (SPEC §5), for the `recovered` line of events.log and
+// A recovery's phases (design §5), for the `recovered` line of events.log and
 // the status's waiting_for: when the first failure was detected (and how
 // long after it happened), when the decision came, when the new generation
 // was sent, and, from each rank's first step of it (Metrics'

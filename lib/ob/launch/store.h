@@ -1,4 +1,4 @@
-// Store: the job's rendezvous key-value store (SPEC §5, "The Store seam"),
+// Store: the job's rendezvous key-value store (design §5, "The Store seam"),
 // shaped like c10d's Store (set/get/add/compareSet/check/wait/deleteKey/
 // getNumKeys) so that a c10d adapter (relay_store.h) is a thin shim.
 //

@@ -1,4 +1,4 @@
-// StoreClient: a worker's end of the store relay (SPEC §5, "The Store
+// StoreClient: a worker's end of the store relay (design §5, "The Store
 // seam"). The worker's agent hands it one end of a socketpair, inherited
 // as $OB_STORE_FD (store_relay.h); the client writes each request there as
 // a framed Control (channel.h's framing) and blocks until the reply with

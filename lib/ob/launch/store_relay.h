@@ -1,4 +1,4 @@
-// The store relay (SPEC §5, "The Store seam"): how a worker's store
+// The store relay (design §5, "The Store seam"): how a worker's store
 // requests reach the master's StoreServer without anything listening.
 //
 //   worker ──socketpair($OB_STORE_FD)──▶ agent ──control channel──▶ master

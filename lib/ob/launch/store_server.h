@@ -1,4 +1,4 @@
-// StoreServer: the job's rendezvous store, in the master's memory (SPEC §5,
+// StoreServer: the job's rendezvous store, in the master's memory (design §5,
 // "The Store seam"). A pure class: requests in (control.proto's
 // StoreRequest), replies out through a callback; no sockets, threads or
 // clocks of its own, so the master runs it on its loop thread and tests

@@ -1,4 +1,4 @@
-// The worker role of ob-launch (SPEC §5): one process per pipeline stage,
+// The worker role of ob-launch (design §5): one process per pipeline stage,
 // started by an agent as `ob-launch --worker --rank R --generation G ...`.
 // It reaches the job's rendezvous store through the socket its agent
 // passes as $OB_STORE_FD (store_client.h; the agent relays to the master,
@@ -9,7 +9,7 @@
 // trains, and writes one delimited ob.pb.Metrics record per step to stdout,
 // which its agent relays to the master.
 //
-// Restarts (SPEC §4.6): the worker keeps its snapshots in the memfd its
+// Restarts (design §4.6): the worker keeps its snapshots in the memfd its
 // agent passes as $OB_SNAPSHOT_FD (runtime/snapshot_arena.h). Every worker
 // of a generation publishes which snapshots it holds; they agree on S, the
 // least newest step among them, and each restores the state after S from

@@ -1,5 +1,5 @@
-// GptConfig: the shape of a GPT (SPEC §2), from a preset name or a
-// HuggingFace-style config.json / YAML file, and the SPEC §8 formulas that
+// GptConfig: the shape of a GPT (design §2), from a preset name or a
+// HuggingFace-style config.json / YAML file, and the design §8 formulas that
 // depend only on the shape. Torch-free.
 #pragma once
 
@@ -30,7 +30,7 @@ struct GptConfig {
   Status Validate() const;
 };
 
-// Names of all presets in SPEC §2 order: gpt-tiny, the GPT-2 family, then the
+// Names of all presets in design §2 order: gpt-tiny, the GPT-2 family, then the
 // GPT-3 family, each family by size.
 const std::vector<std::string>& PresetNames();
 
@@ -50,7 +50,7 @@ Result<GptConfig> ParseConfig(const std::string& text, const std::string& path);
 // Preset name or path to a .json/.yaml/.yml file.
 Result<GptConfig> ResolveModel(const std::string& name_or_path);
 
-// --- SPEC §8 shape formulas -------------------------------------------------
+// --- design §8 shape formulas -------------------------------------------------
 
 // 12h^2 + 13h.
 int64_t BlockParams(const GptConfig& c);
@@ -58,7 +58,7 @@ int64_t BlockParams(const GptConfig& c);
 int64_t EmbeddingParams(const GptConfig& c);
 // Final LayerNorm: 2h (the LM head weight is tied to the token table).
 int64_t HeadOwnParams(const GptConfig& c);
-// SPEC §8 total: V*h + s*h + L*(12h^2 + 13h).
+// design §8 total: V*h + s*h + L*(12h^2 + 13h).
 int64_t FormulaParams(const GptConfig& c);
 // Exact count of unique parameters of the model ob builds: the formula plus
 // the final LayerNorm; the tied embedding is counted once.

@@ -6,7 +6,7 @@
 namespace ob::plan {
 namespace {
 
-// SPEC §8: block activations per micro-batch are s·b·h·(34 + 5as/h) without
+// design §8: block activations per micro-batch are s·b·h·(34 + 5as/h) without
 // tensor parallelism and s·b·h·(10 + 24/t + 5as/(ht)) with it; the ratio
 // scales a measured or analytic figure to degree t.
 double TensorParallelActivationFactor(const Problem& p, int tp) {

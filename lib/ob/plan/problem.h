@@ -1,4 +1,4 @@
-// The planner's view of a profile and a cluster (SPEC §4, §8): plain arrays
+// The planner's view of a profile and a cluster (design §4, §8): plain arrays
 // of per-layer costs at one micro-batch size, the cluster's shape, and the
 // cost and memory models every part of ob-plan shares. Torch-free, pure.
 //
@@ -25,7 +25,7 @@ struct LayerCost {
   uint64_t gradient_bytes = 0; // what the data-parallel all-reduce moves
   uint64_t activation_bytes = 0;  // kept per in-flight micro-batch
   uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
-  bool is_block = false;       // tensor parallelism splits blocks (SPEC §8 TP formulas)
+  bool is_block = false;       // tensor parallelism splits blocks (design §8 TP formulas)
 };
 
 struct Cluster {
@@ -47,7 +47,7 @@ struct Problem {
   int microbatches = 0;            // M: global batch / micro-batch size
   int microbatch_size = 1;         // sequences per micro-batch
   int sequence_length = 0;
-  // Model shape, for the tensor-parallel activation formula of SPEC §8.
+  // Model shape, for the tensor-parallel activation formula of design §8.
   int n_embd = 0, n_head = 0;
   // The tensor-parallel degree every stage must use (ob-plan --tp); 0: the
   // planner chooses among the degrees g/k the model splits by.
@@ -68,7 +68,7 @@ struct StageShape {
 
 // Compute time of one micro-batch through layers [first, last] (forward +
 // backward) with tensor parallelism tp: compute / tp plus the 4 all-reduces
-// per block of b·s·h activations over tp GPUs (SPEC §8).
+// per block of b·s·h activations over tp GPUs (design §8).
 double StageComputeSeconds(const Problem& p, int first, int last, int tp);
 // Forward + backward transfer across the boundary after `last` over a link.
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency);

@@ -1,4 +1,4 @@
-// Pipeline templates (SPEC §4.2): for every node count n the plan may run
+// Pipeline templates (design §4.2): for every node count n the plan may run
 // with, the best partition of the layers into stages and of each node's GPUs
 // among its stages. Torch-free, pure.
 //

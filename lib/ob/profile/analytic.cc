@@ -35,7 +35,7 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
   switch (kind) {
     case pb::LAYER_EMBED: return static_cast<uint64_t>(s) * b * 8;
     case pb::LAYER_BLOCK: {
-      // SPEC §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
+      // design §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
       double per = 34.0 + (fused_attention ? 0.0 : 5.0 * c.n_head * s / static_cast<double>(c.n_embd));
       return static_cast<uint64_t>(static_cast<double>(sbh) * per * elem_bytes / 2.0);
     }

@@ -1,4 +1,4 @@
-// Analytic layer costs from FLOPs and bytes (SPEC §8), for hardware we do not
+// Analytic layer costs from FLOPs and bytes (design §8), for hardware we do not
 // have. Torch-free and pure: the same inputs always give the same Profile.
 //
 // Conventions, per planner layer and per micro-batch of b sequences of s
@@ -14,7 +14,7 @@
 //   head   params 2h (final LayerNorm) + the tied V·h weight it holds a copy of;
 //          FLOPs per token 6·(V·h + 2h); keeps its LayerNorm input and the fp32
 //          logits s·b·V·4; outputs the loss.
-// Summed, the FLOPs equal 6·N + 12·L·h·s of SPEC §8 less the 6·s·h of the
+// Summed, the FLOPs equal 6·N + 12·L·h·s of design §8 less the 6·s·h of the
 // position table, which is a lookup. Model state is 16 bytes per parameter:
 // e weights + e gradients + 12 (fp32 master, two Adam moments) under bf16,
 // 4 + 4 + 8 under fp32. A layer's time is max(FLOPs / (peak·efficiency),

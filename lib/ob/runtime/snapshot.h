@@ -1,4 +1,4 @@
-// Host-memory snapshots of a pipeline stage's training state (SPEC §4.6,
+// Host-memory snapshots of a pipeline stage's training state (design §4.6,
 // in-place recovery): every parameter's value and its AdamW state (exp_avg,
 // exp_avg_sq, step count), keyed by the stage's parameter name
 // ("<global layer>.<name>", see gpt.h) with the tied LM weight under
