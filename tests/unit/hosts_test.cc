@@ -169,6 +169,11 @@ TEST_CASE("rsh: argv for local, ssh, prefixes and {host}", "[rsh]") {
   CHECK(RshArgv("  srun  -w {host} --  ", h, cmd) ==
         std::vector<std::string>{"srun", "-w", "node7", "--", "/opt/ob/bin/ob-profile",
                                  "--net-agent"});
+  // slurm: a step of one task on the host, in the current job.
+  CHECK(RshArgv("slurm", h, cmd) ==
+        std::vector<std::string>{"srun", "--overlap", "-N1", "-n1", "-w", "node7", "--kill-on-bad-exit=0",
+                                 "--cpu-bind=none", "--quiet", "--job-name=ob-agent", "/opt/ob/bin/ob-profile",
+                                 "--net-agent"});
   CHECK(RshArgv("docker exec ob-{host}", h, {"x"}) ==
         std::vector<std::string>{"docker", "exec", "ob-node7", "x"});
   // ssh hands the command to the remote shell: words that need it are quoted.

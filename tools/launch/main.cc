@@ -256,7 +256,7 @@ void Setup(CLI::App& app) {
   app.add_option("PLAN", g.master.plan_path, "The plan to run (from ob-plan)")->option_text("PLAN");
   app.add_option("HOSTS", g.master.hosts_path, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("HOSTS");
-  app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, or a prefix command (default ssh)")
+  app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, slurm (srun steps of this job), or a prefix command (default ssh)")
       ->option_text("CMD");
   app.add_option("--agent-exe", g.agent_exe, "Path of ob-launch on the hosts (default: this one's)")
       ->option_text("PATH");

@@ -56,6 +56,16 @@ std::vector<std::string> RshArgv(const std::string& rsh, const Host& host,
   assert(!command.empty());
   std::vector<std::string> prefix = SplitSpace(rsh);
   if (prefix.empty() || (prefix.size() == 1 && prefix[0] == "local")) return command;
+  if (prefix.size() == 1 && prefix[0] == "slurm") {
+    // A step of one task on the host, inside the job's allocation,
+    // overlapping the batch step and the other agents' (their CPUs are the
+    // job's), unbound: the agent's workers share the node's cores.
+    std::vector<std::string> argv = {"srun", "--overlap", "-N1", "-n1", "-w", host.name,
+                                     "--kill-on-bad-exit=0", "--cpu-bind=none", "--quiet",
+                                     "--job-name=ob-agent"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    return argv;
+  }
   bool ssh = IsSsh(prefix[0]);
   bool has_placeholder = false;
   std::vector<std::string> argv;
@@ -114,6 +124,11 @@ void ChildProcess::CloseFds() {
 void ChildProcess::CloseStdin() {
   if (stdin_fd_ >= 0) ::close(stdin_fd_);
   stdin_fd_ = -1;
+}
+
+void ChildProcess::Terminate() {
+  if (!running()) return;
+  if (::kill(-pid_, SIGTERM) != 0) ::kill(pid_, SIGTERM);
 }
 
 void ChildProcess::Kill() {

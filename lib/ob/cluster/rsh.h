@@ -26,7 +26,10 @@
 namespace ob::cluster {
 
 // argv for running `command` on `host` through `rsh` ("local", "ssh",
-// "ip netns exec", "srun -w {host} --", ...). Plain "ssh ..." gets
+// "slurm", "ip netns exec", "srun -w {host} --", ...). "slurm" is a step of
+// one task on the host inside the current allocation: `srun --overlap -N1
+// -n1 -w HOST --kill-on-bad-exit=0 --cpu-bind=none --quiet
+// --job-name=ob-agent COMMAND`. Plain "ssh ..." gets
 // "-o BatchMode=yes -o ConnectTimeout=10" after the ssh word so a password
 // prompt never hangs a run and an unreachable host fails in seconds (the
 // master names every host whose agent exits before connecting).
@@ -52,6 +55,9 @@ class ChildProcess {
   void CloseStdin();
   // SIGKILL to the child's process group; no-op once reaped.
   void Kill();
+  // SIGTERM to the child's process group (srun then ends its step
+  // cleanly); no-op once reaped.
+  void Terminate();
   // Waits for the child and returns its exit status, or 128 + signal number;
   // returns the remembered status when already reaped.
   int Wait();

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "ob/clock.h"
@@ -14,6 +15,7 @@ Status AgentPool::Start(const Options& o, const std::vector<cluster::Host>& host
                         const std::vector<std::vector<int>>& host_ranks, const std::string& master,
                         const std::string& secret) {
   o_ = o;
+  gentle_ = o.rsh == "slurm";
   std::string self = o.self_exe;
   if (self.empty()) {
     char buf[4096];
@@ -178,7 +180,11 @@ void AgentPool::Cut(AgentState& a, bool keep_rsh) {
   }
   if (!a.rsh_done && !keep_rsh) {
     a.rsh.CloseStdin();
-    a.rsh.Kill();
+    if (gentle_) {
+      a.rsh.Terminate();  // srun ends its step; Close kills what is left
+    } else {
+      a.rsh.Kill();
+    }
   }
 }
 
@@ -202,6 +208,21 @@ bool AgentPool::AllExited() const {
 }
 
 void AgentPool::KillRemaining() {
+  if (gentle_) {  // srun steps: SIGTERM ends each cleanly; SIGKILL only after kTerminateMs
+    for (auto& a : agents_) {
+      if (a->rsh_done) continue;
+      OB_LOG(Warn) << "agent on host " << a->host.name << " did not stop in time; ending its step";
+      events_->Write("terminate-agent", "host=" + a->host.name);
+      a->rsh.CloseStdin();
+      a->rsh.Terminate();
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTerminateMs);
+    for (auto& a : agents_) {
+      if (a->rsh_done) continue;
+      const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+      if (a->rsh.WaitFor(std::max(0.0, left)) >= 0) a->rsh_done = true;
+    }
+  }
   for (auto& a : agents_) {
     if (a->rsh_done) continue;
     OB_LOG(Warn) << "agent on host " << a->host.name << " did not stop in time; killing it";
@@ -216,6 +237,10 @@ void AgentPool::KillRemaining() {
 void AgentPool::Close() {
   for (auto& a : agents_) {
     a->rsh.CloseStdin();
+    if (gentle_ && !a->rsh_done) {  // an srun step still there (a lost host): ask it to end first
+      a->rsh.Terminate();
+      if (a->rsh.WaitFor(kTerminateMs / 1e3) >= 0) a->rsh_done = true;
+    }
     if (a->conn) {
       a->conn->SetHandlers(nullptr, nullptr);
       a->conn->Close("run over");

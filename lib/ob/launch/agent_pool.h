@@ -53,7 +53,7 @@ struct AgentState {
 class AgentPool {
  public:
   struct Options {
-    std::string rsh;                       // "ssh", "local" or a prefix command
+    std::string rsh;                       // "ssh", "local", "slurm" or a prefix command
     std::string self_exe;                  // "" = /proc/self/exe
     std::vector<std::string> agent_flags;
     double master_timeout_s = 3;           // passed to the agents
@@ -96,18 +96,22 @@ class AgentPool {
   // exited since the last call.
   void Reap(const std::function<void(AgentState&, const std::string&)>& exited);
   // Cuts a connected agent off: kLost, its connection closed; unless
-  // `keep_rsh`, its rsh process killed too.
+  // `keep_rsh`, its rsh process killed too (with --rsh slurm, SIGTERM: srun
+  // then ends the step cleanly; SIGKILL, which can leave a step behind,
+  // only if it has not ended after kTerminateMs, in KillRemaining or Close).
   void Cut(AgentState& a, bool keep_rsh);
 
   // Stopping: Stop to the connected, end of file on stdin to the rest.
   void Stop(const std::string& reason);
   bool AllExited() const;
   void KillRemaining();                    // after kStopWaitMs
+  static constexpr int kTerminateMs = 5000;  // an srun step's time to end on SIGTERM
   void Close();                            // the run is over: stdin and connections closed
   void Report(int64_t now, pb::OperatorResponse* r) const;  // hosts of a status answer
 
  private:
   Options o_;
+  bool gentle_ = false;                    // rsh processes are srun steps (--rsh slurm)
   EventLog* events_;
   uint64_t beats_ = 0;
   std::vector<std::unique_ptr<AgentState>> agents_;

@@ -40,6 +40,10 @@ namespace detail {
 Status Master::Prepare() {
   OB_ASSIGN_OR_RETURN(secret_, ReadSecret(opt_.secret_file));
   ::unsetenv("OB_SECRET");  // agents and workers get it on stdin or not at all
+  if (opt_.rsh == "slurm" && (std::getenv("SLURM_JOB_ID") == nullptr || *std::getenv("SLURM_JOB_ID") == '\0')) {
+    return Status::Usage("--rsh slurm starts agents as steps of a Slurm job, and SLURM_JOB_ID is not set: run "
+                         "ob-launch inside sbatch or salloc");
+  }
   OB_ASSIGN_OR_RETURN(hosts_, LoadLaunchHosts(opt_.hosts_path));
   pb::Plan& plan = plan_;
   OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
