@@ -103,6 +103,137 @@ bool Identical(const torch::Tensor& a, const torch::Tensor& b) {
   return a.sizes() == b.sizes() && torch::equal(a, b);
 }
 
+// Generation 0 of `topo`: every rank creates its worker and runs steps
+// 0..kFailAfter; then the ranks of node `victim` drop their workers (their
+// sockets close, as when the host dies) and each survivor tries step
+// kFailAfter + 1, which must fail within the timeout (why, in `failed`).
+struct Before {
+  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::vector<StepResult>> results;
+  std::vector<std::string> errors, failed;
+};
+Before TrainUntilLoss(const GptConfig& cfg, const ob::runtime::Topology& topo,
+                      const c10::intrusive_ptr<c10d::Store>& store, const TrainOptions& opts,
+                      const ob::model::TokenSource& data, int victim) {
+  const int world = topo.world_size();
+  Before b;
+  b.workers.resize(world);
+  b.results.resize(world);
+  b.errors.resize(world);
+  b.failed.resize(world);
+  Barrier barrier(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto w = StageWorker::Create(cfg, topo, rank, store, opts, data, std::chrono::seconds(10));
+      if (!w.ok()) {
+        b.errors[rank] = w.status().message();
+        barrier.Wait();
+        return;
+      }
+      b.workers[rank] = std::move(*w);
+      for (int step = 0; step <= kFailAfter; ++step) {
+        auto r = b.workers[rank]->Step(step);
+        if (!r.ok()) {
+          b.errors[rank] = r.status().message();
+          break;
+        }
+        b.results[rank].push_back(*r);
+      }
+      barrier.Wait();  // everyone's step kFailAfter is over
+      if (topo.ranks[rank].node == victim) {
+        b.workers[rank].reset();
+        return;
+      }
+      auto r = b.workers[rank]->Step(kFailAfter + 1);
+      if (!r.ok()) b.failed[rank] = r.status().message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("rank " << rank << ": " << b.errors[rank]);
+    REQUIRE(b.errors[rank].empty());
+    REQUIRE(b.results[rank].size() == kFailAfter + 1);
+    if (topo.ranks[rank].node != victim) {
+      INFO("rank " << rank << " step " << kFailAfter + 1 << " should fail");
+      CHECK(!b.failed[rank].empty());
+    }
+  }
+  return b;
+}
+
+// Generation 1: new rank nr rebuilds itself from old worker old_of[nr] at
+// step `agreed` on `next`, keeps a copy of the state it restored
+// (`rebuilt`: the worker reuses its snapshot buffers), then trains steps
+// agreed + 1 .. kSteps - 1.
+struct After {
+  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::vector<StepResult>> later;
+  std::vector<StageSnapshot> rebuilt;
+  double rebuild_seconds = 0;
+};
+After RebuildAndTrain(const std::vector<std::unique_ptr<StageWorker>>& old, const std::vector<int>& old_of,
+                      const ob::runtime::Topology& next, const std::vector<ob::plan::LayerFetch>& fetches,
+                      const c10::intrusive_ptr<c10d::Store>& store, int64_t agreed) {
+  const int new_world = next.world_size();
+  After a;
+  a.workers.resize(new_world);
+  a.later.resize(new_world);
+  a.rebuilt.resize(new_world);
+  std::vector<std::string> errors(new_world);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::mutex mu;
+  for (int nr = 0; nr < new_world; ++nr) {
+    threads.emplace_back([&, nr] {
+      auto w = old[old_of[nr]]->Rebuild(agreed, next, fetches, store, std::chrono::seconds(30));
+      if (!w.ok()) {
+        errors[nr] = w.status().message();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        a.rebuild_seconds = std::max(
+            a.rebuild_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      a.workers[nr] = std::move(*w);
+      if (const StageSnapshot* restored = a.workers[nr]->SnapshotAt(agreed); restored != nullptr) {
+        StageSnapshot copy = *restored;
+        for (auto& [key, t] : copy.tensors) {
+          t.value = t.value.clone();
+          t.exp_avg = t.exp_avg.clone();
+          t.exp_avg_sq = t.exp_avg_sq.clone();
+        }
+        a.rebuilt[nr] = std::move(copy);
+      }
+      for (int step = static_cast<int>(agreed) + 1; step < kSteps; ++step) {
+        auto r = a.workers[nr]->Step(step);
+        if (!r.ok()) {
+          errors[nr] = r.status().message();
+          return;
+        }
+        a.later[nr].push_back(*r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int nr = 0; nr < new_world; ++nr) {
+    INFO("new rank " << nr << ": " << errors[nr]);
+    REQUIRE(errors[nr].empty());
+  }
+  return a;
+}
+
+// A new rank's old self: the rank in the same place on the same node.
+std::vector<int> OldSelves(const ob::runtime::Topology& before, const ob::runtime::Topology& next) {
+  std::map<int, std::vector<int>> old_ranks_of;  // node -> old ranks
+  for (const auto& r : before.ranks) old_ranks_of[r.node].push_back(r.rank);
+  std::vector<int> old_of(next.world_size());
+  std::map<int, size_t> seen;
+  for (const auto& r : next.ranks) old_of[r.rank] = old_ranks_of.at(r.node).at(seen[r.node]++);
+  return old_of;
+}
+
 // Runs `pipelines` pipelines of `nodes` nodes each (`per_node` stages on a
 // node, each over `tp` ranks), kills node `victim` (all its ranks) after
 // step kFailAfter, recovers and trains to kSteps; compares with the
@@ -132,47 +263,13 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
 
   // Generation 0: steps 0..kFailAfter, then the victim leaves and the
   // survivors' next step fails (within the timeout, not forever).
-  std::vector<std::unique_ptr<StageWorker>> old(world);
-  std::vector<std::vector<StepResult>> results(world);
-  std::vector<std::string> errors(world), failed(world);
-  Barrier barrier(world);
-  std::vector<std::thread> threads;
+  Before gen_0 = TrainUntilLoss(cfg, *topo, gen0, opts, data, victim_node);
+  auto& old = gen_0.workers;
+  const auto& results = gen_0.results;
   for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto w = StageWorker::Create(cfg, *topo, rank, gen0, opts, data, std::chrono::seconds(5));
-      if (!w.ok()) {
-        errors[rank] = w.status().message();
-        barrier.Wait();
-        return;
-      }
-      old[rank] = std::move(*w);
-      for (int step = 0; step <= kFailAfter; ++step) {
-        auto r = old[rank]->Step(step);
-        if (!r.ok()) {
-          errors[rank] = r.status().message();
-          break;
-        }
-        results[rank].push_back(*r);
-      }
-      barrier.Wait();  // everyone's step kFailAfter is over
-      if (is_victim(rank)) {
-        old[rank].reset();  // its sockets close, as when the host dies
-        return;
-      }
-      auto r = old[rank]->Step(kFailAfter + 1);
-      if (!r.ok()) failed[rank] = r.status().message();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) {
-    INFO("rank " << rank << ": " << errors[rank]);
-    REQUIRE(errors[rank].empty());
-    REQUIRE(results[rank].size() == kFailAfter + 1);
     if (!is_victim(rank)) {
-      INFO("rank " << rank << " step " << kFailAfter + 1 << " should fail");
-      CHECK(!failed[rank].empty());
       std::printf("# %s: rank %d step %d failed: %s\n", label, rank, kFailAfter + 1,
-                  failed[rank].substr(0, 120).c_str());
+                  gen_0.failed[rank].substr(0, 120).c_str());
     }
   }
 
@@ -193,14 +290,9 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   REQUIRE(next->world_size() == world - per_node * tp);
   REQUIRE(next->global_batch() == topo->global_batch());
   REQUIRE(!rec.fetches.empty());
-  // A new rank's old self: the rank in the same place on the same node.
   std::map<int, std::vector<int>> old_ranks_of;  // node -> old ranks
   for (const auto& r : topo->ranks) old_ranks_of[r.node].push_back(r.rank);
-  std::vector<int> old_of(next->world_size());
-  {
-    std::map<int, size_t> seen;
-    for (const auto& r : next->ranks) old_of[r.rank] = old_ranks_of.at(r.node).at(seen[r.node]++);
-  }
+  const std::vector<int> old_of = OldSelves(*topo, *next);
   for (const auto& f : rec.fetches) {
     std::printf("# %s: node %d fetches layer %d from node %d\n", label, f.node, f.layer,
                 f.from_node);
@@ -209,55 +301,11 @@ void RecoverAndCompare(const std::vector<std::vector<std::pair<int, int>>>& temp
   // Generation 1: each survivor rebuilds itself, then steps S+1 .. kSteps-1.
   auto gen1 = c10::make_intrusive<c10d::PrefixStore>("gen/1", store);
   const int new_world = next->world_size();
-  std::vector<std::unique_ptr<StageWorker>> fresh(new_world);
-  std::vector<std::vector<StepResult>> later(new_world);
-  std::vector<std::string> new_errors(new_world);
-  std::vector<StageSnapshot> rebuilt(new_world);
-  threads.clear();
-  const auto t0 = std::chrono::steady_clock::now();
-  double rebuild_seconds = 0;
-  std::mutex mu;
-  for (int nr = 0; nr < new_world; ++nr) {
-    threads.emplace_back([&, nr] {
-      const StageWorker& mine = *old[old_of[nr]];
-      auto w = mine.Rebuild(agreed, *next, rec.fetches, gen1, std::chrono::seconds(30));
-      if (!w.ok()) {
-        new_errors[nr] = w.status().message();
-        return;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        rebuild_seconds = std::max(
-            rebuild_seconds,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      fresh[nr] = std::move(*w);
-      // Keep the restored state: the worker reuses its snapshot buffers.
-      const StageSnapshot* restored = fresh[nr]->SnapshotAt(agreed);
-      if (restored != nullptr) {
-        StageSnapshot copy = *restored;
-        for (auto& [key, t] : copy.tensors) {
-          t.value = t.value.clone();
-          t.exp_avg = t.exp_avg.clone();
-          t.exp_avg_sq = t.exp_avg_sq.clone();
-        }
-        rebuilt[nr] = std::move(copy);
-      }
-      for (int step = static_cast<int>(agreed) + 1; step < kSteps; ++step) {
-        auto r = fresh[nr]->Step(step);
-        if (!r.ok()) {
-          new_errors[nr] = r.status().message();
-          return;
-        }
-        later[nr].push_back(*r);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int nr = 0; nr < new_world; ++nr) {
-    INFO("new rank " << nr << ": " << new_errors[nr]);
-    REQUIRE(new_errors[nr].empty());
-  }
+  After gen_1 = RebuildAndTrain(old, old_of, *next, rec.fetches, gen1, agreed);
+  auto& fresh = gen_1.workers;
+  const auto& later = gen_1.later;
+  const auto& rebuilt = gen_1.rebuilt;
+  const double rebuild_seconds = gen_1.rebuild_seconds;
 
   // The fetched layers (and the layers kept) hold the state after step S bit
   // for bit: each new worker's snapshot at S was taken from its restored stage
@@ -411,7 +459,7 @@ TEST_CASE("tensor parallelism 2, two stages a node: shards move between a node's
 // message) and take layers 3-5 whole from node 2's ranks of the same
 // shard. Every step's loss is the one-process reference's, the re-cut
 // state is the old state bit for bit, and the final weights match.
-TEST_CASE("replicas of tensor parallelism 2 and 4 train together; a recovery re-shards", "[recovery][tp]") {
+TEST_CASE("replicas of tensor parallelism 2 and 4 train together, and a recovery re-shards", "[recovery][tp]") {
   torch::set_num_threads(1);
   const int total = 4;
   const auto cfg = Small();
@@ -441,38 +489,9 @@ TEST_CASE("replicas of tensor parallelism 2 and 4 train together; a recovery re-
   auto store = ob::compat::MakeHashStore();
   auto gen0 = c10::make_intrusive<c10d::PrefixStore>("gen/0", store);
 
-  std::vector<std::unique_ptr<StageWorker>> old(world);
-  std::vector<std::vector<StepResult>> results(world);
-  std::vector<std::string> errors(world);
-  Barrier barrier(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto w = StageWorker::Create(cfg, *topo, rank, gen0, opts, data, std::chrono::seconds(10));
-      if (!w.ok()) {
-        errors[rank] = w.status().message();
-        barrier.Wait();
-        return;
-      }
-      old[rank] = std::move(*w);
-      for (int step = 0; step <= kFailAfter; ++step) {
-        auto r = old[rank]->Step(step);
-        if (!r.ok()) {
-          errors[rank] = r.status().message();
-          break;
-        }
-        results[rank].push_back(*r);
-      }
-      barrier.Wait();
-      if (topo->ranks[rank].node == victim) old[rank].reset();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) {
-    INFO("rank " << rank << ": " << errors[rank]);
-    REQUIRE(errors[rank].empty());
-    REQUIRE(results[rank].size() == kFailAfter + 1);
-  }
+  Before gen_0 = TrainUntilLoss(cfg, *topo, gen0, opts, data, victim);
+  auto& old = gen_0.workers;
+  const auto& results = gen_0.results;
 
   const auto problem = ob::plan::testing::UniformProblem(cfg.n_layer, 3, 1, total, 4);
   auto rec = ob::plan::Reinstantiate(problem, ts, inst, {victim});
@@ -482,51 +501,12 @@ TEST_CASE("replicas of tensor parallelism 2 and 4 train together; a recovery re-
   REQUIRE(next.ok());
   REQUIRE(next->world_size() == 8);
   for (const auto& r : next->ranks) REQUIRE(r.tp == 4);
-  std::map<int, std::vector<int>> old_ranks_of;
-  for (const auto& r : topo->ranks) old_ranks_of[r.node].push_back(r.rank);
-  std::vector<int> old_of(next->world_size());
-  {
-    std::map<int, size_t> seen;
-    for (const auto& r : next->ranks) old_of[r.rank] = old_ranks_of.at(r.node).at(seen[r.node]++);
-  }
-
   auto gen1 = c10::make_intrusive<c10d::PrefixStore>("gen/1", store);
   const int new_world = next->world_size();
-  std::vector<std::unique_ptr<StageWorker>> fresh(new_world);
-  std::vector<std::vector<StepResult>> later(new_world);
-  std::vector<std::string> new_errors(new_world);
-  std::vector<StageSnapshot> rebuilt(new_world);
-  threads.clear();
-  for (int nr = 0; nr < new_world; ++nr) {
-    threads.emplace_back([&, nr] {
-      auto w = old[old_of[nr]]->Rebuild(kFailAfter, *next, rec.fetches, gen1, std::chrono::seconds(30));
-      if (!w.ok()) {
-        new_errors[nr] = w.status().message();
-        return;
-      }
-      fresh[nr] = std::move(*w);
-      StageSnapshot copy = *fresh[nr]->SnapshotAt(kFailAfter);
-      for (auto& [key, t] : copy.tensors) {
-        t.value = t.value.clone();
-        t.exp_avg = t.exp_avg.clone();
-        t.exp_avg_sq = t.exp_avg_sq.clone();
-      }
-      rebuilt[nr] = std::move(copy);
-      for (int step = kFailAfter + 1; step < kSteps; ++step) {
-        auto r = fresh[nr]->Step(step);
-        if (!r.ok()) {
-          new_errors[nr] = r.status().message();
-          return;
-        }
-        later[nr].push_back(*r);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int nr = 0; nr < new_world; ++nr) {
-    INFO("new rank " << nr << ": " << new_errors[nr]);
-    REQUIRE(new_errors[nr].empty());
-  }
+  After gen_1 = RebuildAndTrain(old, OldSelves(*topo, *next), *next, rec.fetches, gen1, kFailAfter);
+  auto& fresh = gen_1.workers;
+  const auto& later = gen_1.later;
+  const auto& rebuilt = gen_1.rebuilt;
 
   // The state after step S as each rank now holds it is the old state cut
   // anew, bit for bit: the whole tensor from the old stage of a survivor

@@ -137,7 +137,7 @@ SyntheticRun Contended(uint64_t seed, uint64_t steps) {
   return run;
 }
 
-TEST_CASE("straggler: contention that moves from rank to rank is not a straggler; a real one in it is") {
+TEST_CASE("straggler: contention that moves from rank to rank is not a straggler, a real one in it is") {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     INFO("seed " << seed);
     const auto events = OfKind(Watch(Synthesize(Contended(seed, 500))), ob::pb::EVENT_STRAGGLER);
@@ -629,7 +629,7 @@ TEST_CASE("plot: one polyline per rank series in each panel and a line per event
   CHECK(svg.find("</svg>") != std::string::npos);
 }
 
-TEST_CASE("hang judged by the master: its record names rank and host; --act waits for a hang loop") {
+TEST_CASE("hang judged by the master: its record names rank and host, and --act waits for a hang loop") {
   Watcher w({}, Clock::kStream);
   std::vector<Event> out;
   for (uint32_t rank = 0; rank < 2; ++rank) {

@@ -413,25 +413,62 @@ void StageWorker::BuildBuckets() {
   }
 }
 
+void StageWorker::WaitAll(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  Waiting(true);
+  for (const auto& w : works) {
+    Wait(w);
+    Tick();
+  }
+  Waiting(false);
+  works.clear();
+}
+
+std::pair<torch::Tensor, torch::Tensor> StageWorker::MicroBatch(const model::TokenSource& src, int64_t step,
+                                                                 int g) const {
+  const RankInfo& me = topo_.ranks[rank_];
+  torch::Tensor input, targets;
+  if (me.is_first_stage() || me.is_last_stage()) {
+    const int b = topo_.microbatch_size;
+    auto [x, y] = model::MakeBatch(src, opts_.seed, step, int64_t{g} * b, b, seq_len_);
+    if (me.is_first_stage()) input = x.to(opts_.device);
+    if (me.is_last_stage()) targets = y.to(opts_.device);
+  }
+  return {input, targets};
+}
+
+torch::Tensor StageWorker::BoundaryBuffer(const torch::TensorOptions& wire) const {
+  const int t = topo_.ranks[rank_].tp;
+  if (t == 1) return torch::empty({topo_.microbatch_size, seq_len_, cfg_.n_embd}, wire);
+  return torch::empty({int64_t{topo_.microbatch_size} * seq_len_ * cfg_.n_embd / t}, wire);
+}
+
+torch::Tensor StageWorker::ShareOf(const torch::Tensor& whole) const {
+  const RankInfo& me = topo_.ranks[rank_];
+  return me.tp == 1 ? whole : whole.reshape({-1}).chunk(me.tp)[me.tp_rank].contiguous();
+}
+
+torch::Tensor StageWorker::GatherShares(const torch::Tensor& part) {
+  // As raw 16-bit words when bf16: the all-gather moves bytes.
+  const auto as = part.scalar_type() == torch::kBFloat16 ? torch::kShort : part.scalar_type();
+  std::vector<torch::Tensor> in{part.view(as)};
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int i = 0; i < topo_.ranks[rank_].tp; ++i) out[0].push_back(torch::empty_like(in[0]));
+  std::vector<Work> w{groups_->tp->allgather(out, in)};
+  WaitAll(w);
+  return torch::cat(out[0]).view(part.scalar_type()).view({topo_.microbatch_size, seq_len_, cfg_.n_embd});
+}
+
 Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches) {
   try {
     const RankInfo& me = topo_.ranks[rank_];
     const auto device = opts_.device;
     const bool bf16 = opts_.precision == model::Precision::kBf16;
     const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device);
-    const int b = topo_.microbatch_size, t = me.tp;
-    const int64_t boundary_numel = int64_t{b} * seq_len_ * cfg_.n_embd;
+    const int t = me.tp;
     const double weight = 1.0 / topo_.total_microbatches;
     Group& pipe = groups_->pipeline;
     torch::NoGradGuard no_grad;
-    auto wait = [&](std::vector<Work> works) {
-      Waiting(true);
-      for (const auto& w : works) {
-        Wait(w);
-        Tick();
-      }
-      Waiting(false);
-    };
+    auto wait = [&](std::vector<Work> works) { WaitAll(works); };
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     // Forward only, micro-batch by micro-batch: receive, compute, send. A
     // chain, so no two stages wait on each other; tags after training's.
@@ -440,29 +477,15 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
       for (int j = 0; j < me.num_microbatches; ++j) {
         const int g = me.first_microbatch + j;
         const int tag = 2 * (k * topo_.total_microbatches + g);
-        torch::Tensor input, targets;
-        if (me.is_first_stage() || me.is_last_stage()) {
-          auto [x, y] = model::MakeBatch(eval, opts_.seed, key, int64_t{g} * b, b, seq_len_);
-          if (me.is_first_stage()) input = x.to(device);
-          if (me.is_last_stage()) targets = y.to(device);
-        }
+        auto [input, targets] = MicroBatch(eval, key, g);
         if (!me.is_first_stage()) {
           compat::P2pMessage msg;
           msg.send = false;
           msg.peer = me.stage - 1;
           msg.tag = tag;
-          msg.tensor = t == 1 ? torch::empty({b, seq_len_, cfg_.n_embd}, wire) : torch::empty({boundary_numel / t}, wire);
+          msg.tensor = BoundaryBuffer(wire);
           wait(compat::PostP2p(*pipe, {msg}));
-          torch::Tensor got = msg.tensor;
-          if (t > 1) {  // the shares of the stage's TP ranks, gathered (as in RunSchedule)
-            const auto as = got.scalar_type() == torch::kBFloat16 ? torch::kShort : got.scalar_type();
-            std::vector<torch::Tensor> in{got.view(as)};
-            std::vector<std::vector<torch::Tensor>> out(1);
-            for (int i = 0; i < t; ++i) out[0].push_back(torch::empty_like(in[0]));
-            wait({groups_->tp->allgather(out, in)});
-            got = torch::cat(out[0]).view(got.scalar_type()).view({b, seq_len_, cfg_.n_embd});
-          }
-          input = got.to(torch::kFloat);
+          input = (t > 1 ? GatherShares(msg.tensor) : msg.tensor).to(torch::kFloat);
         }
         torch::Tensor out;
         {
@@ -476,8 +499,7 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
           compat::P2pMessage msg;
           msg.peer = me.stage + 1;
           msg.tag = tag;
-          auto whole = out.detach().to(wire.dtype()).contiguous();
-          msg.tensor = t == 1 ? whole : whole.reshape({-1}).chunk(t)[me.tp_rank].contiguous();
+          msg.tensor = ShareOf(out.detach().to(wire.dtype()).contiguous());
           wait(compat::PostP2p(*pipe, {msg}));
         }
       }
@@ -528,7 +550,6 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // Activations and their gradients cross stage boundaries in the compute
   // dtype; inside a stage the residual stream stays fp32.
   const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device);
-  const int b = topo_.microbatch_size;
   const int m = me.num_microbatches;
   const double weight = 1.0 / topo_.total_microbatches;  // each micro-batch's share
   if (device.is_cuda()) compat::CudaResetPeak(device.index());
@@ -569,15 +590,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
     }
   };
 
-  auto wait_all = [&](std::vector<Work>& works) {
-    Waiting(true);
-    for (const auto& w : works) {
-      Wait(w);
-      Tick();
-    }
-    Waiting(false);
-    works.clear();
-  };
+  auto wait_all = [&](std::vector<Work>& works) { WaitAll(works); };
 
   // Across a stage boundary each TP rank of a lane sends its 1/t of the
   // tensor (every rank of a stage holds the whole, the same), and the
@@ -586,20 +599,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // send and a broadcast, which moves as much within the node and puts
   // the boundary on one link).
   const int t = me.tp;
-  const int64_t boundary_numel = int64_t{b} * seq_len_ * cfg_.n_embd;
-  auto share = [&](const torch::Tensor& whole) {
-    return t == 1 ? whole : whole.reshape({-1}).chunk(t)[me.tp_rank].contiguous();
-  };
-  auto gather = [&](const torch::Tensor& part) {
-    // As raw 16-bit words when bf16: the all-gather moves bytes.
-    const auto as = part.scalar_type() == torch::kBFloat16 ? torch::kShort : part.scalar_type();
-    std::vector<torch::Tensor> in{part.view(as)};
-    std::vector<std::vector<torch::Tensor>> out(1);
-    for (int i = 0; i < t; ++i) out[0].push_back(torch::empty_like(in[0]));
-    std::vector<Work> w{groups_->tp->allgather(out, in)};
-    wait_all(w);
-    return torch::cat(out[0]).view(part.scalar_type()).view({b, seq_len_, cfg_.n_embd});
-  };
+  auto share = [&](const torch::Tensor& whole) { return ShareOf(whole); };
+  auto gather = [&](const torch::Tensor& part) { return GatherShares(part); };
 
   for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
     const int j = in.microbatch;
@@ -623,8 +624,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
             if (p.activation) sent[p.microbatch] = torch::Tensor();
             keep.push_back(msg.tensor);
           } else {
-            msg.tensor = t == 1 ? torch::empty({b, seq_len_, cfg_.n_embd}, wire)
-                                : torch::empty({boundary_numel / t}, wire);
+            msg.tensor = BoundaryBuffer(wire);
             torch::Tensor& slot = (p.activation ? received : grads_in)[p.microbatch];
             slot = msg.tensor;
             if (t > 1) parts.push_back(&slot);
@@ -638,12 +638,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         break;
       }
       case StageInstr::kForward: {
-        torch::Tensor input, targets;
-        if (me.is_first_stage() || me.is_last_stage()) {
-          auto [x, y] = model::MakeBatch(data_, opts_.seed, step, int64_t{g} * b, b, seq_len_);
-          if (me.is_first_stage()) input = x.to(device);
-          if (me.is_last_stage()) targets = y.to(device);
-        }
+        auto [input, targets] = MicroBatch(data_, step, g);
         if (!me.is_first_stage()) {
           input = received[j].to(torch::kFloat).requires_grad_(true);
           received[j] = torch::Tensor();

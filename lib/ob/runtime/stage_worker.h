@@ -318,6 +318,18 @@ class StageWorker {
     std::vector<torch::Tensor> views;    // params', then sources' slices of flat
   };
   std::vector<std::vector<torch::Tensor>> own_grads_;  // by layer, when several pieces
+  // Pieces of a step shared by training and evaluation: micro-batch g of
+  // `src` under key `step` (input ids on the first stage, targets on the
+  // last, on the device; undefined elsewhere); where a boundary receive
+  // lands (the whole [b, s, h], or this TP rank's 1/t of it); this TP
+  // rank's 1/t of a boundary tensor, and the whole from the stage's shares
+  // (an all-gather); and waiting for works, counting progress (Tick) and
+  // marking the wait (Waiting) as hang detection needs.
+  std::pair<torch::Tensor, torch::Tensor> MicroBatch(const model::TokenSource& src, int64_t step, int g) const;
+  torch::Tensor BoundaryBuffer(const torch::TensorOptions& wire) const;
+  torch::Tensor ShareOf(const torch::Tensor& whole) const;
+  torch::Tensor GatherShares(const torch::Tensor& part);
+  void WaitAll(std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   std::vector<torch::Tensor> PieceOfGradient(const std::string& name, const torch::Tensor& grad,
                                              int piece) const;
   static constexpr int64_t kBucketBytes = int64_t{8} << 20;
