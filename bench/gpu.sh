@@ -16,11 +16,14 @@
 # 4. kills the worker with SIGKILL at step KILL_STEP: the agent restarts it
 #    from its host snapshot; the `recovered` line of events.log gives kill to
 #    next completed step and its phases.
-# Results: OUT/summary.txt (and the logs beside it).
+# Steps 20-21 of the first model's ob run and of its peer run are traced
+# (OB_TRACE, torch_loop.py --trace) and compared by bench/trace_summary.py:
+# GPU busy and idle time per step, kernel time by kind, the top kernels.
+# Results: OUT/summary.txt (and the logs and gzipped traces beside it).
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), KILL=0 (no kill run), BUDGET (seconds for the whole pass, 420), BUILD (build
+# KILL_STEP (50), KILL=0 (no kill run), UNIT=0 (no unit tests), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
 set -uo pipefail
@@ -105,11 +108,11 @@ bin=$bd/bin
 [ $built = 1 ] && "$bin/ob-launch" --version -v 2>&1 | tee -a "$summary"
 
 # --- the plain PyTorch peer --------------------------------------------------
-peer() {  # peer MODEL: one run of torch_loop.py, its summary line
-  local m=$1
+peer() {  # peer MODEL [ARGS...]: one run of torch_loop.py, its summary line
+  local m=$1; shift
   env -u LD_LIBRARY_PATH timeout 150 "$py" bench/peers/torch_loop.py --model "$m" --micro-batch "$mb" \
     --global-batch "$gb" --seq-len "$seq" --steps "$steps" --skip "$skip" --device "$device" \
-    --json "$out/peer-$m.json" > "$out/peer-$m.log" 2>&1
+    --json "$out/peer-$m.json" "$@" > "$out/peer-$m.log" 2>&1
   say "peer $m: $(tail -1 "$out/peer-$m.log")"
 }
 
@@ -166,10 +169,21 @@ profile_plan() {
 }
 if [ $built = 1 ] && phase "profile $first" 60; then profile_plan "$first"; fi
 
+# Both traced over steps 20-21 (Kineto): where each one's step goes.
+mkdir -p "$work/trace"
 if [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "ob $first" 60; then
-  train "train-$first" "$first" --precision bf16
+  OB_TRACE=$work/trace train "train-$first" "$first" --precision bf16
 fi
-if phase "peer $first" 50; then peer "$first"; fi
+if phase "peer $first" 50; then peer "$first" --trace "$work/trace/peer.json"; fi
+if [ -s "$work/trace/trace-rank-0.json" ] || [ -s "$work/trace/peer.json" ]; then
+  args=()
+  [ -s "$work/trace/trace-rank-0.json" ] && args+=("ob=$work/trace/trace-rank-0.json")
+  [ -s "$work/trace/peer.json" ] && args+=("peer=$work/trace/peer.json")
+  env -u LD_LIBRARY_PATH "$py" bench/trace_summary.py --steps 2 --json "$out/trace-summary.json" "${args[@]}" \
+    > "$out/trace-summary.txt" 2>&1
+  head -60 "$out/trace-summary.txt" | tee -a "$summary"
+  for f in "$work"/trace/*.json; do gzip -c "$f" > "$out/$(basename "$f").gz"; done
+fi
 
 # Kill -9 of the worker at KILL_STEP.
 if [ "${KILL:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "kill -9 at step $kill_step" 70; then

@@ -4,7 +4,7 @@
 
     python3 bench/peers/torch_loop.py --model gpt2-medium --micro-batch 8 \
         --global-batch 32 --seq-len 1024 --steps 100 [--device cuda] \
-        [--precision bf16] [--peak-tflops 989] [--json OUT]
+        [--precision bf16] [--peak-tflops 989] [--json OUT] [--trace FILE]
 
 What it runs is what ob trains (lib/ob/model/gpt.cc, train.cc): GPT-2
 shape, pre-LN blocks, tanh-GELU MLP, learned positions, LM head tied to the
@@ -104,6 +104,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense peak; default: by device name")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", default="", help="write the summary here too")
+    ap.add_argument("--trace", default="", help="write a Chrome trace of steps --trace-steps here")
+    ap.add_argument("--trace-steps", default="20-21", help="FIRST-LAST (as ob-launch's OB_TRACE_STEPS)")
     a = ap.parse_args()
     if a.global_batch % a.micro_batch or a.steps <= a.skip:
         sys.exit("torch_loop: the global batch must be a multiple of the micro-batch, --steps > --skip")
@@ -127,9 +129,17 @@ def main():
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
+    trace_first, trace_last = (int(v) for v in a.trace_steps.split("-"))
+    prof = None
     times, losses = [], []
     for step in range(a.steps):
         sync()
+        if a.trace and step == trace_first:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if dev.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -144,6 +154,10 @@ def main():
         losses.append(float(total))  # syncs, as ob's step does when it reports
         sync()
         times.append(time.perf_counter() - t0)
+        if prof is not None and step == trace_last:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(a.trace)
+            prof = None
         print(f"step={step} loss={losses[-1]:.4f} step_s={times[-1]:.4f}", flush=True)
 
     tokens_per_step = a.global_batch * a.seq_len

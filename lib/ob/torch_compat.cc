@@ -7,9 +7,12 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <set>
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/cuda.h>
@@ -46,6 +49,98 @@ std::string TorchVersion() { return TORCH_VERSION; }
 
 at::Generator MakeCpuGenerator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
 
+bool FusedAdamWStep(torch::optim::AdamW& optimizer) {
+#if OB_TORCH_AT_LEAST(2, 1)
+  for (auto& group : optimizer.param_groups()) {  // first whether it applies, changing nothing
+    if (static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad()) return false;
+    for (const auto& p : group.params()) {
+      const auto& g = p.grad();
+      if (!g.defined()) continue;
+      if (!p.is_cuda() || p.scalar_type() != at::kFloat || g.is_sparse() || g.scalar_type() != at::kFloat ||
+          g.device() != p.device()) {
+        return false;
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  auto& state = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<torch::optim::AdamWParamState*> states;
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const auto key = OptimizerStateKey(state, p);
+      if (state.find(key) == state.end()) {  // as AdamW::step() creates it
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        state[key] = std::move(s);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*state.find(key)->second);
+      params.push_back(p);
+      grads.push_back(p.grad());
+      exp_avgs.push_back(s.exp_avg());
+      exp_avg_sqs.push_back(s.exp_avg_sq());
+      states.push_back(&s);
+    }
+    if (params.empty()) continue;
+    // The kernel reads each parameter's step counter as the number of this
+    // update (PyTorch's AdamW advances the counters before calling it): one
+    // fp32 counter a parameter, the host's count + 1 (one fill, no copy,
+    // when they agree, as they do when every parameter trains every step).
+    bool same = true;
+    for (auto* s : states) same = same && s->step() == states.front()->step();
+    const auto f32 = params.front().options().dtype(at::kFloat);
+    at::Tensor counters;
+    if (same) {
+      counters = torch::full({static_cast<int64_t>(states.size())},
+                             static_cast<double>(states.front()->step() + 1), f32);
+    } else {
+      std::vector<float> host;
+      for (auto* s : states) host.push_back(static_cast<float>(s->step() + 1));
+      counters = torch::tensor(host).to(params.front().device());
+    }
+    std::vector<at::Tensor> steps = counters.unbind(0);
+    const std::vector<at::Tensor> no_max;  // amsgrad's, unused
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, no_max, steps, o.lr(),
+                      std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                      /*amsgrad=*/false, /*maximize=*/false);
+    for (auto* s : states) s->step(s->step() + 1);
+  }
+  return true;
+#else
+  (void)optimizer;
+  return false;
+#endif
+}
+
+bool TraceStart(bool cuda) {
+  using torch::profiler::impl::ActivityType;
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  try {
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool TraceStop(const std::string& path) {
+  try {
+    auto result = torch::autograd::profiler::disableProfiler();
+    if (result) result->save(path);  // throws without Kineto (Debian's 1.13)
+  } catch (const std::exception&) {
+    return false;
+  }
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 c10::intrusive_ptr<c10d::Store> MakeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
 
 c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -71,7 +166,14 @@ c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Stor
 }
 
 void Synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+#ifdef OB_WITH_CUDA
+  // The current stream only: a whole-device synchronize would also wait for
+  // the snapshot's copies on their side stream, which must overlap the next
+  // step (seen on an H100: 78 ms of copies a step added to the step).
+  if (device.is_cuda()) at::cuda::getCurrentCUDAStream(device.index()).synchronize();
+#else
+  (void)device;
+#endif
 }
 
 int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }

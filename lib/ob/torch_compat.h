@@ -58,6 +58,29 @@ typename Map::key_type OptimizerStateKey(const Map&, const torch::Tensor& p) {
   }
 }
 
+// --- optimizers: the fused step ---------------------------------------------
+// One AdamW update of every parameter of `optimizer` that has a gradient,
+// the math of torch::optim::AdamW::step() (decoupled weight decay, bias
+// corrections, no amsgrad) in one fused multi-tensor kernel per parameter
+// group (at::_fused_adamw_) instead of about seven kernels per parameter.
+// The moments stay in the optimizer's own state map, created there as
+// AdamW::step() would, so snapshots and checkpoints see no difference.
+// Returns false, having changed nothing, where the fused kernel does not
+// apply: LibTorch < 2.1, a CPU or non-fp32 parameter, a sparse gradient,
+// amsgrad; the caller then calls optimizer.step(). Results equal step()'s
+// up to rounding (the kernel keeps intermediate values in registers).
+bool FusedAdamWStep(torch::optim::AdamW& optimizer);
+
+// --- tracing -------------------------------------------------------------------
+// A Kineto trace (the ops, and the CUDA kernels and copies when `cuda`) of
+// what this process runs between TraceStart and TraceStop, written by
+// TraceStop as Chrome trace JSON to `path`. On a LibTorch built without
+// Kineto (Debian's 1.13) the profiler may start, but the file
+// is not written. Neither throws: false says the profiler would not start
+// or wrote no file, and training goes on untraced.
+bool TraceStart(bool cuda);
+bool TraceStop(const std::string& path);
+
 // --- c10d ------------------------------------------------------------------
 // What a Gloo/NCCL group object is: c10d::Backend since 2.0, ProcessGroup before.
 #if OB_TORCH_AT_LEAST(2, 0)
@@ -84,7 +107,8 @@ c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Stor
                                              std::chrono::milliseconds timeout);
 
 // --- devices -----------------------------------------------------------------
-// Waits for queued work on `device` (no-op on CPU).
+// Waits for the work queued on `device`'s current stream (not on side
+// streams, such as the snapshot's copies); no-op on CPU.
 void Synchronize(const torch::Device& device);
 int CudaDeviceCount();                  // 0 in a CPU build
 int64_t CudaAllocatedBytes(int device); // live bytes of the caching allocator

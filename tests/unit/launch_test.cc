@@ -498,3 +498,41 @@ TEST_CASE("the progress line names the largest peak GPU memory of any rank, and 
   cpu.Step(step(0, 0));
   CHECK_THAT(cpu.Progress(), !Catch::Contains("GPU memory"));
 }
+
+// A run whose loss ends NaN trained weights nobody can use: it must not exit
+// 0 (seen on a GPU, 2026-11-26: an optimizer bug made every loss from step 1
+// NaN, and ob-launch reported "trained 100 steps: final loss nan" and 0).
+TEST_CASE("a run that ends with a loss that is not finite is not a success") {
+  auto step = [](uint32_t rank, uint64_t s, double loss) {
+    ob::pb::Metrics m;
+    m.set_rank(rank);
+    m.set_step(s);
+    m.set_loss(loss);
+    m.set_tokens_per_second(1000);
+    m.set_step_seconds(0.5);
+    return m;
+  };
+  ob::launch::MetricsSink sink(nullptr);
+  sink.set_total_steps(6);
+  for (uint64_t s = 0; s < 6; ++s) {
+    const double loss = s < 2 ? 4.0 - s : std::nan("");
+    sink.Step(step(0, s, loss));
+    sink.Step(step(1, s, loss));
+  }
+  CHECK_THAT(sink.Progress(), Catch::Contains("step 6/6  loss nan"));
+  const ob::Status v = sink.LossVerdict();
+  CHECK(v.code() == ob::Code::kDataErr);
+  CHECK_THAT(v.message(), Catch::Contains("not finite (nan since step 2)"));
+  CHECK_THAT(v.message(), Catch::Contains("the last finite loss was at step 1"));
+
+  ob::launch::MetricsSink recovered(nullptr);  // a NaN on the way, finite at the end
+  recovered.set_total_steps(3);
+  recovered.Step(step(0, 0, 3.0));
+  recovered.Step(step(0, 1, std::nan("")));
+  recovered.Step(step(0, 2, 2.5));
+  CHECK(recovered.LossVerdict().ok());
+
+  ob::launch::MetricsSink evaluated(nullptr);  // --steps 0: nothing trained
+  evaluated.Step(step(0, 4, std::nan("")));
+  CHECK(evaluated.LossVerdict().ok());
+}

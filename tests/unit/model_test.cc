@@ -297,3 +297,81 @@ TEST_CASE("training refuses data the model cannot take", "[model][train]") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == ob::Code::kDataErr);
 }
+
+// The optimizer update the worker and the reference trainer use: AdamW's own
+// step() on the CPU; on a GPU (LibTorch >= 2.1) the fused kernel, which must
+// give what step() gives, with the same state for snapshots and checkpoints.
+TEST_CASE("the optimizer update equals AdamW's step(), fused on a GPU", "[model][train]") {
+  const bool cuda = ob::compat::CudaDeviceCount() > 0;
+  const torch::Device dev = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  auto cfg = Tiny();
+  GptStage a(cfg, 0, cfg.num_layers() - 1, kSeed), b(cfg, 0, cfg.num_layers() - 1, kSeed);
+  a->to(dev);
+  b->to(dev);
+  ob::model::TrainOptions o;
+  o.weight_decay = 0.1;
+  auto oa = ob::model::MakeOptimizer(*a, o), ob_ = ob::model::MakeOptimizer(*b, o);
+  auto pa = a->parameters(), pb = b->parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(static_cast<uint64_t>(step));
+    for (size_t i = 0; i < pa.size(); ++i) {
+      auto g = torch::randn(pa[i].sizes()).to(dev);
+      pa[i].mutable_grad() = g.clone();
+      pb[i].mutable_grad() = g.clone();
+    }
+    ob::model::SetLearningRate(*oa, 1e-2 / (step + 1));
+    ob::model::SetLearningRate(*ob_, 1e-2 / (step + 1));
+    if (cuda) {
+      CHECK(ob::compat::FusedAdamWStep(*oa) == OB_TORCH_AT_LEAST(2, 1));
+      if (!OB_TORCH_AT_LEAST(2, 1)) oa->step();
+    } else {
+      CHECK_FALSE(ob::compat::FusedAdamWStep(*oa));  // changes nothing on the CPU
+      ob::model::OptimizerStep(*oa);
+    }
+    ob_->step();
+  }
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    REQUIRE(torch::isfinite(pa[i]).all().item<bool>());  // a NaN would slip through max() below
+    auto diff = (pa[i] - pb[i]).abs().max().item<double>() / (pb[i].abs().max().item<double>() + 1e-12);
+    worst = std::max(worst, diff);
+    const auto& sa = static_cast<torch::optim::AdamWParamState&>(
+        *oa->state().at(ob::compat::OptimizerStateKey(oa->state(), pa[i])));
+    const auto& sb = static_cast<torch::optim::AdamWParamState&>(
+        *ob_->state().at(ob::compat::OptimizerStateKey(ob_->state(), pb[i])));
+    CHECK(sa.step() == 3);
+    CHECK(sb.step() == 3);
+    CHECK(torch::allclose(sa.exp_avg(), sb.exp_avg(), 1e-5, 1e-7));
+    CHECK(torch::allclose(sa.exp_avg_sq(), sb.exp_avg_sq(), 1e-5, 1e-9));
+  }
+  INFO("worst relative parameter difference " << worst);
+  CHECK(worst < 1e-5);
+  if (!cuda) CHECK(worst == 0);  // the same code on the CPU
+}
+
+// The head's product over a vocabulary padded for aligned GPU kernels: the
+// same logits and the same gradients as the plain product, on any device.
+TEST_CASE("head logits over a padded vocabulary equal the plain product", "[model]") {
+  torch::manual_seed(7);
+  for (int64_t v : {50, 64, 257}) {
+    INFO("vocabulary " << v);
+    auto x = torch::randn({2, 3, 16}, torch::kDouble).requires_grad_(true);
+    auto w = torch::randn({v, 16}, torch::kDouble).requires_grad_(true);
+    auto plain = torch::matmul(x, w.t());
+    auto padded = ob::model::LogitsOf(x, w, 64);
+    REQUIRE(padded.sizes() == plain.sizes());
+    CHECK(torch::allclose(padded, plain, 1e-12, 1e-12));
+    auto g = torch::randn_like(plain);
+    auto gx = torch::autograd::grad({plain}, {x, w}, {g});
+    auto gp = torch::autograd::grad({padded}, {x, w}, {g});
+    CHECK(torch::allclose(gp[0], gx[0], 1e-12, 1e-12));
+    CHECK(gp[1].sizes() == w.sizes());
+    CHECK(torch::allclose(gp[1], gx[1], 1e-12, 1e-12));
+    // Cross-entropy over the padded product: the padding takes no share.
+    auto t = torch::randint(v, {6}, torch::kLong);
+    auto a = torch::nn::functional::cross_entropy(plain.reshape({-1, v}), t);
+    auto b = torch::nn::functional::cross_entropy(padded.reshape({-1, v}), t);
+    CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-12));
+  }
+}

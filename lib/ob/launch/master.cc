@@ -150,6 +150,10 @@ Result<int> Master::Run() {
     outcome_ = ckpt_.Verdict();
     OB_LOG(Error) << outcome_.message();
   }
+  if (outcome_.ok() && !metrics_.LossVerdict().ok()) {  // never report success for unusable weights
+    outcome_ = metrics_.LossVerdict();
+    OB_LOG(Error) << outcome_.message();
+  }
   events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
   if (!outcome_.ok()) return outcome_;
   return 0;

@@ -107,6 +107,12 @@ void MetricsSink::Step(const pb::Metrics& m) {
     if (recent_step_seconds_.size() > kEtaSteps) recent_step_seconds_.pop_front();
     tokens_sum_ += m.tokens_per_second() * m.step_seconds();
     last_loss_ = m.loss();
+    if (std::isfinite(m.loss())) {
+      last_finite_step_ = static_cast<int64_t>(m.step());
+      nonfinite_since_ = -1;
+    } else if (nonfinite_since_ < 0 || static_cast<int64_t>(m.step()) < nonfinite_since_) {
+      nonfinite_since_ = static_cast<int64_t>(m.step());
+    }
     if (m.has_eval_loss()) {
       eval_loss_ = m.eval_loss();
       have_eval_ = true;
@@ -136,6 +142,7 @@ std::string MetricsSink::Progress() {
   int losses = 0, mfus = 0;
   uint64_t peak = 0;  // the largest peak device memory of any rank, and whose
   uint32_t peak_rank = 0;
+  bool nonfinite = false;  // a rank reported a NaN or infinite loss
   for (const auto& [rank, m] : last_) {
     if (m.step() != last_step_) continue;
     if (m.peak_memory_bytes() > peak) {
@@ -146,14 +153,17 @@ std::string MetricsSink::Progress() {
       mfu_sum += m.mfu();
       ++mfus;
     }
-    if (!std::isfinite(m.loss())) continue;
+    if (!std::isfinite(m.loss())) {
+      nonfinite = true;
+      continue;
+    }
     loss_sum += m.loss();
     tokens += m.tokens_per_second();
     ++losses;
   }
   const int64_t done = static_cast<int64_t>(last_step_) + 1;
   std::string line = "step " + std::to_string(done) + (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "") +
-                     "  loss " + (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string("-")) + "  tokens/s " +
+                     "  loss " + (losses > 0 ? Fixed(loss_sum / losses, 4) : std::string(nonfinite ? "nan" : "-")) + "  tokens/s " +
                      (losses > 0 ? Fixed(tokens / losses, 0) : std::string("-")) + "  MFU " +
                      (mfus > 0 ? Fixed(100 * mfu_sum / mfus, 1) + "%" : std::string("-"));
   if (have_eval_) line.insert(line.find("  tokens/s"), "  eval " + Fixed(eval_loss_, 4));
@@ -168,6 +178,16 @@ std::string MetricsSink::Progress() {
     line += "  ETA " + Duration(mean * static_cast<double>(std::max<int64_t>(0, total_steps_ - done)));
   }
   return line;
+}
+
+Status MetricsSink::LossVerdict() const {
+  if (total_steps_ == 0 || steps_done_ == 0 || std::isfinite(last_loss_)) return Status::Ok();
+  std::string msg = "training ended with a loss that is not finite (" + Fixed(last_loss_, 4) + " since step " +
+                    std::to_string(nonfinite_since_) + "): its weights are not usable";
+  msg += last_finite_step_ >= 0 ? "; the last finite loss was at step " + std::to_string(last_finite_step_) +
+                                      " (resume from a checkpoint before it, e.g. with a lower --lr)"
+                                : "; no step had a finite loss";
+  return Status::DataErr(msg);
 }
 
 std::string MetricsSink::Summary() const {

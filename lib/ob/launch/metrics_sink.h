@@ -18,6 +18,7 @@
 #include "ob/launch/operator_socket.h"
 #include "ob/metrics.pb.h"
 #include "ob/status.h"
+#include "ob/status.h"
 
 namespace ob::launch {
 
@@ -61,6 +62,10 @@ class MetricsSink {
   // "trained N steps: final loss L[, eval loss E], T tokens/s"; with --steps
   // 0, "evaluated the weights after step S: eval loss E"; "" before any step.
   std::string Summary() const;
+  // Not OK (65, naming the steps) when training ran and rank 0's last loss
+  // is NaN or infinite: the weights it ends with are not usable, and a run
+  // must not report success for them. OK for --steps 0 (no training).
+  Status LossVerdict() const;
 
  private:
   OperatorSocket* watchers_;
@@ -79,6 +84,8 @@ class MetricsSink {
   // global loss and throughput).
   uint64_t steps_done_ = 0;
   double step_seconds_sum_ = 0, tokens_sum_ = 0, last_loss_ = 0;
+  int64_t last_finite_step_ = -1;  // rank 0's newest step with a finite loss
+  int64_t nonfinite_since_ = -1;   // the first step of rank 0's current run of non-finite losses
 };
 
 }  // namespace ob::launch

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <csignal>
 #include <functional>
@@ -53,6 +54,13 @@ struct PlanData {
   model::GptConfig cfg;
 };
 
+// The tokens a sample holds: the plan's sequence length, or the model's
+// positions when the plan leaves it unset.
+int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
+  const int seq = static_cast<int>(plan.sequence_length());
+  return seq > 0 ? seq : cfg.n_positions;
+}
+
 Result<PlanData> LoadPlanData(const std::string& path) {
   PlanData out;
   OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &out.plan));
@@ -82,8 +90,7 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
     return Status::NoInput(data + ": " + std::strerror(errno));
   }
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
-  const int seq = static_cast<int>(pd.plan.sequence_length());
-  Status st = src.Check(seq > 0 ? seq : pd.cfg.n_positions, pd.cfg.vocab_size);
+  Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
   if (!st.ok())
     return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
   return src.facts().Encode();
@@ -97,9 +104,8 @@ Status CheckEvalSplit(const std::string& data, double split, const std::string& 
     if (access(data.c_str(), R_OK) != 0) return Status::Ok();  // only on the hosts: they check
     OB_ASSIGN_OR_RETURN(all, model::TokenSource::Open(data));
   }
-  const int seq = static_cast<int>(pd.plan.sequence_length());
   model::TokenSource train = all, eval = all;
-  return model::SplitForEval(all, split, seq > 0 ? seq : pd.cfg.n_positions, &train, &eval);
+  return model::SplitForEval(all, split, SequenceLength(pd.plan, pd.cfg), &train, &eval);
 }
 
 Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision) {
@@ -332,14 +338,14 @@ Status RunWorker(const WorkerOptions& o) {
   // Evaluation data: a file of its own, or the held-out end of `data`.
   std::optional<model::TokenSource> eval;
   {
-    const int seq = static_cast<int>(gen.plan().sequence_length());
+    const int seq = SequenceLength(gen.plan(), cfg);
     if (!o.eval_data.empty()) {
       OB_ASSIGN_OR_RETURN(model::TokenSource e, OpenData(o.eval_data, cfg, o.seed + 1, ""));
-      OB_RETURN_IF_ERROR(e.Check(seq > 0 ? seq : cfg.n_positions, cfg.vocab_size));
+      OB_RETURN_IF_ERROR(e.Check(seq, cfg.vocab_size));
       eval = std::move(e);
     } else if (o.eval_split > 0) {
       model::TokenSource train = data, held = data;
-      OB_RETURN_IF_ERROR(model::SplitForEval(data, o.eval_split, seq > 0 ? seq : cfg.n_positions, &train, &held));
+      OB_RETURN_IF_ERROR(model::SplitForEval(data, o.eval_split, seq, &train, &held));
       data = train;
       eval = held;
     }
@@ -580,18 +586,47 @@ Status RunWorker(const WorkerOptions& o) {
     std::lock_guard<std::mutex> lock(out_mu);
     return out.Write(m);
   };
-  if (o.steps == 0 && eval) {  // ob-launch --steps 0 --resume: evaluate the weights restored, and stop
+  // An evaluation counts as progress, as a step does (the hang watch).
+  auto evaluate = [&]() -> Result<double> {
     in_step = 1;
     Result<double> e = worker->Evaluate(*eval, o.eval_batches);
     in_step = 0;
     progress.fetch_add(1);
-    OB_ASSIGN_OR_RETURN(double eval_loss, std::move(e));
+    return e;
+  };
+  if (o.steps == 0 && eval) {  // ob-launch --steps 0 --resume: evaluate the weights restored, and stop
+    OB_ASSIGN_OR_RETURN(double eval_loss, evaluate());
     pb::Metrics m = record(first_step - 1);
     m.set_loss(std::nan(""));
     m.set_eval_loss(eval_loss);
     OB_RETURN_IF_ERROR(emit(m));
   }
+  // OB_TRACE=DIR: a Kineto trace (ops, and CUDA kernels on a GPU) of steps
+  // OB_TRACE_STEPS=A-B (default 20-21) of generation 1, written as Chrome
+  // trace JSON to DIR/trace-rank-R.json (bench/gpu.sh, bench/trace_summary.py).
+  int64_t trace_first = -1, trace_last = -1;
+  std::string trace_path;
+  if (const char* dir = std::getenv("OB_TRACE"); dir != nullptr && *dir != '\0' && o.generation == 1) {
+    trace_first = 20;
+    trace_last = 21;
+    if (const char* range = std::getenv("OB_TRACE_STEPS"); range != nullptr && *range != '\0') {
+      long long a = -1, b = -1;
+      if (std::sscanf(range, "%lld-%lld", &a, &b) != 2 || a < 0 || b < a) {
+        return Status::Usage("OB_TRACE_STEPS '" + std::string(range) + "': expected FIRST-LAST, e.g. 20-21");
+      }
+      trace_first = a;
+      trace_last = b;
+    }
+    trace_path = std::string(dir) + "/trace-rank-" + std::to_string(o.rank) + ".json";
+  }
   for (int64_t step = first_step; step < o.steps; ++step) {
+    if (step == trace_first) {
+      compat::Synchronize(t.device);
+      if (!compat::TraceStart(t.device.is_cuda())) {
+        OB_LOG(Warn) << "OB_TRACE: this LibTorch's profiler would not start; not tracing";
+        trace_first = -1;
+      }
+    }
     if (step == inject.hang_at) {
       OB_LOG(Warn) << "fault injection: stopping before step " << step;
       ::raise(SIGSTOP);
@@ -613,16 +648,20 @@ Status RunWorker(const WorkerOptions& o) {
     in_step = 0;
     if (progress.load() != before) runtime_counts = true;
     progress.fetch_add(1);
+    if (step == trace_last && trace_first >= 0) {
+      compat::Synchronize(t.device);
+      if (compat::TraceStop(trace_path)) {
+        OB_LOG(Info) << "traced steps " << trace_first << "-" << trace_last << " into " << trace_path;
+      } else {
+        OB_LOG(Warn) << "OB_TRACE: this LibTorch wrote no trace to " << trace_path << " (built without Kineto?)";
+      }
+    }
     OB_ASSIGN_OR_RETURN(runtime::StepResult r, std::move(stepped));
     last_done = step;
     if (step == inject.nan_at) r.loss = std::nan("");
     pb::Metrics m = record(step);
     if (eval && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step == o.steps - 1)) {
-      in_step = 1;
-      Result<double> e = worker->Evaluate(*eval, o.eval_batches);
-      in_step = 0;
-      progress.fetch_add(1);
-      OB_ASSIGN_OR_RETURN(double eval_loss, std::move(e));
+      OB_ASSIGN_OR_RETURN(double eval_loss, evaluate());
       m.set_eval_loss(eval_loss);
     }
     m.set_step_seconds(r.seconds);

@@ -127,6 +127,12 @@ class LmHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LmHead);
 
+// x·wᵀ for a head weight w of V rows: [..., V]. With multiple > 1 and V not
+// a multiple of it, the product runs over w padded with zero rows to the
+// next multiple and the result is the first V columns (a view); the values
+// and gradients are those of the plain product.
+torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple);
+
 class HeadLayerImpl : public PlannerLayerImpl {
  public:
   HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied = {}, TpGroupPtr tp = nullptr);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ob/model/gpt.h"
+#include "ob/torch_compat.h"
 
 namespace ob::model {
 
@@ -67,6 +68,10 @@ void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
   }
 }
 
+void OptimizerStep(torch::optim::AdamW& optimizer) {
+  if (!compat::FusedAdamWStep(optimizer)) optimizer.step();
+}
+
 namespace {
 
 std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
@@ -98,7 +103,7 @@ std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
     }
     const double clip = opts.grad_clip > 0 ? opts.grad_clip : INFINITY;
     const double grad_norm = torch::nn::utils::clip_grad_norm_(params, clip);
-    optimizer.step();
+    OptimizerStep(optimizer);
 
     StepRecord r;
     r.step = step;

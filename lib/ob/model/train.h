@@ -97,6 +97,11 @@ std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const torch::nn::Module& modu
 // Sets the learning rate of every parameter group of an AdamW optimizer.
 void SetLearningRate(torch::optim::AdamW& optimizer, double lr);
 
+// One AdamW update: on CUDA (LibTorch >= 2.1) one fused multi-tensor kernel
+// per parameter group (compat::FusedAdamWStep), else optimizer.step(); the
+// same math and the same state either way.
+void OptimizerStep(torch::optim::AdamW& optimizer);
+
 // Trains a fresh model (GptStage [0, L+1] seeded with opts.seed) for
 // opts.steps steps; step k uses samples (seed, k, i), i in [0, global_batch).
 // When `trained` is given it receives the model after the last step.

@@ -816,12 +816,16 @@ void StageWorker::ApplyUpdate(StepResult* r) {
     const double coef = opts_.grad_clip / (r->grad_norm + 1e-6);
     if (coef < 1) {
       torch::NoGradGuard no_grad;
-      for (auto& p : stage_->parameters()) p.mutable_grad().mul_(coef);
+      std::vector<torch::Tensor> grads;  // one multi-tensor kernel on CUDA, not one per parameter
+      for (auto& p : stage_->parameters()) {
+        if (p.grad().defined()) grads.push_back(p.grad());
+      }
+      at::_foreach_mul_(grads, coef);
     }
   }
   r->lr = model::LearningRate(opts_, r->step);
   model::SetLearningRate(*optimizer_, r->lr);
-  optimizer_->step();
+  model::OptimizerStep(*optimizer_);
 }
 
 }  // namespace ob::runtime

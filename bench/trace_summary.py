@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Where a GPU step's time goes, from Kineto/Chrome traces (ob-launch with
+OB_TRACE=DIR, bench/peers/torch_loop.py --trace FILE), side by side.
+
+    bench/trace_summary.py --steps 2 ob=trace-rank-0.json peer=peer.json
+
+For each trace, per traced step: the window from the first to the last GPU
+activity, the time the GPU was busy (the union of kernels, copies and
+sets over all streams) and idle, the kernels' time by kind (matrix
+products, attention, optimizer, copies, ...), the host's CUDA runtime calls
+(launches), and the kernels that took longest in total. A trace may be
+gzip-compressed (.gz).
+"""
+
+import argparse
+import gzip
+import json
+import re
+import sys
+from collections import defaultdict
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+# First match wins; names are CUDA kernel names, lower-cased.
+KINDS = [
+    ("nccl", r"nccl"),
+    ("optimizer", r"adam|multi_tensor|foreach|fused_sgd"),
+    ("attention", r"flash|fmha|attention|sdpa|efficient_attention"),
+    ("matmul", r"gemm|cutlass|xmma|nvjet|sm90_|sm80_|cublas|matmul|splitk"),
+    ("layernorm", r"layer_norm|layernorm"),
+    ("softmax/loss", r"softmax|nll_loss|cross_entropy|log_softmax"),
+    ("embedding", r"embedding|index_put|indexing_backward|index_select|sort|radix|unique|segment"),
+    ("reduce", r"reduce|sum_kernel|norm_kernel"),
+    ("copy/cast", r"memcpy|copy|cast|to_copy|convert"),
+    ("elementwise", r"elementwise|vectorized|unrolled|gelu|add|mul|fill"),
+]
+
+
+def kind_of(name, cat):
+    if cat == "gpu_memcpy":
+        return "memcpy"
+    if cat == "gpu_memset":
+        return "memset"
+    low = name.lower()
+    for kind, pattern in KINDS:
+        if re.search(pattern, low):
+            return kind
+    return "other"
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def union_length(intervals):
+    total, end = 0.0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def summarize(path, steps):
+    events = load(path)
+    gpu, launches, cpu_ops = [], 0, 0
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        cat = ev.get("cat", "")
+        if cat in GPU_CATS:
+            gpu.append((float(ev["ts"]), float(ev["ts"]) + float(ev.get("dur", 0)), ev.get("name", "?"), cat))
+        elif cat == "cuda_runtime" and re.search(r"launch", ev.get("name", ""), re.I):
+            launches += 1
+        elif cat == "cpu_op":
+            cpu_ops += 1
+    if not gpu:
+        return None
+    window = max(e for _, e, _, _ in gpu) - min(s for s, _, _, _ in gpu)
+    busy = union_length([(s, e) for s, e, _, _ in gpu])
+    by_kind = defaultdict(float)
+    by_name = defaultdict(lambda: [0.0, 0])
+    for s, e, name, cat in gpu:
+        by_kind[kind_of(name, cat)] += e - s
+        entry = by_name[name]
+        entry[0] += e - s
+        entry[1] += 1
+    gaps = []
+    end = None
+    for s, e, _, _ in sorted(gpu):
+        if end is not None and s > end:
+            gaps.append(s - end)
+        end = e if end is None else max(end, e)
+    n = float(steps)
+    return {
+        "window_ms": window / 1e3 / n,
+        "busy_ms": busy / 1e3 / n,
+        "idle_ms": (window - busy) / 1e3 / n,
+        "gaps_over_100us_ms": sum(g for g in gaps if g > 100) / 1e3 / n,
+        "gaps_over_100us": sum(1 for g in gaps if g > 100) / n,
+        "kernel_sum_ms": sum(by_kind.values()) / 1e3 / n,
+        "gpu_activities": len(gpu) / n,
+        "launches": launches / n,
+        "cpu_ops": cpu_ops / n,
+        "by_kind_ms": {k: v / 1e3 / n for k, v in by_kind.items()},
+        "top": sorted(((v[0] / 1e3 / n, v[1] / n, name) for name, v in by_name.items()), reverse=True),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=2, help="steps in each trace (figures are per step)")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--json", default="", help="write the summaries here too")
+    ap.add_argument("traces", nargs="+", help="LABEL=PATH")
+    a = ap.parse_args()
+    sums = {}
+    for item in a.traces:
+        label, _, path = item.partition("=")
+        if not path:
+            sys.exit(f"trace_summary: '{item}': expected LABEL=PATH")
+        try:
+            s = summarize(path, a.steps)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"trace_summary: {path}: {e}", file=sys.stderr)
+            continue
+        if s is None:
+            print(f"trace_summary: {path}: no GPU activity in the trace", file=sys.stderr)
+            continue
+        sums[label] = s
+    if not sums:
+        sys.exit(1)
+    labels = list(sums)
+    row = lambda name, vals: print(f"{name:<26}" + "".join(f"{v:>14}" for v in vals))
+    print(f"per step (traces of {a.steps} steps)")
+    row("", labels)
+    for key, fmt in (("window_ms", "{:.2f}"), ("busy_ms", "{:.2f}"), ("idle_ms", "{:.2f}"),
+                     ("gaps_over_100us_ms", "{:.2f}"), ("gaps_over_100us", "{:.0f}"),
+                     ("kernel_sum_ms", "{:.2f}"), ("gpu_activities", "{:.0f}"), ("launches", "{:.0f}"),
+                     ("cpu_ops", "{:.0f}")):
+        row(key, [fmt.format(sums[l][key]) for l in labels])
+    kinds = sorted({k for s in sums.values() for k in s["by_kind_ms"]},
+                   key=lambda k: -max(s["by_kind_ms"].get(k, 0) for s in sums.values()))
+    print("kernel time by kind (ms/step)")
+    for k in kinds:
+        row("  " + k, [f"{sums[l]['by_kind_ms'].get(k, 0):.2f}" for l in labels])
+    for l in labels:
+        print(f"top kernels, {l} (ms/step, launches/step, name)")
+        for ms, count, name in sums[l]["top"][: a.top]:
+            print(f"  {ms:9.3f} {count:7.1f}  {name[:150]}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({l: {k: v for k, v in s.items() if k != "top"} | {"top": s["top"][:100]}
+                       for l, s in sums.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
