@@ -53,6 +53,17 @@ expect 65 'no costs at micro-batch 4' -- "$PLAN" --nodes 4 -b 4 "$TMP/tiny.pb"
 expect 64 "try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
 expect 64 "give the cluster" -- env -u SLURM_JOB_NODELIST "$PLAN" "$TMP/tiny.pb"
 
+# -f auto: its options, and failures too frequent for any f.
+expect 64 "f x: expected a number of node failures" -- "$PLAN" --nodes 4 -f x "$TMP/tiny.pb"
+expect 64 '-f auto needs --node-mtbf' -- "$PLAN" --nodes 4 -f auto "$TMP/tiny.pb"
+expect 64 "--node-mtbf '5y': expected a duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 5y "$TMP/tiny.pb"
+expect 64 "--repair-time '-1h': expected a duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 9d --repair-time=-1h "$TMP/tiny.pb"
+expect 78 'fail every 15.0 s, faster than the recoveries and restarts' -- "$PLAN" --nodes 4 -f auto --node-mtbf 1m "$TMP/tiny.pb"
+"$PLAN" --nodes 4 -f auto --node-mtbf 2d --repair-time 12h --explain -o "$TMP/auto.pb" "$TMP/tiny.pb" > "$TMP/auto.txt" \
+  || fail "-f auto on 4 nodes"
+grep -q '<- chosen' "$TMP/auto.txt" || fail "-f auto: no chosen row in --explain"
+grep -q "^# global batch .*; f = [0-9]" "$TMP/auto.txt" || fail "-f auto: the plan's f is not printed"
+
 # Hosts with different slots (GPUs per node) are refused, naming the line.
 printf 'a slots=8\nb slots=8\nc slots=4\n' > "$TMP/mixed.txt"
 expect 78 'mixed.txt:3: host .c. has slots=4' -- "$PLAN" --hosts "$TMP/mixed.txt" "$TMP/tiny.pb"

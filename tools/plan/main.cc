@@ -10,6 +10,7 @@
 #include "ob/io/message.h"
 #include "ob/log.h"
 #include "ob/plan/explain.h"
+#include "ob/plan/reliability.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/placement.h"
 #include "ob/plan/plan_io.h"
@@ -20,7 +21,9 @@ namespace {
 
 struct Options {
   std::string input;
-  int faults = 1;
+  std::string faults = "1";    // a count, or "auto" (from the failure model below)
+  std::string node_mtbf, repair_time = "1h", horizon = "30d", recovery_time = "5s",
+      restart_time = "10m", checkpoint_cost = "5s";
   int nodes = 0;
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
@@ -45,9 +48,10 @@ struct Options {
 
 Options g;
 
-ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan) {
+ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan,
+                const std::string& fault_table = "") {
   if (g.explain) {
-    std::string text = ob::plan::ExplainPlan(plan);
+    std::string text = fault_table + ob::plan::ExplainPlan(plan);
     // Tables go to stdout; the plan itself only where -o sends it.
     if (common.output != "-") {
       OB_RETURN_IF_ERROR(ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion,
@@ -145,6 +149,33 @@ ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::Templ
   return ob::Status::Ok();
 }
 
+ob::Result<int> ParseFaults() {
+  try {
+    size_t used = 0;
+    const int f = std::stoi(g.faults, &used);
+    if (used == g.faults.size() && f >= 0) return f;
+  } catch (const std::exception&) {
+  }
+  return ob::Status::Usage("-f " + g.faults + ": expected a number of node failures (0 or more) or 'auto'");
+}
+
+ob::Result<ob::plan::FailureModel> FailureModelFromOptions() {
+  if (g.node_mtbf.empty()) return ob::Status::Usage("-f auto needs --node-mtbf, one node's mean time between failures (e.g. 2000d)");
+  ob::plan::FailureModel m;
+  OB_ASSIGN_OR_RETURN(m.node_mtbf_s, ob::plan::ParseDuration(g.node_mtbf, "--node-mtbf"));
+  OB_ASSIGN_OR_RETURN(m.repair_s, ob::plan::ParseDuration(g.repair_time, "--repair-time"));
+  OB_ASSIGN_OR_RETURN(m.horizon_s, ob::plan::ParseDuration(g.horizon, "--horizon"));
+  OB_ASSIGN_OR_RETURN(m.recovery_s, ob::plan::ParseDuration(g.recovery_time, "--recovery-time"));
+  OB_ASSIGN_OR_RETURN(m.restart_s, ob::plan::ParseDuration(g.restart_time, "--restart-time"));
+  OB_ASSIGN_OR_RETURN(m.checkpoint_s, ob::plan::ParseDuration(g.checkpoint_cost, "--checkpoint-cost"));
+  if (!(m.node_mtbf_s > 0)) return ob::Status::Usage("--node-mtbf must be longer than 0");
+  if (!(m.horizon_s > 0)) return ob::Status::Usage("--horizon must be longer than 0");
+  return m;
+}
+
+ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
+                                           int mb);
+
 ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile& profile) {
   OB_ASSIGN_OR_RETURN(auto hosts, ClusterHosts());
   ob::pb::NetworkMatrix matrix;
@@ -181,7 +212,61 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   }
   const int mb = g.microbatch > 0 ? g.microbatch
                                   : (profile.microbatch_sizes_size() ? static_cast<int>(profile.microbatch_sizes(0)) : 1);
-  auto problem = ob::plan::MakeProblem(profile, c, g.faults, g.global_batch, mb);
+  int faults = 0;
+  std::string fault_table;  // -f auto's, for --explain
+  if (g.faults == "auto") {
+    OB_ASSIGN_OR_RETURN(auto model, FailureModelFromOptions());
+    auto iteration = [&](int f, int n) -> ob::Result<double> {
+      ob::plan::Cluster cn = c;
+      cn.nodes = n;
+      OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb));
+      OB_ASSIGN_OR_RETURN(auto ts, ob::plan::BuildTemplates(pr));
+      OB_ASSIGN_OR_RETURN(auto in, ob::plan::Instantiate(pr, ts));
+      return in.iteration_seconds;
+    };
+    const double tokens = static_cast<double>(g.global_batch) * std::max<int64_t>(1, profile.sequence_length());
+    auto chosen = ob::plan::ChooseFaults(nodes, tokens, model, iteration);
+    if (!chosen.ok()) return chosen.status().WithContext(ob::io::DisplayName(g.input));
+    faults = chosen->f;
+    fault_table = ob::plan::ExplainFaultChoice(*chosen, model, nodes);
+    OB_LOG(Info) << "-f auto: f = " << faults << " (expected goodput "
+                 << static_cast<long long>(chosen->options[static_cast<size_t>(faults)].goodput) << " tokens/s)";
+  } else {
+    OB_ASSIGN_OR_RETURN(faults, ParseFaults());
+  }
+  OB_ASSIGN_OR_RETURN(auto problem, BuildProblem(profile, c, faults, mb));
+  const auto& p = problem;
+
+  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
+  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
+  OB_ASSIGN_OR_RETURN(auto inst, ob::plan::Instantiate(p, templates));
+  ob::plan::PlanMeta meta;
+  meta.hosts = hosts;
+  meta.global_batch = g.global_batch;
+  meta.seed = g.seed;
+  meta.profile = &profile;
+  if (have_matrix) {
+    meta.bandwidth = &matrix;
+    meta.identity_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
+    ob::plan::PlacementOptions po;
+    po.seed = g.seed;
+    po.moves = g.moves;
+    po.time_limit_s = g.time_limit;
+    inst = ob::plan::Place(p, templates, inst, bw, po);
+    meta.placed_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
+  }
+  if (!g.schedule_svg.empty()) {
+    OB_RETURN_IF_ERROR(ob::io::WriteFile(
+        g.schedule_svg, ob::plan::ScheduleSvg(p, templates, inst, have_matrix ? &bw : nullptr)));
+  }
+  return Emit(common, ob::plan::ToProto(p, templates, inst, meta), fault_table);
+}
+
+// The problem for `faults` failures on cluster `c`, with the tensor-parallel
+// degrees asked (--tp, --template-tp) or chosen.
+ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
+                                           int mb) {
+  auto problem = ob::plan::MakeProblem(profile, c, faults, g.global_batch, mb);
   if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
   if (g.tp > 0) {
     if (c.gpus_per_node % g.tp != 0) {
@@ -223,31 +308,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     ob::Result<int> tp = ob::plan::ChooseTensorParallel(*problem);
     if (tp.ok()) problem->tp = *tp;
   }
-  const auto& p = *problem;
-
-  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
-  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
-  OB_ASSIGN_OR_RETURN(auto inst, ob::plan::Instantiate(p, templates));
-  ob::plan::PlanMeta meta;
-  meta.hosts = hosts;
-  meta.global_batch = g.global_batch;
-  meta.seed = g.seed;
-  meta.profile = &profile;
-  if (have_matrix) {
-    meta.bandwidth = &matrix;
-    meta.identity_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
-    ob::plan::PlacementOptions po;
-    po.seed = g.seed;
-    po.moves = g.moves;
-    po.time_limit_s = g.time_limit;
-    inst = ob::plan::Place(p, templates, inst, bw, po);
-    meta.placed_seconds = ob::plan::PlacedIterationSeconds(p, templates, inst, bw);
-  }
-  if (!g.schedule_svg.empty()) {
-    OB_RETURN_IF_ERROR(ob::io::WriteFile(
-        g.schedule_svg, ob::plan::ScheduleSvg(p, templates, inst, have_matrix ? &bw : nullptr)));
-  }
-  return Emit(common, ob::plan::ToProto(p, templates, inst, meta));
+  return problem;
 }
 
 ob::Status Run(const ob::cli::CommonOptions& common) {
@@ -273,7 +334,25 @@ void Setup(CLI::App& app) {
       "  ob-plan --explain plan.pb");
   app.add_option("file", g.input, "A profile to plan from, or a plan to print (default: stdin)")
       ->option_text("FILE");
-  app.add_option("-f,--faults", g.faults, "Node failures the plan must survive")->capture_default_str();
+  app.add_option("-f,--faults", g.faults,
+                 "Node failures the plan must survive, or 'auto': the f of the largest expected goodput "
+                 "under --node-mtbf")
+      ->capture_default_str();
+  app.add_option("--node-mtbf", g.node_mtbf,
+                 "With -f auto: mean time between failures of one node (a duration: 90s, 45m, 7.9h, 2000d)")
+      ->option_text("DURATION");
+  app.add_option("--repair-time", g.repair_time, "With -f auto: how long a failed node stays out")
+      ->option_text("DURATION")->capture_default_str();
+  app.add_option("--horizon", g.horizon, "With -f auto: the run's length (bounds the checkpoint interval)")
+      ->option_text("DURATION")->capture_default_str();
+  app.add_option("--recovery-time", g.recovery_time,
+                 "With -f auto: an in-place recovery (ob-launch's events.log 'recovered' lines measure it)")
+      ->option_text("DURATION")->capture_default_str();
+  app.add_option("--restart-time", g.restart_time,
+                 "With -f auto: a restart from a checkpoint, for failures beyond f")
+      ->option_text("DURATION")->capture_default_str();
+  app.add_option("--checkpoint-cost", g.checkpoint_cost, "With -f auto: training time one checkpoint costs")
+      ->option_text("DURATION")->capture_default_str();
   app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster");
   app.add_option("--hosts", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("FILE");
