@@ -34,8 +34,7 @@ Template HandTemplate(const Problem& p, int n, int k = 1) {
     StageShape st{first, first + count - 1, t.tp};
     first += count;
     t.stages.push_back(st);
-    const double w = StageComputeSeconds(p, st.first, st.last, st.tp) +
-                     BoundarySeconds(p, st.last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+    const double w = StageComputeSeconds(p, st.first, st.last, st.tp) + StageBoundarySeconds(p, st.last, (i + 1) % k == 0);
     t.stage_seconds.push_back(w);
     t.stage_memory.push_back(StageMemoryBytes(p, st.first, st.last, st.tp, S - i));
     t.bottleneck = std::max(t.bottleneck, w);

@@ -36,8 +36,7 @@ std::optional<Score> ExhaustiveBest(const Problem& p, int nodes) {
         int last = first;
         while (last < L - 1 && !(cuts >> last & 1)) ++last;
         fits = fits && StageFits(p, first, last, tp, S - i);
-        const double w = StageComputeSeconds(p, first, last, tp) +
-                         BoundarySeconds(p, last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+        const double w = StageComputeSeconds(p, first, last, tp) + StageBoundarySeconds(p, last, (i + 1) % k == 0);
         s.bottleneck = std::max(s.bottleneck, w);
         s.total += w;
         first = last + 1;
@@ -67,7 +66,7 @@ void CheckConsistent(const Problem& p, const Template& t) {
     CHECK(s.tp == t.tp);
     next = s.last + 1;
     const double w = StageComputeSeconds(p, s.first, s.last, s.tp) +
-                     BoundarySeconds(p, s.last, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+                     StageBoundarySeconds(p, s.last, (i + 1) % t.stages_per_node == 0);
     CHECK(t.stage_seconds[i] == w);
     CHECK(t.stage_memory[i] == StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
     CHECK(t.stage_memory[i] <= p.cluster.gpu_memory);
@@ -239,6 +238,31 @@ TEST_CASE("templates use only tensor-parallel degrees the model splits by") {
       for (const auto& s : t.stages) CHECK(s.tp == t.tp);
     }
   }
+}
+
+}  // namespace ob::plan
+
+namespace ob::plan {
+
+// Issue 14's first known error: a boundary between two stages of one node
+// was charged at the network's speed.
+TEST_CASE("a boundary between two stages of one node costs the node's bandwidth, not the network's") {
+  Problem p = testing::UniformProblem(6, 1, 0, 8, 2);
+  p.tp = 1;  // two stages on the node, one GPU each
+  p.cluster.link_bytes_per_s = 1e9;
+  p.cluster.intra_bytes_per_s = 100e9;
+  auto ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  REQUIRE(ts->templates.size() == 1);
+  const Template& t = ts->templates.front();
+  REQUIRE(t.stages_per_node == 2);
+  REQUIRE(t.stages.size() == 2);
+  const StageShape& s = t.stages[0];
+  const double compute = StageComputeSeconds(p, s.first, s.last, 1);
+  CHECK(t.stage_seconds[0] == compute + BoundarySeconds(p, s.last, 100e9, p.cluster.link_latency));
+  CHECK(t.stage_seconds[0] < compute + BoundarySeconds(p, s.last, 1e9, p.cluster.link_latency));
+  // The last stage sends nothing on.
+  CHECK(t.stage_seconds[1] == StageComputeSeconds(p, t.stages[1].first, t.stages[1].last, 1));
 }
 
 }  // namespace ob::plan

@@ -46,7 +46,6 @@ class Evaluator {
             const BandwidthMatrix& bw)
       : bw_(&bw) {
     const int L = p.num_layers();
-    const double nominal_bw = p.cluster.link_bytes_per_s, nominal_lat = p.cluster.link_latency;
     for (size_t j = 0; j < inst.pipelines.size(); ++j) {
       const auto& pi = inst.pipelines[j];
       const Template* t = FindTemplate(ts, pi.template_nodes);
@@ -60,7 +59,7 @@ class Evaluator {
         const auto& st = t->stages[i];
         const bool crosses = (i + 1) % k == 0 && i + 1 < static_cast<int>(t->stages.size());
         double w = StageComputeSeconds(p, st.first, st.last, st.tp);
-        if (!crosses) w += BoundarySeconds(p, st.last, nominal_bw, nominal_lat);
+        if (!crosses) w += StageBoundarySeconds(p, st.last, false);  // inside the node (or the last stage)
         pipe.base.push_back(w);
         pipe.bytes.push_back(crosses ? static_cast<double>(p.layers[st.last].output_bytes) : -1);
       }

@@ -38,6 +38,11 @@ double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double la
   return 2.0 * (bytes / bytes_per_s + latency);  // activation forward, its gradient back
 }
 
+double StageBoundarySeconds(const Problem& p, int last, bool crosses_node) {
+  return BoundarySeconds(p, last, crosses_node ? p.cluster.link_bytes_per_s : p.cluster.intra_bytes_per_s,
+                         p.cluster.link_latency);
+}
+
 uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight) {
   double state = 0, act = 0;
   const double factor = TensorParallelActivationFactor(p, tp);

@@ -72,7 +72,9 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
     std::tie(fwd[i], bwd[i]) = StageOpSeconds(p, t.stages[i]);
     if (i + 1 == S) continue;
     const int a = i / k, b = (i + 1) / k;
-    if (bw && a != b && b < static_cast<int>(nodes.size())) {
+    if (a == b) {  // the next stage is on the same node
+      send[i] = send_back[i] = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
+    } else if (bw && b < static_cast<int>(nodes.size())) {
       const int na = nodes[a], nb = nodes[b];
       send[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
       send_back[i] =

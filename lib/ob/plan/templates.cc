@@ -17,9 +17,14 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct StageTable {
   int k = 1, tp = 1, layers = 0, max_stages = 0;
   std::vector<double> compute;     // StageComputeSeconds, non-decreasing in e
-  std::vector<double> seconds;     // w = compute + boundary
+  std::vector<double> crossing;    // w = compute + boundary to the next node
+  std::vector<double> local;       // w = compute + boundary inside the node
   std::vector<int> max_in_flight;  // largest r ≤ max_stages with StageFits (0: none)
   int At(int j, int e) const { return j * layers + e; }
+  // w of the stage r-th from the end (r = 1: the last). A pipeline has
+  // S = nodes·k stages, so the stage at index S − r is its node's last, and
+  // sends to the next node, exactly when r ≡ 1 (mod k).
+  double Seconds(int at, int r) const { return (r - 1) % k == 0 ? crossing[at] : local[at]; }
 };
 
 StageTable MakeTable(const Problem& p, int k, int max_stages) {
@@ -30,7 +35,8 @@ StageTable MakeTable(const Problem& p, int k, int max_stages) {
   t.layers = L;
   t.max_stages = max_stages;
   t.compute.assign(static_cast<size_t>(L) * L, kInf);
-  t.seconds.assign(static_cast<size_t>(L) * L, kInf);
+  t.crossing.assign(static_cast<size_t>(L) * L, kInf);
+  t.local.assign(static_cast<size_t>(L) * L, kInf);
   t.max_in_flight.assign(static_cast<size_t>(L) * L, 0);
   for (int j = 0; j < L; ++j) {
     // Memory only grows with the range and with the in-flight count, so the
@@ -41,8 +47,8 @@ StageTable MakeTable(const Problem& p, int k, int max_stages) {
       const int at = t.At(j, e);
       t.max_in_flight[at] = r;
       t.compute[at] = StageComputeSeconds(p, j, e, t.tp);
-      t.seconds[at] = t.compute[at] +
-                      BoundarySeconds(p, e, p.cluster.link_bytes_per_s, p.cluster.link_latency);
+      t.crossing[at] = t.compute[at] + StageBoundarySeconds(p, e, true);
+      t.local[at] = t.compute[at] + StageBoundarySeconds(p, e, false);
     }
   }
   return t;
@@ -65,7 +71,7 @@ std::vector<double> MinimaxFromBack(const StageTable& t) {
         if (t.max_in_flight[at] < r || t.compute[at] >= best) break;
         const double rest = f(r - 1, e + 1);
         if (rest == kInf) continue;
-        best = std::min(best, std::max(t.seconds[at], rest));
+        best = std::min(best, std::max(t.Seconds(at, r), rest));
       }
       f(r, j) = best;
     }
@@ -90,10 +96,11 @@ std::vector<int> MinSumUnderBound(const StageTable& t, int S, double bound) {
       for (int e = j; e <= L - r; ++e) {
         const int at = t.At(j, e);
         if (t.max_in_flight[at] < r || t.compute[at] > bound) break;
-        if (t.seconds[at] > bound) continue;
+        const double w = t.Seconds(at, r);
+        if (w > bound) continue;
         const double rest = G[idx(r - 1, e + 1)];
         if (rest == kInf) continue;
-        const double v = t.seconds[at] + rest;
+        const double v = w + rest;
         if (v < best) best = v, best_e = e;
       }
       G[idx(r, j)] = best;
@@ -121,7 +128,7 @@ Template MakeTemplate(const Problem& p, const StageTable& t, int nodes,
   for (int i = 0, first = 0; i < S; ++i) {
     const int last = lasts[i];
     out.stages.push_back({first, last, t.tp});
-    const double w = t.seconds[t.At(first, last)];
+    const double w = t.Seconds(t.At(first, last), S - i);
     out.stage_seconds.push_back(w);
     out.stage_memory.push_back(StageMemoryBytes(p, first, last, t.tp, S - i));
     out.bottleneck = std::max(out.bottleneck, w);

@@ -5,8 +5,11 @@
 // A template for n nodes has k stages per node (k divides g, the GPUs per
 // node) with tensor parallelism t = g / k, so S = n·k stages; stage i runs on
 // node i / k. Stages never span nodes. Stage i costs
-//   w_i = StageComputeSeconds(first_i, last_i, t) + BoundarySeconds(last_i)
-// at the cluster's nominal link, and must fit in memory holding S − i
+//   w_i = StageComputeSeconds(first_i, last_i, t) + StageBoundarySeconds(last_i)
+// over the cluster's nominal link when stage i + 1 is on the next node, and
+// inside the node (intra_bytes_per_s) when it is on the same one (the stage
+// r-th from the end is its node's last when r ≡ 1 mod k, so the DPs below
+// stay indexed by r), and must fit in memory holding S − i
 // micro-batches in flight (1F1B). A pipeline of this template running m
 // micro-batches takes Σw + (m − 1)·max w (fill and drain, then one
 // bottleneck stage per micro-batch).
