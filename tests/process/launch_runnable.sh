@@ -53,10 +53,10 @@ protoc -I "$PROTO_DIR" --decode=ob.pb.Plan ob/plan.proto < "$WORK/tp2x3.pb" \
 protoc -I "$PROTO_DIR" --encode=ob.pb.Plan ob/plan.proto < "$WORK/mixed.txt" > "$WORK/mixed.pb" || fail "protoc --encode"
 refused mixed "$WORK/mixed.pb" "$WORK/hosts4.txt" "mixed.pb: .*stage 1: tensor parallelism 2, stage 0's 1: a pipeline runs one degree"
 
-# Two stages a node (slow intra-node links: ob-plan picks k = 2, t = 1) on
-# hosts of one slot each.
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 2 --intra-gbps 0.001 -f 1 -B 8 -o "$WORK/k2.pb" "$WORK/tiny.pb" \
-  || fail "ob-plan --intra-gbps"
+# Two stages a node (--tp 1 with 2 GPUs a node: k = 2, t = 1) on hosts of
+# one slot each.
+"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 2 --tp 1 -f 1 -B 8 -o "$WORK/k2.pb" "$WORK/tiny.pb" \
+  || fail "ob-plan --tp 1"
 protoc -I "$PROTO_DIR" --decode=ob.pb.Plan ob/plan.proto < "$WORK/k2.pb" | grep -q "stages_per_node: 2" \
   || skip "ob-plan did not put 2 stages on a node here"
 printf '%s\n' "${TAG}h1" "${TAG}h2" > "$WORK/hosts1.txt"
