@@ -386,7 +386,8 @@ void Setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--link-latency-us", g.link_latency_us, "Nominal node-to-node latency, microseconds")
       ->capture_default_str();
-  app.add_option("--intra-gbps", g.intra_gbps, "Intra-node all-reduce bandwidth, GB/s (default: the profile's)");
+  app.add_option("--intra-gbps", g.intra_gbps, "Bandwidth inside a node, GB/s: tensor-parallel all-reduces and transfers between two stages "
+                 "of one node (default: the profile's)");
   app.add_option("--overhead-gib", g.overhead_gib, "Memory per GPU kept for runtime and buffers (default 1, CPU 0)");
   app.add_option("--overhead-fraction", g.overhead_fraction, "Extra memory fraction for fragmentation")
       ->capture_default_str();

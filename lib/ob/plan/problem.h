@@ -34,7 +34,7 @@ struct Cluster {
   uint64_t gpu_memory = 0;           // bytes per GPU
   double link_bytes_per_s = 12.5e9;  // nominal node-to-node bandwidth (100 Gb/s)
   double link_latency = 10e-6;       // seconds
-  double intra_bytes_per_s = 200e9;  // intra-node all-reduce bus bandwidth (tensor parallelism)
+  double intra_bytes_per_s = 200e9;  // inside a node: TP all-reduce bus bandwidth, stage-to-stage transfers
   uint64_t overhead_bytes = 0;       // per GPU: runtime context, communicator buffers
   double overhead_fraction = 0.0;    // of the stage's bytes: fragmentation
 };
