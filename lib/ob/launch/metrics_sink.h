@@ -18,7 +18,6 @@
 #include "ob/launch/operator_socket.h"
 #include "ob/metrics.pb.h"
 #include "ob/status.h"
-#include "ob/status.h"
 
 namespace ob::launch {
 

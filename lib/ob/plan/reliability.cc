@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <sstream>
 
 namespace ob::plan {
@@ -50,8 +49,8 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
                                  const IterationSeconds& iteration_seconds, int max_f) {
   if (!(m.node_mtbf_s > 0) || !std::isfinite(m.node_mtbf_s))
     return Status::Usage("--node-mtbf must be a positive duration");
-  if (!(m.repair_s >= 0) || !(m.horizon_s > 0) || !(m.recovery_s >= 0) || !(m.restart_s >= 0) ||
-      !(m.checkpoint_s >= 0))
+  if (!(m.horizon_s > 0)) return Status::Usage("--horizon must be longer than 0");
+  if (!(m.repair_s >= 0) || !(m.recovery_s >= 0) || !(m.restart_s >= 0) || !(m.checkpoint_s >= 0))
     return Status::Usage("--repair-time, --horizon, --recovery-time, --restart-time and --checkpoint-cost must not be negative");
   if (nodes < 1 || !(tokens_per_iteration > 0)) return Status::Usage("no cluster or no batch to plan for");
   const double lambda = nodes / m.node_mtbf_s;  // failures per second, whole cluster
@@ -91,20 +90,20 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
                       m.checkpoint_s / o.checkpoint_interval_s;
     o.goodput = o.degraded_tokens_per_s * std::max(0.0, 1 - o.lost_fraction);
     choice.options.push_back(o);
-    if (choice.f < 0 || o.goodput > choice.options[static_cast<size_t>(choice.f)].goodput) choice.f = f;
     // Beyond the point where failures past f are negligible, a larger f
     // only costs throughput.
     if (o.p_beyond < 1e-9 && f > 0) break;
   }
   // The smallest f within kTie of the best: past the point where failures
   // beyond f stop mattering, a larger f buys only rounding.
-  if (choice.f >= 0) {
-    const double best = choice.options[static_cast<size_t>(choice.f)].goodput;
-    for (const auto& o : choice.options) {
-      if (o.feasible && o.goodput >= best * (1 - kTie)) {
-        choice.f = o.f;
-        break;
-      }
+  double best = -1;
+  for (const auto& o : choice.options) {
+    if (o.feasible) best = std::max(best, o.goodput);
+  }
+  for (const auto& o : choice.options) {
+    if (o.feasible && o.goodput >= best * (1 - kTie)) {
+      choice.f = o.f;
+      break;
     }
   }
   if (choice.f < 0) {
