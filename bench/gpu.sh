@@ -202,6 +202,20 @@ if [ "${KILL:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && ph
   wait
   say "kill: $(cat "$out/kill.killer")"
   grep -a "recovered\|restart\|lost" "$work/kill/events.log" | head -5 | tee -a "$summary"
+  # The steps around the kill, in the order they completed: do the first
+  # steps after the restart pay for the arena's page-locking (a thread of
+  # the worker's own since this session)?
+  "$bin/ob-watch" --records json "$work/kill.metrics" 2> /dev/null | "$py" -c '
+import json, sys
+k = int(sys.argv[1]); out = []
+for line in sys.stdin:
+    r = json.loads(line)
+    if r.get("heartbeat") or int(r.get("rank", 0)) != 0: continue
+    s = int(r.get("step", -1))
+    if k - 3 <= s <= k + 15:
+        out.append("%d:%.3f/%.3f" % (s, float(r.get("step_seconds", 0)), float(r.get("snapshot_seconds", 0))))
+print("kill: step:seconds/snapshot-seconds around the kill: " + " ".join(out))
+' "$kill_step" | tee -a "$summary"
 fi
 
 # The unit tests: the rest of the build first.

@@ -481,12 +481,13 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       p.copy_(it->second.value);
       SetAdamState(*w->optimizer_, p, it->second);
     }
-    CaptureSnapshot(w->stage_, w->tied_, *w->optimizer_, step, &w->snapshots_[0]);
-    for (int s = 1; s < kSnapshots; ++s) w->snapshots_[s] = StageSnapshot();
-    w->newest_ = 0;
-    if (arena != nullptr) {
-      Status st = w->AttachArena(arena, arena_keep);
+    if (arena != nullptr) {  // the arena's slot may hold this state already
+      Status st = w->AttachArena(arena, arena_keep, step);
       if (!st.ok()) return st;
+    } else {
+      CaptureSnapshot(w->stage_, w->tied_, *w->optimizer_, step, &w->snapshots_[0]);
+      for (int s = 1; s < kSnapshots; ++s) w->snapshots_[s] = StageSnapshot();
+      w->newest_ = 0;
     }
   } catch (const std::logic_error& e) {
     return Status::Internal(FirstLine(e.what()));

@@ -22,18 +22,17 @@ using CopyJobs = std::vector<std::pair<torch::Tensor, torch::Tensor>>;  // (host
 
 // Lays `into` out for `stage`'s state (reusing its buffers when the names
 // and shapes match; pinned when the source lives on CUDA) and returns the
-// copies that fill it; a parameter without AdamW state yet gets zero
-// moments here. Labels `into` invalid (step -2). Sets *cuda when a source
-// is on a GPU.
+// copies that fill it. Labels `into` invalid (step -2). Sets *cuda when a
+// source is on a GPU.
 CopyJobs PlanCopies(const model::GptStage& stage, const torch::Tensor& tied,
                     torch::optim::AdamW& optimizer, StageSnapshot* into, bool* cuda) {
   torch::NoGradGuard no_grad;
   into->step = -2;  // invalid until complete: a throw leaves it unusable
-  into->first_layer = stage->first();
-  into->last_layer = stage->last();
-  into->tp = stage->tp() ? stage->tp()->size : 1;
-  into->tp_rank = stage->tp() ? stage->tp()->rank : 0;
-  auto& state = optimizer.state();
+  StageSnapshot live = LiveView(stage, tied, optimizer, -2);
+  into->first_layer = live.first_layer;
+  into->last_layer = live.last_layer;
+  into->tp = live.tp;
+  into->tp_rank = live.tp_rank;
   CopyJobs jobs;
   *cuda = false;
   auto buffer = [&](const torch::Tensor& src, torch::Tensor* buf) {
@@ -42,27 +41,14 @@ CopyJobs PlanCopies(const model::GptStage& stage, const torch::Tensor& tied,
                           src.options().device(torch::kCPU).pinned_memory(src.is_cuda()));
     }
     *cuda = *cuda || src.is_cuda();
-    jobs.emplace_back(*buf, src.detach());
+    jobs.emplace_back(*buf, src);
   };
-  for (const auto& item : stage->named_parameters()) {
-    const torch::Tensor& p = item.value();
-    TensorSnapshot& t = into->tensors[SnapshotKey(item.key(), p, tied)];
-    buffer(p, &t.value);
-    auto it = state.find(compat::OptimizerStateKey(state, p));
-    if (it == state.end()) {  // no state yet (before the first update): zeros
-      for (torch::Tensor* m : {&t.exp_avg, &t.exp_avg_sq}) {
-        if (!m->defined() || !m->sizes().equals(p.sizes()) || m->dtype() != p.dtype()) {
-          *m = torch::empty(p.sizes(), p.options().device(torch::kCPU));
-        }
-        m->zero_();
-      }
-      t.adam_step = 0;
-    } else {
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      buffer(s.exp_avg(), &t.exp_avg);
-      buffer(s.exp_avg_sq(), &t.exp_avg_sq);
-      t.adam_step = s.step();
-    }
+  for (const auto& [key, from] : live.tensors) {
+    TensorSnapshot& t = into->tensors[key];
+    buffer(from.value, &t.value);
+    buffer(from.exp_avg, &t.exp_avg);
+    buffer(from.exp_avg_sq, &t.exp_avg_sq);
+    t.adam_step = from.adam_step;
   }
   return jobs;
 }
@@ -75,6 +61,35 @@ int64_t StageSnapshot::bytes() const {
     n += t.value.nbytes() + t.exp_avg.nbytes() + t.exp_avg_sq.nbytes();
   }
   return n;
+}
+
+StageSnapshot LiveView(const model::GptStage& stage, const torch::Tensor& tied,
+                       torch::optim::AdamW& optimizer, int64_t step) {
+  torch::NoGradGuard no_grad;
+  StageSnapshot out;
+  out.step = step;
+  out.first_layer = stage->first();
+  out.last_layer = stage->last();
+  out.tp = stage->tp() ? stage->tp()->size : 1;
+  out.tp_rank = stage->tp() ? stage->tp()->rank : 0;
+  auto& state = optimizer.state();
+  for (const auto& item : stage->named_parameters()) {
+    const torch::Tensor& p = item.value();
+    TensorSnapshot& t = out.tensors[SnapshotKey(item.key(), p, tied)];
+    t.value = p.detach();
+    auto it = state.find(compat::OptimizerStateKey(state, p));
+    if (it == state.end()) {  // no state yet (before the first update): zeros
+      t.exp_avg = torch::zeros_like(t.value);
+      t.exp_avg_sq = torch::zeros_like(t.value);
+      t.adam_step = 0;
+    } else {
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      t.exp_avg = s.exp_avg().detach();
+      t.exp_avg_sq = s.exp_avg_sq().detach();
+      t.adam_step = s.step();
+    }
+  }
+  return out;
 }
 
 void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,

@@ -70,6 +70,14 @@ struct StageSnapshot {
 void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
                      torch::optim::AdamW& optimizer, int64_t step, StageSnapshot* into);
 
+// `stage`'s state as it is now, labelled `step`, without a copy: the
+// tensors are the live parameters and AdamW moments themselves (detached;
+// zeros where a parameter has no state yet). What a worker copies into its
+// arena from, or compares the arena's layouts with; valid only until the
+// next update.
+StageSnapshot LiveView(const model::GptStage& stage, const torch::Tensor& tied,
+                       torch::optim::AdamW& optimizer, int64_t step);
+
 // Copies a stage's state into a StageSnapshot in the background (see Cost
 // above). Start gathers the buffers on the calling thread (allocating them
 // the first time) and starts the copy; the snapshot stays invalid (step -2)

@@ -91,6 +91,12 @@ Result<std::unique_ptr<SnapshotArena>> SnapshotArena::Anonymous() {
 }
 
 SnapshotArena::~SnapshotArena() {
+  {
+    std::lock_guard<std::mutex> lock(pin_mu_);
+    pin_stop_ = true;
+  }
+  pin_cv_.notify_all();
+  if (pinner_.joinable()) pinner_.join();
   for (const auto& range : pinned_) unpin_fn_(range.first);
   if (base_ != nullptr) ::munmap(base_, kReserveBytes);
   if (fd_ >= 0) ::close(fd_);
@@ -135,28 +141,77 @@ Status SnapshotArena::Grow(uint64_t bytes) {
 }
 
 void SnapshotArena::set_pin(bool pin, PinFn pin_fn, UnpinFn unpin_fn) {
-  pin_ = pin;
-  pin_fn_ = pin_fn ? std::move(pin_fn) : PinFn(compat::PinHostRange);
-  unpin_fn_ = unpin_fn ? std::move(unpin_fn) : UnpinFn(compat::UnpinHostRange);
-  PinUpTo(file_bytes_);
+  {
+    std::lock_guard<std::mutex> lock(pin_mu_);
+    if (pinner_.joinable()) return;  // once per arena
+    pin_ = pin;
+    if (!pin) return;
+    pin_fn_ = pin_fn ? std::move(pin_fn) : PinFn(compat::PinHostRange);
+    unpin_fn_ = unpin_fn ? std::move(unpin_fn) : UnpinFn(compat::UnpinHostRange);
+    // What is there already, a slot region a range: the first to be written
+    // is locked without waiting for the others.
+    for (const SlotHeader& slot : header()->slots) {
+      if (slot.capacity > 0 && slot.offset > 0) pin_marks_.push_back(slot.offset);
+    }
+    pin_marks_.push_back(file_bytes_);
+    for (auto& m : pin_marks_) m = m / PageBytes() * PageBytes();
+    std::sort(pin_marks_.begin(), pin_marks_.end());
+    pin_marks_.erase(std::unique(pin_marks_.begin(), pin_marks_.end()), pin_marks_.end());
+  }
+  pinner_ = std::thread([this] { PinLoop(); });
+}
+
+uint64_t SnapshotArena::PinnedBytesLocked() const {
+  return pinned_.empty() ? 0 : static_cast<uint64_t>(pinned_.back().first - base_) + pinned_.back().second;
 }
 
 uint64_t SnapshotArena::pinned_bytes() const {
-  return pinned_.empty() ? 0 : static_cast<uint64_t>(pinned_.back().first - base_) + pinned_.back().second;
+  std::lock_guard<std::mutex> lock(pin_mu_);
+  return PinnedBytesLocked();
+}
+
+bool SnapshotArena::WaitPinned() {
+  std::unique_lock<std::mutex> lock(pin_mu_);
+  pin_cv_.wait(lock, [this] {
+    return !pin_ || pin_stop_ || PinnedBytesLocked() >= file_bytes_ / PageBytes() * PageBytes();
+  });
+  return pin_ && PinnedBytesLocked() >= file_bytes_ / PageBytes() * PageBytes();
 }
 
 // Page-locked for the side stream's copies (snapshot.h); pageable if that
 // fails, which is slower but correct. Whole pages only: a file an older
 // build left at another size keeps its last partial page pageable.
-void SnapshotArena::PinUpTo(uint64_t end) {
-  const uint64_t from = pinned_bytes();
-  end = end / PageBytes() * PageBytes();
-  if (!pin_ || end <= from) return;
-  if (!pin_fn_(base_ + from, end - from)) {
-    pin_ = false;
-    return;
+void SnapshotArena::PinLoop() {
+  std::unique_lock<std::mutex> lock(pin_mu_);
+  for (;;) {
+    const uint64_t from = PinnedBytesLocked();
+    auto next = pin_marks_.end();  // the first mark past what is locked
+    pin_cv_.wait(lock, [&] {
+      next = std::upper_bound(pin_marks_.begin(), pin_marks_.end(), from);
+      return pin_stop_ || next != pin_marks_.end();
+    });
+    if (pin_stop_) return;
+    const uint64_t end = *next;
+    lock.unlock();
+    const bool ok = pin_fn_(base_ + from, end - from);  // seconds, unlocked
+    lock.lock();
+    if (!ok) pin_ = false;
+    if (ok) pinned_.emplace_back(base_ + from, end - from);
+    pin_cv_.notify_all();
+    if (!ok) return;
   }
-  pinned_.emplace_back(base_ + from, end - from);
+}
+
+// Growth (file_bytes_ is the caller's; the mark is what the thread reads).
+void SnapshotArena::PinUpTo(uint64_t end) {
+  {
+    std::lock_guard<std::mutex> lock(pin_mu_);
+    if (!pin_) return;
+    end = end / PageBytes() * PageBytes();
+    if (!pin_marks_.empty() && end <= pin_marks_.back()) return;
+    pin_marks_.push_back(end);
+  }
+  pin_cv_.notify_all();
 }
 
 SnapshotArena::SlotInfo SnapshotArena::info(int slot) const {

@@ -21,12 +21,16 @@
 // shrinks. The mapping reserves a large virtual range once, so views stay
 // valid as the file grows.
 //
-// Thread-safety: one thread at a time. Failure: kIoErr on mapping or
+// Thread-safety: one thread at a time, but for the page-locking, which a
+// thread of the arena's own does (set_pin). Failure: kIoErr on mapping or
 // growing errors; kDataErr for a file that is not an arena (a worker given
 // the wrong descriptor).
 #pragma once
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -93,24 +97,42 @@ class SnapshotArena {
   // Page-locks the whole file, what an earlier process wrote included, and
   // what it grows by from now on (CUDA workers: the snapshot's side-stream
   // copies and a restore's copies need pinned memory to be asynchronous and
-  // fast). Pinning is per process, so a restarted worker pins again. Best
-  // effort: after the first failure the arena stays pageable. The file
-  // grows by whole pages, so no page is registered twice. Tests pass their
-  // own pin and unpin functions (default: compat::PinHostRange and
-  // compat::UnpinHostRange).
+  // fast). Pinning is per process, so a restarted worker pins again. It
+  // runs on a thread of the arena's, never on the caller's: page-locking
+  // several GB takes seconds (8 s on an H100's virtual machine), which a
+  // restarted worker must not spend before its first step; until a range
+  // is locked, copies to it go through pageable memory, slower but
+  // correct. Ranges end at slot regions' starts, so a tensor is never half
+  // locked. Best effort: after the first failure the arena stays pageable.
+  // The file grows by whole pages, so no page is registered twice. Tests
+  // pass their own pin and unpin functions (default: compat::PinHostRange
+  // and compat::UnpinHostRange); they run on the arena's thread.
   using PinFn = std::function<bool(void*, size_t)>;
   using UnpinFn = std::function<void(void*)>;
   void set_pin(bool pin, PinFn pin_fn = {}, UnpinFn unpin_fn = {});
+  // Bytes from the file's start that are locked now.
   uint64_t pinned_bytes() const;
+  // Blocks until the whole file is locked or locking has failed; true when
+  // locked (tests, and callers that want pinned copies from then on).
+  bool WaitPinned();
 
   const std::string& name() const { return name_; }
 
  private:
   SnapshotArena() = default;
-  bool pin_ = false;
+  // Page-locking (set_pin), all under pin_mu_: the locked ranges in file
+  // order; pin_marks_, where a range may end (slot regions' starts and the
+  // file's end, ascending); the thread that locks up to the last mark.
+  mutable std::mutex pin_mu_;
+  std::condition_variable pin_cv_;
+  bool pin_ = false, pin_stop_ = false;
   PinFn pin_fn_;
   UnpinFn unpin_fn_;
-  std::vector<std::pair<char*, uint64_t>> pinned_;  // registered ranges, in file order
+  std::vector<std::pair<char*, uint64_t>> pinned_;
+  std::vector<uint64_t> pin_marks_;
+  std::thread pinner_;
+  uint64_t PinnedBytesLocked() const;
+  void PinLoop();
   void PinUpTo(uint64_t end);
   Status Map(int fd);
   Status Grow(uint64_t bytes);

@@ -120,9 +120,12 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
   }
   try {
     std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len));
-    CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
-                    &worker->snapshots_[0]);
-    if (arena != nullptr) OB_RETURN_IF_ERROR(worker->AttachArena(arena, -1));
+    if (arena != nullptr) {
+      OB_RETURN_IF_ERROR(worker->AttachArena(arena, -1, -1));
+    } else {
+      CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
+                      &worker->snapshots_[0]);
+    }
     const auto t_join = Clock::now();
     worker->JoinGroups(store, timeout);
     worker->join_seconds_ = SecondsSince(t_join);
@@ -196,9 +199,11 @@ bool SameLayout(const StageSnapshot& v, const StageSnapshot& like) {
 
 }  // namespace
 
-Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
+Status StageWorker::AttachArena(SnapshotArena* arena, int keep, int64_t step) {
   arena->set_pin(opts_.device.is_cuda());
-  const StageSnapshot& current = snapshots_[newest_];
+  // Straight from the live tensors: no host copy of the state on the way
+  // in (the arena's slot `keep` may hold it already; else one copy).
+  const StageSnapshot current = LiveView(stage_, tied_, *optimizer_, step);
   // What the arena already holds of this lineage up to the current step
   // stays: the older steps are what a later recovery may have to go back
   // to (ChooseStart), in this rank's layout or in the one it had before.
@@ -225,6 +230,7 @@ Status StageWorker::AttachArena(SnapshotArena* arena, int keep) {
     StageSnapshot first;
     OB_RETURN_IF_ERROR(arena->Prepare(a, current, &first));
     arena->Begin(a);
+    torch::NoGradGuard no_grad;
     for (auto& [key, t] : first.tensors) {
       const TensorSnapshot& from = current.tensors.at(key);
       t.value.copy_(from.value);

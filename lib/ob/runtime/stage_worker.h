@@ -277,11 +277,12 @@ class StageWorker {
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
   void SlowDown(std::chrono::steady_clock::time_point since) const;
-  // Keeps the snapshots in `arena` from now on: the newest in slot `keep`
-  // when it holds exactly that (a restore from it, same layout), else
-  // copied into the least useful other slot; the arena's older snapshots of
-  // the lineage stay (see the definition).
-  Status AttachArena(SnapshotArena* arena, int keep);
+  // Keeps the snapshots in `arena` from now on, the newest being the
+  // stage's state now, after step `step`: in slot `keep` when it holds
+  // exactly that (a restore from it, same layout), else copied into the
+  // least useful other slot; the arena's older snapshots of the lineage
+  // stay (see the definition).
+  Status AttachArena(SnapshotArena* arena, int keep, int64_t step);
 
   model::GptConfig cfg_;
   Topology topo_;
