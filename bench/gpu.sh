@@ -23,7 +23,8 @@
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), KILL=0 (no kill run), UNIT=0 (no unit tests), BUDGET (seconds for the whole pass, 420), BUILD (build
+# KILL_STEP (50), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
+# plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
 set -uo pipefail
@@ -171,10 +172,10 @@ if [ $built = 1 ] && phase "profile $first" 60; then profile_plan "$first"; fi
 
 # Both traced over steps 20-21 (Kineto): where each one's step goes.
 mkdir -p "$work/trace"
-if [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "ob $first" 60; then
+if [ "${TRAIN:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "ob $first" 60; then
   OB_TRACE=$work/trace train "train-$first" "$first" --precision bf16
 fi
-if phase "peer $first" 50; then peer "$first" --trace "$work/trace/peer.json"; fi
+if [ "${TRAIN:-1}" = 1 ] && phase "peer $first" 50; then peer "$first" --trace "$work/trace/peer.json"; fi
 if [ -s "$work/trace/trace-rank-0.json" ] || [ -s "$work/trace/peer.json" ]; then
   args=()
   [ -s "$work/trace/trace-rank-0.json" ] && args+=("ob=$work/trace/trace-rank-0.json")
@@ -225,6 +226,18 @@ if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
           -E '^(process|cli|fuzz)\.' > "$out/unit.log" 2>&1)
   say "unit tests: exit $?; $(grep -a 'tests passed\|tests failed' "$out/unit.log" 2> /dev/null | tail -1)"
   grep -a "Failed\|\*\*\*" "$out/unit.log" 2> /dev/null | head -20 | tee -a "$summary"
+  # A crashed test's stack, where the machine has gdb.
+  grep -a "Exception: SegFault\|Child aborted" "$out/unit.log" 2> /dev/null | head -2 |
+    sed -E 's/.*Test +#[0-9]+: ([a-z_]+)\.(.*[^ ]) \.\.\.+.*/\1\t\2/' |
+    while IFS=$'\t' read -r exe name; do
+      if command -v gdb > /dev/null && [ -x "$bd/tests/$exe" ] && [ "$(left)" -gt 40 ]; then
+        (cd "$bd" && OMP_NUM_THREADS=1 timeout 60 gdb -batch -ex run -ex bt -ex "info threads" --args "tests/$exe" "$name" 2>&1) \
+          | grep -a -A40 "SIGSEGV\|SIGABRT" | head -60 > "$out/gdb-$exe.txt"
+        say "gdb $exe: $(head -c 3000 "$out/gdb-$exe.txt")"
+      else
+        say "crash in $exe ($name): no gdb here or no time"
+      fi
+    done
 fi
 
 # The second model, where the budget allows.

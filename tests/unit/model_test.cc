@@ -111,6 +111,38 @@ TEST_CASE("initialisation does not depend on the stage layout", "[model]") {
                     full_params["1.attn.c_attn.weight"]));
 }
 
+TEST_CASE("a stage built undrawn has the drawn one's parameters, and the draw ignores the global generator", "[model]") {
+  // A restore builds its stage undrawn and copies every parameter in by
+  // name: the names, shapes and order must be those of a drawn stage.
+  auto cfg = Tiny();
+  const int last = cfg.num_layers() - 1;
+  for (auto [first, end] : std::vector<std::pair<int, int>>{{0, last}, {2, 3}, {4, last}}) {
+    GptStage drawn(cfg, first, end, kSeed);
+    GptStage undrawn(cfg, first, end, kSeed, nullptr, /*init=*/false);
+    auto a = drawn->named_parameters();
+    auto b = undrawn->named_parameters();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].key() == b[i].key());
+      CHECK(a[i].value().sizes() == b[i].value().sizes());
+      CHECK(a[i].value().dtype() == b[i].value().dtype());
+    }
+    CHECK(drawn->tied_weights().size() == undrawn->tied_weights().size());
+  }
+  // Every parameter comes from the layers' own streams (the modules' own
+  // initialisation, which drew from the global generator, is gone).
+  torch::manual_seed(1);
+  GptStage one(cfg, 0, last, kSeed);
+  torch::manual_seed(2);
+  GptStage two(cfg, 0, last, kSeed);
+  auto a = one->named_parameters();
+  auto b = two->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].key());
+    CHECK(Equal(a[i].value(), b[i].value()));
+  }
+}
+
 TEST_CASE("the stand-alone head's LM weight equals the embed's table", "[model]") {
   auto cfg = Tiny();
   auto embed = std::static_pointer_cast<ob::model::EmbedLayerImpl>(ob::model::MakeLayer(cfg, 0, kSeed));

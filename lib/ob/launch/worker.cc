@@ -511,6 +511,12 @@ Status RunWorker(const WorkerOptions& o) {
     worker = std::move(restored).value();
     restore_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
                       worker->join_seconds();
+    const auto& rt = worker->restore_times();
+    auto ms = [](double s) { return std::to_string(static_cast<int64_t>(s * 1000 + 0.5)); };
+    OB_LOG(Info) << "restored step " << sp.step << " in " << ms(restore_seconds) << " ms: build "
+                 << ms(rt.build) << ", transfers " << ms(rt.transfers) << ", load " << ms(rt.load)
+                 << ", snapshot " << ms(rt.snapshot) << " (joining the groups " << ms(worker->join_seconds())
+                 << " ms more)";
     first_step = sp.step + 1;
   } else {
     return Status::DataErr(gen_key + ": the generation names no weight source");

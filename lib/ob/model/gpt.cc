@@ -24,7 +24,7 @@ void InitNormal(const torch::Tensor& w, double std, at::Generator& gen) {
   w.normal_(0.0, std, gen);
 }
 
-void InitLinear(const torch::nn::Linear& l, double std, at::Generator& gen) {
+void InitLinear(const Dense& l, double std, at::Generator& gen) {
   InitNormal(l->weight, std, gen);
   torch::NoGradGuard no_grad;
   l->bias.zero_();
@@ -42,33 +42,44 @@ bool Sharded(const TpGroupPtr& tp) { return tp != nullptr && tp->size > 1; }
 // into a bf16 product with a slow mixed-dtype kernel, where at::linear puts
 // the bias into the matrix product (seen on an H100: 32 ms of a 420 ms
 // gpt2-medium step).
-torch::Tensor Affine(const torch::nn::Linear& l, const torch::Tensor& x) {
+torch::Tensor Affine(const Dense& l, const torch::Tensor& x) {
   return torch::linear(x, l->weight, l->bias);
 }
 
 }  // namespace
 
-EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed, TpGroupPtr tp)
+DenseImpl::DenseImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  bias = register_parameter("bias", torch::empty({out}));
+}
+
+TableImpl::TableImpl(int64_t rows, int64_t width) {
+  weight = register_parameter("weight", torch::empty({rows, width}));
+}
+
+EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed, TpGroupPtr tp, bool init)
     : PlannerLayerImpl(pb::LAYER_EMBED, 0, "embed"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
-  wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(cfg.n_positions, cfg.n_embd));
-  auto gen = LayerGenerator(seed, 0);
-  InitTokenTable(wte->weight, gen);
-  InitNormal(wpe->weight, kInitStd, gen);
+  wte = register_module("wte", Table(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", Table(cfg.n_positions, cfg.n_embd));
+  if (init) {
+    auto gen = LayerGenerator(seed, 0);
+    InitTokenTable(wte->weight, gen);
+    InitNormal(wpe->weight, kInitStd, gen);
+  }
   if (Sharded(tp_)) ShardParameters(*this, *tp_);
 }
 
 torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Tensor&) {
   const int64_t t = ids.size(1);
   auto pos = torch::arange(t, ids.options().dtype(torch::kLong));
-  auto tokens = Sharded(tp_) ? TpEmbedding(wte->weight, ids, vocab_, *tp_) : wte->forward(ids);
-  return tokens + wpe->forward(pos).unsqueeze(0);  // [b,t,h]
+  auto tokens = Sharded(tp_) ? TpEmbedding(wte->weight, ids, vocab_, *tp_) : torch::embedding(wte->weight, ids);
+  return tokens + torch::embedding(wpe->weight, pos).unsqueeze(0);  // [b,t,h]
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head, TpGroupPtr tp)
     : n_head(n_head), tp(std::move(tp)) {
-  c_attn = register_module("c_attn", torch::nn::Linear(n_embd, 3 * n_embd));
-  c_proj = register_module("c_proj", torch::nn::Linear(n_embd, n_embd));
+  c_attn = register_module("c_attn", Dense(n_embd, 3 * n_embd));
+  c_proj = register_module("c_proj", Dense(n_embd, n_embd));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -89,8 +100,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 MlpImpl::MlpImpl(int n_embd, TpGroupPtr tp) : tp(std::move(tp)) {
-  c_fc = register_module("c_fc", torch::nn::Linear(n_embd, 4 * n_embd));
-  c_proj = register_module("c_proj", torch::nn::Linear(4 * n_embd, n_embd));
+  c_fc = register_module("c_fc", Dense(n_embd, 4 * n_embd));
+  c_proj = register_module("c_proj", Dense(4 * n_embd, n_embd));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -101,7 +112,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return Affine(c_proj, at::gelu(Affine(c_fc, x), "tanh"));
 }
 
-BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp)
+BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp, bool init)
     : PlannerLayerImpl(pb::LAYER_BLOCK, block + 1, "block." + std::to_string(block)) {
   const int64_t h = cfg.n_embd;
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
@@ -110,11 +121,13 @@ BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, T
   mlp = register_module("mlp", Mlp(cfg.n_embd, tp));
   // Residual projections are scaled down by sqrt(2L) (GPT-2 paper, §2.3).
   const double residual_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
-  auto gen = LayerGenerator(seed, index());
-  InitLinear(attn->c_attn, kInitStd, gen);
-  InitLinear(attn->c_proj, residual_std, gen);
-  InitLinear(mlp->c_fc, kInitStd, gen);
-  InitLinear(mlp->c_proj, residual_std, gen);
+  if (init) {
+    auto gen = LayerGenerator(seed, index());
+    InitLinear(attn->c_attn, kInitStd, gen);
+    InitLinear(attn->c_proj, residual_std, gen);
+    InitLinear(mlp->c_fc, kInitStd, gen);
+    InitLinear(mlp->c_proj, residual_std, gen);
+  }
   if (Sharded(tp)) ShardParameters(*this, *tp);
 }
 
@@ -127,7 +140,7 @@ LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {
   weight = register_parameter("weight", torch::empty({vocab_size, n_embd}));
 }
 
-HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied, TpGroupPtr tp)
+HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied, TpGroupPtr tp, bool init)
     : PlannerLayerImpl(pb::LAYER_HEAD, cfg.n_layer + 1, "head"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
   const int64_t h = cfg.n_embd;
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
@@ -138,8 +151,10 @@ HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor 
   } else {
     lm_head = register_module("lm_head", LmHead(cfg.vocab_size, cfg.n_embd));
     lm_weight_ = lm_head->weight;
-    auto gen = LayerGenerator(seed, 0);
-    InitTokenTable(lm_weight_, gen);
+    if (init) {
+      auto gen = LayerGenerator(seed, 0);
+      InitTokenTable(lm_weight_, gen);
+    }
   }
   // A tied table is sharded by its embed already.
   if (Sharded(tp_)) ShardParameters(*this, *tp_);
@@ -175,24 +190,27 @@ torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
                                               targets.reshape({-1}));
 }
 
-PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp) {
+PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp, bool init) {
   assert(global_index >= 0 && global_index < cfg.num_layers());
   assert(!Sharded(tp) || CheckTensorParallel(cfg, tp->size).ok());
-  if (global_index == 0) return std::make_shared<EmbedLayerImpl>(cfg, seed, tp);
-  if (global_index == cfg.num_layers() - 1) return std::make_shared<HeadLayerImpl>(cfg, seed, torch::Tensor(), tp);
-  return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed, tp);
+  if (global_index == 0) return std::make_shared<EmbedLayerImpl>(cfg, seed, tp, init);
+  if (global_index == cfg.num_layers() - 1) {
+    return std::make_shared<HeadLayerImpl>(cfg, seed, torch::Tensor(), tp, init);
+  }
+  return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed, tp, init);
 }
 
-GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp)
+GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp,
+                           bool init)
     : cfg_(cfg), first_(first), last_(last), tp_(std::move(tp)) {
   assert(0 <= first && first <= last && last < cfg.num_layers());
   for (int i = first; i <= last; ++i) {
     PlannerLayer layer;
     if (i == cfg.num_layers() - 1 && first == 0) {
       auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_.front());
-      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_);
+      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_, init);
     } else {
-      layer = MakeLayer(cfg, i, seed, tp_);
+      layer = MakeLayer(cfg, i, seed, tp_, init);
     }
     layers_.push_back(register_module(std::to_string(i), layer));
   }

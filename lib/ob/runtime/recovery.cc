@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <numeric>
 #include <map>
@@ -40,6 +41,11 @@ namespace ob::runtime {
 namespace {
 
 using Work = c10::intrusive_ptr<c10d::Work>;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 void Wait(const Work& work) {
   if (!work->wait()) throw std::runtime_error("c10d operation was aborted");
@@ -335,9 +341,14 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
   static const StageSnapshot kNothing;
   if (own == nullptr) own = &kNothing;
   OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches, T));
-  auto created = Create(cfg, next, new_rank, store, opts, data, timeout);
+  auto t_phase = Clock::now();
+  // Not drawn: every parameter is set below (drawing gpt2-medium's takes
+  // seconds a restarted worker must not spend).
+  auto created = Build(cfg, next, new_rank, store, opts, data, timeout, /*init=*/false);
   if (!created.ok()) return created.status();
   std::unique_ptr<StageWorker> w = std::move(*created);
+  w->restore_times_.build = SecondsSince(t_phase) - w->join_seconds_;
+  t_phase = Clock::now();
   try {
     c10::intrusive_ptr<compat::Backend> group;
     if (std::any_of(transfers.begin(), transfers.end(), [](const Transfer& t) { return t.from != t.to; })) {
@@ -442,6 +453,8 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       }
     }
     for (const auto& work : works) Wait(work);
+    w->restore_times_.transfers = SecondsSince(t_phase);
+    t_phase = Clock::now();
     for (auto& r : receives) {
       auto packed = r.packed.cpu();
       TensorSnapshot s;
@@ -481,6 +494,8 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       p.copy_(it->second.value);
       SetAdamState(*w->optimizer_, p, it->second);
     }
+    w->restore_times_.load = SecondsSince(t_phase);
+    t_phase = Clock::now();
     if (arena != nullptr) {  // the arena's slot may hold this state already
       Status st = w->AttachArena(arena, arena_keep, step);
       if (!st.ok()) return st;
@@ -489,6 +504,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
       for (int s = 1; s < kSnapshots; ++s) w->snapshots_[s] = StageSnapshot();
       w->newest_ = 0;
     }
+    w->restore_times_.snapshot = SecondsSince(t_phase);
   } catch (const std::logic_error& e) {
     return Status::Internal(FirstLine(e.what()));
   } catch (const std::exception& e) {

@@ -57,7 +57,7 @@ struct StageWorker::Groups {
 
 StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int rank,
                          const model::TrainOptions& opts, const model::TokenSource& data,
-                         int seq_len)
+                         int seq_len, bool init)
     : cfg_(cfg), topo_(topo), rank_(rank), opts_(opts), data_(data), seq_len_(seq_len) {
   const RankInfo& me = topo_.ranks[rank_];
   model::TpGroupPtr tp;
@@ -66,7 +66,7 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
     tp->rank = me.tp_rank;
     tp->size = me.tp;
   }
-  stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed, tp);
+  stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed, tp, init);
   stage_->to(opts_.device);
   stage_->train();
   optimizer_ = model::MakeOptimizer(*stage_, opts_);
@@ -93,6 +93,25 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
     const model::GptConfig& cfg, const Topology& topo, int rank,
     const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
     const model::TokenSource& data, std::chrono::milliseconds timeout, SnapshotArena* arena) {
+  OB_ASSIGN_OR_RETURN(std::unique_ptr<StageWorker> worker,
+                      Build(cfg, topo, rank, store, opts, data, timeout, /*init=*/true));
+  try {
+    if (arena != nullptr) {
+      OB_RETURN_IF_ERROR(worker->AttachArena(arena, -1, -1));
+    } else {
+      CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1, &worker->snapshots_[0]);
+    }
+  } catch (const std::exception& e) {
+    return Status::Unavailable("rank " + std::to_string(rank) + ": the first snapshot failed: " +
+                               FirstLine(e.what()));
+  }
+  return Result<std::unique_ptr<StageWorker>>(std::move(worker));
+}
+
+Result<std::unique_ptr<StageWorker>> StageWorker::Build(
+    const model::GptConfig& cfg, const Topology& topo, int rank,
+    const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
+    const model::TokenSource& data, std::chrono::milliseconds timeout, bool init) {
   OB_RETURN_IF_ERROR(cfg.Validate());
   const std::string who = "rank " + std::to_string(rank);
   if (rank < 0 || rank >= topo.world_size()) {
@@ -119,13 +138,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Create(
     return Status::Config(who + ": " + cfg.name + ": " + st.message());
   }
   try {
-    std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len));
-    if (arena != nullptr) {
-      OB_RETURN_IF_ERROR(worker->AttachArena(arena, -1, -1));
-    } else {
-      CaptureSnapshot(worker->stage_, worker->tied_, *worker->optimizer_, -1,
-                      &worker->snapshots_[0]);
-    }
+    std::unique_ptr<StageWorker> worker(new StageWorker(cfg, topo, rank, opts, data, seq_len, init));
     const auto t_join = Clock::now();
     worker->JoinGroups(store, timeout);
     worker->join_seconds_ = SecondsSince(t_join);

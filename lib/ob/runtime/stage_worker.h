@@ -266,13 +266,31 @@ class StageWorker {
 
   const model::GptStage& stage() const { return stage_; }
   double join_seconds() const { return join_seconds_; }  // joining the groups in Create
+  // Where a Restore's time went (seconds): building the stage (no random
+  // draw: every parameter is then set), the transfers between ranks, the
+  // copy of the state into the parameters and optimizer, and laying the
+  // arena out (or capturing the first host snapshot). Joining the groups
+  // is join_seconds(). Zero for a worker that Create made.
+  struct RestoreTimes {
+    double build = 0, transfers = 0, load = 0, snapshot = 0;
+  };
+  const RestoreTimes& restore_times() const { return restore_times_; }
   const RankInfo& info() const { return topo_.ranks[rank_]; }
   const Topology& topology() const { return topo_; }
 
  private:
   struct Groups;
+  // `init` false: the stage's parameters are left undrawn (a restore sets
+  // every one).
   StageWorker(const model::GptConfig& cfg, const Topology& topo, int rank,
-              const model::TrainOptions& opts, const model::TokenSource& data, int seq_len);
+              const model::TrainOptions& opts, const model::TokenSource& data, int seq_len,
+              bool init);
+  // Create's checks, the stage (drawn when `init`), its groups joined; no
+  // snapshot yet.
+  static Result<std::unique_ptr<StageWorker>> Build(
+      const model::GptConfig& cfg, const Topology& topo, int rank,
+      const c10::intrusive_ptr<c10d::Store>& store, const model::TrainOptions& opts,
+      const model::TokenSource& data, std::chrono::milliseconds timeout, bool init);
   void JoinGroups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
@@ -352,6 +370,7 @@ class StageWorker {
   SnapshotArena* arena_ = nullptr;   // where snapshots_ live when set (not owned)
   bool unprepared_[kSnapshots] = {};  // an arena slot still holding another layout's snapshot
   double join_seconds_ = 0;
+  RestoreTimes restore_times_;
   double slowdown_ = 1;
   int64_t stall_at_ = -1;
   std::atomic<int64_t>* progress_ = nullptr;
