@@ -482,7 +482,8 @@ std::string TimelineSvg(const std::vector<SimResult>& results, const std::string
     const double ly = top + 16 + 16 * static_cast<double>(i);
     o << "<line x1=\"" << left + 10 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + 30 << "\" y2=\"" << ly - 4
       << "\" stroke=\"" << c << "\" stroke-width=\"2\"/><text x=\"" << left + 36 << "\" y=\"" << ly << "\">"
-      << r.policy << " (f=" << r.faults << "): ETTR " << Fixed(r.ettr, 3) << "</text>\n";
+      << r.policy << " (f=" << r.faults << "): ETTR " << Fixed(r.ettr, 3) << ", goodput "
+      << Fixed(r.goodput, 0) << " tokens/s</text>\n";
   }
   o << "<text x=\"" << left + pw << "\" y=\"" << top + ph - 10 << "\" text-anchor=\"end\" fill=\"#666\">"
     << "ticks: node failures</text>\n";
