@@ -18,20 +18,8 @@ using Kind = Decision::Kind;
 // the plan is nodes/2 pipelines of two stages (as tests/lib/launch.sh's
 // make_pipelines), and a lone survivor of a pipeline cannot train alone.
 plan::LoadedPlan TwoStagePlan(int nodes, int faults) {
-  plan::LoadedPlan lp;
-  lp.problem = plan::testing::UniformProblem(4, nodes, faults, 8);
-  for (uint64_t mib = 1024; mib >= 128; mib -= 16) {
-    lp.problem.cluster.gpu_memory = mib << 20;
-    auto ts = plan::BuildTemplates(lp.problem);
-    if (ts.ok() && ts->min_nodes == 2) {
-      lp.templates = *ts;
-      break;
-    }
-  }
+  plan::LoadedPlan lp = plan::testing::TwoNodeStagesPlan(nodes, faults);
   REQUIRE(lp.templates.min_nodes == 2);
-  auto inst = plan::Instantiate(lp.problem, lp.templates);
-  REQUIRE(inst.ok());
-  lp.instantiation = *inst;
   for (const auto& p : lp.instantiation.pipelines) REQUIRE(p.template_nodes == 2);
   REQUIRE(static_cast<int>(lp.instantiation.pipelines.size()) == nodes / 2);
   return lp;

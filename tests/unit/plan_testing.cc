@@ -2,6 +2,9 @@
 
 #include <random>
 
+#include "ob/plan/instantiation.h"
+#include "ob/plan/templates.h"
+
 namespace ob::plan::testing {
 
 Problem RandomProblem(uint64_t seed, const RandomProblemOptions& o) {
@@ -66,6 +69,24 @@ Problem UniformProblem(int blocks, int nodes, int faults, int microbatches, int 
   p.n_embd = 1024;
   p.n_head = 16;
   return p;
+}
+
+LoadedPlan TwoNodeStagesPlan(int nodes, int faults) {
+  LoadedPlan lp;
+  lp.problem = UniformProblem(4, nodes, faults, 8);
+  for (uint64_t mib = 1024; mib >= 128; mib -= 16) {
+    lp.problem.cluster.gpu_memory = mib << 20;
+    auto ts = BuildTemplates(lp.problem);
+    if (ts.ok() && ts->min_nodes == 2) {
+      lp.templates = *ts;
+      break;
+    }
+  }
+  if (lp.templates.min_nodes != 2) return lp;
+  auto inst = Instantiate(lp.problem, lp.templates);
+  if (inst.ok()) lp.instantiation = *inst;
+  for (int n = 0; n < nodes; ++n) lp.hosts.push_back("h" + std::to_string(n));
+  return lp;
 }
 
 }  // namespace ob::plan::testing

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "ob/plan/plan_io.h"
 #include "ob/plan/problem.h"
 
 namespace ob::plan::testing {
@@ -22,5 +23,11 @@ Problem RandomProblem(uint64_t seed, const RandomProblemOptions& opts = {});
 
 // A GPT-like problem: embed, `blocks` equal blocks, head; plenty of memory.
 Problem UniformProblem(int blocks, int nodes, int faults, int microbatches, int gpus_per_node = 1);
+
+// UniformProblem(4, nodes, faults, 8) with the GPU memory shrunk until one
+// pipeline needs two nodes (n0 = 2), its templates, their instantiation,
+// and hosts "h0".."hN-1": a plan as ob-launch loads it. Leaves `templates`
+// empty (min_nodes 0) if no memory size gives n0 = 2.
+LoadedPlan TwoNodeStagesPlan(int nodes, int faults);
 
 }  // namespace ob::plan::testing

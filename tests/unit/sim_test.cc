@@ -14,21 +14,9 @@ namespace {
 
 // Two-stage pipelines over `nodes` nodes (as decision_test's), f faults.
 plan::LoadedPlan TwoStagePlan(int nodes, int faults) {
-  plan::LoadedPlan lp;
-  lp.problem = plan::testing::UniformProblem(4, nodes, faults, 8);
-  for (uint64_t mib = 1024; mib >= 128; mib -= 16) {
-    lp.problem.cluster.gpu_memory = mib << 20;
-    auto ts = plan::BuildTemplates(lp.problem);
-    if (ts.ok() && ts->min_nodes == 2) {
-      lp.templates = *ts;
-      break;
-    }
-  }
+  plan::LoadedPlan lp = plan::testing::TwoNodeStagesPlan(nodes, faults);
   REQUIRE(lp.templates.min_nodes == 2);
-  auto inst = plan::Instantiate(lp.problem, lp.templates);
-  REQUIRE(inst.ok());
-  lp.instantiation = *inst;
-  for (int n = 0; n < nodes; ++n) lp.hosts.push_back("h" + std::to_string(n));
+  REQUIRE(lp.instantiation.iteration_seconds > 0);
   return lp;
 }
 
