@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -13,6 +14,9 @@ namespace ob::plan {
 namespace {
 
 constexpr double kNoTime = std::numeric_limits<double>::infinity();
+// A fresh layout replaces a kept one when nodes come back only if it is at
+// least this much faster (it may move many layers).
+constexpr double kFreshGain = 0.005;
 // Survivor groups up to this many are merged in every possible way (Bell(5)
 // = 52 partitions); more groups get three representative partitions.
 constexpr int kMaxExhaustiveGroups = 5;
@@ -75,6 +79,47 @@ class Replanner {
   }
 
   const std::unordered_map<int, Held>& held() const { return held_; }
+
+  // `l`'s nodes (its pipelines' and its idle ones) laid out as Instantiate
+  // would lay them out afresh, when that is more than kFreshGain faster:
+  // pipelines of a size the fresh instantiation has are kept whole, the
+  // other nodes, in their pipelines' order, form the rest. False (and `l`
+  // untouched) otherwise.
+  bool Refresh(Layout& l) {
+    int count = static_cast<int>(l.idle.size());
+    for (const Pipe& pipe : l.pipes) count += static_cast<int>(pipe.nodes.size());
+    Problem q = p_;
+    q.cluster.nodes = count;
+    auto inst = Instantiate(q, ts_);
+    if (!inst.ok()) return false;
+    std::vector<int> sizes;
+    for (const auto& pipe : inst->pipelines) sizes.push_back(pipe.template_nodes);
+    if (!(Time(sizes) < Time(l) * (1 - kFreshGain))) return false;
+    std::multiset<int> want(sizes.begin(), sizes.end());
+    Layout out;
+    std::vector<int> free;
+    for (const Pipe& pipe : l.pipes) {
+      auto it = want.find(pipe.template_nodes);
+      if (it != want.end()) {
+        want.erase(it);
+        out.bytes += pipe.bytes;
+        out.pipes.push_back(pipe);
+      } else {
+        free.insert(free.end(), pipe.nodes.begin(), pipe.nodes.end());
+      }
+    }
+    free.insert(free.end(), l.idle.begin(), l.idle.end());
+    size_t at = 0;
+    for (auto it = want.rbegin(); it != want.rend(); ++it) {
+      const size_t n = static_cast<size_t>(*it);
+      if (at + n > free.size()) return false;
+      AddPipe(out, std::vector<int>(free.begin() + at, free.begin() + at + n), std::numeric_limits<int>::max());
+      at += n;
+    }
+    out.idle.assign(free.begin() + at, free.end());
+    l = std::move(out);
+    return true;
+  }
 
   // Bytes a pipeline of template n over nodes a ++ b must fetch.
   uint64_t Cost(int n, Slice a, Slice b = {}) const {
@@ -235,17 +280,35 @@ class Replanner {
     }
   }
 
-  // Appends each node of `pool` to the smallest pipeline that has a template
-  // one node larger; what no pipeline can take stays in `pool`.
-  void Grow(Layout& l, std::vector<int>& pool) const {
+  // Appends each node of `pool` to the pipeline whose growth by one node
+  // gives the least iteration time (ties: the smallest pipeline, then the
+  // first), among those with a template one node larger; what no pipeline
+  // can take stays in `pool`. (Always the smallest, as it once was, left a
+  // node that came back in a 16-node pipeline while the 23-node one it had
+  // left stayed short: the layout drifted from the plan, ob-sim showed.)
+  void Grow(Layout& l, std::vector<int>& pool) {
     std::vector<int> rest;
     std::vector<char> changed(l.pipes.size(), 0);
     for (int node : pool) {
+      std::vector<int> sizes;
+      for (const Pipe& pipe : l.pipes) sizes.push_back(static_cast<int>(pipe.nodes.size()));
       int best = -1;
-      for (int j = 0; j < static_cast<int>(l.pipes.size()); ++j) {
-        const size_t size = l.pipes[j].nodes.size();
-        if (Has(static_cast<int>(size) + 1) && (best < 0 || size < l.pipes[best].nodes.size()))
+      double best_time = kNoTime;
+      std::map<int, double> by_size;  // pipelines of one size grow alike
+      for (int j = 0; j < static_cast<int>(sizes.size()); ++j) {
+        const int size = sizes[j];
+        if (!Has(size + 1)) continue;
+        auto it = by_size.find(size);
+        if (it == by_size.end()) {
+          std::vector<int> grown = sizes;
+          grown[j] = size + 1;
+          it = by_size.emplace(size, Time(std::move(grown))).first;
+        }
+        const double time = it->second;
+        if (best < 0 || time < best_time || (time == best_time && size < sizes[best])) {
           best = j;
+          best_time = time;
+        }
       }
       if (best < 0) {
         rest.push_back(node);
@@ -260,16 +323,28 @@ class Replanner {
   }
 
   // Spare survivors and unused added nodes: new pipelines when there are ≥ n0
-  // (the pipeline count with the best iteration time), else grow the
-  // smallest pipelines, else borrow to form one; the rest stay idle.
+  // (the pipeline count with the best iteration time), or grown into the
+  // pipelines there are, whichever leaves fewer nodes idle and then runs
+  // faster; else borrow to form one; the rest stay idle.
   void FinishPool(Layout& l) {
     std::vector<int> pool = std::move(l.spare);
     pool.insert(pool.end(), l.added.begin(), l.added.end());
     l.spare.clear();
     l.added.clear();
+    Layout grown = l;
+    PlacePool(grown, pool, /*new_pipelines=*/false);
+    PlacePool(l, pool, /*new_pipelines=*/true);
+    if (grown.idle.size() < l.idle.size() ||
+        (grown.idle.size() == l.idle.size() && Time(grown) < Time(l))) {
+      l = std::move(grown);
+    }
+  }
+
+  // FinishPool's two ways: new pipelines first (when allowed), then grow.
+  void PlacePool(Layout& l, std::vector<int> pool, bool new_pipelines) {
     const int total = static_cast<int>(pool.size());
     const int room = p_.microbatches - static_cast<int>(l.pipes.size());
-    if (total >= n0_ && room > 0) {
+    if (new_pipelines && total >= n0_ && room > 0) {
       const int qmin = std::max(1, (total + ts_.max_nodes() - 1) / std::max(1, ts_.max_nodes()));
       const int qmax = std::min({total / n0_, room, qmin + kMaxSplitsTried - 1});
       int best_q = 0;
@@ -525,6 +600,14 @@ Recovery Reinstantiate(const Problem& p, const TemplateSet& ts, const Instantiat
     have_best = true;
   }
 
+  // Nodes that come back (nothing lost): the layout the planner would
+  // choose for the nodes there are, when it is faster. Node by node, the
+  // returns of several failures left the layout off the plan for good
+  // (ob-sim: 2x16 1x22 1x24 2x25 nodes instead of the planned 2x16 4x24,
+  // 15.78 s a step instead of 15.34, after six failures and their repairs).
+  bool only_added = !fresh.empty();
+  for (int node : lost) only_added = only_added && !present.count(node);
+  if (only_added) plan.Refresh(best);
   std::stable_sort(best.pipes.begin(), best.pipes.end(),
                    [](const Pipe& a, const Pipe& b) { return a.origin < b.origin; });
   for (const Pipe& pipe : best.pipes)

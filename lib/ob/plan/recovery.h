@@ -9,8 +9,12 @@
 // nodes from the largest pipeline (if it keeps ≥ n0), merged with each other,
 // or dissolved into other pipelines — whichever valid choice copies the
 // fewest bytes (weights + optimizer state), ties broken by iteration time.
-// Added nodes form new pipelines when there are ≥ n0 of them, else join the
-// smallest pipelines. Nodes no valid choice can use stay idle (listed in
+// Added nodes form new pipelines when there are ≥ n0 of them, or join the
+// pipelines where they speed the iteration most, whichever is faster. When
+// nodes are only added (failed ones come back), the layout Instantiate
+// would choose for the nodes there are replaces that when it is more than
+// 0.5% faster, keeping whole the pipelines of the sizes it has: repairs
+// bring the run back to its plan. Nodes no valid choice can use stay idle (listed in
 // Recovery::idle) rather than failing the recovery. Beyond f failures a layer
 // may have no surviving replica: those layers are listed and no
 // instantiation is returned.
