@@ -2,6 +2,7 @@
 // function in the loop, traces read and drawn.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ob/plan/instantiation.h"
@@ -112,6 +113,33 @@ TEST_CASE("ob-sim decides through the decision function it is given, the master'
   CHECK(changed->checkpoint_restarts == 2);
   CHECK(changed->reinstantiations == 0);
   CHECK(changed->steps != master->steps);
+}
+
+TEST_CASE("oobleck-style: the same reconfiguration on failures, no node taken in again", "[sim]") {
+  const auto plan = TwoStagePlan(8, 1);
+  const double iter = plan.instantiation.iteration_seconds;
+  SimOptions o = Options(iter, 1000, 10);
+  std::vector<TraceEvent> trace{{100.25 * iter, true, 0}, {300 * iter, false, 0}, {600.5 * iter, true, 3},
+                                {700 * iter, false, 3}};
+  auto ob = Simulate(plan, trace, o);
+  o.policy = Policy::kOobleck;
+  int decisions = 0;
+  std::vector<int> live_at_second;
+  o.decide = [&](const launch::RecoveryFacts& f) {
+    if (++decisions == 2) live_at_second = f.live;
+    return launch::DecideRecovery(f);
+  };
+  auto oo = Simulate(plan, trace, o);
+  REQUIRE(ob.ok());
+  REQUIRE(oo.ok());
+  CHECK(oo->policy == "oobleck-style");
+  CHECK(ob->reinstantiations == 4);  // two failures, two returns
+  CHECK(decisions == 2);             // the failures only
+  CHECK(oo->reinstantiations == 2);
+  // h0, back at 300, is not offered to the second decision.
+  CHECK(std::find(live_at_second.begin(), live_at_second.end(), 0) == live_at_second.end());
+  CHECK(live_at_second.size() == 6);
+  CHECK(oo->steps < ob->steps);
 }
 
 TEST_CASE("losing every replica of a layer restarts from the checkpoint, as the master would", "[sim]") {

@@ -28,7 +28,7 @@ struct Options {
   std::string restart = "10m";
   std::string checkpoint_cost = "5s";
   std::string checkpoint_interval;  // "" = Young's, from the trace's failure rate
-  std::string policies = "ob,checkpoint-restart";
+  std::string policies = "ob,checkpoint-restart,oobleck-style";
   std::string svg;
 };
 
@@ -85,8 +85,10 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
         policies.push_back(ob::sim::Policy::kOb);
       } else if (p == "checkpoint-restart") {
         policies.push_back(ob::sim::Policy::kCheckpointRestart);
+      } else if (p == "oobleck-style") {
+        policies.push_back(ob::sim::Policy::kOobleck);
       } else {
-        return ob::Status::Usage("--policy '" + p + "': expected ob or checkpoint-restart");
+        return ob::Status::Usage("--policy '" + p + "': expected ob, checkpoint-restart or oobleck-style");
       }
     }
     if (policies.empty()) return ob::Status::Usage("--policy names no policy");
@@ -154,7 +156,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     size_t next_report = 0;
     o.progress = [&](size_t done, size_t total) {
       if (total >= 1000 && done >= next_report) {
-        OB_LOG(Info) << (p == ob::sim::Policy::kOb ? "ob" : "checkpoint-restart") << ": " << done << " of "
+        OB_LOG(Info) << g.policies << ", policy " << static_cast<int>(p) + 1 << ": " << done << " of "
                      << total << " events";
         next_report = done + total / 10;
       }
@@ -206,8 +208,9 @@ void Setup(CLI::App& app) {
   app.add_option("--checkpoint-interval", g.checkpoint_interval,
                  "Time between checkpoints (default: Young's, from the trace's failure rate)")
       ->option_text("DURATION");
-  app.add_option("--policy", g.policies, "Policies to compare, comma-separated (default: both)")
-      ->option_text("ob,checkpoint-restart");
+  app.add_option("--policy", g.policies,
+                 "Policies to compare, comma-separated: ob, checkpoint-restart, oobleck-style (default: all)")
+      ->option_text("LIST");
   app.add_option("--svg", g.svg, "Draw useful steps over time, one line per policy")->option_text("FILE");
   app.footer(
       "Examples:\n"

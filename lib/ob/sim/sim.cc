@@ -67,8 +67,8 @@ class Run {
     r_.nodes = pr.cluster.nodes;
     r_.horizon_s = o_.horizon_s;
     r_.tokens_per_step = static_cast<double>(pr.microbatches) * pr.microbatch_size * pr.sequence_length;
-    if (o_.policy == Policy::kOb) {
-      r_.policy = "ob";
+    if (o_.policy != Policy::kCheckpointRestart) {
+      r_.policy = o_.policy == Policy::kOb ? "ob" : "oobleck-style";
       r_.faults = pr.faults;
       current_ = plan_.instantiation;
     } else {
@@ -198,7 +198,9 @@ class Run {
     f.current = current_;
     f.holding = holding_;
     f.snapshots = has_steps_;
-    f.live.assign(live_.begin(), live_.end());
+    for (int n : live_) {
+      if (!retired_.count(n)) f.live.push_back(n);
+    }
     f.lost.assign(lost_.begin(), lost_.end());
     for (int n : lost_) f.lost_names += (f.lost_names.empty() ? "h" : ", h") + std::to_string(n);
     f.what = what;
@@ -239,6 +241,10 @@ class Run {
     if (!live_.count(node)) return;  // already out
     ++r_.failures;
     r_.failure_times.push_back(t);
+    if (retired_.erase(node) > 0) {  // oobleck-style: a node the run no longer uses
+      live_.erase(node);
+      return;
+    }
     Close(t);
     live_.erase(node);
     if (o_.policy == Policy::kCheckpointRestart) {  // a spare takes the node's place
@@ -257,8 +263,13 @@ class Run {
     ++r_.repairs;
     live_.insert(node);
     if (o_.policy == Policy::kCheckpointRestart) return;  // back in the spare pool
+    if (o_.policy == Policy::kOobleck && !down_) {  // not taken in again
+      retired_.insert(node);
+      return;
+    }
     Close(t);
     if (down_) {  // requeued: the templates afresh on what is live
+      retired_.clear();
       std::vector<int> live(live_.begin(), live_.end());
       Result<plan::Instantiation> inst = launch::InstantiateOn(plan_, live);
       if (inst.ok()) {
@@ -275,6 +286,7 @@ class Run {
   SimResult r_;
   plan::Instantiation current_, holding_;
   std::set<int> live_, lost_;
+  std::set<int> retired_;  // oobleck-style: back, but not taken in again
   bool has_steps_ = false, down_ = false, restarting_ = true;
   double gen_t0_ = 0, ready_ = 0;
   int64_t steps_ = 0, gen_base_ = 0, last_checkpoint_ = 0, steps_run_ = 0;

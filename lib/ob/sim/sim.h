@@ -27,6 +27,12 @@
 // nodes as before (a spare takes the failed node's place within the
 // restart time; the repair returns the node to the spare pool).
 //
+// The Oobleck-style policy is our reading of Oobleck's published design
+// (SOSP '23): the same reconfiguration from the templates on failures (here
+// through the same decision function), f as the user chose it, and nodes
+// that come back are not taken in again during the run; beyond f, a
+// restart from the last checkpoint.
+//
 // Useful work is the steps that are never redone; ETTR (effective training
 // time ratio) is the iteration time of those steps over the horizon;
 // goodput, their tokens per second of the horizon.
@@ -78,7 +84,7 @@ struct RecordedRecoveries {
 };
 Result<RecordedRecoveries> RecoveriesFromEvents(const std::string& text, const std::string& path);
 
-enum class Policy { kOb, kCheckpointRestart };
+enum class Policy { kOb, kCheckpointRestart, kOobleck };
 
 using DecideFn = std::function<launch::Decision(const launch::RecoveryFacts&)>;
 
@@ -96,7 +102,7 @@ struct SimOptions {
 };
 
 struct SimResult {
-  std::string policy;           // "ob" or "checkpoint-restart"
+  std::string policy;           // "ob", "checkpoint-restart" or "oobleck-style"
   int nodes = 0;
   int faults = 0;               // the plan's f (0 for checkpoint-restart)
   double horizon_s = 0;
