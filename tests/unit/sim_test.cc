@@ -49,6 +49,17 @@ TEST_CASE("without failures the run is its steps and checkpoints", "[sim]") {
   CHECK(r->training_s + r->checkpointing_s + r->recovering_s + r->restarting_s + r->down_s ==
         Approx(r->horizon_s));
   CHECK(r->goodput == Approx(952 * r->tokens_per_step / r->horizon_s));
+  // A measured step time twice the prediction: every iteration scaled.
+  SimOptions slow = Options(iter, 1000, 10);
+  slow.checkpoint_interval_s = 20 * iter;  // still every 10 steps
+  slow.iteration_scale = 2;
+  auto s = Simulate(plan, {}, slow);
+  REQUIRE(s.ok());
+  CHECK(s->nominal_iteration_s == Approx(2 * iter));
+  // Periods of 20.5 iterations: 48 of them (984) and 16 more, 8 steps.
+  CHECK(s->steps == 48 * 10 + 8);
+  slow.iteration_scale = 0;
+  CHECK(Simulate(plan, {}, slow).status().code() == Code::kUsage);
 }
 
 TEST_CASE("a failure within f costs a recovery and the step in flight, one beyond a checkpoint's steps", "[sim]") {

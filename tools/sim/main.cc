@@ -28,6 +28,7 @@ struct Options {
   std::string restart = "10m";
   std::string checkpoint_cost = "5s";
   std::string checkpoint_interval;  // "" = Young's, from the trace's failure rate
+  std::string iteration_time;       // measured, of the plan's instantiation; "" = predicted
   std::string policies = "ob,checkpoint-restart,oobleck-style";
   std::string svg;
 };
@@ -47,6 +48,7 @@ std::string Json(const std::vector<ob::sim::SimResult>& results, double recovery
     const auto& r = results[i];
     o << (i ? "," : "") << "{\"policy\":\"" << r.policy << "\",\"nodes\":" << r.nodes << ",\"faults\":" << r.faults
       << ",\"horizon_s\":" << num(r.horizon_s) << ",\"nominal_iteration_s\":" << num(r.nominal_iteration_s)
+      << ",\"mean_iteration_s\":" << num(r.mean_iteration_s) << ",\"worst_iteration_s\":" << num(r.worst_iteration_s)
       << ",\"tokens_per_step\":" << num(r.tokens_per_step) << ",\"steps\":" << r.steps
       << ",\"steps_redone\":" << r.steps_redone << ",\"goodput\":" << num(r.goodput)
       << ",\"ettr\":" << num(r.ettr) << ",\"training_s\":" << num(r.training_s)
@@ -144,6 +146,15 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     interval = failures > 0 ? std::sqrt(2 * std::max(ck, 1e-3) * horizon / failures) : horizon;
   }
 
+  double scale = 1;
+  if (!g.iteration_time.empty()) {
+    OB_ASSIGN_OR_RETURN(const double measured, Duration(g.iteration_time, "--iteration-time"));
+    if (!(measured > 0)) return ob::Status::Usage("--iteration-time must be positive");
+    scale = measured / loaded->instantiation.iteration_seconds;
+    OB_LOG(Info) << "iteration time " << measured << " s measured, " << loaded->instantiation.iteration_seconds
+                 << " s predicted: every instantiation's prediction scaled by " << scale;
+  }
+
   std::vector<ob::sim::SimResult> results;
   for (ob::sim::Policy p : policies) {
     ob::sim::SimOptions o;
@@ -153,6 +164,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.restart_s = restart;
     o.checkpoint_s = ck;
     o.checkpoint_interval_s = interval;
+    o.iteration_scale = scale;
     size_t next_report = 0;
     o.progress = [&](size_t done, size_t total) {
       if (total >= 1000 && done >= next_report) {
@@ -207,6 +219,9 @@ void Setup(CLI::App& app) {
       ->option_text("DURATION");
   app.add_option("--checkpoint-interval", g.checkpoint_interval,
                  "Time between checkpoints (default: Young's, from the trace's failure rate)")
+      ->option_text("DURATION");
+  app.add_option("--iteration-time", g.iteration_time,
+                 "Measured step time of the plan as made; scales every predicted iteration time")
       ->option_text("DURATION");
   app.add_option("--policy", g.policies,
                  "Policies to compare, comma-separated: ob, checkpoint-restart, oobleck-style (default: all)")

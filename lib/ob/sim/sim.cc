@@ -80,7 +80,7 @@ class Run {
     if (!(current_.iteration_seconds > 0)) {
       return Status::Config("the plan's instantiation has no iteration time");
     }
-    r_.nominal_iteration_s = current_.iteration_seconds;
+    r_.nominal_iteration_s = Iter();
     holding_ = current_;
     for (int n = 0; n < r_.nodes; ++n) live_.insert(n);
     // The run starts like a restart: its lineage has no step yet.
@@ -116,8 +116,12 @@ class Run {
  private:
   enum class Gen { kTraining, kDown };
 
+  // The current instantiation's iteration time, as the planner predicts it
+  // times the measured calibration.
+  double Iter() const { return current_.iteration_seconds * o_.iteration_scale; }
+
   int64_t StepsPerCheckpoint() const {
-    const double iter = current_.iteration_seconds;
+    const double iter = Iter();
     return std::max<int64_t>(1, static_cast<int64_t>(std::llround(o_.checkpoint_interval_s / iter)));
   }
 
@@ -134,7 +138,7 @@ class Run {
     const double cost_end = std::min(t, ready_);
     (restarting_ ? r_.restarting_s : r_.recovering_s) += cost_end - gen_t0_;
     if (t > ready_) {
-      const double iter = current_.iteration_seconds;
+      const double iter = Iter();
       const int64_t k = StepsPerCheckpoint();
       const Progress p = At(t - ready_, iter, k, o_.checkpoint_s);
       r_.training_s += static_cast<double>(p.steps) * iter + p.partial_s;
@@ -388,6 +392,7 @@ Result<RecordedRecoveries> RecoveriesFromEvents(const std::string& text, const s
 Result<SimResult> Simulate(const plan::LoadedPlan& plan, const std::vector<TraceEvent>& trace,
                            const SimOptions& options) {
   if (!(options.horizon_s > 0)) return Status::Usage("the horizon must be positive");
+  if (!(options.iteration_scale > 0)) return Status::Usage("the iteration time scale must be positive");
   if (options.recovery_s < 0 || options.restart_s < 0 || options.checkpoint_s < 0 ||
       !(options.checkpoint_interval_s > 0)) {
     return Status::Usage("recovery, restart and checkpoint times cannot be negative, the checkpoint interval must be positive");

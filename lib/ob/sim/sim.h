@@ -95,6 +95,11 @@ struct SimOptions {
   double restart_s = 600;       // a restart from a checkpoint
   double checkpoint_s = 5;      // training time one checkpoint costs
   double checkpoint_interval_s = 3600;  // between checkpoints (at least one step)
+  // Every instantiation's predicted iteration time is multiplied by this:
+  // a run's measured step time over the plan's predicted one (ob-sim
+  // --iteration-time), so that the planner's model errors do not become
+  // the simulator's. 1: the prediction as it is.
+  double iteration_scale = 1;
   DecideFn decide;              // the master's (launch::DecideRecovery) when empty
   // Called after each event with the events done and their total (progress
   // of long traces); may be empty.
@@ -107,7 +112,7 @@ struct SimResult {
   int faults = 0;               // the plan's f (0 for checkpoint-restart)
   double horizon_s = 0;
   double tokens_per_step = 0;
-  double nominal_iteration_s = 0;  // every node up, as planned
+  double nominal_iteration_s = 0;  // every node up, as planned (times iteration_scale)
   double mean_iteration_s = 0;     // over the steps the run completed, redone ones too
   double worst_iteration_s = 0;    // the slowest instantiation it trained on
   int64_t steps = 0;            // useful: never redone

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# ob-sim against a recorded run (issue 14, acceptance 3): a local cluster of
+# 4 hosts (2 pipelines of 2 stages, f = 1, gpt-tiny, CPU), STEPS steps, and
+# kill -9 of one host (its agent, worker and standby) once step KILL_STEP is
+# reported. The run's metrics and events.log give what happened; ob-sim gets
+# the same failure at the same moment, the run's measured recovery
+# (--recovery-log) and its measured step time before the failure
+# (--iteration-time), and predicts the steps completed by the time the run
+# ended and the time lost, from the end of step 5 (start-up excluded) to
+# the run's end. Prints both and their ratio.
+#
+#   OB_BIN=build/bin bench/sim_vs_run.sh [RUNS]      (STEPS=200 KILL_STEP=60)
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+export OB_BIN=${OB_BIN:-$here/build/bin} OB_SOURCE_DIR=$here
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+NAME=sim_vs_run
+# shellcheck source=../tests/lib/launch.sh
+source "$here/tests/lib/launch.sh"
+runs=${1:-3}
+STEPS=${STEPS:-200}
+KILL_STEP=${KILL_STEP:-60}
+make_two_by_two
+for ((i = 1; i <= runs; i++)); do
+  run_start "run$i" "$STEPS"
+  wait_step "run$i" "$KILL_STEP" || fail "run $i did not reach step $KILL_STEP"
+  kill_ms=$(now_ms)
+  # shellcheck disable=SC2046
+  kill -9 $(host_pids "${TAG}h3")
+  run_wait
+  [ "$RC" = 0 ] || fail "run $i: exit $RC: $(tail -3 "$WORK/run$i.err")"
+  "$OB_BIN/ob-watch" --records json "$WORK/run$i.pb" > "$WORK/run$i.json" 2> /dev/null
+  # What the run did: its start (step 0's start), end, the kill's offset,
+  # the median wall time a step before the kill and after the recovery, and
+  # the time lost (the run's length less its steps at those rates).
+  read -r horizon offset before after real_lost real_steps < <(python3 - "$WORK/run$i.json" "$kill_ms" "$KILL_STEP" <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+recs = [r for r in recs if not r.get("heartbeat") and "step" in r and int(r.get("rank", 0)) == 0]
+kill_ms, kill_step = int(sys.argv[2]), int(sys.argv[3])
+# The window starts when step WARM ends: the first steps of a run pay for
+# start-up (threads, allocator, first collectives), which ob-sim does not
+# model; from there on both count the same steps.
+WARM = 5
+t0 = min(int(r["unix_ms"]) for r in recs if int(r["step"]) == WARM)
+end = max(int(r["unix_ms"]) for r in recs)
+def gaps(gen):
+    rs = sorted((r for r in recs if int(r.get("generation", 1)) == gen), key=lambda r: int(r["unix_ms"]))
+    return [(int(b["unix_ms"]) - int(a["unix_ms"])) / 1000 for a, b in zip(rs, rs[1:])][3:]
+gens = sorted({int(r.get("generation", 1)) for r in recs})
+before = statistics.median(gaps(gens[0]))
+after = statistics.median(gaps(gens[-1]))
+last = {}
+for r in recs:
+    if int(r["step"]) > WARM:
+        last[int(r["step"])] = int(r.get("generation", 1))
+n_before = sum(1 for s, g in last.items() if g == gens[0])
+n_after = len(last) - n_before
+horizon = (end - t0) / 1000
+lost = horizon - n_before * before - n_after * after
+print(f"{horizon:.3f} {(kill_ms - t0) / 1000:.3f} {before:.5f} {after:.5f} {lost:.3f} {len(last)}")
+PY
+)
+  printf '%s fail %s\n' "$offset" "${TAG}h3" > "$WORK/trace$i.txt"
+  "$OB_BIN/ob-sim" --trace "$WORK/trace$i.txt" --horizon "$horizon" --recovery-log "$WORK/run$i/events.log" \
+    --iteration-time "$before" --checkpoint-cost 0 --policy ob --json "$WORK/plan.pb" > "$WORK/sim$i.json" \
+    || fail "ob-sim"
+  python3 - "$WORK/sim$i.json" "$real_steps" "$real_lost" "$horizon" "$before" "$after" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+steps, real_lost, horizon, before, after = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+sim_lost = r["recovering_s"] + r["lost_work_s"] + r["restarting_s"] + r["down_s"]
+print(f"run: {steps} steps in {horizon:.2f} s (step {before:.3f} s before the kill, {after:.3f} s after), "
+      f"{real_lost:.2f} s lost | ob-sim: {r['steps']} steps ({r['steps'] / steps:.3f}x), "
+      f"{sim_lost:.2f} s lost ({sim_lost / real_lost:.3f}x), mean iteration {r['mean_iteration_s']:.3f} s")
+PY
+done
