@@ -127,6 +127,15 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   } else {
     OB_ASSIGN_OR_RETURN(const double mtbf, Duration(g.node_mtbf, "--node-mtbf"));
     if (!(mtbf > 0)) return ob::Status::Usage("--node-mtbf must be positive");
+    // Each node fails about horizon / (MTBF + repair) times: refuse what
+    // would not fit in memory rather than die trying.
+    const double expected = 2.0 * nodes * horizon / (mtbf + repair);
+    if (expected > 5e7) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "--node-mtbf %s over --horizon %s on %d nodes draws about %.3g events (at most 5e7)",
+                    g.node_mtbf.c_str(), g.horizon.c_str(), nodes, expected);
+      return ob::Status::Usage(buf);
+    }
     ob::sim::TraceModel m;
     m.node_mtbf_s = mtbf;
     m.weibull_shape = g.weibull_shape;

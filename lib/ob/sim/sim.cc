@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -114,8 +115,6 @@ class Run {
   }
 
  private:
-  enum class Gen { kTraining, kDown };
-
   // The current instantiation's iteration time, as the planner predicts it
   // times the measured calibration.
   double Iter() const { return current_.iteration_seconds * o_.iteration_scale; }
