@@ -3,6 +3,7 @@
 // Thread-safe; no state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,9 @@ int64_t UnixMs();
 // Milliseconds of the steady clock (std::chrono::steady_clock): only
 // differences mean anything; never goes back.
 int64_t SteadyMs();
+
+// Seconds of the steady clock since `start`: how long something took.
+double SecondsSince(std::chrono::steady_clock::time_point start);
 
 // "2023-11-14T22:13:20.123Z" (RFC 3339, UTC, milliseconds): log and event lines.
 std::string FormatUnixMs(int64_t unix_ms);

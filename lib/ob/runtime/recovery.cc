@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "ob/clock.h"
 #include "ob/model/tensor_parallel.h"
 #include "ob/runtime/stage_worker.h"
 
@@ -42,10 +43,6 @@ namespace {
 
 using Work = c10::intrusive_ptr<c10d::Work>;
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 void Wait(const Work& work) {
   if (!work->wait()) throw std::runtime_error("c10d operation was aborted");

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "ob/clock.h"
 #include "ob/profile/analytic.h"
 #include "ob/runtime/schedule.h"
 
@@ -25,10 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Work = c10::intrusive_ptr<c10d::Work>;
 using Group = c10::intrusive_ptr<compat::Backend>;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Tags of the two messages micro-batch g sends across a stage boundary.
 int ActivationTag(int g) { return 2 * g; }
