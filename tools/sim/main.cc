@@ -62,36 +62,25 @@ std::string Json(const std::vector<ob::sim::SimResult>& results, double recovery
   return o.str();
 }
 
-ob::Result<double> Duration(const std::string& text, const std::string& flag) {
-  return ob::plan::ParseDuration(text, flag);
-}
-
 ob::Status Run(const ob::cli::CommonOptions& common) {
   if (g.plan.empty()) return ob::Status::Usage("no plan: give plan.pb");
   if (g.trace.empty() == g.node_mtbf.empty()) {
     return ob::Status::Usage("give a failure trace (--trace FILE) or a failure rate to draw one from (--node-mtbf)");
   }
   if (!(g.weibull_shape > 0)) return ob::Status::Usage("--weibull-shape must be positive");
-  OB_ASSIGN_OR_RETURN(const double horizon, Duration(g.horizon, "--horizon"));
+  OB_ASSIGN_OR_RETURN(const double horizon, ob::plan::ParseDuration(g.horizon, "--horizon"));
   if (!(horizon > 0)) return ob::Status::Usage("--horizon must be positive");
-  OB_ASSIGN_OR_RETURN(const double repair, Duration(g.repair, "--repair-time"));
-  OB_ASSIGN_OR_RETURN(double recovery, Duration(g.recovery, "--recovery-time"));
-  OB_ASSIGN_OR_RETURN(const double restart, Duration(g.restart, "--restart-time"));
-  OB_ASSIGN_OR_RETURN(const double ck, Duration(g.checkpoint_cost, "--checkpoint-cost"));
+  OB_ASSIGN_OR_RETURN(const double repair, ob::plan::ParseDuration(g.repair, "--repair-time"));
+  OB_ASSIGN_OR_RETURN(double recovery, ob::plan::ParseDuration(g.recovery, "--recovery-time"));
+  OB_ASSIGN_OR_RETURN(const double restart, ob::plan::ParseDuration(g.restart, "--restart-time"));
+  OB_ASSIGN_OR_RETURN(const double ck, ob::plan::ParseDuration(g.checkpoint_cost, "--checkpoint-cost"));
   std::vector<ob::sim::Policy> policies;
   {
     std::stringstream in(g.policies);
     std::string p;
     while (std::getline(in, p, ',')) {
-      if (p == "ob") {
-        policies.push_back(ob::sim::Policy::kOb);
-      } else if (p == "checkpoint-restart") {
-        policies.push_back(ob::sim::Policy::kCheckpointRestart);
-      } else if (p == "oobleck-style") {
-        policies.push_back(ob::sim::Policy::kOobleck);
-      } else {
-        return ob::Status::Usage("--policy '" + p + "': expected ob, checkpoint-restart or oobleck-style");
-      }
+      OB_ASSIGN_OR_RETURN(const ob::sim::Policy policy, ob::sim::ParsePolicy(p));
+      policies.push_back(policy);
     }
     if (policies.empty()) return ob::Status::Usage("--policy names no policy");
   }
@@ -125,7 +114,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     OB_ASSIGN_OR_RETURN(const std::string text, ob::io::ReadFile(g.trace));
     OB_ASSIGN_OR_RETURN(trace, ob::sim::ParseTrace(text, g.trace, hosts));
   } else {
-    OB_ASSIGN_OR_RETURN(const double mtbf, Duration(g.node_mtbf, "--node-mtbf"));
+    OB_ASSIGN_OR_RETURN(const double mtbf, ob::plan::ParseDuration(g.node_mtbf, "--node-mtbf"));
     if (!(mtbf > 0)) return ob::Status::Usage("--node-mtbf must be positive");
     // Each node fails about horizon / (MTBF + repair) times: refuse what
     // would not fit in memory rather than die trying.
@@ -149,7 +138,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 
   double interval = 0;
   if (!g.checkpoint_interval.empty()) {
-    OB_ASSIGN_OR_RETURN(interval, Duration(g.checkpoint_interval, "--checkpoint-interval"));
+    OB_ASSIGN_OR_RETURN(interval, ob::plan::ParseDuration(g.checkpoint_interval, "--checkpoint-interval"));
     if (!(interval > 0)) return ob::Status::Usage("--checkpoint-interval must be positive");
   } else {  // Young's: sqrt(2 · cost · mean time between the trace's failures)
     interval = failures > 0 ? std::sqrt(2 * std::max(ck, 1e-3) * horizon / failures) : horizon;
@@ -157,7 +146,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 
   double scale = 1;
   if (!g.iteration_time.empty()) {
-    OB_ASSIGN_OR_RETURN(const double measured, Duration(g.iteration_time, "--iteration-time"));
+    OB_ASSIGN_OR_RETURN(const double measured, ob::plan::ParseDuration(g.iteration_time, "--iteration-time"));
     if (!(measured > 0)) return ob::Status::Usage("--iteration-time must be positive");
     scale = measured / loaded->instantiation.iteration_seconds;
     OB_LOG(Info) << "iteration time " << measured << " s measured, " << loaded->instantiation.iteration_seconds
@@ -177,7 +166,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     size_t next_report = 0;
     o.progress = [&](size_t done, size_t total) {
       if (total >= 1000 && done >= next_report) {
-        OB_LOG(Info) << g.policies << ", policy " << static_cast<int>(p) + 1 << ": " << done << " of "
+        OB_LOG(Info) << ob::sim::PolicyName(p) << ": " << done << " of "
                      << total << " events";
         next_report = done + total / 10;
       }

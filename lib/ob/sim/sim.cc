@@ -68,12 +68,11 @@ class Run {
     r_.nodes = pr.cluster.nodes;
     r_.horizon_s = o_.horizon_s;
     r_.tokens_per_step = static_cast<double>(pr.microbatches) * pr.microbatch_size * pr.sequence_length;
+    r_.policy = PolicyName(o_.policy);
     if (o_.policy != Policy::kCheckpointRestart) {
-      r_.policy = o_.policy == Policy::kOb ? "ob" : "oobleck-style";
       r_.faults = pr.faults;
       current_ = plan_.instantiation;
     } else {
-      r_.policy = "checkpoint-restart";
       plan::Problem p0 = pr;
       p0.faults = 0;
       OB_ASSIGN_OR_RETURN(current_, plan::Instantiate(p0, plan_.templates));
@@ -161,7 +160,7 @@ class Run {
   }
 
   // Back to the last checkpoint: the steps since are redone.
-  void Rollback() {
+  void Rollback(double t) {
     int64_t redo = steps_ - last_checkpoint_;
     r_.steps_redone += redo;
     while (redo > 0 && !useful_.empty()) {
@@ -173,7 +172,7 @@ class Run {
       if (n == 0) useful_.pop_back();
     }
     steps_ = last_checkpoint_;
-    r_.timeline.emplace_back(r_.timeline.empty() ? 0 : r_.timeline.back().first, steps_);
+    r_.timeline.emplace_back(t, steps_);
   }
 
   void Start(double t, const plan::Instantiation& next, bool restart) {
@@ -229,12 +228,12 @@ class Run {
         break;
       case launch::Decision::Kind::kCheckpoint:
         ++r_.checkpoint_restarts;
-        Rollback();
+        Rollback(t);
         Start(t, d.next, true);
         break;
       case launch::Decision::Kind::kStop:
         ++r_.stops;
-        Rollback();
+        Rollback(t);
         GoDown(t);
         break;
     }
@@ -252,7 +251,7 @@ class Run {
     live_.erase(node);
     if (o_.policy == Policy::kCheckpointRestart) {  // a spare takes the node's place
       ++r_.checkpoint_restarts;
-      Rollback();
+      Rollback(t);
       Start(t, current_, true);
       return;
     }
@@ -299,6 +298,22 @@ class Run {
 };
 
 }  // namespace
+
+const char* PolicyName(Policy p) {
+  switch (p) {
+    case Policy::kOb: return "ob";
+    case Policy::kCheckpointRestart: return "checkpoint-restart";
+    case Policy::kOobleck: return "oobleck-style";
+  }
+  return "?";
+}
+
+Result<Policy> ParsePolicy(const std::string& name) {
+  for (Policy p : {Policy::kOb, Policy::kCheckpointRestart, Policy::kOobleck}) {
+    if (name == PolicyName(p)) return p;
+  }
+  return Status::Usage("--policy '" + name + "': expected ob, checkpoint-restart or oobleck-style");
+}
 
 Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::string& path,
                                            const std::vector<std::string>& hosts) {

@@ -85,6 +85,11 @@ struct RecordedRecoveries {
 Result<RecordedRecoveries> RecoveriesFromEvents(const std::string& text, const std::string& path);
 
 enum class Policy { kOb, kCheckpointRestart, kOobleck };
+// "ob", "checkpoint-restart", "oobleck-style": the names --policy takes and
+// SimResult::policy carries.
+const char* PolicyName(Policy p);
+// The policy of that name; kUsage naming the names there are otherwise.
+Result<Policy> ParsePolicy(const std::string& name);
 
 using DecideFn = std::function<launch::Decision(const launch::RecoveryFacts&)>;
 
@@ -107,7 +112,7 @@ struct SimOptions {
 };
 
 struct SimResult {
-  std::string policy;           // "ob", "checkpoint-restart" or "oobleck-style"
+  std::string policy;           // PolicyName(options.policy)
   int nodes = 0;
   int faults = 0;               // the plan's f (0 for checkpoint-restart)
   double horizon_s = 0;
