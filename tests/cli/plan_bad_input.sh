@@ -71,4 +71,16 @@ expect 78 'mixed.txt:3: host .c. has slots=4' -- "$PLAN" --hosts "$TMP/mixed.txt
 # A plan is not a profile, and the other way round.
 "$PLAN" --nodes 4 -f 1 -o "$TMP/plan.pb" "$TMP/tiny.pb" || fail "plan for gpt-tiny"
 expect 65 'plan.pb: is an ob Plan, not a Profile' -- "$PROFILE" --json "$TMP/plan.pb"
+# --pipelines: not counts; counts that do not cover the nodes, survive f, or
+# have no template.
+expect 64 '--pipelines 2,x: expected node counts like 2,3' -- "$PLAN" --nodes 4 --pipelines 2,x "$TMP/tiny.pb"
+expect 64 '--pipelines 2,,2: expected node counts' -- "$PLAN" --nodes 4 --pipelines 2,,2 "$TMP/tiny.pb"
+expect 78 'the pipelines hold 3 nodes, the cluster has 4' -- "$PLAN" --nodes 4 -f 1 --pipelines 2,1 "$TMP/tiny.pb"
+expect 78 '2 pipeline\(s\) cannot survive -f 2' -- "$PLAN" --nodes 4 -f 2 --pipelines 2,2 "$TMP/tiny.pb"
+expect 78 'no template for 4 nodes \(with -f 1' -- "$PLAN" --nodes 4 -f 1 --pipelines 4 "$TMP/tiny.pb"
+"$PLAN" --nodes 4 -f 1 --pipelines 2,2 --json "$TMP/tiny.pb" | grep -c '"template_nodes": 2' | grep -qx 2 \
+  && pass || fail "--pipelines 2,2 did not give two pipelines of 2 nodes"
+# --local needs a measured profile.
+expect 64 '--local prices the run by a measured profile' -- "$PLAN" --nodes 4 --local "$TMP/tiny.pb"
+
 finish

@@ -23,13 +23,18 @@ is ignored.
                                      rank must agree)
   metrics.py compare-evals REF RUN [REL]  RUN's evaluations are REF's steps,
                                      each within REL (default 1e-4) relative
+  metrics.py wall-step FILE FROM     wall-clock seconds per step from the
+                                     end of step FROM to the last (rank 0's
+                                     unix_ms, last generation)
+  metrics.py max FILE FIELD          the largest value of integer FIELD over
+                                     every step record of every rank
   metrics.py hangs FILE              the master's hang records, one line each:
                                      RANK HOST GENERATION STEP STALLED_SECONDS
 """
 import struct
 import sys
 
-RANK, STEP, GENERATION, LOSS, HEARTBEAT, EXIT, HANG, EVAL_LOSS = 3, 6, 7, 13, 17, 26, 30, 44
+RANK, STEP, GENERATION, UNIX_MS, LOSS, HEARTBEAT, EXIT, HANG, EVAL_LOSS = 3, 6, 7, 8, 13, 17, 26, 30, 44
 HOST = 2
 
 
@@ -184,6 +189,22 @@ def main(argv):
         print(f"{len(ref)} evaluations, max relative difference {worst:.2e}")
         if worst > rel:
             raise SystemExit(f"eval losses differ beyond {rel}: {[(s, ref[s], run[s]) for s in sorted(ref)]}")
+    elif cmd == "wall-step":
+        first = int(argv[3])
+        ends = {}
+        for r in records(argv[2]):
+            if r.get(RANK, 0) != 0:
+                continue
+            step, gen = r.get(STEP, 0), r.get(GENERATION, 0)
+            if step not in ends or gen >= ends[step][0]:
+                ends[step] = (gen, r.get(UNIX_MS, 0))
+        last = max(ends, default=-1)
+        if first not in ends or last <= first:
+            raise SystemExit(f"{argv[2]}: rank 0 reported no steps after {first}")
+        print(f"{(ends[last][1] - ends[first][1]) / 1e3 / (last - first):.6f}")
+    elif cmd == "max":
+        field = int(argv[3])
+        print(max((r.get(field, 0) for r in records(argv[2])), default=0))
     elif cmd == "hangs":
         for _, f in frames(open(argv[2], "rb").read(), argv[2]):
             if HANG in f:

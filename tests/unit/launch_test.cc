@@ -536,3 +536,21 @@ TEST_CASE("a run that ends with a loss that is not finite is not a success") {
   evaluated.Step(step(0, 4, std::nan("")));
   CHECK(evaluated.LossVerdict().ok());
 }
+
+TEST_CASE("the closing line puts the measured step beside the plan's prediction") {
+  ob::launch::MetricsSink sink(nullptr);
+  sink.set_total_steps(30);
+  for (uint64_t s = 0; s < 30; ++s) {  // 10 slow start-up steps, then 0.1 s
+    ob::pb::Metrics m;
+    m.set_rank(0);
+    m.set_step(s);
+    m.set_loss(3.0);
+    m.set_tokens_per_second(1000);
+    m.set_step_seconds(s < 10 ? 1.0 : 0.1);
+    sink.Step(m);
+  }
+  CHECK_THAT(sink.Summary(), !Catch::Contains("predicted"));
+  const std::string line = sink.Summary(0.08);
+  CHECK_THAT(line, Catch::StartsWith("trained 30 steps: final loss 3.0000, "));
+  CHECK_THAT(line, Catch::Contains("; a step 0.1000 s measured (median of the last 20) vs 0.0800 s predicted by ob-plan (1.25x)"));
+}

@@ -218,3 +218,116 @@ TEST_CASE("one tensor-parallel degree for every template: the fastest instantiat
 }
 
 }  // namespace ob::plan
+
+namespace ob::plan {
+namespace {
+
+TEST_CASE("InstantiateGiven runs the pipelines it is given and refuses what cannot run") {
+  const Problem p = testing::UniformProblem(8, 5, 1, 16);
+  const Result<TemplateSet> ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  const Result<Instantiation> inst = InstantiateGiven(p, *ts, {2, 3});
+  REQUIRE(inst.ok());
+  REQUIRE(inst->pipelines.size() == 2);
+  CHECK(inst->pipelines[0].template_nodes == 3);  // largest first
+  CHECK(inst->pipelines[1].template_nodes == 2);
+  CHECK(inst->pipelines[0].nodes == std::vector<int>{0, 1, 2});
+  CHECK(inst->pipelines[1].nodes == std::vector<int>{3, 4});
+  CHECK(inst->pipelines[0].microbatches + inst->pipelines[1].microbatches == 16);
+  double slowest = 0;
+  for (const auto& pl : inst->pipelines)
+    slowest = std::max(slowest, PipelineSeconds(p, *ts->ForNodes(pl.template_nodes), pl.microbatches));
+  CHECK(inst->iteration_seconds == slowest);
+  // Never faster than the optimum the planner chooses.
+  const Result<Instantiation> best = Instantiate(p, *ts);
+  REQUIRE(best.ok());
+  CHECK(best->iteration_seconds <= inst->iteration_seconds);
+
+  for (const std::vector<int>& bad : {std::vector<int>{2, 2}, std::vector<int>{5}, std::vector<int>{1, 1, 1, 1, 2}}) {
+    const Result<Instantiation> r = InstantiateGiven(p, *ts, bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kConfig);
+    CHECK(r.status().message().find('\n') == std::string::npos);
+  }
+  // {5}: one pipeline cannot survive f = 1 (and has no template for f = 1);
+  // {2, 2}: 4 of the 5 nodes; {1,1,1,1,2}: 6 nodes.
+  CHECK(InstantiateGiven(p, *ts, {2, 2}).status().message().find("4 nodes, the cluster has 5") != std::string::npos);
+}
+
+TEST_CASE("a local cluster prices every collective of a step by the profile's fit") {
+  Problem p = testing::UniformProblem(4, 4, 1, 8);
+  for (auto& l : p.layers) l.update = 1e-3;
+  const Result<TemplateSet> ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  const Template& one = *ts->ForNodes(1);
+  const Template& two = *ts->ForNodes(2);
+  // The update: the slowest stage's sum (one stage holds all 6 layers).
+  CHECK(one.update_seconds == Approx(6e-3));
+  CHECK(two.update_seconds <= one.update_seconds);
+  // Not local: the links' all-reduce plus the update.
+  CHECK(StepTailSeconds(p, one) == AllReduceSeconds(p, one.node_gradient_bytes) + one.update_seconds);
+  p.cluster.local = true;
+  p.cluster.local_fixed = 2e-3;
+  p.cluster.local_per_byte = 1e-9;
+  // Pipelines of one node among four: the buckets, the tied weight and the
+  // losses; no pipeline group, so no norms over it.
+  const double buckets = std::ceil(static_cast<double>(one.node_gradient_bytes) / kGradientBucketBytes);
+  CHECK(StepTailSeconds(p, one) ==
+        Approx((buckets + 2) * 2e-3 + one.node_gradient_bytes * 1e-9 + one.update_seconds));
+  // Two stages: the norms over the pipeline too.
+  const double buckets2 = std::ceil(static_cast<double>(two.node_gradient_bytes) / kGradientBucketBytes);
+  CHECK(StepTailSeconds(p, two) ==
+        Approx((buckets2 + 3) * 2e-3 + two.node_gradient_bytes * 1e-9 + two.update_seconds));
+  // One pipeline of one stage on one node: nothing to all-reduce.
+  Problem alone = testing::UniformProblem(4, 1, 0, 8);
+  alone.cluster.local = true;
+  alone.cluster.local_fixed = 2e-3;
+  const Result<TemplateSet> ts1 = BuildTemplates(alone);
+  REQUIRE(ts1.ok());
+  CHECK(StepTailSeconds(alone, *ts1->ForNodes(1)) == 0.0);
+}
+
+TEST_CASE("MakeProblem fits the local collectives to the profile's all-reduces") {
+  pb::Profile prof;
+  prof.set_mode(pb::PROFILE_MEASURED);
+  prof.set_sequence_length(8);
+  for (int i = 0; i < 3; ++i) {
+    auto* l = prof.add_layers();
+    l->set_index(i);
+    l->set_kind(i == 0 ? pb::LAYER_EMBED : i == 2 ? pb::LAYER_HEAD : pb::LAYER_BLOCK);
+    l->set_name("l" + std::to_string(i));
+    l->set_gradient_bytes(1000 * (i + 1));
+    l->set_update_seconds(0.5e-3);
+    auto* c = l->add_costs();
+    c->set_microbatch(1);
+    c->set_forward_seconds(1e-3);
+    c->set_backward_seconds(2e-3);
+    for (int g : {1, 2, 4}) {  // seconds = g·1e-3 + bytes·g·1e-9: a line per group
+      auto* a = l->add_allreduce();
+      a->set_group_size(g);
+      a->set_bytes(l->gradient_bytes());
+      a->set_seconds(g * 1e-3 + static_cast<double>(l->gradient_bytes()) * g * 1e-9);
+    }
+  }
+  Cluster c;
+  c.nodes = 2;
+  c.gpu_memory = 1ull << 30;
+  c.local = true;
+  Result<Problem> two = MakeProblem(prof, c, 1, 4, 1);
+  REQUIRE(two.ok());
+  CHECK(two->cluster.local_fixed == Approx(2e-3));  // group 2: the largest the 2 workers reach
+  CHECK(two->cluster.local_per_byte == Approx(2e-9));
+  CHECK(two->layers[1].update == 0.5e-3);
+  c.nodes = 8;
+  Result<Problem> eight = MakeProblem(prof, c, 1, 8, 1);
+  REQUIRE(eight.ok());
+  CHECK(eight->cluster.local_fixed == Approx(4e-3));  // the largest group timed
+  CHECK(eight->cluster.local_per_byte == Approx(4e-9));
+  for (auto& l : *prof.mutable_layers()) l.mutable_allreduce()->DeleteSubrange(1, 2);
+  Result<Problem> none = MakeProblem(prof, c, 1, 8, 1);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == Code::kDataErr);
+}
+
+}  // namespace
+}  // namespace ob::plan

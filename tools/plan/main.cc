@@ -29,6 +29,8 @@ struct Options {
   int gpus_per_node = 0;       // 0: from the profile
   int tp = 0;                  // 0: chosen
   std::vector<std::string> template_tp;  // "NODES=T"
+  std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
+  bool local = false;          // the nodes are processes of this machine
   double gpu_memory_gib = 0;   // 0: from the profile
   double host_memory_gib = 0;  // 0: not checked
   int global_batch = 256;
@@ -159,6 +161,27 @@ ob::Result<int> ParseFaults() {
   return ob::Status::Usage("-f " + g.faults + ": expected a number of node failures (0 or more) or 'auto'");
 }
 
+// --pipelines N1,N2,...: node counts, each at least 1.
+ob::Result<std::vector<int>> ParsePipelines() {
+  std::vector<int> sizes;
+  size_t at = 0;
+  while (at <= g.pipelines.size()) {
+    const size_t comma = std::min(g.pipelines.find(',', at), g.pipelines.size());
+    const std::string word = g.pipelines.substr(at, comma - at);
+    int n = 0;
+    try {
+      size_t used = 0;
+      n = std::stoi(word, &used);
+      if (used != word.size()) n = 0;
+    } catch (const std::exception&) {
+    }
+    if (n < 1) return ob::Status::Usage("--pipelines " + g.pipelines + ": expected node counts like 2,3");
+    sizes.push_back(n);
+    at = comma + 1;
+  }
+  return sizes;
+}
+
 ob::Result<ob::plan::FailureModel> FailureModelFromOptions() {
   if (g.node_mtbf.empty()) return ob::Status::Usage("-f auto needs --node-mtbf, one node's mean time between failures (e.g. 2000d)");
   ob::plan::FailureModel m;
@@ -200,7 +223,23 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   c.link_bytes_per_s = g.link_gbps * 1e9;
   c.link_latency = g.link_latency_us * 1e-6;
   c.intra_bytes_per_s = (g.intra_gbps > 0 ? g.intra_gbps : (dev.allreduce_gbps() > 0 ? dev.allreduce_gbps() : 200)) * 1e9;
-  c.overhead_bytes = static_cast<uint64_t>((g.overhead_gib >= 0 ? g.overhead_gib : (gpu ? 1.0 : 0.0)) * (1ull << 30));
+  // Unset, a GPU keeps 1 GiB for its context and buffers; a CPU worker
+  // holds what the profile measured a process holds before its layers.
+  c.overhead_bytes = g.overhead_gib >= 0 ? static_cast<uint64_t>(g.overhead_gib * (1ull << 30))
+                     : gpu                ? uint64_t{1} << 30
+                                          : dev.process_bytes();
+  c.local = g.local;
+  if (g.local) {
+    const uint32_t workers = static_cast<uint32_t>(nodes * c.gpus_per_node);
+    const uint32_t measured = std::max<uint32_t>(1, dev.concurrency());
+    if (profile.mode() != ob::pb::PROFILE_MEASURED)
+      return ob::Status::Usage("--local prices the run by a measured profile; " + ob::io::DisplayName(g.input) +
+                               " is not one (ob-profile --model M --concurrency N)");
+    if (measured != workers)
+      OB_LOG(Warn) << ob::io::DisplayName(g.input) << ": measured with " << measured
+                   << " process(es) sharing the cores, this plan runs " << workers
+                   << " worker(s) here (ob-profile --concurrency " << workers << ")";
+  }
   c.overhead_fraction = g.overhead_fraction;
   ob::plan::BandwidthMatrix bw;
   if (have_matrix) {
@@ -237,7 +276,13 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
 
   OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
   if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
-  OB_ASSIGN_OR_RETURN(auto inst, ob::plan::Instantiate(p, templates));
+  ob::plan::Instantiation inst;
+  if (g.pipelines.empty()) {
+    OB_ASSIGN_OR_RETURN(inst, ob::plan::Instantiate(p, templates));
+  } else {
+    OB_ASSIGN_OR_RETURN(std::vector<int> sizes, ParsePipelines());
+    OB_ASSIGN_OR_RETURN(inst, ob::plan::InstantiateGiven(p, templates, sizes));
+  }
   ob::plan::PlanMeta meta;
   meta.hosts = hosts;
   meta.global_batch = g.global_batch;
@@ -366,6 +411,11 @@ void Setup(CLI::App& app) {
       ->option_text("NODES=T")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--pipelines", g.pipelines,
+                 "Fix the instantiation: the node count of each pipeline, e.g. 2,3 (default: the fastest)")
+      ->option_text("N,N,...");
+  app.add_flag("--local", g.local,
+               "The hosts are processes of this machine (ob-launch --rsh local): price every collective by the profile's measured all-reduces");
   app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
   app.add_option("--host-memory", g.host_memory_gib,
                  "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "

@@ -27,6 +27,7 @@ struct Options {
   int repeats = 5;
   int allreduce_max = 0;
   int threads = 0;
+  int concurrency = 1;
   std::string dtype;
   uint64_t seed = 1234;
   bool analytic = false;
@@ -89,6 +90,7 @@ ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   o.repeats = g.repeats;
   o.max_group = g.allreduce_max;
   o.threads = g.threads;
+  o.concurrency = g.concurrency;
   o.bf16 = g.dtype == "bfloat16" || g.dtype == "bf16";
   o.seed = g.seed;
   o.progress = Progress;
@@ -156,6 +158,10 @@ void Setup(CLI::App& app) {
                  "Time gradient all-reduce for groups 1, 2, 4, ... up to N (default: this node's GPUs; 4 on the CPU)")
       ->check(ob::cli::Positive());
   app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
+  app.add_option("--concurrency", g.concurrency,
+                 "CPU: time the layers while N-1 other processes train them here, as N workers of a local cluster share the cores")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--dtype", g.dtype, "float32, or bfloat16 (autocast over fp32 weights, as ob-launch trains in bf16; analytic default)");
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
   app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design.md §8)");

@@ -698,7 +698,10 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
   grace_deadline_ms_ = -1;
   if (outcome_.ok()) {
     OB_LOG(Info) << "stopping: " << reason;
-    if (const std::string s = metrics_.Summary(); !s.empty()) {
+    // The prediction of the layout that ran last (a recovery re-instantiates).
+    const auto& in = plan_.instantiation();
+    const double predicted = in.placed_iteration_seconds() > 0 ? in.placed_iteration_seconds() : in.iteration_seconds();
+    if (const std::string s = metrics_.Summary(predicted); !s.empty()) {
       OB_LOG(Info) << s;
     }
   }

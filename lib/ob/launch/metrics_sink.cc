@@ -190,7 +190,7 @@ Status MetricsSink::LossVerdict() const {
   return Status::DataErr(msg);
 }
 
-std::string MetricsSink::Summary() const {
+std::string MetricsSink::Summary(double predicted) const {
   if (total_steps_ == 0 && have_eval_) {  // --steps 0: a checkpoint evaluated
     return "evaluated the weights after step " + std::to_string(steps_done_ - 1) + ": eval loss " +
            Fixed(eval_loss_, 4);
@@ -198,7 +198,16 @@ std::string MetricsSink::Summary() const {
   if (steps_done_ == 0 || step_seconds_sum_ <= 0) return "";
   return "trained " + std::to_string(steps_done_) + " steps: final loss " + Fixed(last_loss_, 4) +
          (have_eval_ ? ", eval loss " + Fixed(eval_loss_, 4) : std::string()) + ", " +
-         Fixed(tokens_sum_ / step_seconds_sum_, 0) + " tokens/s";
+         Fixed(tokens_sum_ / step_seconds_sum_, 0) + " tokens/s" + Compared(predicted);
+}
+
+std::string MetricsSink::Compared(double predicted) const {
+  if (!(predicted > 0) || recent_step_seconds_.empty()) return "";
+  std::vector<double> v(recent_step_seconds_.begin(), recent_step_seconds_.end());
+  std::sort(v.begin(), v.end());
+  const double measured = v[v.size() / 2];
+  return "; a step " + Fixed(measured, 4) + " s measured (median of the last " + std::to_string(v.size()) +
+         ") vs " + Fixed(predicted, 4) + " s predicted by ob-plan (" + Fixed(measured / predicted, 2) + "x)";
 }
 
 }  // namespace ob::launch

@@ -58,9 +58,12 @@ class MetricsSink {
   // report one; "-" on a device without a known peak), the ETA from the
   // mean of rank 0's last step times.
   std::string Progress();
-  // "trained N steps: final loss L[, eval loss E], T tokens/s"; with --steps
-  // 0, "evaluated the weights after step S: eval loss E"; "" before any step.
-  std::string Summary() const;
+  // "trained N steps: final loss L[, eval loss E], T tokens/s"; with a
+  // prediction (> 0, ob-plan's iteration time for the layout that ran
+  // last), then "; a step X s measured (median of rank 0's last steps) vs Y s
+  // predicted (R x)"; with --steps 0, "evaluated the weights after step S:
+  // eval loss E"; "" before any step.
+  std::string Summary(double predicted_step_seconds = 0) const;
   // Not OK (65, naming the steps) when training ran and rank 0's last loss
   // is NaN or infinite: the weights it ends with are not usable, and a run
   // must not report success for them. OK for --steps 0 (no training).
@@ -73,6 +76,7 @@ class MetricsSink {
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
   uint64_t last_step_ = 0;
   int64_t total_steps_ = 0;
+  std::string Compared(double predicted) const;  // Summary's comparison with the plan
   std::deque<double> recent_step_seconds_;  // rank 0's, the last kEtaSteps
   static constexpr size_t kEtaSteps = 20;
   bool stepped_ = false;

@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
@@ -681,6 +682,8 @@ Status RunWorker(const WorkerOptions& o) {
     m.set_peak_memory_bytes(static_cast<uint64_t>(r.peak_memory_bytes));
     m.set_allreduce_exposed_seconds(r.allreduce_exposed_seconds);
     m.set_snapshot_seconds(r.snapshot_seconds);
+    if (struct rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0)
+      m.set_peak_rss_bytes(static_cast<uint64_t>(ru.ru_maxrss) * 1024);  // Linux: KiB
     if (peak_flops > 0 && r.seconds > 0) m.set_mfu(r.model_flops / r.seconds / peak_flops);
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);

@@ -103,6 +103,24 @@ std::string ExplainPlan(const pb::Plan& plan) {
   }
   out += Fmt("# predicted iteration %.4f s, %.0f tokens/s, bubble (idle) fraction %.3f\n",
              in.iteration_seconds(), in.tokens_per_second(), in.bubble_fraction());
+  // What the busiest worker of the templates in use is predicted to hold:
+  // its stage, and on the CPU, whose memory is the host's, also its host
+  // snapshots (36 bytes per parameter, as --host-memory counts them).
+  const bool cpu = plan.profile().device().kind() == "cpu";
+  uint64_t peak = 0;
+  for (const auto& p : in.pipelines()) {
+    for (const auto& t : plan.templates()) {
+      if (t.nodes() != p.template_nodes()) continue;
+      for (const auto& s : t.stages()) {
+        uint64_t params = 0;
+        for (uint32_t l = s.first_layer(); cpu && l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
+          params += plan.profile().layers(static_cast<int>(l)).parameter_count();
+        peak = std::max(peak, s.memory_bytes() + 36 * params / std::max(1u, s.tensor_parallel()));
+      }
+    }
+  }
+  out += Fmt("# predicted peak memory per worker %.1f MiB%s\n", static_cast<double>(peak) / (1 << 20),
+             cpu ? " (its stage and its host snapshots)" : "");
   if (in.placed_iteration_seconds() > 0)
     out += Fmt("# on the measured links: %.4f s placed vs %.4f s in hosts-file order (%.1f%% better)\n",
                in.placed_iteration_seconds(), in.identity_iteration_seconds(),

@@ -15,7 +15,7 @@ namespace {
 // One template as the instantiation DP sees it.
 struct Option {
   const Template* t = nullptr;
-  double all_reduce = 0;  // AllReduceSeconds of its node_gradient_bytes
+  double all_reduce = 0;  // StepTailSeconds
   // T(m), bit-identical to PipelineSeconds.
   double Seconds(int m) const { return t->Seconds(m) + all_reduce; }
   // How many m in [1, M] finish by tau (T is non-decreasing in m).
@@ -108,8 +108,22 @@ int Instantiation::nodes_used() const {
   return n;
 }
 
+double StepTailSeconds(const Problem& p, const Template& t) {
+  if (!p.cluster.local) return AllReduceSeconds(p, t.node_gradient_bytes) + t.update_seconds;
+  const bool replicas = t.nodes < p.cluster.nodes;  // every node runs a pipeline
+  const bool stages = t.stages.size() > 1;
+  const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
+  const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;
+  // The tied weight's gradient and the losses (its holders: the first and
+  // last stage of every pipeline), then the norms over the pipeline and
+  // the tensor-parallel group.
+  const double collectives = buckets + (replicas || stages ? 2 : 0) + (stages ? 1 : 0) + (t.tp > 1 ? 1 : 0);
+  return collectives * p.cluster.local_fixed + static_cast<double>(bytes) * p.cluster.local_per_byte +
+         t.update_seconds;
+}
+
 double PipelineSeconds(const Problem& p, const Template& t, int m) {
-  return t.Seconds(m) + AllReduceSeconds(p, t.node_gradient_bytes);
+  return t.Seconds(m) + StepTailSeconds(p, t);
 }
 
 Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
@@ -125,7 +139,7 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
   for (int j = 0; j < P; ++j) {
     const Template* t = ts.ForNodes(template_nodes[j]);
     if (!t) return Status::Config("no template for " + std::to_string(template_nodes[j]) + " nodes");
-    options[j] = {t, AllReduceSeconds(p, t->node_gradient_bytes)};
+    options[j] = {t, StepTailSeconds(p, *t)};
   }
   // Each next micro-batch goes where it would finish first (ties: lower index).
   std::vector<int> m(P, 1);
@@ -190,7 +204,7 @@ Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   // Largest templates first: DP ties then favour fewer, larger pipelines.
   std::vector<Option> options;
   for (auto it = ts.templates.rbegin(); it != ts.templates.rend(); ++it)
-    options.push_back({&*it, AllReduceSeconds(p, it->node_gradient_bytes)});
+    options.push_back({&*it, StepTailSeconds(p, *it)});
   Knapsack dp(p, options);
 
   // The optimum is some T(m) of some template: bisect on tau until few such
@@ -247,6 +261,40 @@ Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
     inst.pipelines.push_back(std::move(pl));
   }
   assert(next_node == N);
+  return inst;
+}
+
+Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
+                                       std::vector<int> pipeline_nodes) {
+  const int N = p.cluster.nodes, f = p.faults;
+  const int P = static_cast<int>(pipeline_nodes.size());
+  int sum = 0;
+  for (int n : pipeline_nodes) {
+    if (!ts.ForNodes(n))
+      return Status::Config("--pipelines: no template for " + std::to_string(n) + " nodes (with -f " +
+                            std::to_string(f) + " the templates cover " + std::to_string(ts.min_nodes) +
+                            ".." + std::to_string(ts.max_nodes()) + " nodes)");
+    sum += n;
+  }
+  if (sum != N)
+    return Status::Config("--pipelines: the pipelines hold " + std::to_string(sum) + " nodes, the cluster has " +
+                          std::to_string(N));
+  if (P < f + 1)
+    return Status::Config("--pipelines: " + std::to_string(P) + " pipeline(s) cannot survive -f " +
+                          std::to_string(f) + " (needs at least " + std::to_string(f + 1) + ")");
+  std::sort(pipeline_nodes.begin(), pipeline_nodes.end(), std::greater<int>());
+  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, pipeline_nodes));
+  Instantiation inst;
+  int next_node = 0;
+  for (int j = 0; j < P; ++j) {
+    PipelineInstance pl;
+    pl.template_nodes = pipeline_nodes[j];
+    for (int q = 0; q < pipeline_nodes[j]; ++q) pl.nodes.push_back(next_node++);
+    pl.microbatches = m[j];
+    inst.iteration_seconds =
+        std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(pipeline_nodes[j]), m[j]));
+    inst.pipelines.push_back(std::move(pl));
+  }
   return inst;
 }
 

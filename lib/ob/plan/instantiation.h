@@ -3,7 +3,7 @@
 // Torch-free, pure.
 //
 // Cost model: pipeline j of template n with m_j micro-batches finishes in
-//   T_j = Template::Seconds(m_j) + AllReduceSeconds(template.node_gradient_bytes)
+//   T_j = Template::Seconds(m_j) + StepTailSeconds(template)
 // and the iteration takes max_j T_j. Every pipeline gets at least one
 // micro-batch, the micro-batches sum exactly to M, and there are at least
 // f + 1 pipelines using all N nodes. Instantiate minimises the iteration time
@@ -38,6 +38,13 @@ struct Instantiation {
   int nodes_used() const;         // Σ template_nodes
 };
 
+// What a pipeline of template `t` adds to its 1F1B once per iteration: the
+// data-parallel all-reduce and its slowest stage's update. On a --local
+// cluster every collective of the step is priced by the profile's fit: the
+// gradient buckets (when other pipelines exist), the tied weight with the
+// losses and the gradient norms (when there is more than one rank).
+double StepTailSeconds(const Problem& p, const Template& t);
+
 // T_j for a pipeline of template `t` running m micro-batches.
 double PipelineSeconds(const Problem& p, const Template& t, int m);
 
@@ -56,6 +63,15 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
 // strict improvements). kConfig if no multiset of templates covers N nodes
 // with f + 1 ≤ P ≤ M pipelines, or M < f + 1.
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts);
+
+// The instantiation the user fixed (ob-plan --pipelines, as Megatron's fixed
+// pipeline and data-parallel sizes): pipelines of the given node counts,
+// largest first, node ids 0..N-1 in that order, the batch split by
+// SplitBatch. kConfig (one line, naming the first count at fault) when the
+// counts do not sum to N, are fewer than f + 1, more than M, or a count has
+// no template.
+Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
+                                       std::vector<int> pipeline_nodes);
 
 // One tensor-parallel degree for every template (replicas split alike sum
 // a layer's gradient shard by shard, and a recovery never re-cuts state;

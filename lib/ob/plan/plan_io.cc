@@ -20,6 +20,7 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
   out->set_bottleneck_seconds(t.bottleneck);
   out->set_total_seconds(t.total);
   out->set_node_gradient_bytes(t.node_gradient_bytes);
+  out->set_update_seconds(t.update_seconds);
   const int S = static_cast<int>(t.stages.size());
   for (int i = 0; i < S; ++i) {
     const StageShape& s = t.stages[i];
@@ -45,6 +46,7 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
   t.bottleneck = in.bottleneck_seconds();
   t.total = in.total_seconds();
   t.node_gradient_bytes = in.node_gradient_bytes();
+  t.update_seconds = in.update_seconds();
   const std::string who = "template for " + std::to_string(t.nodes) + " nodes";
   if (t.nodes < 1 || t.stages_per_node < 1 || t.tp < 1)
     return Status::DataErr(who + ": nodes, stages_per_node and tensor_parallel must be positive");
@@ -141,6 +143,7 @@ pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& i
   c->set_intra_node_bytes_per_s(p.cluster.intra_bytes_per_s);
   c->set_overhead_bytes(p.cluster.overhead_bytes);
   c->set_overhead_fraction(p.cluster.overhead_fraction);
+  c->set_local(p.cluster.local);
   for (int i = 0; i < p.cluster.nodes; ++i)
     plan.add_hosts(i < static_cast<int>(meta.hosts.size()) ? meta.hosts[i] : "node" + std::to_string(i));
   for (const auto& t : ts.templates) TemplateToProto(p, t, plan.add_templates());
@@ -165,6 +168,7 @@ Result<LoadedPlan> FromProto(const pb::Plan& plan) {
   cluster.intra_bytes_per_s = plan.cluster().intra_node_bytes_per_s();
   cluster.overhead_bytes = plan.cluster().overhead_bytes();
   cluster.overhead_fraction = plan.cluster().overhead_fraction();
+  cluster.local = plan.cluster().local();  // MakeProblem fits its collectives again
   auto problem = MakeProblem(plan.profile(), cluster, static_cast<int>(plan.faults()),
                              static_cast<int>(plan.global_batch()), static_cast<int>(plan.microbatch()));
   if (!problem.ok()) return problem.status().WithContext("plan's profile");

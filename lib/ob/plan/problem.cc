@@ -116,7 +116,30 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     c.activation_bytes = cost->activation_bytes();
     c.output_bytes = cost->output_bytes();
     c.is_block = l.kind() == pb::LAYER_BLOCK;
+    c.update = l.update_seconds();
     p.layers.push_back(c);
+  }
+  if (p.cluster.local) {
+    // Least squares of seconds on bytes over the layers' all-reduces at the
+    // largest group the profile timed that the cluster's workers reach.
+    const int workers = cluster.nodes * cluster.gpus_per_node;
+    int group = 0;
+    for (const auto& l : profile.layers())
+      for (const auto& a : l.allreduce())
+        if (static_cast<int>(a.group_size()) <= std::max(2, workers)) group = std::max(group, static_cast<int>(a.group_size()));
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& l : profile.layers())
+      for (const auto& a : l.allreduce()) {
+        if (static_cast<int>(a.group_size()) != group) continue;
+        const double x = static_cast<double>(a.bytes()), y = a.seconds();
+        n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+      }
+    if (n == 0 || group < 2)
+      return Status::DataErr("--local needs the profile's measured all-reduces of 2 or more ranks (ob-profile --model, --allreduce-max)");
+    const double var = n * sxx - sx * sx;
+    const double slope = var > 0 ? std::max(0.0, (n * sxy - sx * sy) / var) : 0.0;
+    p.cluster.local_per_byte = slope;
+    p.cluster.local_fixed = std::max(0.0, (sy - slope * sx) / n);
   }
   return p;
 }

@@ -25,6 +25,7 @@ struct LayerCost {
   uint64_t gradient_bytes = 0; // what the data-parallel all-reduce moves
   uint64_t activation_bytes = 0;  // kept per in-flight micro-batch
   uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
+  double update = 0;           // once per step: gradient norm and AdamW (measured; 0 if not)
   bool is_block = false;       // tensor parallelism splits blocks (design §8 TP formulas)
 };
 
@@ -37,6 +38,11 @@ struct Cluster {
   double intra_bytes_per_s = 200e9;  // inside a node: TP all-reduce bus bandwidth, stage-to-stage transfers
   uint64_t overhead_bytes = 0;       // per GPU: runtime context, communicator buffers
   double overhead_fraction = 0.0;    // of the stage's bytes: fragmentation
+  // The nodes are processes of one machine (ob-plan --local, for ob-launch
+  // --rsh local): every collective of a step is priced by the profile's own
+  // all-reduce times, fitted as local_fixed + local_per_byte · bytes.
+  bool local = false;
+  double local_fixed = 0, local_per_byte = 0;
 };
 
 // Everything the planner needs, derived once from a Profile.
@@ -83,6 +89,8 @@ bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);
 // Data-parallel all-reduce of `gradient_bytes` per node across pipelines:
 // ring bandwidth term at its bound 2·G/B plus a tree latency term for N nodes.
 double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes);
+// The gradient buckets the workers fill (runtime: at most 8 MiB each).
+constexpr uint64_t kGradientBucketBytes = uint64_t{8} << 20;
 
 // Builds the Problem from a profile. kDataErr for an empty profile, missing
 // costs at `microbatch_size`, or zero/negative/non-finite times (naming the

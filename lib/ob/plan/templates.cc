@@ -133,7 +133,12 @@ Template MakeTemplate(const Problem& p, const StageTable& t, int nodes,
     out.stage_memory.push_back(StageMemoryBytes(p, first, last, t.tp, S - i));
     out.bottleneck = std::max(out.bottleneck, w);
     out.total += w;
-    for (int l = first; l <= last; ++l) node_grad[i / t.k] += p.layers[l].gradient_bytes;
+    double update = 0;
+    for (int l = first; l <= last; ++l) {
+      node_grad[i / t.k] += p.layers[l].gradient_bytes;
+      update += p.layers[l].update / t.tp;
+    }
+    out.update_seconds = std::max(out.update_seconds, update);
     first = last + 1;
   }
   out.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());

@@ -48,6 +48,7 @@ struct Template {
   double bottleneck = 0;               // max w_i
   double total = 0;                    // Σ w_i
   uint64_t node_gradient_bytes = 0;    // largest per-node gradient (all-reduce volume)
+  double update_seconds = 0;           // the slowest stage's update, once per iteration
 
   // 1F1B time of m micro-batches (without the data-parallel all-reduce).
   double Seconds(int m) const { return total + (m - 1) * bottleneck; }

@@ -3,7 +3,12 @@
 // and gives the scalar mean cross-entropy loss.
 #include "ob/profile/measured.h"
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,7 +101,9 @@ pb::LayerCost MeasureCost(const model::GptConfig& c, model::PlannerLayer& layer,
   uint64_t output_bytes = 0;
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
     LayerInputs in = MakeInputs(c, kind, b, s, dev);
-    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+    // Gradients accumulate from the first micro-batch on, as in a step of
+    // several: the timed backwards add into the previous ones.
+    if (k == 0) for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     compat::Synchronize(dev);
     const int64_t before = InUseBytes(dev);
     auto t0 = Clock::now();
@@ -136,9 +143,12 @@ pb::LayerCost MeasureCost(const model::GptConfig& c, model::PlannerLayer& layer,
   return cost;
 }
 
-// Optimizer state measured, not assumed: one AdamW step on the layer's
-// gradients, then the bytes of every state tensor it created.
-uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
+// Optimizer state measured, not assumed: AdamW steps on the layer's
+// gradients, then the bytes of every state tensor they created. Each timed
+// step also takes the gradients' squared norm in double, as the workers do
+// before clipping (stage_worker.cc); *update_seconds gets the median.
+uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& dev,
+                             const MeasureOptions& o, double* update_seconds) {
   std::vector<torch::Tensor> params;
   for (auto& p : layer->parameters()) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -149,7 +159,18 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> saved;
     for (auto& p : params) saved.push_back(p.detach().clone());
-    opt.step();
+    Samples t;
+    for (int k = 0; k < o.warmup + o.repeats; ++k) {
+      compat::Synchronize(dev);
+      const auto t0 = Clock::now();
+      auto sq = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+      for (auto& p : params) sq += p.grad().to(torch::kDouble).square().sum();
+      (void)sq.item<double>();
+      opt.step();
+      compat::Synchronize(dev);
+      if (k >= o.warmup) t.v.push_back(Seconds(t0));
+    }
+    *update_seconds = t.Median();
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(saved[i]);  // leave weights as built
   }
   uint64_t state = 0;
@@ -160,6 +181,100 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer) {
   }
   return state;
 }
+
+// VmRSS of this process, bytes (0 when unreadable).
+uint64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+// --concurrency: processes that train the model's layers (forward and
+// backward of each in turn, in a loop) while this one times them, so that
+// the times are those of a worker sharing the machine's cores with others.
+// They are forked before this process runs any torch op (no thread pool is
+// copied half-made) and stop when the pipe they watch closes: on Stop, or
+// when this process dies.
+class BackgroundLoad {
+ public:
+  ~BackgroundLoad() { Stop(); }
+
+  Status Start(const model::GptConfig& c, const MeasureOptions& o, int s) {
+    int stop[2], ready[2];
+    if (::pipe2(stop, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0)
+      return Status::Unavailable("--concurrency: cannot make a pipe");
+    stop_fd_ = stop[1];
+    for (int i = 1; i < o.concurrency; ++i) {
+      const pid_t pid = ::fork();
+      if (pid < 0) return Status::Unavailable("--concurrency: cannot fork");
+      if (pid == 0) {
+        ::close(stop[1]);
+        ::close(ready[0]);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        Train(c, o, s, i, stop[0], ready[1]);
+        ::_exit(0);
+      }
+      pids_.push_back(pid);
+    }
+    ::close(stop[0]);
+    ::close(ready[1]);
+    // Each says it has run its first pass; then every timing is under load.
+    int got = 0;
+    while (got < o.concurrency - 1) {
+      pollfd p{ready[0], POLLIN, 0};
+      if (::poll(&p, 1, 120000) <= 0) break;
+      char buf[16];
+      const ssize_t n = ::read(ready[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got += static_cast<int>(n);
+    }
+    ::close(ready[0]);
+    if (got < o.concurrency - 1) return Status::Unavailable("--concurrency: a load process did not start");
+    return Status::Ok();
+  }
+
+  void Stop() {
+    if (stop_fd_ >= 0) ::close(stop_fd_);
+    stop_fd_ = -1;
+    for (pid_t pid : pids_) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+    pids_.clear();
+  }
+
+ private:
+  static void Train(const model::GptConfig& c, const MeasureOptions& o, int s, int which, int stop_fd,
+                    int ready_fd) {
+    try {
+      if (o.threads > 0) torch::set_num_threads(o.threads);
+      torch::manual_seed(o.seed + static_cast<uint64_t>(which));
+      const torch::Device dev(torch::kCPU);
+      std::vector<model::PlannerLayer> layers;
+      for (int i = 0; i < c.num_layers(); ++i) layers.push_back(model::MakeLayer(c, i, o.seed));
+      const int b = o.microbatches.front();
+      bool said = false;
+      for (;;) {
+        for (auto& layer : layers) {
+          pollfd p{stop_fd, POLLIN, 0};
+          if (::poll(&p, 1, 0) != 0) return;  // closed: the timing is over
+          LayerInputs in = MakeInputs(c, layer->kind(), b, s, dev);
+          torch::Tensor out = layer->forward(in.input, in.targets);
+          if (layer->kind() == pb::LAYER_HEAD) out.backward();
+          else out.backward(torch::randn_like(out));
+        }
+        if (!said) said = ::write(ready_fd, "r", 1) == 1;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+
+  std::vector<pid_t> pids_;
+  int stop_fd_ = -1;
+};
 
 }  // namespace
 
@@ -183,8 +298,21 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     if (compat::CudaDeviceCount() == 0) return Status::Unavailable("--device cuda: no CUDA device visible");
     if (!dev.has_index()) dev = torch::Device(torch::kCUDA, 0);
   }
+  if (o.concurrency < 1) return Status::Config("--concurrency must be >= 1");
+  if (o.concurrency > 1 && dev.is_cuda())
+    return Status::Config("--concurrency is for workers sharing CPU cores; on CUDA each worker has its GPU");
+  BackgroundLoad load;
+  if (o.concurrency > 1) OB_RETURN_IF_ERROR(load.Start(c, o, s));
   if (o.threads > 0) torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
+  uint64_t process_bytes = 0;
+  if (!dev.is_cuda()) {
+    // What a worker holds before its stage: the runtime's code and pools,
+    // a Gloo group, one small op run.
+    (void)TimeAllReduce({4096}, 1, "cpu", 0, 1);
+    (void)torch::ones({64, 64}).matmul(torch::ones({64, 64})).sum().item<float>();
+    process_bytes = ResidentBytes();
+  }
   // Unset, the all-reduce groups go up to this node's GPUs (a one-GPU
   // machine times the group of one alone), or to 4 ranks on the CPU.
   const int max_group = o.max_group > 0 ? o.max_group : dev.is_cuda() ? compat::CudaDeviceCount() : 4;
@@ -195,6 +323,8 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
                             : CpuModelName() + ", " + std::to_string(torch::get_num_threads()) +
                                   " threads");
   d->set_threads(torch::get_num_threads());
+  d->set_concurrency(static_cast<uint32_t>(o.concurrency));
+  d->set_process_bytes(process_bytes);
   d->set_devices_per_node(dev.is_cuda() ? compat::CudaDeviceCount() : 1);
   if (dev.is_cuda()) d->set_memory_bytes(compat::CudaTotalMemory(dev.index()));
   else d->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
@@ -223,12 +353,15 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     l->set_gradient_bytes(bytes);  // fp32 gradients, one per weight
     auto t0 = Clock::now();
     for (int b : o.microbatches) *l->add_costs() = MeasureCost(c, layer, b, s, dev, o);
-    l->set_optimizer_state_bytes(OptimizerStateBytes(layer));
+    double update = 0;
+    l->set_optimizer_state_bytes(OptimizerStateBytes(layer, dev, o, &update));
+    l->set_update_seconds(update);
     if (o.progress)
       o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(c.num_layers()) + " " +
                  layer->name() + ": " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
 
+  load.Stop();  // the all-reduces below run as many ranks as they time
   // Gradient all-reduce: every distinct gradient size, each group size once.
   std::vector<uint64_t> sizes;
   for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());

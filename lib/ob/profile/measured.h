@@ -28,6 +28,10 @@ struct MeasureOptions {
   int threads = 0;                   // CPU intra-op threads; 0: LibTorch's default
   bool bf16 = false;                 // bf16 autocast over fp32 weights (CUDA or CPU)
   uint64_t seed = 1234;              // weights and inputs
+  // CPU: time the layers while concurrency − 1 other processes train the
+  // same layers on this machine (forward and backward in a loop), as the
+  // workers of a local cluster share its cores; 1: alone.
+  int concurrency = 1;
   std::function<void(const std::string&)> progress;  // one line per step of work
 };
 
