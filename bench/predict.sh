@@ -51,7 +51,7 @@ for spec in "${layouts[@]}"; do
     if [ "$slots" -gt 1 ]; then echo "${tag}$h slots=$slots"; else echo "${tag}$h"; fi >> "hosts-$name.txt"
   done
   [ -s "profile-$workers.pb" ] ||
-    "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 21 -q -o "profile-$workers.pb"
+    "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 50 -q -o "profile-$workers.pb"
   # shellcheck disable=SC2086  # extra is words
   "$bin/ob-plan" -q --local --hosts "hosts-$name.txt" -f "$faults" --pipelines "$pipelines" -B 16 -b 1 \
     $extra -o "plan-$name.pb" "profile-$workers.pb"

@@ -267,8 +267,7 @@ TEST_CASE("a local cluster prices every collective of a step by the profile's fi
   // Not local: the links' all-reduce plus the update.
   CHECK(StepTailSeconds(p, one) == AllReduceSeconds(p, one.node_gradient_bytes) + one.update_seconds);
   p.cluster.local = true;
-  p.cluster.local_fixed = 2e-3;
-  p.cluster.local_per_byte = 1e-9;
+  p.cluster.local_step = {2e-3, 1e-9};
   // Pipelines of one node among four: the buckets, the tied weight and the
   // losses; no pipeline group, so no norms over it.
   const double buckets = std::ceil(static_cast<double>(one.node_gradient_bytes) / kGradientBucketBytes);
@@ -278,10 +277,20 @@ TEST_CASE("a local cluster prices every collective of a step by the profile's fi
   const double buckets2 = std::ceil(static_cast<double>(two.node_gradient_bytes) / kGradientBucketBytes);
   CHECK(StepTailSeconds(p, two) ==
         Approx((buckets2 + 3) * 2e-3 + two.node_gradient_bytes * 1e-9 + two.update_seconds));
+  // Tensor parallelism: 4 all-reduces per block and micro-batch, each at
+  // its group's fit (the blocks are layers 1..4); a group the profile did
+  // not time keeps the bandwidth formula.
+  p.cluster.local_fits[2] = {1e-3, 0};
+  double compute = 0;
+  for (int l = 0; l <= 5; ++l) compute += p.layers[l].forward + p.layers[l].backward;
+  CHECK(StageComputeSeconds(p, 0, 5, 2) == Approx(compute / 2 + 4 * 4 * 1e-3));
+  Problem nominal = p;
+  nominal.cluster.local = false;
+  CHECK(StageComputeSeconds(p, 0, 5, 4) == StageComputeSeconds(nominal, 0, 5, 4));
   // One pipeline of one stage on one node: nothing to all-reduce.
   Problem alone = testing::UniformProblem(4, 1, 0, 8);
   alone.cluster.local = true;
-  alone.cluster.local_fixed = 2e-3;
+  alone.cluster.local_step = {2e-3, 0};
   const Result<TemplateSet> ts1 = BuildTemplates(alone);
   REQUIRE(ts1.ok());
   CHECK(StepTailSeconds(alone, *ts1->ForNodes(1)) == 0.0);
@@ -315,14 +324,15 @@ TEST_CASE("MakeProblem fits the local collectives to the profile's all-reduces")
   c.local = true;
   Result<Problem> two = MakeProblem(prof, c, 1, 4, 1);
   REQUIRE(two.ok());
-  CHECK(two->cluster.local_fixed == Approx(2e-3));  // group 2: the largest the 2 workers reach
-  CHECK(two->cluster.local_per_byte == Approx(2e-9));
+  CHECK(two->cluster.local_step.fixed == Approx(2e-3));  // group 2: the largest the 2 workers reach
+  CHECK(two->cluster.local_step.per_byte == Approx(2e-9));
+  CHECK(two->cluster.local_fits.at(4).fixed == Approx(4e-3));  // every group fitted (tensor parallelism)
   CHECK(two->layers[1].update == 0.5e-3);
   c.nodes = 8;
   Result<Problem> eight = MakeProblem(prof, c, 1, 8, 1);
   REQUIRE(eight.ok());
-  CHECK(eight->cluster.local_fixed == Approx(4e-3));  // the largest group timed
-  CHECK(eight->cluster.local_per_byte == Approx(4e-9));
+  CHECK(eight->cluster.local_step.fixed == Approx(4e-3));  // the largest group timed
+  CHECK(eight->cluster.local_step.per_byte == Approx(4e-9));
   for (auto& l : *prof.mutable_layers()) l.mutable_allreduce()->DeleteSubrange(1, 2);
   Result<Problem> none = MakeProblem(prof, c, 1, 8, 1);
   REQUIRE_FALSE(none.ok());

@@ -118,7 +118,7 @@ double StepTailSeconds(const Problem& p, const Template& t) {
   // last stage of every pipeline), then the norms over the pipeline and
   // the tensor-parallel group.
   const double collectives = buckets + (replicas || stages ? 2 : 0) + (stages ? 1 : 0) + (t.tp > 1 ? 1 : 0);
-  return collectives * p.cluster.local_fixed + static_cast<double>(bytes) * p.cluster.local_per_byte +
+  return collectives * p.cluster.local_step.fixed + static_cast<double>(bytes) * p.cluster.local_step.per_byte +
          t.update_seconds;
 }
 

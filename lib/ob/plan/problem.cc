@@ -25,6 +25,11 @@ double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
     blocks += p.layers[l].is_block ? 1 : 0;
   }
   if (tp <= 1) return compute;
+  if (p.cluster.local) {  // measured: fp32 activations between processes of this machine
+    auto fit = p.cluster.local_fits.find(tp);
+    if (fit != p.cluster.local_fits.end())
+      return compute / tp + 4.0 * blocks * fit->second.Seconds(4.0 * p.microbatch_size * p.sequence_length * p.n_embd);
+  }
   // 2 all-reduces forward and 2 backward per block, each of b·s·h 16-bit
   // activations, ring over tp GPUs of the node.
   const double bytes = 2.0 * p.microbatch_size * p.sequence_length * p.n_embd;
@@ -120,26 +125,29 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     p.layers.push_back(c);
   }
   if (p.cluster.local) {
-    // Least squares of seconds on bytes over the layers' all-reduces at the
-    // largest group the profile timed that the cluster's workers reach.
-    const int workers = cluster.nodes * cluster.gpus_per_node;
-    int group = 0;
+    // Per group size, least squares of seconds on bytes over the layers'
+    // all-reduces; the step's collectives use the largest group the
+    // cluster's workers reach.
+    std::map<int, std::vector<std::pair<double, double>>> points;
     for (const auto& l : profile.layers())
       for (const auto& a : l.allreduce())
-        if (static_cast<int>(a.group_size()) <= std::max(2, workers)) group = std::max(group, static_cast<int>(a.group_size()));
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& l : profile.layers())
-      for (const auto& a : l.allreduce()) {
-        if (static_cast<int>(a.group_size()) != group) continue;
-        const double x = static_cast<double>(a.bytes()), y = a.seconds();
-        n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
-      }
-    if (n == 0 || group < 2)
+        if (a.group_size() >= 2) points[static_cast<int>(a.group_size())].push_back({static_cast<double>(a.bytes()), a.seconds()});
+    for (const auto& [group, xy] : points) {
+      double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+      for (auto [x, y] : xy) n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+      const double var = n * sxx - sx * sx;
+      CollectiveFit fit;
+      fit.per_byte = var > 0 ? std::max(0.0, (n * sxy - sx * sy) / var) : 0.0;
+      fit.fixed = std::max(0.0, (sy - fit.per_byte * sx) / n);
+      p.cluster.local_fits[group] = fit;
+    }
+    const int workers = cluster.nodes * cluster.gpus_per_node;
+    int group = 0;
+    for (const auto& [g, fit] : p.cluster.local_fits)
+      if (g <= std::max(2, workers)) group = g;
+    if (group == 0)
       return Status::DataErr("--local needs the profile's measured all-reduces of 2 or more ranks (ob-profile --model, --allreduce-max)");
-    const double var = n * sxx - sx * sx;
-    const double slope = var > 0 ? std::max(0.0, (n * sxy - sx * sy) / var) : 0.0;
-    p.cluster.local_per_byte = slope;
-    p.cluster.local_fixed = std::max(0.0, (sy - slope * sx) / n);
+    p.cluster.local_step = p.cluster.local_fits[group];
   }
   return p;
 }

@@ -29,6 +29,13 @@ struct LayerCost {
   bool is_block = false;       // tensor parallelism splits blocks (design §8 TP formulas)
 };
 
+// Seconds of one collective on a local cluster: a least-squares line of
+// the profile's measured all-reduce times on their bytes.
+struct CollectiveFit {
+  double fixed = 0, per_byte = 0;
+  double Seconds(double bytes) const { return fixed + per_byte * bytes; }
+};
+
 struct Cluster {
   int nodes = 0;                     // N
   int gpus_per_node = 1;             // g
@@ -39,10 +46,13 @@ struct Cluster {
   uint64_t overhead_bytes = 0;       // per GPU: runtime context, communicator buffers
   double overhead_fraction = 0.0;    // of the stage's bytes: fragmentation
   // The nodes are processes of one machine (ob-plan --local, for ob-launch
-  // --rsh local): every collective of a step is priced by the profile's own
-  // all-reduce times, fitted as local_fixed + local_per_byte · bytes.
+  // --rsh local): every collective is priced by the profile's own all-reduce
+  // times (MakeProblem fits them): tensor-parallel ones by their group's
+  // fit, the step's data-parallel ones by the largest group the profile
+  // timed that the workers reach.
   bool local = false;
-  double local_fixed = 0, local_per_byte = 0;
+  std::map<int, CollectiveFit> local_fits;  // by group size
+  CollectiveFit local_step;
 };
 
 // Everything the planner needs, derived once from a Profile.

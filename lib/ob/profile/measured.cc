@@ -3,6 +3,7 @@
 // and gives the scalar mean cross-entropy loss.
 #include "ob/profile/measured.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
@@ -37,6 +38,16 @@ struct Samples {
     std::sort(s.begin(), s.end());
     return s[s.size() / 2];
   }
+  double Mean() const {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  }
+  // The median alone; under --concurrency the mean: on a time-shared core
+  // a short operation is preempted in some repeats and not in others, and
+  // what a run pays on average is the mean, where the median would pick
+  // one of the two.
+  double Typical(const MeasureOptions& o) const { return o.concurrency > 1 ? Mean() : Median(); }
   // (max − min) / median: how far the samples spread.
   double Spread() const {
     auto [lo, hi] = std::minmax_element(v.begin(), v.end());
@@ -134,8 +145,8 @@ pb::LayerCost MeasureCost(const model::GptConfig& c, model::PlannerLayer& layer,
   }
   pb::LayerCost cost;
   cost.set_microbatch(b);
-  cost.set_forward_seconds(fwd.Median());
-  cost.set_backward_seconds(bwd.Median());
+  cost.set_forward_seconds(fwd.Typical(o));
+  cost.set_backward_seconds(bwd.Typical(o));
   cost.set_forward_spread(fwd.Spread());
   cost.set_backward_spread(bwd.Spread());
   cost.set_activation_bytes(static_cast<uint64_t>(activation));
@@ -170,7 +181,7 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
       compat::Synchronize(dev);
       if (k >= o.warmup) t.v.push_back(Seconds(t0));
     }
-    *update_seconds = t.Median();
+    *update_seconds = t.Typical(o);
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(saved[i]);  // leave weights as built
   }
   uint64_t state = 0;
@@ -180,6 +191,19 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
     if (st.max_exp_avg_sq().defined()) state += TensorBytes(st.max_exp_avg_sq());
   }
   return state;
+}
+
+// --threads for the BLAS too: OpenBLAS (which Debian's LibTorch calls for
+// matrix products) keeps a pool of its own, sized by OPENBLAS_NUM_THREADS
+// when it loads and deaf to torch::set_num_threads, so a profile "with one
+// thread" ran its products on every core (seen: 20-30% faster than the
+// one-thread workers it was to predict, and a --concurrency load twice
+// too heavy). ob-launch's agents set both for their workers.
+void SetBlasThreads(int n) {
+  using SetThreads = void (*)(int);
+  for (const char* name : {"openblas_set_num_threads", "mkl_set_num_threads"}) {
+    if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name))) f(n);
+  }
 }
 
 // VmRSS of this process, bytes (0 when unreadable).
@@ -202,12 +226,13 @@ class BackgroundLoad {
  public:
   ~BackgroundLoad() { Stop(); }
 
-  Status Start(const model::GptConfig& c, const MeasureOptions& o, int s) {
+  // `processes` of them; each has said it ran its first pass on return.
+  Status Start(const model::GptConfig& c, const MeasureOptions& o, int s, int processes) {
     int stop[2], ready[2];
     if (::pipe2(stop, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0)
       return Status::Unavailable("--concurrency: cannot make a pipe");
     stop_fd_ = stop[1];
-    for (int i = 1; i < o.concurrency; ++i) {
+    for (int i = 1; i <= processes; ++i) {
       const pid_t pid = ::fork();
       if (pid < 0) return Status::Unavailable("--concurrency: cannot fork");
       if (pid == 0) {
@@ -223,7 +248,7 @@ class BackgroundLoad {
     ::close(ready[1]);
     // Each says it has run its first pass; then every timing is under load.
     int got = 0;
-    while (got < o.concurrency - 1) {
+    while (got < processes) {
       pollfd p{ready[0], POLLIN, 0};
       if (::poll(&p, 1, 120000) <= 0) break;
       char buf[16];
@@ -232,7 +257,7 @@ class BackgroundLoad {
       got += static_cast<int>(n);
     }
     ::close(ready[0]);
-    if (got < o.concurrency - 1) return Status::Unavailable("--concurrency: a load process did not start");
+    if (got < processes) return Status::Unavailable("--concurrency: a load process did not start");
     return Status::Ok();
   }
 
@@ -250,7 +275,10 @@ class BackgroundLoad {
   static void Train(const model::GptConfig& c, const MeasureOptions& o, int s, int which, int stop_fd,
                     int ready_fd) {
     try {
-      if (o.threads > 0) torch::set_num_threads(o.threads);
+      if (o.threads > 0) {
+        torch::set_num_threads(o.threads);
+        SetBlasThreads(o.threads);
+      }
       torch::manual_seed(o.seed + static_cast<uint64_t>(which));
       const torch::Device dev(torch::kCPU);
       std::vector<model::PlannerLayer> layers;
@@ -302,8 +330,11 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   if (o.concurrency > 1 && dev.is_cuda())
     return Status::Config("--concurrency is for workers sharing CPU cores; on CUDA each worker has its GPU");
   BackgroundLoad load;
-  if (o.concurrency > 1) OB_RETURN_IF_ERROR(load.Start(c, o, s));
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  if (o.concurrency > 1) OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency - 1));
+  if (o.threads > 0) {
+    torch::set_num_threads(o.threads);
+    SetBlasThreads(o.threads);
+  }
   torch::manual_seed(o.seed);
   uint64_t process_bytes = 0;
   if (!dev.is_cuda()) {
@@ -361,7 +392,7 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
                  layer->name() + ": " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
 
-  load.Stop();  // the all-reduces below run as many ranks as they time
+  load.Stop();
   // Gradient all-reduce: every distinct gradient size, each group size once.
   std::vector<uint64_t> sizes;
   for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());
@@ -369,7 +400,11 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (int g = 1; g <= max_group; g *= 2) {
     auto t0 = Clock::now();
+    // The group's ranks and, under --concurrency, as many processes
+    // training beside them as make up the workers sharing the machine.
+    if (o.concurrency > g) OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency - g));
     auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats);
+    load.Stop();
     if (!times.ok()) return times.status();
     std::map<uint64_t, double> by_size;
     for (size_t i = 0; i < sizes.size(); ++i) by_size[sizes[i]] = (*times)[i];
