@@ -287,6 +287,12 @@ TEST_CASE("a local cluster prices every collective of a step by the profile's fi
   Problem nominal = p;
   nominal.cluster.local = false;
   CHECK(StageComputeSeconds(p, 0, 5, 4) == StageComputeSeconds(nominal, 0, 5, 4));
+  // A stage boundary: a send and a receive each way, at the two-rank fit.
+  CHECK(StageBoundarySeconds(p, 2, true) == Approx(2e-3));
+  CHECK(StageBoundarySeconds(p, 2, false) == Approx(2e-3));
+  CHECK(StageBoundarySeconds(p, 5, true) == 0.0);  // the head sends nothing on
+  CHECK(StageBoundarySeconds(nominal, 2, true) ==
+        BoundarySeconds(nominal, 2, nominal.cluster.link_bytes_per_s, nominal.cluster.link_latency));
   // One pipeline of one stage on one node: nothing to all-reduce.
   Problem alone = testing::UniformProblem(4, 1, 0, 8);
   alone.cluster.local = true;

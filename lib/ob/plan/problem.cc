@@ -44,6 +44,13 @@ double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double la
 }
 
 double StageBoundarySeconds(const Problem& p, int last, bool crosses_node) {
+  if (p.cluster.local && last + 1 < p.num_layers()) {
+    // A send and a receive between two processes of this machine, each
+    // way: priced as the profile's two-rank collective of those bytes.
+    auto fit = p.cluster.local_fits.find(2);
+    if (fit != p.cluster.local_fits.end())
+      return 2.0 * fit->second.Seconds(static_cast<double>(p.layers[last].output_bytes));
+  }
   return BoundarySeconds(p, last, crosses_node ? p.cluster.link_bytes_per_s : p.cluster.intra_bytes_per_s,
                          p.cluster.link_latency);
 }

@@ -90,7 +90,8 @@ double StageComputeSeconds(const Problem& p, int first, int last, int tp);
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency);
 // The same over the cluster's nominal links: node to node when the next
 // stage is on another node, else inside the node at intra_bytes_per_s (a
-// boundary between two stages of one node never touches the network).
+// boundary between two stages of one node never touches the network). On a
+// local cluster, twice the profile's two-rank collective fit of the bytes.
 double StageBoundarySeconds(const Problem& p, int last, bool crosses_node);
 // Peak bytes per GPU of a stage holding `in_flight` micro-batches (1F1B:
 // stage k of S holds S − k), overheads included.

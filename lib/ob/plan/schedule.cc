@@ -80,8 +80,7 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
       send_back[i] =
           BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
     } else {
-      send[i] = send_back[i] =
-          BoundarySeconds(p, t.stages[i].last, p.cluster.link_bytes_per_s, p.cluster.link_latency) / 2;
+      send[i] = send_back[i] = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
     }
   }
   // Each stage's op order: warm-up forwards, one-forward-one-backward, drain.

@@ -171,6 +171,7 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
     std::vector<torch::Tensor> saved;
     for (auto& p : params) saved.push_back(p.detach().clone());
     Samples t;
+    std::vector<torch::Tensor> snapshot;  // CPU: one row each for weight, exp_avg, exp_avg_sq
     for (int k = 0; k < o.warmup + o.repeats; ++k) {
       compat::Synchronize(dev);
       const auto t0 = Clock::now();
@@ -178,6 +179,22 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
       for (auto& p : params) sq += p.grad().to(torch::kDouble).square().sum();
       (void)sq.item<double>();
       opt.step();
+      if (!dev.is_cuda()) {
+        // The host snapshot: each step the workers copy the weights and
+        // both moments into their arena (runtime/snapshot_arena.h), on a
+        // thread of their own that on the CPU shares the cores with the
+        // training (on a GPU, a copy engine does it off the critical path).
+        if (snapshot.empty()) {
+          for (auto& p : params) snapshot.push_back(torch::empty({3, p.numel()}));
+        }
+        for (size_t i = 0; i < params.size(); ++i) {
+          const auto& st = static_cast<const torch::optim::AdamWParamState&>(
+              *opt.state().at(compat::OptimizerStateKey(opt.state(), params[i])));
+          snapshot[i][0].copy_(params[i].reshape(-1));
+          snapshot[i][1].copy_(st.exp_avg().reshape(-1));
+          snapshot[i][2].copy_(st.exp_avg_sq().reshape(-1));
+        }
+      }
       compat::Synchronize(dev);
       if (k >= o.warmup) t.v.push_back(Seconds(t0));
     }
