@@ -195,6 +195,28 @@ Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst) {
   return Status::Ok();
 }
 
+namespace {
+
+// Pipelines of the given node counts, in that order, on nodes 0..N-1 in
+// order, the batch split by SplitBatch.
+Result<Instantiation> Number(const Problem& p, const TemplateSet& ts, const std::vector<int>& sizes) {
+  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, sizes));
+  Instantiation inst;
+  int next_node = 0;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    PipelineInstance pl;
+    pl.template_nodes = sizes[j];
+    for (int q = 0; q < sizes[j]; ++q) pl.nodes.push_back(next_node++);
+    pl.microbatches = m[j];
+    inst.iteration_seconds = std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(sizes[j]), m[j]));
+    inst.pipelines.push_back(std::move(pl));
+  }
+  assert(next_node == p.cluster.nodes);
+  return inst;
+}
+
+}  // namespace
+
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   const int N = p.cluster.nodes, M = p.microbatches, f = p.faults;
   if (M < f + 1)
@@ -248,20 +270,7 @@ Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   assert(ok);
   (void)ok;
 
-  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, multiset));
-  Instantiation inst;
-  int next_node = 0;
-  for (size_t j = 0; j < multiset.size(); ++j) {
-    PipelineInstance pl;
-    pl.template_nodes = multiset[j];
-    for (int q = 0; q < multiset[j]; ++q) pl.nodes.push_back(next_node++);
-    pl.microbatches = m[j];
-    inst.iteration_seconds =
-        std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(multiset[j]), m[j]));
-    inst.pipelines.push_back(std::move(pl));
-  }
-  assert(next_node == N);
-  return inst;
+  return Number(p, ts, multiset);
 }
 
 Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
@@ -283,19 +292,7 @@ Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
     return Status::Config("--pipelines: " + std::to_string(P) + " pipeline(s) cannot survive -f " +
                           std::to_string(f) + " (needs at least " + std::to_string(f + 1) + ")");
   std::sort(pipeline_nodes.begin(), pipeline_nodes.end(), std::greater<int>());
-  OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, pipeline_nodes));
-  Instantiation inst;
-  int next_node = 0;
-  for (int j = 0; j < P; ++j) {
-    PipelineInstance pl;
-    pl.template_nodes = pipeline_nodes[j];
-    for (int q = 0; q < pipeline_nodes[j]; ++q) pl.nodes.push_back(next_node++);
-    pl.microbatches = m[j];
-    inst.iteration_seconds =
-        std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(pipeline_nodes[j]), m[j]));
-    inst.pipelines.push_back(std::move(pl));
-  }
-  return inst;
+  return Number(p, ts, pipeline_nodes);
 }
 
 }  // namespace ob::plan
