@@ -124,7 +124,6 @@ ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hos
 // may be instantiated after failures.
 ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::TemplateSet& ts) {
   const uint64_t have = static_cast<uint64_t>(g.host_memory_gib * (1ull << 30));
-  constexpr uint64_t kSnapshotBytesPerParameter = 3 * 12;
   for (const auto& t : ts.templates) {
     const int k = std::max(1, t.stages_per_node);
     for (size_t first = 0; first < t.stages.size(); first += static_cast<size_t>(k)) {
@@ -135,7 +134,7 @@ ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::Templ
           params += profile.layers(l).parameter_count();
         }
       }
-      const uint64_t need = kSnapshotBytesPerParameter * params;
+      const uint64_t need = ob::plan::kSnapshotBytesPerParameter * params;
       if (need > have) {
         char line[256];
         std::snprintf(line, sizeof line,
@@ -161,24 +160,12 @@ ob::Result<int> ParseFaults() {
   return ob::Status::Usage("-f " + g.faults + ": expected a number of node failures (0 or more) or 'auto'");
 }
 
-// --pipelines N1,N2,...: node counts, each at least 1.
+// --pipelines N1,N2,...: node counts, each at least 1 (ParseIntList, which
+// also takes a trailing comma; this does not).
 ob::Result<std::vector<int>> ParsePipelines() {
-  std::vector<int> sizes;
-  size_t at = 0;
-  while (at <= g.pipelines.size()) {
-    const size_t comma = std::min(g.pipelines.find(',', at), g.pipelines.size());
-    const std::string word = g.pipelines.substr(at, comma - at);
-    int n = 0;
-    try {
-      size_t used = 0;
-      n = std::stoi(word, &used);
-      if (used != word.size()) n = 0;
-    } catch (const std::exception&) {
-    }
-    if (n < 1) return ob::Status::Usage("--pipelines " + g.pipelines + ": expected node counts like 2,3");
-    sizes.push_back(n);
-    at = comma + 1;
-  }
+  auto sizes = ob::cli::ParseIntList(g.pipelines, "--pipelines");
+  if (!sizes.ok() || g.pipelines.back() == ',')
+    return ob::Status::Usage("--pipelines " + g.pipelines + ": expected node counts like 2,3");
   return sizes;
 }
 
@@ -235,10 +222,11 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     if (profile.mode() != ob::pb::PROFILE_MEASURED)
       return ob::Status::Usage("--local prices the run by a measured profile; " + ob::io::DisplayName(g.input) +
                                " is not one (ob-profile --model M --concurrency N)");
-    if (measured != workers)
+    if (measured != workers) {
       OB_LOG(Warn) << ob::io::DisplayName(g.input) << ": measured with " << measured
                    << " process(es) sharing the cores, this plan runs " << workers
                    << " worker(s) here (ob-profile --concurrency " << workers << ")";
+    }
   }
   c.overhead_fraction = g.overhead_fraction;
   ob::plan::BandwidthMatrix bw;

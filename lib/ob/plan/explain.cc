@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "ob/plan/problem.h"
+
 namespace ob::plan {
 namespace {
 
@@ -105,7 +107,7 @@ std::string ExplainPlan(const pb::Plan& plan) {
              in.iteration_seconds(), in.tokens_per_second(), in.bubble_fraction());
   // What the busiest worker of the templates in use is predicted to hold:
   // its stage, and on the CPU, whose memory is the host's, also its host
-  // snapshots (36 bytes per parameter, as --host-memory counts them).
+  // snapshots (as --host-memory counts them).
   const bool cpu = plan.profile().device().kind() == "cpu";
   uint64_t peak = 0;
   for (const auto& p : in.pipelines()) {
@@ -115,7 +117,7 @@ std::string ExplainPlan(const pb::Plan& plan) {
         uint64_t params = 0;
         for (uint32_t l = s.first_layer(); cpu && l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
           params += plan.profile().layers(static_cast<int>(l)).parameter_count();
-        peak = std::max(peak, s.memory_bytes() + 36 * params / std::max(1u, s.tensor_parallel()));
+        peak = std::max(peak, s.memory_bytes() + kSnapshotBytesPerParameter * params / std::max(1u, s.tensor_parallel()));
       }
     }
   }

@@ -100,6 +100,10 @@ bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);
 // Data-parallel all-reduce of `gradient_bytes` per node across pipelines:
 // ring bandwidth term at its bound 2·G/B plus a tree latency term for N nodes.
 double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes);
+// Host memory of a parameter's snapshots (design §4.6): 3 copies (the last
+// two steps and one a checkpoint may hold) of its fp32 weight and both
+// AdamW moments, whatever the training precision.
+constexpr uint64_t kSnapshotBytesPerParameter = 3 * 12;
 // The gradient buckets the workers fill (runtime: at most 8 MiB each).
 constexpr uint64_t kGradientBucketBytes = uint64_t{8} << 20;
 

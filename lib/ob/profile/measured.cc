@@ -236,9 +236,13 @@ uint64_t ResidentBytes() {
 // --concurrency: processes that train the model's layers (forward and
 // backward of each in turn, in a loop) while this one times them, so that
 // the times are those of a worker sharing the machine's cores with others.
-// They are forked before this process runs any torch op (no thread pool is
-// copied half-made) and stop when the pipe they watch closes: on Stop, or
-// when this process dies.
+// The first ones are forked before this process runs any torch op; those
+// beside the all-reduces after it has: a child never uses Gloo (whose
+// threads are not copied), but with --threads above 1 this process's
+// OpenMP pool exists at that fork, and libgomp does not promise a forked
+// child a working pool (tested with --threads 1, as bench/predict.sh and
+// the quick-start run). They stop when the pipe they watch closes: on
+// Stop, or when this process dies.
 class BackgroundLoad {
  public:
   ~BackgroundLoad() { Stop(); }
