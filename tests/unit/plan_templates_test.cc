@@ -13,39 +13,62 @@ namespace {
 // A template's score under the header's objective, found by brute force.
 struct Score {
   double bottleneck = 0, total = 0;
+  double expected = 0;  // total + (m − 1)·bottleneck + StepTailSeconds at m = M·n/N
 };
 
 bool Close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
 
-// Every composition of the layers into S = n·k stages for every k whose
-// t = g/k splits the model (t divides the heads and the MLP width), scored
-// lexicographically by (max w, Σw) under the 1F1B memory rule.
+// For every k whose t = g/k splits the model (t divides the heads and the
+// MLP width), every composition of the layers into S = n·k stages under the
+// 1F1B memory rule, the best by (max w, Σw); then, across the k, the least
+// expected time for the pipeline's share of the batch (ties: (max w, Σw)).
 std::optional<Score> ExhaustiveBest(const Problem& p, int nodes) {
   const int L = p.num_layers(), g = p.cluster.gpus_per_node;
+  const double m = std::max(1.0, static_cast<double>(p.microbatches) * nodes / p.cluster.nodes);
   std::optional<Score> best;
   for (int k = 1; k <= g; ++k) {
     if (g % k) continue;
     const int S = nodes * k, tp = g / k;
     if (S > L) continue;
     if (tp > 1 && (p.n_head % tp != 0 || (4 * p.n_embd) % tp != 0)) continue;
+    std::optional<Template> best_k;
     for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
       if (__builtin_popcount(cuts) != S - 1) continue;
-      Score s;
+      Template t;
+      t.nodes = nodes;
+      t.stages_per_node = k;
+      t.tp = tp;
+      std::vector<uint64_t> node_grad(nodes, 0);
       bool fits = true;
       for (int i = 0, first = 0; i < S; ++i) {
         int last = first;
         while (last < L - 1 && !(cuts >> last & 1)) ++last;
         fits = fits && StageFits(p, first, last, tp, S - i);
         const double w = StageComputeSeconds(p, first, last, tp) + StageBoundarySeconds(p, last, (i + 1) % k == 0);
-        s.bottleneck = std::max(s.bottleneck, w);
-        s.total += w;
+        t.stages.push_back({first, last, tp});
+        t.bottleneck = std::max(t.bottleneck, w);
+        t.total += w;
+        double update = 0;
+        for (int l = first; l <= last; ++l) {
+          node_grad[i / k] += p.layers[l].gradient_bytes;
+          update += p.layers[l].update / tp;
+        }
+        t.update_seconds = std::max(t.update_seconds, update);
         first = last + 1;
       }
       if (!fits) continue;
-      if (!best || s.bottleneck < best->bottleneck ||
-          (s.bottleneck == best->bottleneck && s.total < best->total))
-        best = s;
+      t.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+      if (!best_k || t.bottleneck < best_k->bottleneck ||
+          (t.bottleneck == best_k->bottleneck && t.total < best_k->total))
+        best_k = t;
     }
+    if (!best_k) continue;
+    Score s{best_k->bottleneck, best_k->total,
+            best_k->total + (m - 1) * best_k->bottleneck + StepTailSeconds(p, *best_k)};
+    if (!best || s.expected < best->expected ||
+        (s.expected == best->expected &&
+         (s.bottleneck < best->bottleneck || (s.bottleneck == best->bottleneck && s.total < best->total))))
+      best = s;
   }
   return best;
 }
@@ -110,6 +133,26 @@ TEST_CASE("BestTemplate equals exhaustive search over partitions and stages per 
   }
   CHECK(feasible > compared / 4);  // the generator exercises both outcomes
   CHECK(feasible < compared);
+}
+
+// Two GPUs a node, tensor-parallel all-reduces of 0.5 ms: one stage on both
+// GPUs (t = 2) takes 24.8 ms a micro-batch; two stages of one GPU (t = 1)
+// have a bottleneck of about 18.6 ms but 33.6 ms of fill and drain. A
+// pipeline that runs one micro-batch pays only the fill and drain; one that
+// runs eight pays the bottleneck seven more times.
+TEST_CASE("a pipeline's share of the batch picks its template: fill and drain when it is small") {
+  Problem p = testing::UniformProblem(4, 2, 0, 2, 2);
+  p.cluster.intra_bytes_per_s = 2.0 * (1 << 20) / 0.5e-3;
+  const std::optional<Template> few = BestTemplate(p, 1);  // M·n/N = 1 micro-batch
+  REQUIRE(few.has_value());
+  p.microbatches = 16;  // 8 each
+  const std::optional<Template> many = BestTemplate(p, 1);
+  REQUIRE(many.has_value());
+  CHECK(few->tp == 2);
+  CHECK(many->tp == 1);
+  CHECK(few->Seconds(1) < many->Seconds(1));
+  CHECK(many->Seconds(8) < few->Seconds(8));
+  CHECK(many->bottleneck < few->bottleneck);  // what alone used to decide, at any batch
 }
 
 TEST_CASE("BuildTemplates covers n0 to N - f*n0 with the best template for each") {

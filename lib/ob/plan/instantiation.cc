@@ -108,20 +108,6 @@ int Instantiation::nodes_used() const {
   return n;
 }
 
-double StepTailSeconds(const Problem& p, const Template& t) {
-  if (!p.cluster.local) return AllReduceSeconds(p, t.node_gradient_bytes) + t.update_seconds;
-  const bool replicas = t.nodes < p.cluster.nodes;  // every node runs a pipeline
-  const bool stages = t.stages.size() > 1;
-  const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
-  const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;
-  // The tied weight's gradient and the losses (its holders: the first and
-  // last stage of every pipeline), then the norms over the pipeline and
-  // the tensor-parallel group.
-  const double collectives = buckets + (replicas || stages ? 2 : 0) + (stages ? 1 : 0) + (t.tp > 1 ? 1 : 0);
-  return collectives * p.cluster.local_step.fixed + static_cast<double>(bytes) * p.cluster.local_step.per_byte +
-         t.update_seconds;
-}
-
 double PipelineSeconds(const Problem& p, const Template& t, int m) {
   return t.Seconds(m) + StepTailSeconds(p, t);
 }

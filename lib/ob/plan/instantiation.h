@@ -38,13 +38,6 @@ struct Instantiation {
   int nodes_used() const;         // Σ template_nodes
 };
 
-// What a pipeline of template `t` adds to its 1F1B once per iteration: the
-// data-parallel all-reduce and its slowest stage's update. On a --local
-// cluster every collective of the step is priced by the profile's fit: the
-// gradient buckets (when other pipelines exist), the tied weight with the
-// losses and the gradient norms (when there is more than one rank).
-double StepTailSeconds(const Problem& p, const Template& t);
-
 // T_j for a pipeline of template `t` running m micro-batches.
 double PipelineSeconds(const Problem& p, const Template& t, int m);
 

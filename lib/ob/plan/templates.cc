@@ -150,6 +150,12 @@ bool Better(const Template& a, const Template& b) {
   return a.total < b.total;
 }
 
+// The time a pipeline of `t` is expected to take per iteration: its 1F1B of
+// m micro-batches (m real: the batch's share of its nodes) and its tail.
+double Expected(const Problem& p, const Template& t, double m) {
+  return t.total + (m - 1) * t.bottleneck + StepTailSeconds(p, t);
+}
+
 // The k that divide g and leave a tensor-parallel degree t = g/k the model
 // can be split by (t divides the heads and the MLP width: the runtime's
 // rule, runtime/topology.h CheckRunnable); k = g (t = 1) always.
@@ -166,11 +172,20 @@ std::vector<int> StagesPerNodeChoices(const Problem& p) {
   return ks;
 }
 
+// The micro-batches a pipeline of `nodes` nodes is expected to run: the
+// batch's share of its nodes, M·nodes/N, at least 1; unbounded (the
+// steady state alone decides) when the problem has no batch.
+double ExpectedMicrobatches(const Problem& p, int nodes) {
+  if (p.microbatches <= 0 || p.cluster.nodes <= 0) return kInf;
+  return std::max(1.0, static_cast<double>(p.microbatches) * nodes / p.cluster.nodes);
+}
+
 // The best template for `nodes` nodes given per-k tables and their F.
 std::optional<Template> BestFromTables(const Problem& p, const std::vector<StageTable>& tables,
                                        const std::vector<std::vector<double>>& minimax,
                                        int nodes) {
   std::optional<Template> best;
+  const double m = ExpectedMicrobatches(p, nodes);
   const int L = p.num_layers();
   for (size_t i = 0; i < tables.size(); ++i) {
     const StageTable& t = tables[i];
@@ -184,7 +199,13 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
     const std::vector<int> lasts = MinSumUnderBound(t, S, bound);
     if (lasts.empty()) continue;  // cannot happen: the minimax partition qualifies
     Template cand = MakeTemplate(p, t, nodes, lasts);
-    if (!best || Better(cand, *best)) best = std::move(cand);
+    if (!best) {
+      best = std::move(cand);
+      continue;
+    }
+    const double a = std::isinf(m) ? 0 : Expected(p, cand, m);
+    const double b = std::isinf(m) ? 0 : Expected(p, *best, m);
+    if (a < b || (a == b && Better(cand, *best))) best = std::move(cand);
   }
   return best;
 }
@@ -273,6 +294,20 @@ int Template::StageOf(int layer) const {
   auto it = std::upper_bound(stages.begin(), stages.end(), layer,
                              [](int l, const StageShape& s) { return l < s.first; });
   return static_cast<int>(it - stages.begin()) - 1;
+}
+
+double StepTailSeconds(const Problem& p, const Template& t) {
+  if (!p.cluster.local) return AllReduceSeconds(p, t.node_gradient_bytes) + t.update_seconds;
+  const bool replicas = t.nodes < p.cluster.nodes;  // every node runs a pipeline
+  const bool stages = t.stages.size() > 1;
+  const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
+  const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;
+  // The tied weight's gradient and the losses (its holders: the first and
+  // last stage of every pipeline), then the norms over the pipeline and
+  // the tensor-parallel group.
+  const double collectives = buckets + (replicas || stages ? 2 : 0) + (stages ? 1 : 0) + (t.tp > 1 ? 1 : 0);
+  return collectives * p.cluster.local_step.fixed + static_cast<double>(bytes) * p.cluster.local_step.per_byte +
+         t.update_seconds;
 }
 
 const Template* TemplateSet::ForNodes(int n) const {

@@ -14,10 +14,17 @@
 // micro-batches takes Σw + (m − 1)·max w (fill and drain, then one
 // bottleneck stage per micro-batch).
 //
-// Cost model: templates are ranked lexicographically by (max w, Σw) — the
-// steady-state bottleneck first, then fill/drain — over all partitions and
-// all k. BuildTemplates finds that optimum exactly (floating-point values are
-// compared as computed by the shared model functions, no tolerance).
+// Cost model: for each k the partition is the best by (max w, Σw) — the
+// steady-state bottleneck first, then fill/drain — over all partitions,
+// exactly (floating-point values are compared as computed by the shared
+// model functions, no tolerance). Across the k, the template is the one a
+// pipeline of n nodes finishes soonest with its share of the batch,
+// m = max(1, M·n/N) micro-batches: Σw + (m − 1)·max w + StepTailSeconds
+// (ties: (max w, Σw); a problem without a batch ranks by (max w, Σw)
+// alone). At a few micro-batches a pipeline pays its fill and drain more
+// than its bottleneck, and fewer, wider stages (larger t) win. Within one
+// k, Σw is the same compute plus S − 1 boundaries whatever the cut, so the
+// bottleneck decides there.
 //
 // Algorithm, per k: a DP from the back over (r stages left, first layer j);
 // the stage r-th from the end holds r micro-batches in flight whatever S is,
@@ -62,6 +69,13 @@ struct TemplateSet {
   const Template* ForNodes(int n) const;  // nullptr when there is none
   int max_nodes() const { return min_nodes + static_cast<int>(templates.size()) - 1; }
 };
+
+// What a pipeline of template `t` adds to its 1F1B once per iteration: the
+// data-parallel all-reduce and its slowest stage's update. On a --local
+// cluster every collective of the step is priced by the profile's fit: the
+// gradient buckets (when other pipelines exist), the tied weight with the
+// losses and the gradient norms (when there is more than one rank).
+double StepTailSeconds(const Problem& p, const Template& t);
 
 // The best template for exactly `nodes` nodes, or nullopt if no partition
 // fits in memory (or there are more stages than layers for every k).
