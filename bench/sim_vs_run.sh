@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # ob-sim against a recorded run (issue 14, acceptance 3): a local cluster of
-# 4 hosts (2 pipelines of 2 stages, f = 1, gpt-tiny, CPU), STEPS steps, and
-# kill -9 of one host (its agent, worker and standby) once step KILL_STEP is
-# reported. The run's metrics and events.log give what happened; ob-sim gets
-# the same failure at the same moment, the run's measured recovery
-# (--recovery-log) and its measured step time before the failure
-# (--iteration-time), and predicts the steps completed by the time the run
-# ended and the time lost, from the end of step 5 (start-up excluded) to
-# the run's end. Prints both and their ratio.
+# HOSTS hosts (default 2: as many as this machine's cores; HOSTS pipelines
+# of one stage, f = 1, gpt-tiny measured here by ob-profile with one thread
+# a worker under the concurrency of HOSTS workers, planned with --local),
+# STEPS steps, and kill -9 of the last host (its agent, worker and standby)
+# once step KILL_STEP is reported. The run's metrics and events.log give
+# what happened; ob-sim gets the same failure at the same moment, the run's
+# measured recovery (--recovery-log) and its measured step time before the
+# failure (--iteration-time), and predicts the steps completed by the time
+# the run ended and the time lost, from the end of step 5 (start-up
+# excluded) to the run's end. Prints both and their ratio.
 #
-#   OB_BIN=build/bin bench/sim_vs_run.sh [RUNS]      (STEPS=200 KILL_STEP=60)
+#   OB_BIN=build/bin bench/sim_vs_run.sh [RUNS]      (HOSTS=2 STEPS=200 KILL_STEP=60)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 export OB_BIN=${OB_BIN:-$here/build/bin} OB_SOURCE_DIR=$here
@@ -20,13 +22,24 @@ source "$here/tests/lib/launch.sh"
 runs=${1:-3}
 STEPS=${STEPS:-200}
 KILL_STEP=${KILL_STEP:-60}
-make_two_by_two
+# The plan: gpt-tiny measured on this machine (one thread a worker, under
+# the concurrency of HOSTS workers), planned with --local in HOSTS
+# pipelines of one stage, f = 1, global batch 16 in micro-batches of 1.
+HOSTS=${HOSTS:-2}
+: > "$WORK/hosts.txt"
+for ((h = 1; h <= HOSTS; h++)); do echo "${TAG}h$h" >> "$WORK/hosts.txt"; done
+(umask 077; echo "secret-$TAG" > "$WORK/secret")
+"$OB_BIN/ob-profile" --model gpt-tiny --threads 1 --concurrency "$HOSTS" -k 50 -q -o "$WORK/profile.pb" \
+  || fail "ob-profile"
+"$OB_BIN/ob-plan" -q --local --hosts "$WORK/hosts.txt" -f 1 --pipelines "$(printf '1,%.0s' $(seq "$HOSTS") | sed 's/,$//')" \
+  -B 16 -b 1 -o "$WORK/plan.pb" "$WORK/profile.pb" || fail "ob-plan"
+victim=${TAG}h$HOSTS
 for ((i = 1; i <= runs; i++)); do
   run_start "run$i" "$STEPS"
   wait_step "run$i" "$KILL_STEP" || fail "run $i did not reach step $KILL_STEP"
   kill_ms=$(now_ms)
   # shellcheck disable=SC2046
-  kill -9 $(host_pids "${TAG}h3")
+  kill -9 $(host_pids "$victim")
   run_wait
   [ "$RC" = 0 ] || fail "run $i: exit $RC: $(tail -3 "$WORK/run$i.err")"
   "$OB_BIN/ob-watch" --records json "$WORK/run$i.pb" > "$WORK/run$i.json" 2> /dev/null
@@ -61,7 +74,7 @@ lost = horizon - n_before * before - n_after * after
 print(f"{horizon:.3f} {(kill_ms - t0) / 1000:.3f} {before:.5f} {after:.5f} {lost:.3f} {len(last)}")
 PY
 )
-  printf '%s fail %s\n' "$offset" "${TAG}h3" > "$WORK/trace$i.txt"
+  printf '%s fail %s\n' "$offset" "$victim" > "$WORK/trace$i.txt"
   "$OB_BIN/ob-sim" --trace "$WORK/trace$i.txt" --horizon "$horizon" --recovery-log "$WORK/run$i/events.log" \
     --iteration-time "$before" --checkpoint-cost 0 --policy ob --json "$WORK/plan.pb" > "$WORK/sim$i.json" \
     || fail "ob-sim"
