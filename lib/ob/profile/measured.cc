@@ -236,13 +236,12 @@ uint64_t ResidentBytes() {
 // --concurrency: processes that train the model's layers (forward and
 // backward of each in turn, in a loop) while this one times them, so that
 // the times are those of a worker sharing the machine's cores with others.
-// The first ones are forked before this process runs any torch op; those
-// beside the all-reduces after it has: a child never uses Gloo (whose
-// threads are not copied), but with --threads above 1 this process's
-// OpenMP pool exists at that fork, and libgomp does not promise a forked
-// child a working pool (tested with --threads 1, as bench/predict.sh and
-// the quick-start run). They stop when the pipe they watch closes: on
-// Stop, or when this process dies.
+// All are forked once, before this process runs any torch op (a child of a
+// process whose OpenMP pool exists is not promised a working one by
+// libgomp, and Gloo's threads are not copied); while G ranks time an
+// all-reduce, Run(W − G) keeps that many training and stops the rest
+// (SIGSTOP). They exit when the pipe they watch closes: on Stop, or when
+// this process dies.
 class BackgroundLoad {
  public:
   ~BackgroundLoad() { Stop(); }
@@ -282,10 +281,16 @@ class BackgroundLoad {
     return Status::Ok();
   }
 
+  // The first n keep training; the others wait, stopped.
+  void Run(int n) {
+    for (size_t i = 0; i < pids_.size(); ++i) ::kill(pids_[i], static_cast<int>(i) < n ? SIGCONT : SIGSTOP);
+  }
+
   void Stop() {
     if (stop_fd_ >= 0) ::close(stop_fd_);
     stop_fd_ = -1;
     for (pid_t pid : pids_) {
+      ::kill(pid, SIGCONT);  // a stopped one must run to see the pipe closed
       int status = 0;
       ::waitpid(pid, &status, 0);
     }
@@ -413,7 +418,6 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
                  layer->name() + ": " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
 
-  load.Stop();
   // Gradient all-reduce: every distinct gradient size, each group size once.
   std::vector<uint64_t> sizes;
   for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());
@@ -423,9 +427,8 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     auto t0 = Clock::now();
     // The group's ranks and, under --concurrency, as many processes
     // training beside them as make up the workers sharing the machine.
-    if (o.concurrency > g) OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency - g));
+    load.Run(o.concurrency - g);
     auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats);
-    load.Stop();
     if (!times.ok()) return times.status();
     std::map<uint64_t, double> by_size;
     for (size_t i = 0; i < sizes.size(); ++i) by_size[sizes[i]] = (*times)[i];
@@ -439,6 +442,7 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
       o.progress("all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) +
                  " sizes in " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
+  load.Stop();
   // FLOPs per micro-batch are a property of the shapes, not the device.
   for (auto& l : *p.mutable_layers()) {
     for (auto& cost : *l.mutable_costs()) {
