@@ -68,6 +68,8 @@ for spec in "${layouts[@]}"; do
     r_rss=$(python3 "$metrics_py" max "$name.m" 45)
     [ "$r_rss" -gt "$rss" ] && rss=$r_rss
   done
+  # The last run's stages beside the plan's (ob-plan --explain --measured).
+  "$bin/ob-plan" --explain --measured "$name.m" "plan-$name.pb" | sed -n '/^# measured/,$p'
   measured=$(median "${times[@]}")
   line=$(awk -v n="$name" -v w="$workers" -v p="$predicted" -v m="$measured" -v pm="$predicted_mib" -v r="$rss" \
     'BEGIN { printf "%s %d %.4f %.4f %.2f %.1f %.1f %.2f", n, w, p, m, m / p, pm, r / 1048576, r / 1048576 / pm }')

@@ -136,3 +136,68 @@ TEST_CASE("the plan names the profile it came from by digest") {
   profile.mutable_layers(1)->mutable_costs(0)->set_forward_seconds(1.0);
   CHECK(ob::plan::ProfileDigest(profile) != d);
 }
+
+TEST_CASE("--measured puts a run's steps beside the plan's predictions") {
+  const Planned planned = PlanUniform(6, 4, 1, 8);
+  const ob::pb::Plan& plan = planned.plan;
+  const auto& in = plan.instantiation();
+  REQUIRE(in.pipelines_size() >= 2);
+  // Two generations; only the first, after its warm-up steps, counts: its
+  // steps take twice the prediction, every stage computes 1.5× its own.
+  std::vector<ob::pb::Metrics> records;
+  uint32_t rank = 0;
+  for (int i = 0; i < in.pipelines_size(); ++i) {
+    const auto* t = &plan.templates(0);
+    for (const auto& c : plan.templates())
+      if (c.nodes() == in.pipelines(i).template_nodes()) t = &c;
+    for (int j = 0; j < t->stages_size(); ++j, ++rank) {
+      const double compute = t->stages(j).compute_seconds() * in.pipelines(i).microbatches();
+      for (uint64_t step = 0; step < 12; ++step) {
+        ob::pb::Metrics m;
+        m.set_rank(rank);
+        m.set_pipeline(static_cast<uint32_t>(i));
+        m.set_stage(static_cast<uint32_t>(j));
+        m.set_generation(1);
+        m.set_step(step);
+        const bool warm = step >= ob::plan::kMeasuredWarmupSteps;
+        m.set_step_seconds(in.iteration_seconds() * (warm ? 2 : 50));
+        m.set_forward_seconds(compute * (warm ? 0.5 : 20));
+        m.set_backward_seconds(compute * (warm ? 1.0 : 20));
+        m.set_peak_memory_bytes(t->stages(j).memory_bytes() * 2);
+        records.push_back(m);
+        m.set_generation(2);
+        m.set_step_seconds(in.iteration_seconds() * 9);
+        records.push_back(m);
+        ob::pb::Metrics beat;  // heartbeats carry no step time
+        beat.set_heartbeat(true);
+        beat.set_rank(rank);
+        beat.set_generation(1);
+        beat.set_step(step);
+        records.push_back(beat);
+      }
+    }
+  }
+  auto got = ob::plan::CompareMeasured(plan, records, "run.m");
+  REQUIRE(got.ok());
+  INFO(*got);
+  CHECK_THAT(*got, Catch::Contains("# measured (run.m: generation 1, steps 5-11"));
+  CHECK_THAT(*got, Catch::Contains("(2.00x)"));
+  // Every stage row: compute ratio 1.50, memory ratio 2.00 (a GPU profile:
+  // the stage's memory alone).
+  size_t rows = 0;
+  for (size_t at = got->find("  1.50 "); at != std::string::npos; at = got->find("  1.50 ", at + 1)) ++rows;
+  CHECK(rows == rank);
+  CHECK(got->find("  2.00\n") != std::string::npos);
+
+  // A file without a step after the warm-up, or of another plan, is refused.
+  std::vector<ob::pb::Metrics> early(records.begin(), records.begin() + 3);
+  early[0].set_step(1);
+  early[1].set_step(1);
+  auto none = ob::plan::CompareMeasured(plan, early, "run.m");
+  CHECK(none.status().code() == ob::Code::kDataErr);
+  CHECK_THAT(none.status().message(), Catch::Contains("run.m: no step of rank 0"));
+  records[3 * 6].set_pipeline(99);  // generation 1, step 6
+  auto other = ob::plan::CompareMeasured(plan, records, "run.m");
+  CHECK(other.status().code() == ob::Code::kDataErr);
+  CHECK_THAT(other.status().message(), Catch::Contains("not a run of this plan"));
+}

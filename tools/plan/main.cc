@@ -1,13 +1,19 @@
 // ob-plan: turn a profile and a cluster into a fault-tolerant pipeline plan.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "ob/cli/cli.h"
 #include "ob/cluster/hosts.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/records.h"
 #include "ob/log.h"
 #include "ob/plan/explain.h"
 #include "ob/plan/reliability.h"
@@ -40,6 +46,7 @@ struct Options {
   double time_limit = 5.0;
   long moves = 20000;
   bool explain = false;
+  std::string measured;        // --measured: a run's metrics, beside --explain's predictions
   std::string schedule_svg;
   double link_gbps = 12.5;
   double link_latency_us = 10;
@@ -50,10 +57,35 @@ struct Options {
 
 Options g;
 
+// --measured FILE: every record of a run's metrics (ob-launch --metrics).
+ob::Result<std::vector<ob::pb::Metrics>> ReadMetrics(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ob::Status::IoErr(path + ": cannot open: " + std::strerror(errno));
+  ob::io::RecordReader reader(fd, path);
+  std::vector<ob::pb::Metrics> records;
+  for (;;) {
+    ob::pb::Metrics m;
+    ob::Result<bool> got = reader.Next(&m);
+    if (!got.ok()) {
+      ::close(fd);
+      return got.status();
+    }
+    if (!*got) break;
+    records.push_back(std::move(m));
+  }
+  ::close(fd);
+  return records;
+}
+
 ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan,
                 const std::string& fault_table = "") {
   if (g.explain) {
     std::string text = fault_table + ob::plan::ExplainPlan(plan);
+    if (!g.measured.empty()) {
+      OB_ASSIGN_OR_RETURN(std::vector<ob::pb::Metrics> records, ReadMetrics(g.measured));
+      OB_ASSIGN_OR_RETURN(std::string measured, ob::plan::CompareMeasured(plan, records, g.measured));
+      text += measured;
+    }
     // Tables go to stdout; the plan itself only where -o sends it.
     if (common.output != "-") {
       OB_RETURN_IF_ERROR(ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion,
@@ -345,6 +377,7 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
 ob::Status Run(const ob::cli::CommonOptions& common) {
   OB_ASSIGN_OR_RETURN(std::string path, ob::cli::InputPath(g.input, "profile"));
   g.input = path;
+  if (!g.measured.empty() && !g.explain) return ob::Status::Usage("--measured goes with --explain");
   if (!common.json && !g.explain && common.output == "-" && ob::io::StdoutIsTerminal())
     return ob::Status::Usage("refusing to write a binary Plan to a terminal; use -o FILE, a pipe, --json or --explain");
   OB_ASSIGN_OR_RETURN(std::string bytes, ob::io::ReadFile(path));
@@ -362,7 +395,8 @@ void Setup(CLI::App& app) {
       "Examples:\n"
       "  ob-profile --model gpt3-175b --analytic --gpu h100 | ob-plan -f 4 --nodes 1024 > plan.pb\n"
       "  ob-plan --hosts hosts.txt --bandwidth net.pb -f 1 --explain -o plan.pb profile.pb\n"
-      "  ob-plan --explain plan.pb");
+      "  ob-plan --explain plan.pb\n"
+      "  ob-plan --explain --measured run.metrics plan.pb   # predicted vs measured");
   app.add_option("file", g.input, "A profile to plan from, or a plan to print (default: stdin)")
       ->option_text("FILE");
   app.add_option("-f,--faults", g.faults,
@@ -416,6 +450,10 @@ void Setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--moves", g.moves, "Placement search moves")->capture_default_str();
   app.add_flag("--explain", g.explain, "Print the plan as human tables");
+  app.add_option("--measured", g.measured,
+                 "With --explain: a run's metrics (ob-launch --metrics) beside the predictions: the iteration, "
+                 "and each stage's compute and memory")
+      ->option_text("METRICS");
   app.add_option("--schedule-svg", g.schedule_svg, "Draw one iteration's 1F1B schedule per pipeline")
       ->option_text("FILE");
   app.add_option("--link-gbps", g.link_gbps, "Nominal node-to-node bandwidth, GB/s (without --bandwidth)")

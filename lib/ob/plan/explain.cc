@@ -35,6 +35,24 @@ std::string Ranges(const pb::PipelineTemplate& t, size_t max_chars) {
   return out;
 }
 
+// What a worker of stage `s` is predicted to hold: its stage, and on the
+// CPU, whose memory is the host's, also its host snapshots (as
+// --host-memory counts them).
+uint64_t WorkerMemory(const pb::Plan& plan, const pb::Stage& s) {
+  if (plan.profile().device().kind() != "cpu") return s.memory_bytes();
+  uint64_t params = 0;
+  for (uint32_t l = s.first_layer(); l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
+    params += plan.profile().layers(static_cast<int>(l)).parameter_count();
+  return s.memory_bytes() + kSnapshotBytesPerParameter * params / std::max(1u, s.tensor_parallel());
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 uint64_t PeakMemory(const pb::PipelineTemplate& t) {
   uint64_t m = 0;
   for (const auto& s : t.stages()) m = std::max(m, s.memory_bytes());
@@ -105,20 +123,13 @@ std::string ExplainPlan(const pb::Plan& plan) {
   }
   out += Fmt("# predicted iteration %.4f s, %.0f tokens/s, bubble (idle) fraction %.3f\n",
              in.iteration_seconds(), in.tokens_per_second(), in.bubble_fraction());
-  // What the busiest worker of the templates in use is predicted to hold:
-  // its stage, and on the CPU, whose memory is the host's, also its host
-  // snapshots (as --host-memory counts them).
+  // What the busiest worker of the templates in use is predicted to hold.
   const bool cpu = plan.profile().device().kind() == "cpu";
   uint64_t peak = 0;
   for (const auto& p : in.pipelines()) {
     for (const auto& t : plan.templates()) {
       if (t.nodes() != p.template_nodes()) continue;
-      for (const auto& s : t.stages()) {
-        uint64_t params = 0;
-        for (uint32_t l = s.first_layer(); cpu && l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
-          params += plan.profile().layers(static_cast<int>(l)).parameter_count();
-        peak = std::max(peak, s.memory_bytes() + kSnapshotBytesPerParameter * params / std::max(1u, s.tensor_parallel()));
-      }
+      for (const auto& s : t.stages()) peak = std::max(peak, WorkerMemory(plan, s));
     }
   }
   out += Fmt("# predicted peak memory per worker %.1f MiB%s\n", static_cast<double>(peak) / (1 << 20),
@@ -130,6 +141,77 @@ std::string ExplainPlan(const pb::Plan& plan) {
   out += Fmt("# survives any %u node failures: %d pipelines (>= f+1 = %u), each holding every layer;\n"
              "# the survivors re-instantiate from the templates above\n",
              plan.faults(), in.pipelines_size(), plan.faults() + 1);
+  return out;
+}
+
+Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::Metrics>& records,
+                                    const std::string& name) {
+  const auto& in = plan.instantiation();
+  // The first generation's completed steps after the warm-up.
+  uint64_t generation = 0;
+  for (const auto& r : records)
+    if (!r.heartbeat() && r.step_seconds() > 0 && (generation == 0 || r.generation() < generation))
+      generation = r.generation();
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<double>> compute;  // (pipeline, stage) → per step, slowest rank
+  std::map<std::pair<uint32_t, uint32_t>, std::map<uint64_t, double>> by_step;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> memory;
+  std::vector<double> iteration;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& r : records) {
+    if (r.heartbeat() || !(r.step_seconds() > 0) || r.generation() != generation ||
+        r.step() < kMeasuredWarmupSteps)
+      continue;
+    if (r.pipeline() >= static_cast<uint32_t>(in.pipelines_size()))
+      return Status::DataErr(name + ": a record of pipeline " + std::to_string(r.pipeline()) +
+                             ", and the plan has " + std::to_string(in.pipelines_size()) +
+                             ": not a run of this plan");
+    if (r.rank() == 0) iteration.push_back(r.step_seconds());
+    first = std::min(first, r.step());
+    last = std::max(last, r.step());
+    const auto key = std::make_pair(r.pipeline(), r.stage());
+    double& slowest = by_step[key][r.step()];
+    slowest = std::max(slowest, r.forward_seconds() + r.backward_seconds());
+    memory[key] = std::max({memory[key], r.peak_rss_bytes(), r.peak_memory_bytes()});
+  }
+  if (iteration.empty())
+    return Status::DataErr(name + ": no step of rank 0 after the first " + std::to_string(kMeasuredWarmupSteps) +
+                           " of the run's first generation");
+  for (const auto& [key, steps] : by_step)
+    for (const auto& [step, seconds] : steps) compute[key].push_back(seconds);
+
+  std::string out;
+  out += Fmt("#\n# measured (%s: generation %llu, steps %llu-%llu, medians over the steps)\n", name.c_str(),
+             static_cast<unsigned long long>(generation), static_cast<unsigned long long>(first),
+             static_cast<unsigned long long>(last));
+  out += Fmt("# %8s %5s %8s %10s %10s %6s %10s %10s %6s\n", "pipeline", "stage", "layers", "compute",
+             "measured", "ratio", "memory", "measured", "ratio");
+  out += Fmt("# %8s %5s %8s %10s %10s %6s %10s %10s %6s\n", "", "", "", "(ms)", "(ms)", "", "(MiB)", "(MiB)", "");
+  for (int i = 0; i < in.pipelines_size(); ++i) {
+    const auto& p = in.pipelines(i);
+    const pb::PipelineTemplate* t = nullptr;
+    for (const auto& c : plan.templates())
+      if (c.nodes() == p.template_nodes()) t = &c;
+    if (t == nullptr) continue;
+    for (int j = 0; j < t->stages_size(); ++j) {
+      const auto& s = t->stages(j);
+      const auto key = std::make_pair(static_cast<uint32_t>(i), static_cast<uint32_t>(j));
+      const std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
+      const double predicted = s.compute_seconds() * p.microbatches() * 1e3;
+      const double predicted_mib = static_cast<double>(WorkerMemory(plan, s)) / (1 << 20);
+      auto c = compute.find(key);
+      auto m = memory.find(key);
+      const double measured = c == compute.end() ? 0 : Median(c->second) * 1e3;
+      const double measured_mib = m == memory.end() ? 0 : static_cast<double>(m->second) / (1 << 20);
+      auto ratio = [](double a, double b) { return b > 0 && a > 0 ? Fmt("%6.2f", a / b) : Fmt("%6s", "-"); };
+      out += Fmt("  %8d %5d %8s %10.3f %10s %s %10.1f %10s %s\n", i, j, layers.c_str(), predicted,
+                 measured > 0 ? Fmt("%.3f", measured).c_str() : "-", ratio(measured, predicted).c_str(),
+                 predicted_mib, measured_mib > 0 ? Fmt("%.1f", measured_mib).c_str() : "-",
+                 ratio(measured_mib, predicted_mib).c_str());
+    }
+  }
+  const double measured = Median(iteration);
+  out += Fmt("# iteration %.4f s measured vs %.4f s predicted (%.2fx)\n", measured, in.iteration_seconds(),
+             in.iteration_seconds() > 0 ? measured / in.iteration_seconds() : 0.0);
   return out;
 }
 
