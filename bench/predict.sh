@@ -50,11 +50,13 @@ for spec in "${layouts[@]}"; do
   for ((h = 0; h < hosts; h++)); do
     if [ "$slots" -gt 1 ]; then echo "${tag}$h slots=$slots"; else echo "${tag}$h"; fi >> "hosts-$name.txt"
   done
-  [ -s "profile-$workers.pb" ] ||
-    "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 50 -q -o "profile-$workers.pb"
+  # Profiled afresh right before the layout's runs: this VM's speed moves
+  # by 20-40% within an hour, and a profile an earlier layout made is
+  # older than its runs.
+  "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 50 -q -o "profile-$name.pb"
   # shellcheck disable=SC2086  # extra is words
   "$bin/ob-plan" -q --local --hosts "hosts-$name.txt" -f "$faults" --pipelines "$pipelines" -B 16 -b 1 \
-    $extra -o "plan-$name.pb" "profile-$workers.pb"
+    $extra -o "plan-$name.pb" "profile-$name.pb"
   "$bin/ob-plan" --explain "plan-$name.pb" > "explain-$name.txt"
   predicted=$(sed -n 's/^# predicted iteration \([0-9.]*\) s.*/\1/p' "explain-$name.txt")
   predicted_mib=$(sed -n 's/^# predicted peak memory per worker \([0-9.]*\) MiB/\1/p' "explain-$name.txt")

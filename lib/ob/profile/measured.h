@@ -22,7 +22,7 @@ struct MeasureOptions {
   std::vector<int> microbatches{1};  // sequences per micro-batch
   int seq_len = 0;                   // 0: the model's context length
   int warmup = 2;                    // untimed runs before timing
-  int repeats = 5;                   // timed runs; the median is kept
+  int repeats = 5;                   // timed runs; their mean is kept (CUDA: median)
   int max_group = 0;                 // all-reduce group sizes 1, 2, 4, ... up to this; 0: the
                                      // node's GPUs on CUDA, 4 on the CPU
   int threads = 0;                   // CPU intra-op threads; 0: LibTorch's default
