@@ -393,9 +393,19 @@ Result<RecordedRecoveries> RecoveriesFromEvents(const std::string& text, const s
   std::string line;
   while (std::getline(in, line)) {
     if (line.find(" recovered ") == std::string::npos) continue;
-    const size_t at = line.find(" total_ms=");
-    if (at == std::string::npos) continue;
-    sum += std::strtod(line.c_str() + at + 10, nullptr) / 1000;
+    // A field's milliseconds, 0 when the line has none.
+    auto ms = [&line](const std::string& key) {
+      const size_t at = line.find(" " + key + "=");
+      return at == std::string::npos ? 0.0 : std::strtod(line.c_str() + at + key.size() + 2, nullptr);
+    };
+    if (line.find(" total_ms=") == std::string::npos) continue;
+    // total_ms runs from the detection to the end of the new generation's
+    // first step, which is training like any other (the simulator runs it
+    // after the recovery). detect_ms is left out: for a host whose
+    // connection closes (a crash, kill -9) the master knows at once, and
+    // detect_ms is the time since the host's last message, the step in
+    // flight that the simulator charges as lost work already.
+    sum += std::max(0.0, ms("total_ms") - ms("first_step_ms")) / 1000;
     ++r.count;
   }
   if (r.count == 0) return Status::DataErr(path + ": no 'recovered' lines (an ob-launch events.log?)");

@@ -75,9 +75,14 @@ struct TraceModel {
 };
 std::vector<TraceEvent> GenerateTrace(int nodes, const TraceModel& m);
 
-// The mean kill-to-next-step time (total_ms) of the `recovered` lines of an
-// events.log, in seconds, and how many there were; kDataErr naming `path`
-// when it has none.
+// The mean time from a failure's detection to the new generation's first
+// step, of the `recovered` lines of an events.log (total_ms − first_step_ms:
+// total_ms runs to the end of that first step), in seconds, and how many
+// there were; kDataErr naming `path` when it has none. Not counted: a
+// first step slower than those after it, and detect_ms (for a connection
+// that closes, the time since the host's last message: the step in flight,
+// which the simulator charges as lost work; a host that goes silent is
+// detected after a timeout that --recovery-time should then include).
 struct RecordedRecoveries {
   double mean_s = 0;
   int count = 0;
