@@ -137,7 +137,7 @@ TEST_CASE("the plan names the profile it came from by digest") {
   CHECK(ob::plan::ProfileDigest(profile) != d);
 }
 
-TEST_CASE("--measured puts a run's steps beside the plan's predictions") {
+TEST_CASE("ob-plan's --measured puts a run's steps beside the plan's predictions") {
   const Planned planned = PlanUniform(6, 4, 1, 8);
   const ob::pb::Plan& plan = planned.plan;
   const auto& in = plan.instantiation();
