@@ -87,7 +87,7 @@ expect 64 '--local prices the run by a measured profile' -- "$PLAN" --nodes 4 --
 # holds no step after the warm-up.
 "$PLAN" --nodes 4 -f 1 -o "$TMP/p.pb" "$TMP/tiny.pb" || fail "plan for --measured"
 expect 64 '--measured goes with --explain' -- "$PLAN" --measured "$TMP/tiny.pb" "$TMP/p.pb"
-expect 74 'nope.m: cannot open' -- "$PLAN" --explain --measured "$TMP/nope.m" "$TMP/p.pb"
+expect 66 'nope.m: cannot open' -- "$PLAN" --explain --measured "$TMP/nope.m" "$TMP/p.pb"
 expect 65 'p.pb: record 1 at byte 0' -- "$PLAN" --explain --measured "$TMP/p.pb" "$TMP/p.pb"
 : > "$TMP/empty.m"
 expect 65 'empty.m: no step of rank 0 after the first 5' -- "$PLAN" --explain --measured "$TMP/empty.m" "$TMP/p.pb"

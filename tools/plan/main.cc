@@ -1,12 +1,7 @@
 // ob-plan: turn a profile and a cluster into a fault-tolerant pipeline plan.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 
 #include "ob/cli/cli.h"
@@ -59,21 +54,15 @@ Options g;
 
 // --measured FILE: every record of a run's metrics (ob-launch --metrics).
 ob::Result<std::vector<ob::pb::Metrics>> ReadMetrics(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ob::Status::IoErr(path + ": cannot open: " + std::strerror(errno));
-  ob::io::RecordReader reader(fd, path);
+  OB_ASSIGN_OR_RETURN(std::string bytes, ob::io::ReadFile(path));
+  auto reader = ob::io::RecordReader::FromString(std::move(bytes), ob::io::DisplayName(path));
   std::vector<ob::pb::Metrics> records;
   for (;;) {
     ob::pb::Metrics m;
-    ob::Result<bool> got = reader.Next(&m);
-    if (!got.ok()) {
-      ::close(fd);
-      return got.status();
-    }
-    if (!*got) break;
+    OB_ASSIGN_OR_RETURN(bool got, reader.Next(&m));
+    if (!got) break;
     records.push_back(std::move(m));
   }
-  ::close(fd);
   return records;
 }
 
@@ -83,7 +72,8 @@ ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan,
     std::string text = fault_table + ob::plan::ExplainPlan(plan);
     if (!g.measured.empty()) {
       OB_ASSIGN_OR_RETURN(std::vector<ob::pb::Metrics> records, ReadMetrics(g.measured));
-      OB_ASSIGN_OR_RETURN(std::string measured, ob::plan::CompareMeasured(plan, records, g.measured));
+      OB_ASSIGN_OR_RETURN(std::string measured,
+                          ob::plan::CompareMeasured(plan, records, ob::io::DisplayName(g.measured)));
       text += measured;
     }
     // Tables go to stdout; the plan itself only where -o sends it.

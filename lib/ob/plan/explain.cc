@@ -6,6 +6,7 @@
 #include <map>
 
 #include "ob/plan/problem.h"
+#include "ob/watch/stats.h"
 
 namespace ob::plan {
 namespace {
@@ -44,13 +45,6 @@ uint64_t WorkerMemory(const pb::Plan& plan, const pb::Stage& s) {
   for (uint32_t l = s.first_layer(); l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
     params += plan.profile().layers(static_cast<int>(l)).parameter_count();
   return s.memory_bytes() + kSnapshotBytesPerParameter * params / std::max(1u, s.tensor_parallel());
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 uint64_t PeakMemory(const pb::PipelineTemplate& t) {
@@ -152,8 +146,8 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
   for (const auto& r : records)
     if (!r.heartbeat() && r.step_seconds() > 0 && (generation == 0 || r.generation() < generation))
       generation = r.generation();
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<double>> compute;  // (pipeline, stage) → per step, slowest rank
-  std::map<std::pair<uint32_t, uint32_t>, std::map<uint64_t, double>> by_step;
+  // (pipeline, stage) → step → the slowest rank's forward + backward
+  std::map<std::pair<uint32_t, uint32_t>, std::map<uint64_t, double>> compute;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> memory;
   std::vector<double> iteration;
   uint64_t first = UINT64_MAX, last = 0;
@@ -169,15 +163,13 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
     first = std::min(first, r.step());
     last = std::max(last, r.step());
     const auto key = std::make_pair(r.pipeline(), r.stage());
-    double& slowest = by_step[key][r.step()];
+    double& slowest = compute[key][r.step()];
     slowest = std::max(slowest, r.forward_seconds() + r.backward_seconds());
     memory[key] = std::max({memory[key], r.peak_rss_bytes(), r.peak_memory_bytes()});
   }
   if (iteration.empty())
     return Status::DataErr(name + ": no step of rank 0 after the first " + std::to_string(kMeasuredWarmupSteps) +
                            " of the run's first generation");
-  for (const auto& [key, steps] : by_step)
-    for (const auto& [step, seconds] : steps) compute[key].push_back(seconds);
 
   std::string out;
   out += Fmt("#\n# measured (%s: generation %llu, steps %llu-%llu, medians over the steps)\n", name.c_str(),
@@ -200,7 +192,10 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
       const double predicted_mib = static_cast<double>(WorkerMemory(plan, s)) / (1 << 20);
       auto c = compute.find(key);
       auto m = memory.find(key);
-      const double measured = c == compute.end() ? 0 : Median(c->second) * 1e3;
+      std::vector<double> steps;
+      if (c != compute.end())
+        for (const auto& [step, seconds] : c->second) steps.push_back(seconds);
+      const double measured = watch::Median(steps) * 1e3;
       const double measured_mib = m == memory.end() ? 0 : static_cast<double>(m->second) / (1 << 20);
       auto ratio = [](double a, double b) { return b > 0 && a > 0 ? Fmt("%6.2f", a / b) : Fmt("%6s", "-"); };
       out += Fmt("  %8d %5d %8s %10.3f %10s %s %10.1f %10s %s\n", i, j, layers.c_str(), predicted,
@@ -209,7 +204,7 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
                  ratio(measured_mib, predicted_mib).c_str());
     }
   }
-  const double measured = Median(iteration);
+  const double measured = watch::Median(iteration);
   out += Fmt("# iteration %.4f s measured vs %.4f s predicted (%.2fx)\n", measured, in.iteration_seconds(),
              in.iteration_seconds() > 0 ? measured / in.iteration_seconds() : 0.0);
   return out;
