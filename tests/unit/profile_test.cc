@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "ob/profile/analytic.h"
+#include "ob/profile/collective.h"
 #include "ob/profile/measured.h"
 
 TEST_CASE("measured gpt-tiny profile has every field for every layer") {
@@ -95,4 +96,24 @@ TEST_CASE("measured mode: all-reduce groups up to the node's, 4 ranks on the CPU
   REQUIRE(l.allreduce_size() == 3);
   CHECK(l.allreduce(2).group_size() == 4);
   CHECK(p->device().peak_tflops() == 0);  // no published peak for a CPU
+}
+
+TEST_CASE("all-reduce timed between products, as a worker issues it") {
+  // ob-profile --concurrency times its all-reduces this way (collective.h):
+  // each rank computes a product before every all-reduce, and the extra
+  // time per all-reduce over the products alone is kept.
+  const ob::profile::Between between{64, 128, 512};
+  REQUIRE(between.any());
+  CHECK_FALSE(ob::profile::Between{}.any());
+  auto t = ob::profile::TimeAllReduce({4096, 1 << 20}, 2, "cpu", 1, 5, between);
+  REQUIRE(t.ok());
+  REQUIRE(t->size() == 2);
+  for (double s : *t) {
+    CHECK(s >= 0);
+    CHECK(s < 1.0);
+  }
+  // The one-rank group runs its local path whatever `between` says.
+  auto one = ob::profile::TimeAllReduce({4096}, 1, "cpu", 0, 3, between);
+  REQUIRE(one.ok());
+  CHECK(one->size() == 1);
 }

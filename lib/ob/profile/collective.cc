@@ -23,7 +23,8 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, int group_size,
-                                          const std::string& device, int warmup, int repeats) {
+                                          const std::string& device, int warmup, int repeats,
+                                          Between between) {
   if (group_size < 1 || repeats < 1) return Status::Config("all-reduce: group size and repeats must be positive");
   torch::Device dev(device);
   if (dev.is_cuda() && group_size > compat::CudaDeviceCount())
@@ -31,7 +32,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
                                std::to_string(group_size) + " GPUs, this node has " +
                                std::to_string(compat::CudaDeviceCount()));
   auto store = compat::MakeHashStore();
-  std::vector<double> medians(bytes.size(), 0.0);  // written by rank 0 only
+  std::vector<double> seconds(bytes.size(), 0.0);  // written by rank 0 only
   std::vector<std::string> errors(group_size);
 
   auto rank_main = [&](int rank) {
@@ -41,6 +42,39 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
       for (size_t i = 0; i < bytes.size(); ++i) {
         int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes[i] / sizeof(float)));
         std::vector<torch::Tensor> buf{torch::ones({n}, torch::TensorOptions().device(rank_dev))};
+        if (between.any() && group_size > 1) {
+          auto opts = torch::TensorOptions().device(rank_dev);
+          const auto a = torch::randn({between.m, between.k}, opts), w = torch::randn({between.k, between.n}, opts);
+          auto compute = [&] {
+            (void)a.matmul(w);
+            compat::Synchronize(rank_dev);
+          };
+          for (int k = 0; k < warmup; ++k) {
+            compute();
+            pg->allreduce(buf)->wait();
+          }
+          // Alternating passes of the products alone and with the
+          // all-reduce, so that a change of the machine's speed during the
+          // timing falls on both.
+          constexpr int kPasses = 4;
+          double alone = 0, with = 0;
+          for (int pass = 0; pass < kPasses; ++pass) {
+            pg->barrier()->wait();
+            auto t0 = Clock::now();
+            for (int k = 0; k < repeats; ++k) compute();
+            alone += std::chrono::duration<double>(Clock::now() - t0).count();
+            pg->barrier()->wait();
+            t0 = Clock::now();
+            for (int k = 0; k < repeats; ++k) {
+              compute();
+              pg->allreduce(buf)->wait();
+            }
+            compat::Synchronize(rank_dev);
+            with += std::chrono::duration<double>(Clock::now() - t0).count();
+          }
+          if (rank == 0) seconds[i] = std::max(0.0, (with - alone) / (kPasses * repeats));
+          continue;
+        }
         std::vector<double> samples;
         for (int k = 0; k < warmup + repeats; ++k) {
           pg->barrier()->wait();
@@ -50,7 +84,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
           compat::Synchronize(rank_dev);
           if (k >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         }
-        if (rank == 0) medians[i] = Median(samples);
+        if (rank == 0) seconds[i] = Median(samples);
       }
     } catch (const std::exception& e) {
       errors[rank] = e.what();
@@ -66,7 +100,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
                                  " failed on rank " + std::to_string(r) + ": " + first);
     }
   }
-  return medians;
+  return seconds;
 }
 
 }  // namespace ob::profile

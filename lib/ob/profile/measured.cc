@@ -107,56 +107,72 @@ LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int
   return in;
 }
 
-// Runs warm-ups and timed repetitions of forward and backward of one layer at
-// one micro-batch size, and counts the bytes the forward leaves alive.
-pb::LayerCost MeasureCost(const model::GptConfig& c, model::PlannerLayer& layer, int b, int s,
-                          const torch::Device& dev, const MeasureOptions& o) {
-  const pb::LayerKind kind = layer->kind();
-  Samples fwd, bwd;
-  int64_t activation = -1;
-  uint64_t output_bytes = 0;
+// Runs warm-ups and timed repetitions of a step's pass through every layer
+// at one micro-batch size: the forwards in order, each layer's output the
+// next one's input, then the backwards in reverse, each fed the gradient
+// the layer after it computed, timing every layer's forward and backward
+// on its own, and counts the bytes each forward leaves alive. Chained, as
+// a stage runs them, because a layer timed alone in a loop keeps its
+// weights and gradients in the caches between repeats, where in a step the
+// other layers have evicted them: gpt-tiny's layers timed alone summed to
+// 0.80-0.88 of what a worker computing them in one stage measured on this
+// project's CPU (issue 14).
+std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers,
+                                        int b, int s, const torch::Device& dev, const MeasureOptions& o) {
+  const size_t n = layers.size();
+  std::vector<Samples> fwd(n), bwd(n);
+  std::vector<int64_t> activation(n, -1);
+  std::vector<uint64_t> output_bytes(n, 0);
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
-    LayerInputs in = MakeInputs(c, kind, b, s, dev);
+    LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
     // Gradients accumulate from the first micro-batch on, as in a step of
     // several: the timed backwards add into the previous ones.
-    if (k == 0) for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
-    compat::Synchronize(dev);
-    const int64_t before = InUseBytes(dev);
-    auto t0 = Clock::now();
-    torch::Tensor out;
-    {
-      compat::AutocastGuard autocast(dev, o.bf16);
-      out = layer->forward(in.input, in.targets);
+    if (k == 0)
+      for (auto& layer : layers)
+        for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+    std::vector<torch::Tensor> inputs(n), outputs(n);
+    for (size_t i = 0; i < n; ++i) {
+      inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
+      compat::Synchronize(dev);
+      const int64_t before = InUseBytes(dev);
+      const auto t0 = Clock::now();
+      {
+        compat::AutocastGuard autocast(dev, o.bf16);
+        outputs[i] = layers[i]->forward(inputs[i], first.targets);
+      }
+      compat::Synchronize(dev);
+      const double f = Seconds(t0);
+      if (activation[i] < 0 && k >= o.warmup) {
+        output_bytes[i] = TensorBytes(outputs[i]);
+        activation[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes[i]));
+      }
+      if (k >= o.warmup) fwd[i].v.push_back(f);
     }
-    compat::Synchronize(dev);
-    const double f = Seconds(t0);
-    if (activation < 0 && k >= o.warmup) {
-      output_bytes = TensorBytes(out);
-      activation = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes));
-    }
-    auto grad_out = kind == pb::LAYER_HEAD ? torch::Tensor() : torch::randn_like(out);
-    auto t1 = Clock::now();
-    if (grad_out.defined()) {
-      out.backward(grad_out);
-    } else {
-      out.backward();
-    }
-    compat::Synchronize(dev);
-    const double bw = Seconds(t1);
-    if (k >= o.warmup) {
-      fwd.v.push_back(f);
-      bwd.v.push_back(bw);
+    for (size_t i = n; i-- > 0;) {
+      // The last layer's output is the loss; a chain that ends before the
+      // head (not built here) would get a gradient of ones.
+      torch::Tensor grad = i + 1 < n ? inputs[i + 1].grad()
+                           : layers[i]->kind() == pb::LAYER_HEAD ? torch::Tensor()
+                                                                 : torch::ones_like(outputs[i]);
+      const auto t1 = Clock::now();
+      if (grad.defined()) outputs[i].backward(grad);
+      else outputs[i].backward();
+      compat::Synchronize(dev);
+      if (k >= o.warmup) bwd[i].v.push_back(Seconds(t1));
+      outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
     }
   }
-  pb::LayerCost cost;
-  cost.set_microbatch(b);
-  cost.set_forward_seconds(fwd.Typical(o));
-  cost.set_backward_seconds(bwd.Typical(o));
-  cost.set_forward_spread(fwd.Spread());
-  cost.set_backward_spread(bwd.Spread());
-  cost.set_activation_bytes(static_cast<uint64_t>(activation));
-  cost.set_output_bytes(output_bytes);
-  return cost;
+  std::vector<pb::LayerCost> costs(n);
+  for (size_t i = 0; i < n; ++i) {
+    costs[i].set_microbatch(b);
+    costs[i].set_forward_seconds(fwd[i].Typical(o));
+    costs[i].set_backward_seconds(bwd[i].Typical(o));
+    costs[i].set_forward_spread(fwd[i].Spread());
+    costs[i].set_backward_spread(bwd[i].Spread());
+    costs[i].set_activation_bytes(static_cast<uint64_t>(activation[i]));
+    costs[i].set_output_bytes(output_bytes[i]);
+  }
+  return costs;
 }
 
 // Optimizer state measured, not assumed: AdamW steps on the layer's
@@ -396,6 +412,7 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   p.set_repeats(o.repeats);
   p.set_torch_version(compat::TorchVersion());
 
+  std::vector<model::PlannerLayer> layers;
   for (int i = 0; i < c.num_layers(); ++i) {
     model::PlannerLayer layer = model::MakeLayer(c, i, o.seed);
     layer->to(dev);
@@ -413,15 +430,39 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
       l->set_tied_parameter_count(static_cast<uint64_t>(c.vocab_size) * c.n_embd);
     l->set_parameter_bytes(bytes);
     l->set_gradient_bytes(bytes);  // fp32 gradients, one per weight
-    auto t0 = Clock::now();
-    for (int b : o.microbatches) *l->add_costs() = MeasureCost(c, layer, b, s, dev, o);
+    layers.push_back(std::move(layer));
+  }
+  // The chain ties the head to the embed's token table, as a stage holding
+  // both does (model/gpt.h); the layers above keep the head's own copy,
+  // which its bytes count for stages without the embed.
+  std::vector<model::PlannerLayer> chain = layers;
+  if (chain.size() >= 2 && chain.back()->kind() == pb::LAYER_HEAD) {
+    auto* embed = dynamic_cast<model::EmbedLayerImpl*>(chain.front().get());
+    if (embed != nullptr) {
+      chain.back() = std::make_shared<model::HeadLayerImpl>(c, o.seed, embed->token_table());
+      chain.back()->to(dev);
+    }
+  }
+  for (int b : o.microbatches) {
+    const auto t0 = Clock::now();
+    std::vector<pb::LayerCost> costs = MeasureChain(c, chain, b, s, dev, o);
+    for (int i = 0; i < c.num_layers(); ++i) *p.mutable_layers(i)->add_costs() = costs[i];
+    if (o.progress)
+      o.progress("micro-batch " + std::to_string(b) + ", " + std::to_string(c.num_layers()) + " layers chained: " +
+                 std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+  }
+  for (int i = 0; i < c.num_layers(); ++i) {
+    const auto t0 = Clock::now();
     double update = 0;
-    l->set_optimizer_state_bytes(OptimizerStateBytes(layer, dev, o, &update));
+    auto* l = p.mutable_layers(i);
+    l->set_optimizer_state_bytes(OptimizerStateBytes(layers[i], dev, o, &update));
     l->set_update_seconds(update);
     if (o.progress)
       o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(c.num_layers()) + " " +
-                 layer->name() + ": " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+                 layers[i]->name() + " update: " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
+  chain.clear();
+  layers.clear();
 
   // Gradient all-reduce: every distinct gradient size, each group size once.
   std::vector<uint64_t> sizes;
@@ -433,7 +474,11 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     // The group's ranks and, under --concurrency, as many processes
     // training beside them as make up the workers sharing the machine.
     load.Run(o.concurrency - g);
-    auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats);
+    // Sharing the cores, each rank computes between its all-reduces as a
+    // worker does (collective.h): a block's MLP product of one micro-batch.
+    Between between;
+    if (o.concurrency > 1) between = {static_cast<int64_t>(o.microbatches.front()) * s, c.n_embd, 4 * c.n_embd};
+    auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats, between);
     if (!times.ok()) return times.status();
     std::map<uint64_t, double> by_size;
     for (size_t i = 0; i < sizes.size(); ++i) by_size[sizes[i]] = (*times)[i];
