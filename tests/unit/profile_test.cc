@@ -51,11 +51,20 @@ TEST_CASE("measured gpt-tiny profile has every field for every layer") {
         CHECK(cost.activation_bytes() >= static_cast<uint64_t>(s * b * V * 4));  // the logits
       }
     }
-    REQUIRE(l.allreduce_size() == 2);
+    // The gradient's all-reduce for groups 1 and 2; a block then its
+    // output's (one micro-batch: a boundary's, a tensor-parallel one's).
+    const bool block = l.kind() == ob::pb::LAYER_BLOCK;
+    REQUIRE(l.allreduce_size() == (block ? 4 : 2));
     CHECK(l.allreduce(0).group_size() == 1);
     CHECK(l.allreduce(1).group_size() == 2);
     CHECK(l.allreduce(1).bytes() == l.gradient_bytes());
     CHECK(l.allreduce(1).seconds() > 0);
+    if (block) {
+      CHECK(l.allreduce(2).group_size() == 1);
+      CHECK(l.allreduce(3).group_size() == 2);
+      CHECK(l.allreduce(3).bytes() == l.costs(0).output_bytes());
+      CHECK(l.allreduce(3).seconds() > 0);
+    }
   }
   // Two micro-batches cost more than one.
   CHECK(p->layers(1).costs(1).activation_bytes() > p->layers(1).costs(0).activation_bytes());
@@ -93,8 +102,9 @@ TEST_CASE("measured mode: all-reduce groups up to the node's, 4 ranks on the CPU
   auto p = ob::profile::MeasureProfile(*c, o);
   REQUIRE(p.ok());
   const auto& l = p->layers(1);
-  REQUIRE(l.allreduce_size() == 3);
+  REQUIRE(l.allreduce_size() == 6);  // a block: its gradient's, then its output's
   CHECK(l.allreduce(2).group_size() == 4);
+  CHECK(l.allreduce(5).group_size() == 4);
   CHECK(p->device().peak_tflops() == 0);  // no published peak for a CPU
 }
 

@@ -55,14 +55,16 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
           }
           // Alternating passes of the products alone and with the
           // all-reduce, so that a change of the machine's speed during the
-          // timing falls on both.
-          constexpr int kPasses = 4;
-          double alone = 0, with = 0;
+          // timing falls on both; the median over the passes of the extra
+          // per all-reduce, so that one pass a burst of other work fell on
+          // does not move it.
+          constexpr int kPasses = 8;
+          std::vector<double> extra;
           for (int pass = 0; pass < kPasses; ++pass) {
             pg->barrier()->wait();
             auto t0 = Clock::now();
             for (int k = 0; k < repeats; ++k) compute();
-            alone += std::chrono::duration<double>(Clock::now() - t0).count();
+            const double alone = std::chrono::duration<double>(Clock::now() - t0).count();
             pg->barrier()->wait();
             t0 = Clock::now();
             for (int k = 0; k < repeats; ++k) {
@@ -70,9 +72,10 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
               pg->allreduce(buf)->wait();
             }
             compat::Synchronize(rank_dev);
-            with += std::chrono::duration<double>(Clock::now() - t0).count();
+            const double with = std::chrono::duration<double>(Clock::now() - t0).count();
+            extra.push_back((with - alone) / repeats);
           }
-          if (rank == 0) seconds[i] = std::max(0.0, (with - alone) / (kPasses * repeats));
+          if (rank == 0) seconds[i] = std::max(0.0, Median(extra));
           continue;
         }
         std::vector<double> samples;

@@ -23,7 +23,8 @@ struct Between {
 // Without `between`, the median of runs the ranks line up for on a barrier.
 // With it, each rank computes the product before every all-reduce, with no
 // barrier, as a worker does between the collectives of its step, and the
-// time is the mean extra per all-reduce over the products alone: on cores
+// time is the extra per all-reduce over the products alone (the median of
+// 8 alternating passes of `repeats` each): on cores
 // shared with other processes (ob-profile --concurrency) a rank that
 // arrives first sleeps and must be scheduled again, which a tight loop of
 // ranks that all run never pays (gpt-tiny, two ranks beside two busy

@@ -464,11 +464,20 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   chain.clear();
   layers.clear();
 
-  // Gradient all-reduce: every distinct gradient size, each group size once.
+  // Gradient all-reduce: every distinct gradient size, each group size once;
+  // and a block's output of one micro-batch, the bytes a stage boundary and
+  // a tensor-parallel all-reduce move, so that ob-plan --local prices those
+  // from a measured point instead of extrapolating the gradients' line down
+  // to them. Each block gets its gradient's entries, then its output's.
   std::vector<uint64_t> sizes;
   for (const auto& l : p.layers()) sizes.push_back(l.gradient_bytes());
+  uint64_t output_bytes = 0;
+  for (const auto& l : p.layers())
+    if (l.kind() == pb::LAYER_BLOCK && l.costs_size() > 0) output_bytes = l.costs(0).output_bytes();
+  if (output_bytes > 0) sizes.push_back(output_bytes);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::map<int, std::map<uint64_t, double>> timed;  // group → bytes → seconds
   for (int g = 1; g <= max_group; g *= 2) {
     auto t0 = Clock::now();
     // The group's ranks and, under --concurrency, as many processes
@@ -480,17 +489,21 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     if (o.concurrency > 1) between = {static_cast<int64_t>(o.microbatches.front()) * s, c.n_embd, 4 * c.n_embd};
     auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats, between);
     if (!times.ok()) return times.status();
-    std::map<uint64_t, double> by_size;
-    for (size_t i = 0; i < sizes.size(); ++i) by_size[sizes[i]] = (*times)[i];
-    for (auto& l : *p.mutable_layers()) {
-      auto* ar = l.add_allreduce();
-      ar->set_group_size(g);
-      ar->set_bytes(l.gradient_bytes());
-      ar->set_seconds(by_size[l.gradient_bytes()]);
-    }
+    for (size_t i = 0; i < sizes.size(); ++i) timed[g][sizes[i]] = (*times)[i];
     if (o.progress)
       o.progress("all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) +
                  " sizes in " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+  }
+  for (auto& l : *p.mutable_layers()) {
+    auto add = [&](int g, uint64_t bytes) {
+      auto* ar = l.add_allreduce();
+      ar->set_group_size(g);
+      ar->set_bytes(bytes);
+      ar->set_seconds(timed[g][bytes]);
+    };
+    for (const auto& [g, by_size] : timed) add(g, l.gradient_bytes());
+    if (l.kind() == pb::LAYER_BLOCK && output_bytes > 0)
+      for (const auto& [g, by_size] : timed) add(g, output_bytes);
   }
   load.Stop();
   // FLOPs per micro-batch are a property of the shapes, not the device.

@@ -33,7 +33,9 @@ std::string FormatLayers(const pb::Profile& p) {
   const uint32_t first_mb = p.microbatch_sizes_size() > 0 ? p.microbatch_sizes(0) : 0;
   for (const auto& l : p.layers()) {
     params += l.parameter_count() - l.tied_parameter_count();
-    double ar = l.allreduce_size() > 0 ? l.allreduce(l.allreduce_size() - 1).seconds() * 1e3 : 0;
+    double ar = 0;  // the gradient's, over the largest group timed
+    for (const auto& a : l.allreduce())
+      if (a.bytes() == l.gradient_bytes()) ar = a.seconds() * 1e3;
     for (const auto& c : l.costs()) {
       out += Fmt("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f\n",
                  l.name().c_str(), c.microbatch(),
