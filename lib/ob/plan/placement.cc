@@ -9,18 +9,10 @@
 #include <string>
 #include <utility>
 
+#include "ob/watch/stats.h"
+
 namespace ob::plan {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
 
 std::vector<double> OffDiagonal(const std::vector<double>& m, int n) {
   std::vector<double> v;
@@ -319,8 +311,8 @@ void Polish(Evaluator* ev, std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-double BandwidthMatrix::MedianBandwidth() const { return Median(OffDiagonal(bytes_per_s, nodes)); }
-double BandwidthMatrix::MedianLatency() const { return Median(OffDiagonal(latency, nodes)); }
+double BandwidthMatrix::MedianBandwidth() const { return watch::Median(OffDiagonal(bytes_per_s, nodes)); }
+double BandwidthMatrix::MedianLatency() const { return watch::Median(OffDiagonal(latency, nodes)); }
 
 Result<BandwidthMatrix> MatrixFromProfile(const pb::NetworkMatrix& m, int nodes) {
   if (m.hosts_size() != nodes)

@@ -8,17 +8,13 @@
 #include <torch/torch.h>
 
 #include "ob/torch_compat.h"
+#include "ob/watch/stats.h"
 
 namespace ob::profile {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kGroupTimeout = std::chrono::seconds(60);
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -75,7 +71,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
             const double with = std::chrono::duration<double>(Clock::now() - t0).count();
             extra.push_back((with - alone) / repeats);
           }
-          if (rank == 0) seconds[i] = std::max(0.0, Median(extra));
+          if (rank == 0) seconds[i] = std::max(0.0, watch::Median(extra));
           continue;
         }
         std::vector<double> samples;
@@ -87,7 +83,7 @@ Result<std::vector<double>> TimeAllReduce(const std::vector<uint64_t>& bytes, in
           compat::Synchronize(rank_dev);
           if (k >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         }
-        if (rank == 0) seconds[i] = Median(samples);
+        if (rank == 0) seconds[i] = watch::Median(samples);
       }
     } catch (const std::exception& e) {
       errors[rank] = e.what();

@@ -243,7 +243,7 @@ Result<std::string> Measure(const std::vector<std::string>& w) {
       if (!t.ok()) st = t.status();
       else if (i >= 2) rtt.push_back(*t);
     }
-    out << Median(rtt);
+    out << watch::Median(rtt);
   }
   for (uint64_t size : sizes) {
     if (!st.ok()) break;
@@ -255,7 +255,7 @@ Result<std::string> Measure(const std::vector<std::string>& w) {
       if (!t.ok()) st = t.status();
       else times.push_back(*t);
     }
-    out << " " << Median(times);
+    out << " " << watch::Median(times);
   }
   ::close(fd);
   if (!st.ok()) return st;

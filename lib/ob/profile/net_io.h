@@ -16,19 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "ob/watch/stats.h"
+
 namespace ob::profile::net_io {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxLine = 4096;                // longest protocol line accepted
 
 inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-inline double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 inline std::vector<std::string> Words(const std::string& line) {
   std::istringstream in(line);
