@@ -9,12 +9,13 @@
 #   1x4      one pipeline of 4 stages
 #   3+2      a 3-stage and a 2-stage pipeline (5 hosts)
 #   2x1-tp2  2 pipelines of one 2-GPU stage, tensor parallel (2 hosts, slots=2)
-# Each layout's profile is measured under the concurrency it runs at
-# (ob-profile --concurrency W, W = its workers: they share this machine's
-# cores) and planned with --local (collectives priced by the profile's own
-# all-reduces). Each layout then trains STEPS steps RUNS times; the measured
-# step time is rank 0's wall clock per step after step 5, the median of
-# the runs; the memory is the largest peak RSS of any worker (metrics field
+# Each run of a layout is profiled right before it, under the concurrency
+# it runs at (ob-profile --concurrency W, W = its workers: they share this
+# machine's cores), planned with --local (collectives priced by the
+# profile's own all-reduces), and trains STEPS steps; a layout runs RUNS
+# times. The measured step time is rank 0's wall clock per step after step
+# 5; the table gives the medians of the runs' predictions, of their
+# measurements and of their own ratios (measured / predicted); the memory is the largest peak RSS of any worker (metrics field
 # 45), against the plan's largest stage memory in use. Prints one line per
 # layout and a table; exits 0 whatever the ratios (a bench, not a test).
 #
@@ -50,32 +51,37 @@ for spec in "${layouts[@]}"; do
   for ((h = 0; h < hosts; h++)); do
     if [ "$slots" -gt 1 ]; then echo "${tag}$h slots=$slots"; else echo "${tag}$h"; fi >> "hosts-$name.txt"
   done
-  # Profiled afresh right before the layout's runs: this VM's speed moves
-  # by 20-40% within an hour, and a profile an earlier layout made is
-  # older than its runs.
-  "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 50 -q -o "profile-$name.pb"
-  # shellcheck disable=SC2086  # extra is words
-  "$bin/ob-plan" -q --local --hosts "hosts-$name.txt" -f "$faults" --pipelines "$pipelines" -B 16 -b 1 \
-    $extra -o "plan-$name.pb" "profile-$name.pb"
-  "$bin/ob-plan" --explain "plan-$name.pb" > "explain-$name.txt"
-  predicted=$(sed -n 's/^# predicted iteration \([0-9.]*\) s.*/\1/p' "explain-$name.txt")
-  predicted_mib=$(sed -n 's/^# predicted peak memory per worker \([0-9.]*\) MiB/\1/p' "explain-$name.txt")
-  times=() rss=0
+  # Each run is predicted by a profile and plan made right before it: this
+  # VM's speed moves by 20-40% within an hour and by 10-20% between two
+  # minutes, and a profile made for an earlier run is older than the run it
+  # predicts. The ratio kept is the median of the runs' own ratios.
+  times=() preds=() ratios=() rss=0
   for ((r = 0; r < runs; r++)); do
+    "$bin/ob-profile" --model gpt-tiny --threads 1 --concurrency "$workers" -k 50 -q -o "profile-$name.pb"
+    # shellcheck disable=SC2086  # extra is words
+    "$bin/ob-plan" -q --local --hosts "hosts-$name.txt" -f "$faults" --pipelines "$pipelines" -B 16 -b 1 \
+      $extra -o "plan-$name.pb" "profile-$name.pb"
+    "$bin/ob-plan" --explain "plan-$name.pb" > "explain-$name.txt"
+    predicted=$(sed -n 's/^# predicted iteration \([0-9.]*\) s.*/\1/p' "explain-$name.txt")
+    predicted_mib=$(sed -n 's/^# predicted peak memory per worker \([0-9.]*\) MiB/\1/p' "explain-$name.txt")
     rm -rf "run-$name"
     timeout 300 "$bin/ob-launch" --rsh local --secret-file secret --steps "$steps" \
       --data "$root/README.md" --run-dir "run-$name" --metrics "$name.m" \
       "plan-$name.pb" "hosts-$name.txt" 2> "$name.err" || { tail -3 "$name.err" >&2; exit 1; }
-    times+=("$(python3 "$metrics_py" wall-step "$name.m" 5)")
+    t=$(python3 "$metrics_py" wall-step "$name.m" 5)
+    times+=("$t") preds+=("$predicted")
+    ratios+=("$(awk -v m="$t" -v p="$predicted" 'BEGIN { printf "%.3f", m / p }')")
     r_rss=$(python3 "$metrics_py" max "$name.m" 45)
     [ "$r_rss" -gt "$rss" ] && rss=$r_rss
   done
   # The last run's stages beside the plan's (ob-plan --explain --measured).
   "$bin/ob-plan" --explain --measured "$name.m" "plan-$name.pb" | sed -n '/^# measured/,$p'
   measured=$(median "${times[@]}")
-  line=$(awk -v n="$name" -v w="$workers" -v p="$predicted" -v m="$measured" -v pm="$predicted_mib" -v r="$rss" \
-    'BEGIN { printf "%s %d %.4f %.4f %.2f %.1f %.1f %.2f", n, w, p, m, m / p, pm, r / 1048576, r / 1048576 / pm }')
-  echo "$line   (runs: ${times[*]})"
+  predicted=$(median "${preds[@]}")
+  ratio=$(median "${ratios[@]}")
+  line=$(awk -v n="$name" -v w="$workers" -v p="$predicted" -v m="$measured" -v q="$ratio" -v pm="$predicted_mib" -v r="$rss" \
+    'BEGIN { printf "%s %d %.4f %.4f %.2f %.1f %.1f %.2f", n, w, p, m, q, pm, r / 1048576, r / 1048576 / pm }')
+  echo "$line   (runs: measured ${times[*]}; predicted ${preds[*]}; ratios ${ratios[*]})"
   table+=$'\n'"$line"
 done
 echo
