@@ -15,8 +15,9 @@
 # profile's own all-reduces), and trains STEPS steps; a layout runs RUNS
 # times. The measured step time is rank 0's wall clock per step after step
 # 5; the table gives the medians of the runs' predictions, of their
-# measurements and of their own ratios (measured / predicted); the memory is the largest peak RSS of any worker (metrics field
-# 45), against the plan's largest stage memory in use. Prints one line per
+# measurements and of their own ratios (measured / predicted); the memory
+# is the largest peak RSS of any worker (metrics field 45), against the
+# plan's largest stage memory in use. Prints one line per
 # layout and a table; exits 0 whatever the ratios (a bench, not a test).
 #
 #   bench/predict.sh [RUNS] [STEPS]        (default 3 40)

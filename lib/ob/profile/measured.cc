@@ -108,7 +108,7 @@ LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int
 }
 
 // Runs warm-ups and timed repetitions of a step's pass through every layer
-// at one micro-batch size: the forwards in order, each layer's output the
+// (embed to head) at one micro-batch size: the forwards in order, each layer's output the
 // next one's input, then the backwards in reverse, each fed the gradient
 // the layer after it computed, timing every layer's forward and backward
 // on its own, and counts the bytes each forward leaves alive. Chained, as
@@ -149,14 +149,9 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
       if (k >= o.warmup) fwd[i].v.push_back(f);
     }
     for (size_t i = n; i-- > 0;) {
-      // The last layer's output is the loss; a chain that ends before the
-      // head (not built here) would get a gradient of ones.
-      torch::Tensor grad = i + 1 < n ? inputs[i + 1].grad()
-                           : layers[i]->kind() == pb::LAYER_HEAD ? torch::Tensor()
-                                                                 : torch::ones_like(outputs[i]);
       const auto t1 = Clock::now();
-      if (grad.defined()) outputs[i].backward(grad);
-      else outputs[i].backward();
+      if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
+      else outputs[i].backward();  // the head's output is the loss
       compat::Synchronize(dev);
       if (k >= o.warmup) bwd[i].v.push_back(Seconds(t1));
       outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
@@ -494,18 +489,19 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
       o.progress("all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) +
                  " sizes in " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
-  for (auto& l : *p.mutable_layers()) {
-    auto add = [&](int g, uint64_t bytes) {
-      auto* ar = l.add_allreduce();
-      ar->set_group_size(g);
-      ar->set_bytes(bytes);
-      ar->set_seconds(timed[g][bytes]);
-    };
-    for (const auto& [g, by_size] : timed) add(g, l.gradient_bytes());
-    if (l.kind() == pb::LAYER_BLOCK && output_bytes > 0)
-      for (const auto& [g, by_size] : timed) add(g, output_bytes);
-  }
   load.Stop();
+  for (auto& l : *p.mutable_layers()) {
+    auto add = [&l, &timed](uint64_t bytes) {
+      for (const auto& [g, by_size] : timed) {
+        auto* ar = l.add_allreduce();
+        ar->set_group_size(g);
+        ar->set_bytes(bytes);
+        ar->set_seconds(by_size.at(bytes));
+      }
+    };
+    add(l.gradient_bytes());
+    if (l.kind() == pb::LAYER_BLOCK && output_bytes > 0) add(output_bytes);
+  }
   // FLOPs per micro-batch are a property of the shapes, not the device.
   for (auto& l : *p.mutable_layers()) {
     for (auto& cost : *l.mutable_costs()) {

@@ -100,7 +100,8 @@ std::string FormatProfile(const pb::Profile& p) {
   out += Fmt("# device %s (%s), dtype %s, sequence %u", p.device().kind().c_str(),
              p.device().name().c_str(), p.dtype().c_str(), p.sequence_length());
   if (p.mode() == pb::PROFILE_MEASURED)
-    out += Fmt(", %u warm-ups, median of %u", p.warmup(), p.repeats());
+    out += Fmt(", %u warm-ups, %s of %u", p.warmup(), p.device().kind() == "cuda" ? "median" : "mean",
+               p.repeats());  // measured.cc keeps the mean on the CPU
   else
     out += Fmt(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
   out += "\n";
