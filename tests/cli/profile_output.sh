@@ -36,8 +36,8 @@ for k in libtorch cuda nccl protobuf; do grep -q "^$k: " "$TMP/v.txt" || fail "-
 # --help goes to stdout with exit 0.
 "$P" --help > "$TMP/h.txt" 2> "$TMP/h.err" && [ -s "$TMP/h.txt" ] && [ ! -s "$TMP/h.err" ] || fail "--help"
 # --concurrency: the layers timed while other processes train them; the
-# profile says so, records the process's own memory and each layer's update,
-# and no load process outlives the profile.
+# profile says so, records the process's own memory, each layer's update
+# and the contention curve, and no load process outlives the profile.
 "$P" --model gpt-tiny --threads 1 --concurrency 3 -k 3 --warmup 1 --allreduce-max 2 -o "$TMP/c3.pb" \
   || fail "--concurrency 3"
 "$P" --json "$TMP/c3.pb" > "$TMP/c3.json"
@@ -48,6 +48,9 @@ d = p["device"]
 assert d["concurrency"] == 3, d
 assert int(d["process_bytes"]) > 10 << 20, d
 assert all(l["update_seconds"] > 0 for l in p["layers"]), [l.get("update_seconds") for l in p["layers"]]
+# The slowdown with 1..3 computing at once: 1 alone, then positive.
+c = d["contention"]
+assert len(c) == 3 and c[0] == 1 and all(0 < x < 100 for x in c), c
 PY
 pgrep -f -- "--concurrency 3 -k 3" > /dev/null && fail "a load process outlived ob-profile" || pass
 expect 64 'concurrency' -- "$P" --model gpt-tiny --concurrency 0 -o "$TMP/c0.pb"

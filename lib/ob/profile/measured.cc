@@ -8,14 +8,17 @@
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -107,55 +110,71 @@ LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int
   return in;
 }
 
-// Runs warm-ups and timed repetitions of a step's pass through every layer
-// (embed to head) at one micro-batch size: the forwards in order, each layer's output the
-// next one's input, then the backwards in reverse, each fed the gradient
-// the layer after it computed, timing every layer's forward and backward
-// on its own, and counts the bytes each forward leaves alive. Chained, as
-// a stage runs them, because a layer timed alone in a loop keeps its
-// weights and gradients in the caches between repeats, where in a step the
-// other layers have evicted them: gpt-tiny's layers timed alone summed to
-// 0.80-0.88 of what a worker computing them in one stage measured on this
-// project's CPU (issue 14).
+// One pass of a step through every layer (embed to head) at one micro-batch
+// size: the forwards in order, each layer's output the next one's input,
+// then the backwards in reverse, each fed the gradient the layer after it
+// computed. Sets each layer's forward and backward seconds in fwd/bwd and,
+// when `activation` is given, the bytes its forward left alive besides its
+// output (into `activation`) and its output's bytes.
+void ChainPass(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers, int b, int s,
+               const torch::Device& dev, const MeasureOptions& o, std::vector<double>* fwd,
+               std::vector<double>* bwd, std::vector<int64_t>* activation = nullptr,
+               std::vector<uint64_t>* output_bytes = nullptr) {
+  const size_t n = layers.size();
+  fwd->assign(n, 0);
+  bwd->assign(n, 0);
+  LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
+  std::vector<torch::Tensor> inputs(n), outputs(n);
+  for (size_t i = 0; i < n; ++i) {
+    inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
+    compat::Synchronize(dev);
+    const int64_t before = activation ? InUseBytes(dev) : 0;
+    const auto t0 = Clock::now();
+    {
+      compat::AutocastGuard autocast(dev, o.bf16);
+      outputs[i] = layers[i]->forward(inputs[i], first.targets);
+    }
+    compat::Synchronize(dev);
+    (*fwd)[i] = Seconds(t0);
+    if (activation) {
+      (*output_bytes)[i] = TensorBytes(outputs[i]);
+      (*activation)[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>((*output_bytes)[i]));
+    }
+  }
+  for (size_t i = n; i-- > 0;) {
+    const auto t1 = Clock::now();
+    if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
+    else outputs[i].backward();  // the head's output is the loss
+    compat::Synchronize(dev);
+    (*bwd)[i] = Seconds(t1);
+    outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
+  }
+}
+
+// Runs warm-ups and timed repetitions of ChainPass, timing every layer's
+// forward and backward on its own, and counts the bytes each forward
+// leaves alive. Chained, as a stage runs them, because a layer timed alone
+// in a loop keeps its weights and gradients in the caches between repeats,
+// where in a step the other layers have evicted them: gpt-tiny's layers
+// timed alone summed to 0.80-0.88 of what a worker computing them in one
+// stage measured on this project's CPU (issue 14).
 std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers,
                                         int b, int s, const torch::Device& dev, const MeasureOptions& o) {
   const size_t n = layers.size();
   std::vector<Samples> fwd(n), bwd(n);
-  std::vector<int64_t> activation(n, -1);
+  std::vector<int64_t> activation(n, 0);
   std::vector<uint64_t> output_bytes(n, 0);
+  std::vector<double> f, bw;
+  // Gradients accumulate from the first micro-batch on, as in a step of
+  // several: the timed backwards add into the previous ones.
+  for (auto& layer : layers)
+    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
-    LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
-    // Gradients accumulate from the first micro-batch on, as in a step of
-    // several: the timed backwards add into the previous ones.
-    if (k == 0)
-      for (auto& layer : layers)
-        for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
-    std::vector<torch::Tensor> inputs(n), outputs(n);
-    for (size_t i = 0; i < n; ++i) {
-      inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
-      compat::Synchronize(dev);
-      const int64_t before = InUseBytes(dev);
-      const auto t0 = Clock::now();
-      {
-        compat::AutocastGuard autocast(dev, o.bf16);
-        outputs[i] = layers[i]->forward(inputs[i], first.targets);
-      }
-      compat::Synchronize(dev);
-      const double f = Seconds(t0);
-      if (activation[i] < 0 && k >= o.warmup) {
-        output_bytes[i] = TensorBytes(outputs[i]);
-        activation[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes[i]));
-      }
-      if (k >= o.warmup) fwd[i].v.push_back(f);
-    }
-    for (size_t i = n; i-- > 0;) {
-      const auto t1 = Clock::now();
-      if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
-      else outputs[i].backward();  // the head's output is the loss
-      compat::Synchronize(dev);
-      if (k >= o.warmup) bwd[i].v.push_back(Seconds(t1));
-      outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
-    }
+    const bool first_timed = k == o.warmup;
+    ChainPass(c, layers, b, s, dev, o, &f, &bw, first_timed ? &activation : nullptr,
+              first_timed ? &output_bytes : nullptr);
+    if (k < o.warmup) continue;
+    for (size_t i = 0; i < n; ++i) fwd[i].v.push_back(f[i]), bwd[i].v.push_back(bw[i]);
   }
   std::vector<pb::LayerCost> costs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -267,6 +286,12 @@ class BackgroundLoad {
     int stop[2], ready[2];
     if (::pipe2(stop, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0)
       return Status::Unavailable("--concurrency: cannot make a pipe");
+    // Each one's count of layers trained, in memory all of them share.
+    counts_bytes_ = sizeof(std::atomic<uint64_t>) * static_cast<size_t>(processes);
+    void* shared = ::mmap(nullptr, counts_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) return Status::Unavailable("--concurrency: cannot map shared memory");
+    counts_ = static_cast<std::atomic<uint64_t>*>(shared);
+    for (int i = 0; i < processes; ++i) new (&counts_[i]) std::atomic<uint64_t>(0);
     stop_fd_ = stop[1];
     for (int i = 1; i <= processes; ++i) {
       const pid_t pid = ::fork();
@@ -275,7 +300,7 @@ class BackgroundLoad {
         ::close(stop[1]);
         ::close(ready[0]);
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        Train(c, o, s, i, stop[0], ready[1]);
+        Train(c, o, s, i, stop[0], ready[1], &counts_[i - 1]);
         ::_exit(0);
       }
       pids_.push_back(pid);
@@ -302,6 +327,15 @@ class BackgroundLoad {
     for (size_t i = 0; i < pids_.size(); ++i) ::kill(pids_[i], static_cast<int>(i) < n ? SIGCONT : SIGSTOP);
   }
 
+  int processes() const { return static_cast<int>(pids_.size()); }
+
+  // Layers trained so far by all of them together.
+  uint64_t LayersTrained() const {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < pids_.size(); ++i) sum += counts_[i].load(std::memory_order_relaxed);
+    return sum;
+  }
+
   void Stop() {
     if (stop_fd_ >= 0) ::close(stop_fd_);
     stop_fd_ = -1;
@@ -311,11 +345,13 @@ class BackgroundLoad {
       ::waitpid(pid, &status, 0);
     }
     pids_.clear();
+    if (counts_ != nullptr) ::munmap(counts_, counts_bytes_);
+    counts_ = nullptr;
   }
 
  private:
   static void Train(const model::GptConfig& c, const MeasureOptions& o, int s, int which, int stop_fd,
-                    int ready_fd) {
+                    int ready_fd, std::atomic<uint64_t>* count) {
     try {
       if (o.threads > 0) {
         torch::set_num_threads(o.threads);
@@ -335,6 +371,7 @@ class BackgroundLoad {
           torch::Tensor out = layer->forward(in.input, in.targets);
           if (layer->kind() == pb::LAYER_HEAD) out.backward();
           else out.backward(torch::randn_like(out));
+          count->fetch_add(1, std::memory_order_relaxed);
         }
         if (!said) said = ::write(ready_fd, "r", 1) == 1;
       }
@@ -344,7 +381,47 @@ class BackgroundLoad {
 
   std::vector<pid_t> pids_;
   int stop_fd_ = -1;
+  std::atomic<uint64_t>* counts_ = nullptr;
+  size_t counts_bytes_ = 0;
 };
+
+// --concurrency N: how much slower a process trains with k processes
+// training at once than alone, k = 1..N, from the load's throughput: with
+// k of the load running (and this process asleep), the layers they train
+// per second, over k times what one alone trains. Throughput, not one
+// process's own time, because the cores are shared unevenly: with 3
+// processes on 2 cores, the one a core has to itself runs at full speed
+// for as long as the kernel leaves it there, and which one that is is luck.
+// The k are taken in turn, `blocks` times over, so that a drift of the
+// machine's speed falls on all of them alike. Under a pipeline's schedule
+// the workers of a local cluster do not all compute at once (they wait for
+// their neighbours), and ob-plan --local replays the schedule at the speed
+// this curve gives for the number computing at each moment (schedule.h).
+// REQUIRES: load.processes() >= N.
+std::vector<double> MeasureContention(const MeasureOptions& o, BackgroundLoad& load) {
+  const int n = o.concurrency;
+  constexpr int kBlocks = 4;
+  const auto settle = std::chrono::milliseconds(40), window = std::chrono::milliseconds(160);
+  std::vector<double> layers(n, 0), seconds(n, 0);
+  for (int r = 0; r < kBlocks; ++r) {
+    for (int k = 1; k <= n; ++k) {
+      load.Run(k);
+      std::this_thread::sleep_for(settle);
+      const uint64_t before = load.LayersTrained();
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(window);
+      layers[k - 1] += static_cast<double>(load.LayersTrained() - before);
+      seconds[k - 1] += Seconds(t0);
+    }
+  }
+  std::vector<double> out(n, 1.0);
+  const double alone = seconds[0] > 0 ? layers[0] / seconds[0] : 0;  // layers per second
+  for (int k = 2; k <= n; ++k) {
+    const double rate = seconds[k - 1] > 0 ? layers[k - 1] / seconds[k - 1] : 0;
+    out[k - 1] = alone > 0 && rate > 0 ? k * alone / rate : 1.0;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -371,8 +448,13 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   if (o.concurrency < 1) return Status::Config("--concurrency must be >= 1");
   if (o.concurrency > 1 && dev.is_cuda())
     return Status::Config("--concurrency is for workers sharing CPU cores; on CUDA each worker has its GPU");
+  // N − 1 train beside this process while it times the layers; one more
+  // stands by (stopped) for the contention curve's k = N.
   BackgroundLoad load;
-  if (o.concurrency > 1) OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency - 1));
+  if (o.concurrency > 1) {
+    OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency));
+    load.Run(o.concurrency - 1);
+  }
   if (o.threads > 0) {
     torch::set_num_threads(o.threads);
     SetBlasThreads(o.threads);
@@ -445,6 +527,17 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     if (o.progress)
       o.progress("micro-batch " + std::to_string(b) + ", " + std::to_string(c.num_layers()) + " layers chained: " +
                  std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+  }
+  if (o.concurrency > 1) {
+    const auto t0 = Clock::now();
+    for (double x : MeasureContention(o, load)) d->add_contention(x);
+    load.Run(o.concurrency - 1);
+    if (o.progress) {
+      std::string curve;
+      for (double x : d->contention()) curve += (curve.empty() ? "" : " ") + std::to_string(x).substr(0, 4);
+      o.progress("contention, 1-" + std::to_string(o.concurrency) + " computing: " + curve + " in " +
+                 std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+    }
   }
   for (int i = 0; i < c.num_layers(); ++i) {
     const auto t0 = Clock::now();

@@ -105,6 +105,14 @@ std::string FormatProfile(const pb::Profile& p) {
   else
     out += Fmt(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
   out += "\n";
+  if (p.device().concurrency() > 1) {
+    out += Fmt("# timed with %u processes computing at once", p.device().concurrency());
+    if (p.device().contention_size() > 0) {
+      out += "; slowdown with 1.." + std::to_string(p.device().contention_size()) + " computing:";
+      for (double x : p.device().contention()) out += Fmt(" %.2f", x);
+    }
+    out += "\n";
+  }
   if (p.mode() == pb::PROFILE_MEASURED && p.warmup() == 0)
     out += "# WARNING: no warm-up runs; the first repetitions include one-time costs\n";
   if (p.mode() == pb::PROFILE_MEASURED && p.repeats() < 3)
