@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "ob/plan/instantiation.h"
 #include "plan_testing.h"
@@ -339,6 +340,26 @@ TEST_CASE("MakeProblem fits the local collectives to the profile's all-reduces")
   REQUIRE(eight.ok());
   CHECK(eight->cluster.local_step.fixed == Approx(4e-3));  // the largest group timed
   CHECK(eight->cluster.local_step.per_byte == Approx(4e-9));
+  CHECK(eight->cluster.contention.empty());  // not measured: the closed form
+  // The contention curve comes with the profile, checked.
+  prof.mutable_device()->set_concurrency(3);
+  for (double x : {1.0, 1.1, 1.6}) prof.mutable_device()->add_contention(x);
+  Result<Problem> curve = MakeProblem(prof, c, 1, 8, 1);
+  REQUIRE(curve.ok());
+  CHECK(curve->cluster.contention == std::vector<double>{1.0, 1.1, 1.6});
+  for (auto [k, x, want] : {std::tuple{2, -1.0, "contention 3 is -1"}, {0, 0.9, "must be 1"}, {2, NAN, "contention 3"}}) {
+    pb::Profile bad = prof;
+    bad.mutable_device()->set_contention(k, x);
+    Result<Problem> r = MakeProblem(bad, c, 1, 8, 1);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kDataErr);
+    CHECK_THAT(r.status().message(), Catch::Contains(want));
+  }
+  prof.mutable_device()->set_concurrency(4);
+  Result<Problem> short_curve = MakeProblem(prof, c, 1, 8, 1);
+  REQUIRE_FALSE(short_curve.ok());
+  CHECK_THAT(short_curve.status().message(), Catch::Contains("3 entries for concurrency 4"));
+  prof.mutable_device()->clear_contention();
   for (auto& l : *prof.mutable_layers()) l.mutable_allreduce()->DeleteSubrange(1, 2);
   Result<Problem> none = MakeProblem(prof, c, 1, 8, 1);
   REQUIRE_FALSE(none.ok());

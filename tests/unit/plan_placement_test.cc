@@ -277,6 +277,126 @@ TEST_CASE("1F1B makespan of a uniform pipeline without transfers", "[plan][sched
     }
 }
 
+// S uniform stages (forward 1 ms, backward 2.5 ms at the profile's
+// concurrency), no transfers, a local cluster with `curve`.
+Problem SharedProblem(int layers, int nodes, int gpus_per_node, int microbatches, std::vector<double> curve) {
+  Problem p;
+  for (int l = 0; l < layers; ++l) {
+    LayerCost c;
+    c.forward = 1e-3;
+    c.backward = 2.5e-3;
+    p.layers.push_back(c);
+  }
+  p.cluster.nodes = nodes;
+  p.cluster.gpus_per_node = gpus_per_node;
+  p.cluster.link_latency = 0;
+  p.cluster.local = true;
+  p.cluster.contention = std::move(curve);
+  p.microbatches = microbatches;
+  return p;
+}
+
+TEST_CASE("contention slowdown: the curve, then k / n beyond it", "[plan][schedule]") {
+  CHECK(ContentionSlowdown({}, 5) == 1.0);
+  const std::vector<double> curve{1.0, 1.2, 1.8};
+  CHECK(ContentionSlowdown(curve, 0) == 1.0);
+  CHECK(ContentionSlowdown(curve, 1) == 1.0);
+  CHECK(ContentionSlowdown(curve, 2) == 1.2);
+  CHECK(ContentionSlowdown(curve, 3) == 1.8);
+  CHECK(ContentionSlowdown(curve, 6) == Approx(3.6));
+}
+
+TEST_CASE("shared cores: an op computing alone runs at its speed alone", "[plan][schedule]") {
+  // One pipeline of 2 stages on 2 processes, profiled with both computing
+  // (slowdown 2). m = 1: the four ops run one at a time, each in half its
+  // profiled time.
+  Problem p = SharedProblem(2, 2, 1, 1, {1.0, 2.0});
+  const TemplateSet ts = HandSet(p, 2, 2);
+  Instantiation inst = HandInstantiation(p, {2});
+  PipelineTimes one = TimePipelines(p, ts, inst);
+  REQUIRE(one.seconds.size() == 1);
+  CHECK(one.seconds[0] == Approx(3.5e-3));
+  CHECK(PipelineSeconds(p, ts.templates[0], 1) == Approx(7e-3));  // the closed form: profiled speed
+  CHECK(one.busy == Approx(3.5e-3));
+  // m = 2, by hand (ms; alone: forward 0.5, backward 1.25): s0 F0 alone
+  // 0-0.5; s0 F1 and s1 F0 together 0.5-1.5; s1 B0 alone 1.5-2.75; s0 B0
+  // and s1 F1 from 2.75, F1 ends 3.75; s1 B1 joins B0, which ends 5.25;
+  // B1 alone to 5.75; s0 B1 alone to 7.0. The closed form: 10.5.
+  p.microbatches = 2;
+  inst = HandInstantiation(p, {2});
+  CHECK(TimePipelines(p, ts, inst).seconds[0] == Approx(7.0e-3));
+  CHECK(SlowestPipelineSeconds(p, ts, inst) == Approx(7.0e-3));
+  CHECK(PipelineSeconds(p, ts.templates[0], 2) == Approx(10.5e-3));
+  // Without a curve, the closed form.
+  p.cluster.contention.clear();
+  CHECK(SlowestPipelineSeconds(p, ts, inst) == Approx(10.5e-3));
+}
+
+TEST_CASE("shared cores: processes that always compute keep the profile's times", "[plan][schedule]") {
+  // 4 one-stage pipelines, 4 processes, profiled with 4 computing.
+  Problem p = SharedProblem(3, 4, 1, 8, {1.0, 1.3, 2.0, 2.6});
+  TemplateSet ts = HandSet(p, 1, 1);
+  Instantiation inst = HandInstantiation(p, {1, 1, 1, 1});
+  PipelineTimes t = TimePipelines(p, ts, inst);
+  REQUIRE(t.seconds.size() == 4);
+  for (double s : t.seconds) CHECK(s == Approx(PipelineSeconds(p, ts.templates[0], 2)));
+  // 2 one-stage pipelines of 2 processes each (tensor parallel): a stage
+  // counts both of its processes, so 4 compute at all times.
+  p = SharedProblem(3, 2, 2, 8, {1.0, 1.3, 2.0, 2.6});
+  ts = HandSet(p, 1, 1);
+  REQUIRE(ts.templates[0].stages[0].tp == 2);
+  inst = HandInstantiation(p, {1, 1});
+  t = TimePipelines(p, ts, inst);
+  for (double s : t.seconds) CHECK(s == Approx(PipelineSeconds(p, ts.templates[0], 4)));
+  // The step's tail is added after the ops.
+  p.cluster.local_step = {1e-3, 0};
+  inst = HandInstantiation(p, {1, 1});
+  CHECK(SlowestPipelineSeconds(p, ts, inst) == Approx(PipelineSeconds(p, ts.templates[0], 4)));
+  CHECK(StepTailSeconds(p, ts.templates[0]) > 0);
+}
+
+TEST_CASE("shared cores: the workers' programs, whose messages meet as a rendezvous", "[plan][schedule]") {
+  // Without contention (a flat curve) the replay is never faster than
+  // 1F1B started as soon as inputs arrive (the rendezvous only adds waits)
+  // and never slower than everything one after another.
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    Problem p = testing::RandomProblem(seed);
+    const int n = std::min(p.cluster.nodes, p.num_layers() / p.cluster.gpus_per_node);
+    if (n < 1) continue;
+    p.cluster.local = true;
+    p.cluster.contention = {1.0, 1.0};
+    p.cluster.gpus_per_node = 1;
+    const TemplateSet ts = HandSet(p, n, n);
+    const Template& t = ts.templates[0];
+    const int m = std::max(1, std::min(p.microbatches, 12));
+    Instantiation inst;
+    PipelineInstance pi;
+    pi.template_nodes = n;
+    for (int q = 0; q < n; ++q) pi.nodes.push_back(q);
+    pi.microbatches = m;
+    inst.pipelines.push_back(pi);
+    const double replay = TimePipelines(p, ts, inst).seconds.at(0) - StepTailSeconds(p, t);
+    double async = 0, serial = 0;
+    for (const auto& op : Simulate1F1B(p, t, m, pi.nodes, nullptr)) {
+      async = std::max(async, op.end);
+      serial += op.end - op.start;
+    }
+    for (size_t i = 0; i + 1 < t.stages.size(); ++i) serial += m * StageBoundarySeconds(p, t.stages[i].last, true);
+    INFO("seed " << seed << " stages " << t.stages.size() << " m " << m);
+    CHECK(replay >= async * (1 - 1e-9));
+    CHECK(replay <= serial * (1 + 1e-9));
+  }
+  // Two stages, one micro-batch, transfers of 1 ms each way: stage 0's
+  // F0 (1 ms), a0 meets stage 1's posted receive at 1 and arrives at 2;
+  // F0 and B0 of stage 1 (3.5 ms) to 5.5; g0 meets stage 0's posted
+  // receive and arrives at 6.5; stage 0's B0 (2.5 ms) to 9.0.
+  Problem p = SharedProblem(2, 2, 1, 1, {1.0, 1.0});
+  p.cluster.link_latency = 1e-3;
+  const TemplateSet ts = HandSet(p, 2, 2);
+  REQUIRE(StageBoundarySeconds(p, 0, true) == Approx(2e-3));
+  CHECK(TimePipelines(p, ts, HandInstantiation(p, {2})).seconds[0] == Approx(9.0e-3));
+}
+
 TEST_CASE("1F1B ops respect dependencies and memory", "[plan][schedule]") {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     auto p = testing::RandomProblem(seed);

@@ -9,6 +9,8 @@
 #include <string>
 #include <tuple>
 
+#include "ob/plan/schedule.h"
+
 namespace ob::plan {
 namespace {
 
@@ -112,6 +114,24 @@ double PipelineSeconds(const Problem& p, const Template& t, int m) {
   return t.Seconds(m) + StepTailSeconds(p, t);
 }
 
+PipelineTimes TimePipelines(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+  if (p.cluster.local && p.cluster.contention.size() > 1) return SharedCoresTimes(p, ts, inst);
+  PipelineTimes out;
+  for (const PipelineInstance& pl : inst.pipelines) {
+    const Template* t = ts.ForNodes(pl.template_nodes);
+    out.seconds.push_back(t ? PipelineSeconds(p, *t, pl.microbatches) : 0.0);
+    if (t)
+      for (const StageShape& s : t->stages) out.busy += pl.microbatches * StageComputeSeconds(p, s.first, s.last, s.tp);
+  }
+  return out;
+}
+
+double SlowestPipelineSeconds(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+  double slowest = 0;
+  for (double t : TimePipelines(p, ts, inst).seconds) slowest = std::max(slowest, t);
+  return slowest;
+}
+
 Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
                                     const std::vector<int>& template_nodes) {
   const int P = static_cast<int>(template_nodes.size());
@@ -171,13 +191,8 @@ Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst) {
   std::vector<int> template_nodes;
   for (const PipelineInstance& pl : inst->pipelines) template_nodes.push_back(pl.template_nodes);
   OB_ASSIGN_OR_RETURN(std::vector<int> m, SplitBatch(p, ts, template_nodes));
-  inst->iteration_seconds = 0;
-  for (size_t j = 0; j < m.size(); ++j) {
-    inst->pipelines[j].microbatches = m[j];
-    inst->iteration_seconds =
-        std::max(inst->iteration_seconds,
-                 PipelineSeconds(p, *ts.ForNodes(template_nodes[j]), m[j]));
-  }
+  for (size_t j = 0; j < m.size(); ++j) inst->pipelines[j].microbatches = m[j];
+  inst->iteration_seconds = SlowestPipelineSeconds(p, ts, *inst);
   return Status::Ok();
 }
 
@@ -194,10 +209,10 @@ Result<Instantiation> Number(const Problem& p, const TemplateSet& ts, const std:
     pl.template_nodes = sizes[j];
     for (int q = 0; q < sizes[j]; ++q) pl.nodes.push_back(next_node++);
     pl.microbatches = m[j];
-    inst.iteration_seconds = std::max(inst.iteration_seconds, PipelineSeconds(p, *ts.ForNodes(sizes[j]), m[j]));
     inst.pipelines.push_back(std::move(pl));
   }
   assert(next_node == p.cluster.nodes);
+  inst.iteration_seconds = SlowestPipelineSeconds(p, ts, inst);
   return inst;
 }
 

@@ -41,6 +41,20 @@ struct Instantiation {
 // T_j for a pipeline of template `t` running m micro-batches.
 double PipelineSeconds(const Problem& p, const Template& t, int m);
 
+// Every pipeline's T_j (its iteration, step tail included) and the
+// seconds its stages spend computing, summed over all stages.
+struct PipelineTimes {
+  std::vector<double> seconds;   // per pipeline of the instantiation
+  double busy = 0;
+};
+
+// PipelineSeconds of each pipeline and Σ m·StageComputeSeconds; on a local
+// cluster with a measured contention curve, the pipelines' schedules
+// replayed together on the shared cores (schedule.h SharedCoresTimes).
+PipelineTimes TimePipelines(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
+// The largest of TimePipelines' seconds.
+double SlowestPipelineSeconds(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
+
 // Splits M micro-batches over pipelines of the given templates, minimising
 // the slowest T_j (greedy: each next micro-batch goes to the pipeline that
 // would finish it first, ties to the lower index; optimal because each T_j is

@@ -83,23 +83,19 @@ std::string ProfileDigest(const pb::Profile& profile) {
 }
 
 double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
-  double busy = 0, all = 0;
-  for (const auto& pipe : inst.pipelines) {
-    const Template* t = ts.ForNodes(pipe.template_nodes);
-    if (!t) continue;
-    for (const auto& s : t->stages) {
-      busy += pipe.microbatches * StageComputeSeconds(p, s.first, s.last, s.tp);
-      all += inst.iteration_seconds;
-    }
-  }
-  return all > 0 ? 1.0 - busy / all : 0.0;
+  double all = 0;
+  for (const auto& pipe : inst.pipelines)
+    if (const Template* t = ts.ForNodes(pipe.template_nodes)) all += t->stages.size() * inst.iteration_seconds;
+  return all > 0 ? 1.0 - TimePipelines(p, ts, inst).busy / all : 0.0;
 }
 
 void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
                       pb::Plan* plan) {
   auto* in = plan->mutable_instantiation();
   in->Clear();
-  for (const auto& pipe : inst.pipelines) {
+  const PipelineTimes times = TimePipelines(p, ts, inst);
+  for (size_t j = 0; j < inst.pipelines.size(); ++j) {
+    const auto& pipe = inst.pipelines[j];
     auto* out = in->add_pipelines();
     out->set_template_nodes(pipe.template_nodes);
     for (int id : pipe.nodes) {
@@ -107,8 +103,7 @@ void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiati
       out->add_nodes(id < plan->hosts_size() ? plan->hosts(id) : "node" + std::to_string(id));
     }
     out->set_microbatches(pipe.microbatches);
-    if (const Template* t = ts.ForNodes(pipe.template_nodes))
-      out->set_seconds(PipelineSeconds(p, *t, pipe.microbatches));
+    if (j < times.seconds.size()) out->set_seconds(times.seconds[j]);
   }
   in->set_iteration_seconds(inst.iteration_seconds);
   if (inst.iteration_seconds > 0 && plan->global_batch() > 0)

@@ -155,6 +155,18 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     if (group == 0)
       return Status::DataErr("--local needs the profile's measured all-reduces of 2 or more ranks (ob-profile --model, --allreduce-max)");
     p.cluster.local_step = p.cluster.local_fits[group];
+    const auto& curve = profile.device().contention();
+    if (!curve.empty()) {
+      if (curve.size() != profile.device().concurrency())
+        return Status::DataErr("device contention has " + std::to_string(curve.size()) +
+                               " entries for concurrency " + std::to_string(profile.device().concurrency()));
+      for (int k = 0; k < curve.size(); ++k) {
+        if (!std::isfinite(curve[k]) || curve[k] <= 0 || (k == 0 && curve[k] != 1.0))
+          return Status::DataErr("device contention " + std::to_string(k + 1) + " is " + std::to_string(curve[k]) +
+                                 (k == 0 ? " (must be 1: one process alone)" : " (must be positive)"));
+      }
+      p.cluster.contention.assign(curve.begin(), curve.end());
+    }
   }
   return p;
 }

@@ -53,6 +53,11 @@ struct Cluster {
   bool local = false;
   std::map<int, CollectiveFit> local_fits;  // by group size
   CollectiveFit local_step;
+  // The profile's measured slowdown with k processes computing at once, k =
+  // 1..n (pb::Device::contention); empty when not measured. With it, a
+  // local cluster's iteration is the schedule replayed on shared cores
+  // (schedule.h SharedCoresPipelineSeconds).
+  std::vector<double> contention;
 };
 
 // Everything the planner needs, derived once from a Profile.

@@ -4,9 +4,12 @@
 #include <cassert>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <tuple>
 #include <utility>
+
+#include "ob/runtime/schedule.h"
 
 namespace ob::plan {
 namespace {
@@ -58,32 +61,37 @@ double TickStep(double span, int want) {
   return 10 * base;
 }
 
-}  // namespace
+// One pipeline's op durations per stage and the one-way transfer after each
+// stage, each way (see Simulate1F1B).
+struct PipelineCosts {
+  std::vector<double> fwd, bwd, send, send_back;
+};
 
-std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
-                                      const std::vector<int>& nodes, const BandwidthMatrix* bw) {
+PipelineCosts CostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
+                      const BandwidthMatrix* bw) {
   const int S = static_cast<int>(t.stages.size());
-  const int m = microbatches;
   const int k = std::max(1, t.stages_per_node);
-  if (S == 0 || m <= 0) return {};
-  // Per stage: op durations, and the one-way transfer after it each way.
-  std::vector<double> fwd(S), bwd(S), send(S, 0), send_back(S, 0);
+  PipelineCosts c;
+  c.fwd.assign(S, 0), c.bwd.assign(S, 0), c.send.assign(S, 0), c.send_back.assign(S, 0);
   for (int i = 0; i < S; ++i) {
-    std::tie(fwd[i], bwd[i]) = StageOpSeconds(p, t.stages[i]);
+    std::tie(c.fwd[i], c.bwd[i]) = StageOpSeconds(p, t.stages[i]);
     if (i + 1 == S) continue;
     const int a = i / k, b = (i + 1) / k;
     if (a == b) {  // the next stage is on the same node
-      send[i] = send_back[i] = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
+      c.send[i] = c.send_back[i] = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
     } else if (bw && b < static_cast<int>(nodes.size())) {
       const int na = nodes[a], nb = nodes[b];
-      send[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
-      send_back[i] =
-          BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
+      c.send[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
+      c.send_back[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
     } else {
-      send[i] = send_back[i] = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
+      c.send[i] = c.send_back[i] = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
     }
   }
-  // Each stage's op order: warm-up forwards, one-forward-one-backward, drain.
+  return c;
+}
+
+// Each stage's op order: warm-up forwards, one-forward-one-backward, drain.
+std::vector<std::vector<ScheduledOp>> OneFOneBOrder(int S, int m) {
   std::vector<std::vector<ScheduledOp>> order(S);
   for (int i = 0; i < S; ++i) {
     const int warm = std::min(S - i - 1, m);
@@ -99,6 +107,33 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
     while (f < m) add(true), add(false);
     while (b < m) add(false);
   }
+  return order;
+}
+
+// When the next op of stage i (in `order`) may start: its input's arrival,
+// or a negative number while that input is not computed yet.
+double ReadyAt(const ScheduledOp& op, int S, const PipelineCosts& c,
+               const std::vector<std::vector<double>>& f_end, const std::vector<std::vector<double>>& b_end) {
+  const int i = op.stage;
+  if (op.forward) {
+    if (i == 0) return 0;
+    const double e = f_end[i - 1][op.microbatch];
+    return e < 0 ? -1 : e + c.send[i - 1];
+  }
+  if (i + 1 == S) return f_end[i][op.microbatch];
+  const double e = b_end[i + 1][op.microbatch];
+  return e < 0 ? -1 : e + c.send_back[i];
+}
+
+}  // namespace
+
+std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
+                                      const std::vector<int>& nodes, const BandwidthMatrix* bw) {
+  const int S = static_cast<int>(t.stages.size());
+  const int m = microbatches;
+  if (S == 0 || m <= 0) return {};
+  const PipelineCosts c = CostsOf(p, t, nodes, bw);
+  std::vector<std::vector<ScheduledOp>> order = OneFOneBOrder(S, m);
   // Run ops in each stage's order as soon as their input has arrived; 1F1B
   // cannot deadlock, so every sweep schedules something.
   std::vector<std::vector<double>> f_end(S, std::vector<double>(m, -1)), b_end = f_end;
@@ -111,18 +146,10 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
     for (int i = 0; i < S; ++i) {
       while (next[i] < order[i].size()) {
         ScheduledOp& op = order[i][next[i]];
-        double ready;
-        if (op.forward) {
-          ready = i == 0 ? 0 : f_end[i - 1][op.microbatch];
-          if (ready < 0) break;
-          if (i > 0) ready += send[i - 1];
-        } else {
-          ready = i + 1 == S ? f_end[i][op.microbatch] : b_end[i + 1][op.microbatch];
-          if (ready < 0) break;
-          if (i + 1 < S) ready += send_back[i];
-        }
+        const double ready = ReadyAt(op, S, c, f_end, b_end);
+        if (ready < 0) break;
         op.start = std::max(ready, free_at[i]);
-        op.end = op.start + (op.forward ? fwd[i] : bwd[i]);
+        op.end = op.start + (op.forward ? c.fwd[i] : c.bwd[i]);
         free_at[i] = op.end;
         (op.forward ? f_end : b_end)[i][op.microbatch] = op.end;
         ++next[i];
@@ -135,6 +162,150 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
   std::vector<ScheduledOp> out;
   out.reserve(total);
   for (auto& ops : order) out.insert(out.end(), ops.begin(), ops.end());
+  return out;
+}
+
+double ContentionSlowdown(const std::vector<double>& curve, int k) {
+  if (curve.empty() || k <= 1) return 1.0;
+  const int n = static_cast<int>(curve.size());
+  if (k <= n) return curve[k - 1];
+  return curve.back() * k / n;
+}
+
+PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+  const std::vector<double>& curve = p.cluster.contention;
+  // The profile timed the layers with all of its processes computing:
+  // alone, an op takes its time over that many's slowdown.
+  const double measured_at = ContentionSlowdown(curve, static_cast<int>(curve.size()));
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // One stage of one pipeline running its program (runtime::StageProgram).
+  struct Lane {
+    int pipe = 0, stage = 0, procs = 1;
+    std::vector<runtime::StageInstr> program;
+    size_t pc = 0;
+    double left = -1;        // a compute's work left, in seconds alone; < 0: none running
+    double start = 0;        // when the current instruction started (a compute) or was posted
+    bool posted = false;     // the current batch of messages is posted
+    std::vector<double> done;  // per message of the posted batch: when it completes; kInf: unmatched
+  };
+  struct Pipe {
+    const Template* t = nullptr;
+    PipelineCosts c;
+    double end = 0;
+    int first_lane = 0;
+  };
+  std::vector<Pipe> pipes;
+  std::vector<Lane> lanes;
+  for (size_t j = 0; j < inst.pipelines.size(); ++j) {
+    const auto& pi = inst.pipelines[j];
+    Pipe q;
+    q.t = ts.ForNodes(pi.template_nodes);
+    q.first_lane = static_cast<int>(lanes.size());
+    if (q.t != nullptr && pi.microbatches > 0) {
+      const int S = static_cast<int>(q.t->stages.size());
+      q.c = CostsOf(p, *q.t, pi.nodes, nullptr);
+      for (int i = 0; i < S; ++i) {
+        Lane l;
+        l.pipe = static_cast<int>(j);
+        l.stage = i;
+        l.procs = std::max(1, q.t->stages[i].tp);
+        l.program = runtime::StageProgram(i, S, pi.microbatches);
+        lanes.push_back(std::move(l));
+      }
+    }
+    pipes.push_back(std::move(q));
+  }
+  // A message between neighbours meets when both have posted the batches
+  // holding it (a rendezvous, as NCCL's and Gloo's point-to-point are) and
+  // arrives its transfer time later; a batch completes with its last
+  // message. Computes share the cores: between two events, the k
+  // processes computing each run at 1 / slowdown(k) of their speed alone.
+  auto match = [&](Lane& l) {
+    const Pipe& q = pipes[l.pipe];
+    const auto& batch = l.program[l.pc].comm;
+    for (size_t m = 0; m < batch.size(); ++m) {
+      if (l.done[m] < kInf) continue;
+      const runtime::P2p& msg = batch[m];
+      Lane& peer = lanes[q.first_lane + msg.peer];
+      if (!peer.posted) continue;
+      const auto& theirs = peer.program[peer.pc].comm;
+      for (size_t n = 0; n < theirs.size(); ++n) {
+        const runtime::P2p& o = theirs[n];
+        if (o.send == msg.send || o.activation != msg.activation || o.peer != l.stage || o.microbatch != msg.microbatch)
+          continue;
+        const int low = std::min(l.stage, msg.peer);  // the boundary after stage `low`
+        const double transfer = msg.activation ? q.c.send[low] : q.c.send_back[low];
+        l.done[m] = peer.done[n] = std::max(l.start, peer.start) + transfer;
+      }
+    }
+  };
+  double now = 0, busy_seconds = 0;
+  for (;;) {
+    // Start what can start now; complete the batches whose messages have
+    // all arrived by now; repeat until nothing changes.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (Lane& l : lanes) {
+        if (l.pc >= l.program.size() || l.left >= 0) continue;
+        const runtime::StageInstr& in = l.program[l.pc];
+        if (in.kind != runtime::StageInstr::kComm) {
+          const auto& c = pipes[l.pipe].c;
+          l.left = (in.kind == runtime::StageInstr::kForward ? c.fwd[l.stage] : c.bwd[l.stage]) / measured_at;
+          l.start = now;
+          continue;
+        }
+        if (!l.posted) {
+          l.posted = true;
+          l.start = now;
+          l.done.assign(in.comm.size(), kInf);
+          changed = true;
+        }
+        match(l);
+        double last = 0;
+        for (double d : l.done) last = std::max(last, d);
+        if (last <= now) {
+          l.posted = false;
+          ++l.pc;
+          pipes[l.pipe].end = std::max(pipes[l.pipe].end, now);
+          changed = true;
+        }
+      }
+    }
+    int busy = 0;
+    double next_arrival = kInf;
+    bool left_any = false;
+    for (const Lane& l : lanes) {
+      if (l.pc >= l.program.size()) continue;
+      left_any = true;
+      if (l.left >= 0) busy += l.procs;
+      for (double d : l.posted ? l.done : std::vector<double>{})
+        if (d > now && d < kInf) next_arrival = std::min(next_arrival, d);
+    }
+    if (!left_any) break;
+    const double rate = 1.0 / ContentionSlowdown(curve, busy);
+    double first_end = kInf;
+    for (const Lane& l : lanes)
+      if (l.left >= 0) first_end = std::min(first_end, l.left / rate);
+    const double dt = std::min(first_end, next_arrival - now);
+    assert(dt < kInf && "the pipelines' programs deadlocked");
+    if (!(dt < kInf)) break;
+    const bool ends = first_end <= dt;
+    now += dt;
+    for (Lane& l : lanes) {
+      if (l.left < 0) continue;
+      if (ends && l.left / rate <= first_end * (1 + 1e-12)) {
+        busy_seconds += (now - l.start) * l.procs;
+        l.left = -1;
+        ++l.pc;
+        pipes[l.pipe].end = std::max(pipes[l.pipe].end, now);
+      } else {
+        l.left = std::max(0.0, l.left - dt * rate);
+      }
+    }
+  }
+  PipelineTimes out;
+  out.busy = busy_seconds;
+  for (const Pipe& q : pipes) out.seconds.push_back(q.t ? q.end + StepTailSeconds(p, *q.t) : 0.0);
   return out;
 }
 

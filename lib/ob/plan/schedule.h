@@ -34,6 +34,29 @@ struct ScheduledOp {
 std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
                                       const std::vector<int>& nodes, const BandwidthMatrix* bw);
 
+// How much slower a process computes with k computing at once on a local
+// cluster's shared cores than alone: curve[k − 1] (Cluster::contention, as
+// ob-profile --concurrency measured it), growing as k / n beyond the
+// curve's n entries (the cores are full); 1 without a curve.
+double ContentionSlowdown(const std::vector<double>& curve, int k);
+
+// TimePipelines on a local cluster whose workers share one machine's cores:
+// every stage's program as its workers run it (runtime::StageProgram: the
+// 1F1B computes and the batches of sends and receives between them)
+// replayed together for all pipelines. A message meets when both
+// neighbours have posted the batches holding it (a rendezvous, as NCCL's
+// and Gloo's point-to-point are) and arrives its one-way transfer later
+// (the local cluster's boundary, StageBoundarySeconds / 2); a batch ends
+// with its last message. Each compute progresses at the speed the number
+// of processes computing at that moment allows (ContentionSlowdown of
+// p.cluster.contention; a tensor-parallel stage counts its tp processes).
+// Each pipeline then adds its StepTailSeconds; busy: the computes'
+// wall-clock seconds. The profile's layer times are those with all its
+// processes computing; a worker that waits on its neighbours leaves the
+// cores to the others, which T_j's closed form, at the profile's speed
+// throughout, cannot see. REQUIRES: as Simulate1F1B's.
+PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
+
 // An SVG with one lane per stage of every pipeline (labelled "pipeline j
 // stage i (node n, layers a-b)", class "lane"), forward and backward boxes
 // with micro-batch numbers where they fit and a tooltip each, idle time as
