@@ -257,6 +257,12 @@ void WarmUpLibTorch(bool cuda) {
 
 Status RunWorker(const WorkerOptions& o) {
   const int64_t process_start_ms = UnixMs();  // (a standby's: when it got its role)
+  // A peer that dies closes its sockets, and Gloo writes with writev(2),
+  // which cannot ask for MSG_NOSIGNAL: the next write to it would kill this
+  // survivor by SIGPIPE (its agent starts it with the default disposition)
+  // and turn one failure into two. Ignored, the write fails with EPIPE,
+  // which the collective reports and the master recovers from.
+  ::signal(SIGPIPE, SIG_IGN);
   // ps, top and pgrep show which rank a process is (a standby's command line
   // does not say).
   const std::string comm = "ob-worker-" + std::to_string(o.rank);
