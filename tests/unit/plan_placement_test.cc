@@ -12,6 +12,7 @@
 
 #include "ob/plan/instantiation.h"
 #include "ob/plan/placement.h"
+#include "ob/plan/plan_io.h"
 #include "ob/plan/schedule.h"
 #include "ob/plan/templates.h"
 #include "plan_testing.h"
@@ -324,12 +325,28 @@ TEST_CASE("shared cores: an op computing alone runs at its speed alone", "[plan]
   // B1 alone to 5.75; s0 B1 alone to 7.0. The closed form: 10.5.
   p.microbatches = 2;
   inst = HandInstantiation(p, {2});
-  CHECK(TimePipelines(p, ts, inst).seconds[0] == Approx(7.0e-3));
+  const PipelineTimes two = TimePipelines(p, ts, inst);
+  CHECK(two.seconds[0] == Approx(7.0e-3));
   CHECK(SlowestPipelineSeconds(p, ts, inst) == Approx(7.0e-3));
+  // Each stage computes 5.25 ms of the 7 (stage 0: 0.5 + 1.0 + 2.5 + 1.25;
+  // stage 1: 1.0 + 1.25 + 1.0 + 2.0), which the plan keeps per stage.
+  REQUIRE(two.stage_busy.size() == 1);
+  REQUIRE(two.stage_busy[0].size() == 2);
+  CHECK(two.stage_busy[0][0] == Approx(5.25e-3));
+  CHECK(two.stage_busy[0][1] == Approx(5.25e-3));
+  CHECK(two.busy == Approx(10.5e-3));
+  inst.iteration_seconds = SlowestPipelineSeconds(p, ts, inst);
+  pb::Plan plan;
+  SetInstantiation(p, ts, inst, &plan);
+  REQUIRE(plan.instantiation().pipelines(0).stage_compute_seconds_size() == 2);
+  CHECK(plan.instantiation().pipelines(0).stage_compute_seconds(1) == Approx(5.25e-3));
+  CHECK(plan.instantiation().bubble_fraction() == Approx(1 - 10.5 / 14.0));
   CHECK(PipelineSeconds(p, ts.templates[0], 2) == Approx(10.5e-3));
-  // Without a curve, the closed form.
+  // Without a curve, the closed form, and no per-stage figures in the plan.
   p.cluster.contention.clear();
   CHECK(SlowestPipelineSeconds(p, ts, inst) == Approx(10.5e-3));
+  SetInstantiation(p, ts, inst, &plan);
+  CHECK(plan.instantiation().pipelines(0).stage_compute_seconds_size() == 0);
 }
 
 TEST_CASE("shared cores: processes that always compute keep the profile's times", "[plan][schedule]") {

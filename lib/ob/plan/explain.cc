@@ -188,7 +188,8 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
       const auto& s = t->stages(j);
       const auto key = std::make_pair(static_cast<uint32_t>(i), static_cast<uint32_t>(j));
       const std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
-      const double predicted = s.compute_seconds() * p.microbatches() * 1e3;
+      const double predicted = j < p.stage_compute_seconds_size() ? p.stage_compute_seconds(j) * 1e3
+                                                                   : s.compute_seconds() * p.microbatches() * 1e3;
       const double predicted_mib = static_cast<double>(WorkerMemory(plan, s)) / (1 << 20);
       auto c = compute.find(key);
       auto m = memory.find(key);

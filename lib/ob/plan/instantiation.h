@@ -46,6 +46,9 @@ double PipelineSeconds(const Problem& p, const Template& t, int m);
 struct PipelineTimes {
   std::vector<double> seconds;   // per pipeline of the instantiation
   double busy = 0;
+  // Per pipeline, per stage: the seconds it computes; set by the
+  // shared-cores replay only (the closed form's is m · StageComputeSeconds).
+  std::vector<std::vector<double>> stage_busy;
 };
 
 // PipelineSeconds of each pipeline and Σ m·StageComputeSeconds; on a local

@@ -104,6 +104,8 @@ void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiati
     }
     out->set_microbatches(pipe.microbatches);
     if (j < times.seconds.size()) out->set_seconds(times.seconds[j]);
+    if (j < times.stage_busy.size())
+      for (double b : times.stage_busy[j]) out->add_stage_compute_seconds(b);
   }
   in->set_iteration_seconds(inst.iteration_seconds);
   if (inst.iteration_seconds > 0 && plan->global_batch() > 0)

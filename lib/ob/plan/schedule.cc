@@ -240,6 +240,8 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     }
   };
   double now = 0, busy_seconds = 0;
+  std::vector<std::vector<double>> stage_busy(pipes.size());
+  for (const Lane& l : lanes) stage_busy[l.pipe].resize(l.stage + 1, 0.0);
   for (;;) {
     // Start what can start now; complete the batches whose messages have
     // all arrived by now; repeat until nothing changes.
@@ -295,6 +297,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
       if (l.left < 0) continue;
       if (ends && l.left / rate <= first_end * (1 + 1e-12)) {
         busy_seconds += (now - l.start) * l.procs;
+        stage_busy[l.pipe][l.stage] += now - l.start;
         l.left = -1;
         ++l.pc;
         pipes[l.pipe].end = std::max(pipes[l.pipe].end, now);
@@ -305,6 +308,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
   }
   PipelineTimes out;
   out.busy = busy_seconds;
+  out.stage_busy = std::move(stage_busy);
   for (const Pipe& q : pipes) out.seconds.push_back(q.t ? q.end + StepTailSeconds(p, *q.t) : 0.0);
   return out;
 }
