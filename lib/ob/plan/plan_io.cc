@@ -82,11 +82,11 @@ std::string ProfileDigest(const pb::Profile& profile) {
   return std::string("xxh3:") + hex;
 }
 
-double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+double BubbleFraction(const TemplateSet& ts, const Instantiation& inst, const PipelineTimes& times) {
   double all = 0;
   for (const auto& pipe : inst.pipelines)
     if (const Template* t = ts.ForNodes(pipe.template_nodes)) all += t->stages.size() * inst.iteration_seconds;
-  return all > 0 ? 1.0 - TimePipelines(p, ts, inst).busy / all : 0.0;
+  return all > 0 ? 1.0 - times.busy / all : 0.0;
 }
 
 void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiation& inst,
@@ -111,7 +111,7 @@ void SetInstantiation(const Problem& p, const TemplateSet& ts, const Instantiati
   if (inst.iteration_seconds > 0 && plan->global_batch() > 0)
     in->set_tokens_per_second(static_cast<double>(plan->global_batch()) * p.sequence_length /
                               inst.iteration_seconds);
-  in->set_bubble_fraction(BubbleFraction(p, ts, inst));
+  in->set_bubble_fraction(BubbleFraction(ts, inst, times));
 }
 
 pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& inst,

@@ -52,7 +52,8 @@ Result<LoadedPlan> FromProto(const pb::Plan& plan);
 // "xxh3:<16 hex digits>" of the profile's serialised bytes.
 std::string ProfileDigest(const pb::Profile& profile);
 
-// Stage idle time over all stage time, under the cost model.
-double BubbleFraction(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
+// Stage idle time over all stage time, under the cost model: 1 − the
+// stages' computing seconds (TimePipelines(...).busy) over stages × iteration.
+double BubbleFraction(const TemplateSet& ts, const Instantiation& inst, const PipelineTimes& times);
 
 }  // namespace ob::plan

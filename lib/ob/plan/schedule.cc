@@ -90,22 +90,17 @@ PipelineCosts CostsOf(const Problem& p, const Template& t, const std::vector<int
   return c;
 }
 
-// Each stage's op order: warm-up forwards, one-forward-one-backward, drain.
+// Each stage's op order, the workers' own (runtime::OneFOneB).
 std::vector<std::vector<ScheduledOp>> OneFOneBOrder(int S, int m) {
   std::vector<std::vector<ScheduledOp>> order(S);
   for (int i = 0; i < S; ++i) {
-    const int warm = std::min(S - i - 1, m);
-    int f = 0, b = 0;
-    auto add = [&](bool forward) {
+    for (const runtime::PipelineOp& o : runtime::OneFOneB(i, S, m)) {
       ScheduledOp op;
       op.stage = i;
-      op.forward = forward;
-      op.microbatch = forward ? f++ : b++;
+      op.forward = o.forward;
+      op.microbatch = o.microbatch;
       order[i].push_back(op);
-    };
-    for (int w = 0; w < warm; ++w) add(true);
-    while (f < m) add(true), add(false);
-    while (b < m) add(false);
+    }
   }
   return order;
 }
@@ -239,7 +234,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
       }
     }
   };
-  double now = 0, busy_seconds = 0;
+  double now = 0;
   std::vector<std::vector<double>> stage_busy(pipes.size());
   for (const Lane& l : lanes) stage_busy[l.pipe].resize(l.stage + 1, 0.0);
   for (;;) {
@@ -280,8 +275,9 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
       if (l.pc >= l.program.size()) continue;
       left_any = true;
       if (l.left >= 0) busy += l.procs;
-      for (double d : l.posted ? l.done : std::vector<double>{})
-        if (d > now && d < kInf) next_arrival = std::min(next_arrival, d);
+      if (l.posted)
+        for (double d : l.done)
+          if (d > now && d < kInf) next_arrival = std::min(next_arrival, d);
     }
     if (!left_any) break;
     const double rate = 1.0 / ContentionSlowdown(curve, busy);
@@ -296,7 +292,6 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     for (Lane& l : lanes) {
       if (l.left < 0) continue;
       if (ends && l.left / rate <= first_end * (1 + 1e-12)) {
-        busy_seconds += (now - l.start) * l.procs;
         stage_busy[l.pipe][l.stage] += now - l.start;
         l.left = -1;
         ++l.pc;
@@ -307,7 +302,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     }
   }
   PipelineTimes out;
-  out.busy = busy_seconds;
+  for (const Lane& l : lanes) out.busy += stage_busy[l.pipe][l.stage] * l.procs;
   out.stage_busy = std::move(stage_busy);
   for (const Pipe& q : pipes) out.seconds.push_back(q.t ? q.end + StepTailSeconds(p, *q.t) : 0.0);
   return out;

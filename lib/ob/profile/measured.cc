@@ -110,71 +110,55 @@ LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int
   return in;
 }
 
-// One pass of a step through every layer (embed to head) at one micro-batch
-// size: the forwards in order, each layer's output the next one's input,
-// then the backwards in reverse, each fed the gradient the layer after it
-// computed. Sets each layer's forward and backward seconds in fwd/bwd and,
-// when `activation` is given, the bytes its forward left alive besides its
-// output (into `activation`) and its output's bytes.
-void ChainPass(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers, int b, int s,
-               const torch::Device& dev, const MeasureOptions& o, std::vector<double>* fwd,
-               std::vector<double>* bwd, std::vector<int64_t>* activation = nullptr,
-               std::vector<uint64_t>* output_bytes = nullptr) {
-  const size_t n = layers.size();
-  fwd->assign(n, 0);
-  bwd->assign(n, 0);
-  LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
-  std::vector<torch::Tensor> inputs(n), outputs(n);
-  for (size_t i = 0; i < n; ++i) {
-    inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
-    compat::Synchronize(dev);
-    const int64_t before = activation ? InUseBytes(dev) : 0;
-    const auto t0 = Clock::now();
-    {
-      compat::AutocastGuard autocast(dev, o.bf16);
-      outputs[i] = layers[i]->forward(inputs[i], first.targets);
-    }
-    compat::Synchronize(dev);
-    (*fwd)[i] = Seconds(t0);
-    if (activation) {
-      (*output_bytes)[i] = TensorBytes(outputs[i]);
-      (*activation)[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>((*output_bytes)[i]));
-    }
-  }
-  for (size_t i = n; i-- > 0;) {
-    const auto t1 = Clock::now();
-    if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
-    else outputs[i].backward();  // the head's output is the loss
-    compat::Synchronize(dev);
-    (*bwd)[i] = Seconds(t1);
-    outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
-  }
-}
-
-// Runs warm-ups and timed repetitions of ChainPass, timing every layer's
-// forward and backward on its own, and counts the bytes each forward
-// leaves alive. Chained, as a stage runs them, because a layer timed alone
-// in a loop keeps its weights and gradients in the caches between repeats,
-// where in a step the other layers have evicted them: gpt-tiny's layers
-// timed alone summed to 0.80-0.88 of what a worker computing them in one
-// stage measured on this project's CPU (issue 14).
+// Runs warm-ups and timed repetitions of a step's pass through every layer
+// (embed to head) at one micro-batch size: the forwards in order, each layer's output the
+// next one's input, then the backwards in reverse, each fed the gradient
+// the layer after it computed, timing every layer's forward and backward
+// on its own, and counts the bytes each forward leaves alive. Chained, as
+// a stage runs them, because a layer timed alone in a loop keeps its
+// weights and gradients in the caches between repeats, where in a step the
+// other layers have evicted them: gpt-tiny's layers timed alone summed to
+// 0.80-0.88 of what a worker computing them in one stage measured on this
+// project's CPU (issue 14).
 std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers,
                                         int b, int s, const torch::Device& dev, const MeasureOptions& o) {
   const size_t n = layers.size();
   std::vector<Samples> fwd(n), bwd(n);
-  std::vector<int64_t> activation(n, 0);
+  std::vector<int64_t> activation(n, -1);
   std::vector<uint64_t> output_bytes(n, 0);
-  std::vector<double> f, bw;
-  // Gradients accumulate from the first micro-batch on, as in a step of
-  // several: the timed backwards add into the previous ones.
-  for (auto& layer : layers)
-    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
-    const bool first_timed = k == o.warmup;
-    ChainPass(c, layers, b, s, dev, o, &f, &bw, first_timed ? &activation : nullptr,
-              first_timed ? &output_bytes : nullptr);
-    if (k < o.warmup) continue;
-    for (size_t i = 0; i < n; ++i) fwd[i].v.push_back(f[i]), bwd[i].v.push_back(bw[i]);
+    LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
+    // Gradients accumulate from the first micro-batch on, as in a step of
+    // several: the timed backwards add into the previous ones.
+    if (k == 0)
+      for (auto& layer : layers)
+        for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+    std::vector<torch::Tensor> inputs(n), outputs(n);
+    for (size_t i = 0; i < n; ++i) {
+      inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
+      compat::Synchronize(dev);
+      const int64_t before = InUseBytes(dev);
+      const auto t0 = Clock::now();
+      {
+        compat::AutocastGuard autocast(dev, o.bf16);
+        outputs[i] = layers[i]->forward(inputs[i], first.targets);
+      }
+      compat::Synchronize(dev);
+      const double f = Seconds(t0);
+      if (activation[i] < 0 && k >= o.warmup) {
+        output_bytes[i] = TensorBytes(outputs[i]);
+        activation[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes[i]));
+      }
+      if (k >= o.warmup) fwd[i].v.push_back(f);
+    }
+    for (size_t i = n; i-- > 0;) {
+      const auto t1 = Clock::now();
+      if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
+      else outputs[i].backward();  // the head's output is the loss
+      compat::Synchronize(dev);
+      if (k >= o.warmup) bwd[i].v.push_back(Seconds(t1));
+      outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
+    }
   }
   std::vector<pb::LayerCost> costs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -392,7 +376,7 @@ class BackgroundLoad {
 // process's own time, because the cores are shared unevenly: with 3
 // processes on 2 cores, the one a core has to itself runs at full speed
 // for as long as the kernel leaves it there, and which one that is is luck.
-// The k are taken in turn, `blocks` times over, so that a drift of the
+// The k are taken in turn, kBlocks times over, so that a drift of the
 // machine's speed falls on all of them alike. Under a pipeline's schedule
 // the workers of a local cluster do not all compute at once (they wait for
 // their neighbours), and ob-plan --local replays the schedule at the speed
