@@ -51,7 +51,7 @@ printf '%s slots=4\n' "${TAG}h1" "${TAG}h2" "${TAG}h3" > "$WORK/hosts4.txt"
 protoc -I "$PROTO_DIR" --decode=ob.pb.Plan ob/plan.proto < "$WORK/tp2x3.pb" \
   | sed '0,/tensor_parallel: 2/s//tensor_parallel: 1/' > "$WORK/mixed.txt"
 protoc -I "$PROTO_DIR" --encode=ob.pb.Plan ob/plan.proto < "$WORK/mixed.txt" > "$WORK/mixed.pb" || fail "protoc --encode"
-refused mixed "$WORK/mixed.pb" "$WORK/hosts4.txt" "mixed.pb: .*stage 1: tensor parallelism 2, stage 0's 1: a pipeline runs one degree"
+refused mixed "$WORK/mixed.pb" "$WORK/hosts4.txt" "mixed.pb: .*stage 1: tensor parallelism 2, stage 0's 1: only a mixed template's stages differ in degree"
 
 # Two stages a node (--tp 1 with 2 GPUs a node: k = 2, t = 1) on hosts of
 # one slot each.

@@ -201,3 +201,50 @@ TEST_CASE("ob-plan's --measured puts a run's steps beside the plan's predictions
   CHECK(other.status().code() == ob::Code::kDataErr);
   CHECK_THAT(other.status().message(), Catch::Contains("not a run of this plan"));
 }
+
+TEST_CASE("a mixed template round-trips; one whose stages do not fill their nodes is refused") {
+  // plan_templates_test's case: the head alone on node 1's two GPUs.
+  Planned out;
+  out.problem = ob::plan::testing::UniformProblem(4, 2, 0, 32, 2);
+  out.problem.cluster.intra_bytes_per_s = 2.796e9;
+  out.problem.layers.back().forward = 8e-3;
+  out.problem.layers.back().backward = 16e-3;
+  out.problem.mixed_stages = true;
+  out.profile = ProfileOf(out.problem);
+  auto ts = ob::plan::BuildTemplates(out.problem);
+  REQUIRE(ts.ok());
+  const ob::plan::Template* t = ts->ForNodes(2);
+  REQUIRE(t);
+  REQUIRE(t->mixed());
+  auto inst = ob::plan::Instantiate(out.problem, *ts);
+  REQUIRE(inst.ok());
+  ob::plan::PlanMeta meta;
+  meta.global_batch = 32;
+  meta.profile = &out.profile;
+  meta.hosts = {"host0", "host1"};
+  const ob::pb::Plan plan = ob::plan::ToProto(out.problem, *ts, *inst, meta);
+  CHECK(plan.templates(1).stages_per_node() == 0);
+  CHECK(plan.templates(1).stages(2).node() == 1);
+  auto loaded = ob::plan::FromProto(plan);
+  REQUIRE(loaded.ok());
+  const ob::plan::Template* back = loaded->templates.ForNodes(2);
+  REQUIRE(back);
+  CHECK(back->mixed());
+  REQUIRE(back->stages.size() == t->stages.size());
+  for (size_t s = 0; s < t->stages.size(); ++s) {
+    CHECK(back->stages[s].first == t->stages[s].first);
+    CHECK(back->stages[s].tp == t->stages[s].tp);
+    CHECK(back->NodeOf(static_cast<int>(s)) == t->NodeOf(static_cast<int>(s)));
+  }
+  CHECK_THAT(ob::plan::ExplainPlan(plan), Catch::Contains("mix mix"));
+
+  auto bad = plan;  // node 0's stages would use 3 of its 2 GPUs
+  bad.mutable_templates(1)->mutable_stages(1)->set_tensor_parallel(2);
+  CHECK_THAT(ob::plan::FromProto(bad).status().message(), Catch::Contains("use more than 2 GPUs"));
+  bad = plan;  // node 1 left with one of its two GPUs
+  bad.mutable_templates(1)->mutable_stages(2)->set_tensor_parallel(1);
+  CHECK_THAT(ob::plan::FromProto(bad).status().message(), Catch::Contains("fill"));
+  bad = plan;  // a stage on a node after a node it left half empty
+  bad.mutable_templates(1)->mutable_stages(1)->set_node(1);
+  CHECK_THAT(ob::plan::FromProto(bad).status().message(), Catch::Contains("after node 0's 1 of 2 GPUs"));
+}

@@ -197,12 +197,140 @@ TEST_CASE("replicas of tensor parallelism 2 and 4 sum their gradients in 4 piece
   CHECK(topo->LayerGroupsOf(6) == std::vector<int>{2, 6});
   CHECK(topo->tied == std::vector<std::vector<int>>{{0, 2, 4}, {0, 2, 5}, {1, 3, 6}, {1, 3, 7}});
 
-  // Within a pipeline one degree: its lanes run stage to stage.
+  // Within a template of k stages a node one degree; a mixed one may differ.
   auto uneven = ts;
   uneven.templates[1].stages[1].tp = 4;
   auto r = BuildTopology(uneven, inst, 1);
   CHECK(r.status().code() == ob::Code::kConfig);
-  CHECK(r.status().message().find("a pipeline runs one degree") != std::string::npos);
+  CHECK(r.status().message().find("only a mixed template may") != std::string::npos);
+  uneven.templates[1].stages_per_node = 0;
+  uneven.templates[1].stages[1].node = 1;
+  CHECK(BuildTopology(uneven, inst, 1).ok());
+}
+
+namespace {
+
+// Pipeline of stages of the given degrees over layers 0..S-1, one stage a
+// layer, mixed; every stage on its own node (nodes are not the runtime's
+// concern here).
+ob::plan::TemplateSet MixedSet(const std::vector<int>& degrees) {
+  ob::plan::TemplateSet ts;
+  ts.min_nodes = static_cast<int>(degrees.size());
+  ob::plan::Template t;
+  t.nodes = ts.min_nodes;
+  t.stages_per_node = 0;
+  for (size_t s = 0; s < degrees.size(); ++s) {
+    t.stages.push_back({static_cast<int>(s), static_cast<int>(s), degrees[s], static_cast<int>(s)});
+  }
+  ts.templates = {t};
+  return ts;
+}
+
+// Every rank's program: its stage's, each message sent to or received from
+// the ranks Topology::Boundary names, empty batches dropped (as the worker
+// posts them), peers as ranks.
+std::vector<std::vector<ob::runtime::StageInstr>> RankPrograms(const Topology& topo, int m) {
+  using ob::runtime::StageInstr;
+  std::vector<std::vector<StageInstr>> out;
+  for (const auto& me : topo.ranks) {
+    std::vector<StageInstr> prog;
+    for (const StageInstr& in : ob::runtime::StageProgram(me.stage, me.num_stages, m)) {
+      if (in.kind != StageInstr::kComm) {
+        prog.push_back(in);
+        continue;
+      }
+      StageInstr batch;
+      batch.kind = StageInstr::kComm;
+      for (const auto& p : in.comm) {
+        const auto peers = topo.Boundary(me.rank, p.peer);
+        auto msg = p;
+        if (p.send) {
+          for (int to : peers.send_to) msg.peer = to, batch.comm.push_back(msg);
+        } else {
+          msg.peer = peers.receive_from;
+          batch.comm.push_back(msg);
+        }
+      }
+      if (!batch.comm.empty()) prog.push_back(batch);
+    }
+    out.push_back(std::move(prog));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a mixed pipeline: one lane of all its ranks, whole tensors where degrees differ",
+          "[runtime][topology]") {
+  // Stages of degree 2, 1, 1: ranks 0-1, 2, 3.
+  auto ts = MixedSet({2, 1, 1});
+  ob::plan::Instantiation inst;
+  inst.pipelines = {{3, {4, 5, 6}, 2}};
+  auto topo = BuildTopology(ts, inst, 1);
+  REQUIRE(topo.ok());
+  CHECK(topo->world_size() == 4);
+  CHECK(topo->pieces == 2);
+  CHECK(topo->pipelines == std::vector<std::vector<int>>{{0, 1, 2, 3}});
+  CHECK(topo->tp_groups == std::vector<std::vector<int>>{{0, 1}});
+  CHECK(topo->ranks[3].node == 6);
+  CHECK(topo->ranks[1].next_rank == 2);
+  CHECK(topo->ranks[2].prev_rank == 0);  // TP rank 0 mod 2
+  CHECK(topo->ranks[2].lane_base == 0);
+  CHECK(topo->LaneIndex(2, 1) == 1);
+  // Stage 0 (degree 2) to stage 1 (degree 1): rank 0 sends the whole, rank 1 nothing.
+  auto b = topo->Boundary(0, 1);
+  CHECK(b.whole);
+  CHECK(b.send_to == std::vector<int>{2});
+  CHECK(b.receive_from == 2);
+  CHECK(topo->Boundary(1, 1).send_to.empty());
+  CHECK(topo->Boundary(1, 1).receive_from == 2);
+  // Back: rank 2 sends its gradient, whole, to both.
+  b = topo->Boundary(2, 0);
+  CHECK(b.whole);
+  CHECK(b.send_to == std::vector<int>{0, 1});
+  CHECK(b.receive_from == 0);
+  // Equal degrees: a share along the lane.
+  b = topo->Boundary(2, 2);
+  CHECK_FALSE(b.whole);
+  CHECK(b.send_to == std::vector<int>{3});
+  // The tied weight: piece 0 on ranks 0 and 3, piece 1 on ranks 1 and 3.
+  CHECK(topo->tied == std::vector<std::vector<int>>{{0, 3}, {1, 3}});
+  CHECK(topo->PiecesOf(3) == 2);
+}
+
+TEST_CASE("mixed pipelines never deadlock on rendezvous channels, rank by rank", "[runtime][topology]") {
+  // Every sequence of degrees from {1, 2, 4} for S <= 4, m <= 8, and a few
+  // longer ones; each rank's program against rendezvous-only channels.
+  std::vector<std::vector<int>> cases;
+  const int kDegrees[] = {1, 2, 4};
+  for (int S = 1; S <= 4; ++S) {
+    int count = 1;
+    for (int i = 0; i < S; ++i) count *= 3;
+    for (int c = 0; c < count; ++c) {
+      std::vector<int> d;
+      for (int i = 0, x = c; i < S; ++i, x /= 3) d.push_back(kDegrees[x % 3]);
+      cases.push_back(d);
+    }
+  }
+  cases.push_back({4, 1, 2, 1, 4, 2, 1, 1});
+  cases.push_back({1, 1, 1, 1, 1, 1, 2, 4});
+  int checked = 0;
+  for (const auto& degrees : cases) {
+    auto ts = MixedSet(degrees);
+    ob::plan::Instantiation inst;
+    std::vector<int> nodes;
+    for (size_t s = 0; s < degrees.size(); ++s) nodes.push_back(static_cast<int>(s));
+    for (int m = 1; m <= 8; ++m) {
+      inst.pipelines = {{static_cast<int>(degrees.size()), nodes, m}};
+      auto topo = BuildTopology(ts, inst, 1);
+      REQUIRE(topo.ok());
+      const std::string stuck = ob::runtime::CheckRendezvous(RankPrograms(*topo, m));
+      INFO("degrees " << degrees.size() << " stages, m " << m);
+      REQUIRE(stuck.empty());
+      ++checked;
+    }
+  }
+  CHECK(checked == (3 + 9 + 27 + 81 + 2) * 8);
 }
 
 TEST_CASE("topology refuses what the runtime cannot run", "[runtime][topology]") {
@@ -261,12 +389,15 @@ TEST_CASE("CheckRunnable: every template's tensor parallelism against the model"
   CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
   for (auto& s : two.templates[1].stages) s.tp = 4;  // replicas meet in 4 pieces: runnable
   CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
-  two.templates[1].stages[3].tp = 1;  // one template, one degree
+  two.templates[1].stages[3].tp = 1;  // one template of k stages a node, one degree
   st = ob::runtime::CheckRunnable(two, inst, 1, cfg);
   CHECK(st.code() == ob::Code::kConfig);
   CHECK(st.message() ==
-        "the template for 2 node(s), stage 3: tensor parallelism 1, stage 0's 4: a pipeline runs one degree "
-        "(its lanes go stage to stage)");
+        "the template for 2 node(s), stage 3: tensor parallelism 1, stage 0's 4: only a mixed template's "
+        "stages differ in degree");
+  two.templates[1].stages_per_node = 0;  // a mixed one may
+  for (int s = 0; s < 4; ++s) two.templates[1].stages[static_cast<size_t>(s)].node = s / 2;
+  CHECK(ob::runtime::CheckRunnable(two, inst, 1, cfg).ok());
   // Degrees that do not divide one another meet in pieces of their least
   // common multiple, which divides whatever each divides.
   auto coprime = ts;

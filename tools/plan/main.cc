@@ -29,6 +29,7 @@ struct Options {
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
   int tp = 0;                  // 0: chosen
+  bool mixed_stages = false;   // templates may mix stage degrees
   std::vector<std::string> template_tp;  // "NODES=T"
   std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
   bool local = false;          // the nodes are processes of this machine
@@ -147,11 +148,9 @@ ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hos
 ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::TemplateSet& ts) {
   const uint64_t have = static_cast<uint64_t>(g.host_memory_gib * (1ull << 30));
   for (const auto& t : ts.templates) {
-    const int k = std::max(1, t.stages_per_node);
-    for (size_t first = 0; first < t.stages.size(); first += static_cast<size_t>(k)) {
+    for (int q = 0; q < t.nodes; ++q) {
       uint64_t params = 0;
-      const size_t end = std::min(t.stages.size(), first + static_cast<size_t>(k));
-      for (size_t i = first; i < end; ++i) {
+      for (int i = t.FirstStageOn(q); i <= t.LastStageOn(q); ++i) {
         for (int l = t.stages[i].first; l <= t.stages[i].last; ++l) {
           params += profile.layers(l).parameter_count();
         }
@@ -355,7 +354,10 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     }
     problem->tp_at[nodes] = tp;
   }
-  if (g.tp == 0) {
+  if (g.mixed_stages) {
+    if (g.tp > 0) return ob::Status::Usage("--mixed-stages chooses each stage's degree; it does not go with --tp");
+    problem->mixed_stages = true;
+  } else if (g.tp == 0) {
     // One degree for the other templates; when none
     // instantiates alone, BuildTemplates below says why, as it always did.
     ob::Result<int> tp = ob::plan::ChooseTensorParallel(*problem);
@@ -417,6 +419,9 @@ void Setup(CLI::App& app) {
                  "Tensor-parallel degree of every stage (Megatron's --tensor-model-parallel-size); "
                  "a node then runs g/tp stages (default: the fastest degree the model splits by)")
       ->check(ob::cli::Positive());
+  app.add_flag("--mixed-stages", g.mixed_stages,
+               "Templates may mix stages of different tensor-parallel degrees, and numbers of stages a node "
+               "(e.g. 4+2+2 GPUs), when that is faster");
   app.add_option("--template-tp", g.template_tp,
                  "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "
                  "--tp's; replicas of different degrees sum gradients in pieces (repeatable)")

@@ -116,9 +116,8 @@ Result<LaunchLayout> LayOut(const pb::Plan& plan, const std::vector<cluster::Hos
       return Status::DataErr("pipeline " + std::to_string(p) + ": no template for " +
                              std::to_string(pipelines[p].template_nodes) + " nodes");
     }
-    const int per_node = std::max(1, t->stages_per_node);
     for (size_t s = 0; s < t->stages.size(); ++s) {
-      size_t slot = s / static_cast<size_t>(per_node);
+      size_t slot = static_cast<size_t>(t->NodeOf(static_cast<int>(s)));
       if (slot >= pipelines[p].nodes.size()) {
         return Status::DataErr("pipeline " + std::to_string(p) + ": stage " + std::to_string(s) +
                                " has no node");

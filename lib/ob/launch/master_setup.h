@@ -40,7 +40,7 @@ struct LaunchLayout {
 
 // One worker per pipeline stage; ranks are pipelines in the plan's order,
 // stages in pipeline order (as lib/ob/runtime/topology.h numbers them);
-// stage s of a pipeline runs on its node s / stages_per_node, its t
+// stage s of a pipeline runs on its node (Template::NodeOf), its t
 // tensor-parallel ranks consecutive there. kConfig when a
 // plan host is not in `hosts` (naming it and `hosts_name`), or the plan is
 // inconsistent (plan_io's FromProto errors, as kDataErr).

@@ -30,6 +30,7 @@ std::string Ranges(const pb::PipelineTemplate& t, size_t max_chars) {
     std::string r = s.first_layer() == s.last_layer()
                         ? std::to_string(s.first_layer())
                         : std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
+    if (t.stages_per_node() == 0) r += "/" + std::to_string(s.tensor_parallel());  // mixed degrees
     if (out.size() + r.size() + 1 > max_chars) return out + " ...";
     out += (out.empty() ? "" : " ") + r;
   }
@@ -77,8 +78,12 @@ std::string ExplainPlan(const pb::Plan& plan) {
   out += Fmt("# %5s %6s %3s %3s %10s %10s %9s %9s\n", "", "", "", "", "(ms)", "(ms)", "(GiB)",
              "(GiB)");
   for (const auto& t : plan.templates()) {
-    out += Fmt("  %5u %6d %3u %3u %10.3f %10.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
-               t.stages_per_node(), t.tensor_parallel(), t.bottleneck_seconds() * 1e3,
+    // A mixed template (stages of several degrees) shows "mix" and each
+    // stage's degree after its layers.
+    const bool mixed = t.stages_per_node() == 0;
+    out += Fmt("  %5u %6d %3s %3s %10.3f %10.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
+               mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
+               mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(), t.bottleneck_seconds() * 1e3,
                t.total_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
                Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
   }

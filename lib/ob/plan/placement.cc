@@ -41,25 +41,25 @@ class Evaluator {
     for (size_t j = 0; j < inst.pipelines.size(); ++j) {
       const auto& pi = inst.pipelines[j];
       const Template* t = FindTemplate(ts, pi.template_nodes);
-      assert(t && static_cast<int>(pi.nodes.size()) == t->nodes && t->stages_per_node >= 1);
+      assert(t && static_cast<int>(pi.nodes.size()) == t->nodes && !t->stages.empty());
       Pipe pipe;
       pipe.first_slot = static_cast<int>(assign_.size());
       pipe.slots = t->nodes;
       pipe.m = std::max(1, pi.microbatches);
-      const int k = t->stages_per_node;
       for (int i = 0; i < static_cast<int>(t->stages.size()); ++i) {
         const auto& st = t->stages[i];
-        const bool crosses = (i + 1) % k == 0 && i + 1 < static_cast<int>(t->stages.size());
+        const bool crosses = i + 1 < static_cast<int>(t->stages.size()) && t->NodeOf(i + 1) != t->NodeOf(i);
         double w = StageComputeSeconds(p, st.first, st.last, st.tp);
         if (!crosses) w += StageBoundarySeconds(p, st.last, false);  // inside the node (or the last stage)
         pipe.base.push_back(w);
         pipe.bytes.push_back(crosses ? static_cast<double>(p.layers[st.last].output_bytes) : -1);
+        pipe.node.push_back(t->NodeOf(i));
       }
       pipes_.push_back(std::move(pipe));
       for (int q = 0; q < t->nodes; ++q) {
         assign_.push_back(pi.nodes[q]);
         slot_pipe_.push_back(static_cast<int>(j));
-        slot_layers_.emplace_back(t->stages[q * k].first, t->stages[(q + 1) * k - 1].last);
+        slot_layers_.emplace_back(t->stages[t->FirstStageOn(q)].first, t->stages[t->LastStageOn(q)].last);
       }
     }
     // One ring per layer through the slot holding it in every pipeline.
@@ -114,6 +114,7 @@ class Evaluator {
     int first_slot = 0, slots = 0, m = 1;
     std::vector<double> base;   // per stage: compute + nominal intra-node boundary
     std::vector<double> bytes;  // per stage: bytes over the link to the next node, or -1
+    std::vector<int> node;      // per stage: its node's position in the pipeline
     double seconds = 0;         // Σw + (m − 1)·max w
   };
 
@@ -123,12 +124,11 @@ class Evaluator {
   }
 
   double PipeSeconds(const Pipe& pipe) const {
-    const int k = static_cast<int>(pipe.base.size()) / pipe.slots;
     double sum = 0, worst = 0;
     for (size_t i = 0; i < pipe.base.size(); ++i) {
       double w = pipe.base[i];
       if (pipe.bytes[i] >= 0) {
-        const int q = pipe.first_slot + static_cast<int>(i) / k;
+        const int q = pipe.first_slot + pipe.node[i];
         w += Link(assign_[q], assign_[q + 1], pipe.bytes[i]);
       }
       sum += w;
@@ -207,10 +207,9 @@ std::vector<int> GreedyAssignment(const Problem& p, const TemplateSet& ts, const
   };
   for (const auto& pi : inst.pipelines) {
     const Template* t = FindTemplate(ts, pi.template_nodes);
-    const int k = t->stages_per_node;
     std::vector<double> bytes;  // boundary after each node but the last
     for (int q = 0; q + 1 < t->nodes; ++q)
-      bytes.push_back(static_cast<double>(p.layers[t->stages[(q + 1) * k - 1].last].output_bytes));
+      bytes.push_back(static_cast<double>(p.layers[t->stages[t->LastStageOn(q)].last].output_bytes));
     std::vector<int> best_chain;
     double best_cost = std::numeric_limits<double>::infinity();
     int starts = 0;
@@ -251,10 +250,9 @@ std::vector<int> RingAssignment(const Problem& p, const TemplateSet& ts, const I
   std::vector<double> mid;  // per slot: the middle of its layer range
   for (const auto& pi : inst.pipelines) {
     const Template* t = FindTemplate(ts, pi.template_nodes);
-    const int k = t->stages_per_node;
     pool.insert(pool.end(), pi.nodes.begin(), pi.nodes.end());
     for (int q = 0; q < t->nodes; ++q)
-      mid.push_back((t->stages[q * k].first + t->stages[(q + 1) * k - 1].last + 1) /
+      mid.push_back((t->stages[t->FirstStageOn(q)].first + t->stages[t->LastStageOn(q)].last + 1) /
                     (2.0 * p.num_layers()));
   }
   std::sort(pool.begin(), pool.end());

@@ -33,7 +33,7 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_seconds(t.stage_seconds[i]);
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
-    st->set_node(i / t.stages_per_node);
+    st->set_node(static_cast<uint32_t>(t.NodeOf(i)));
     st->set_in_flight(S - i);
   }
 }
@@ -48,19 +48,35 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
   t.node_gradient_bytes = in.node_gradient_bytes();
   t.update_seconds = in.update_seconds();
   const std::string who = "template for " + std::to_string(t.nodes) + " nodes";
-  if (t.nodes < 1 || t.stages_per_node < 1 || t.tp < 1)
-    return Status::DataErr(who + ": nodes, stages_per_node and tensor_parallel must be positive");
-  if (in.stages_size() != t.nodes * t.stages_per_node)
+  // stages_per_node 0: a mixed template, whose stages name their nodes.
+  if (t.nodes < 1 || t.tp < 1)
+    return Status::DataErr(who + ": nodes and tensor_parallel must be positive");
+  if (!t.mixed() && in.stages_size() != t.nodes * t.stages_per_node)
     return Status::DataErr(who + ": " + std::to_string(in.stages_size()) + " stages, expected " +
                            std::to_string(t.nodes * t.stages_per_node));
-  int next = 0;
+  const int g = p.cluster.gpus_per_node;
+  int next = 0, node = 0, node_gpus = 0;
   for (const auto& s : in.stages()) {
     if (static_cast<int>(s.first_layer()) != next || s.last_layer() < s.first_layer() ||
         static_cast<int>(s.last_layer()) >= p.num_layers())
       return Status::DataErr(who + ": stages do not cover layers 0.." +
                              std::to_string(p.num_layers() - 1) + " in order");
+    if (t.mixed()) {  // nodes in order, each used and filled by its stages (the runtime checks degrees)
+      const int n = static_cast<int>(s.node());
+      if (n == node + 1 && node_gpus == g) {
+        node = n, node_gpus = 0;
+      } else if (n != node) {
+        return Status::DataErr(who + ": stage on node " + std::to_string(n) + " after node " +
+                               std::to_string(node) + "'s " + std::to_string(node_gpus) + " of " +
+                               std::to_string(g) + " GPUs");
+      }
+      node_gpus += static_cast<int>(s.tensor_parallel());
+      if (node_gpus > g)
+        return Status::DataErr(who + ": node " + std::to_string(n) + "'s stages use more than " +
+                               std::to_string(g) + " GPUs");
+    }
     t.stages.push_back({static_cast<int>(s.first_layer()), static_cast<int>(s.last_layer()),
-                        static_cast<int>(s.tensor_parallel())});
+                        static_cast<int>(s.tensor_parallel()), static_cast<int>(s.node())});
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
     next = static_cast<int>(s.last_layer()) + 1;
@@ -68,6 +84,9 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
   if (next != p.num_layers())
     return Status::DataErr(who + ": stages end at layer " + std::to_string(next - 1) + " of " +
                            std::to_string(p.num_layers() - 1));
+  if (t.mixed() && (node != t.nodes - 1 || node_gpus != g))
+    return Status::DataErr(who + ": its stages fill " + std::to_string(node + 1) + " node(s), not " +
+                           std::to_string(t.nodes));
   return t;
 }
 

@@ -77,6 +77,9 @@ struct Problem {
   // NODES=T), ahead of `tp`: replicas of different degrees sum their
   // gradients in pieces (runtime/topology.h).
   std::map<int, int> tp_at;
+  // Also consider mixed templates (ob-plan --mixed-stages): stages of
+  // different degrees, in different numbers per node (templates.h).
+  bool mixed_stages = false;
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 
@@ -85,6 +88,9 @@ struct Problem {
 struct StageShape {
   int first = 0, last = 0;
   int tp = 1;
+  // Position of its node within the pipeline; read through
+  // Template::NodeOf, which derives it for uniform templates.
+  int node = 0;
 };
 
 // Compute time of one micro-batch through layers [first, last] (forward +

@@ -29,8 +29,7 @@ struct Span {
 };
 
 Span NodeSpan(const Template& t, int pos) {
-  const int k = t.stages_per_node;
-  return {t.stages[pos * k].first, t.stages[pos * k + k - 1].last};
+  return {t.stages[t.FirstStageOn(pos)].first, t.stages[t.LastStageOn(pos)].last};
 }
 
 // What a surviving node held in `current`.
@@ -699,7 +698,8 @@ std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiatio
     if (!checked.insert(pipe.template_nodes).second) continue;
     // The template itself: k·n stages covering every layer once, each fitting.
     const int stages = static_cast<int>(t->stages.size());
-    if (t->stages_per_node < 1 || stages != t->nodes * t->stages_per_node)
+    if (stages < t->nodes || (!t->mixed() && stages != t->nodes * t->stages_per_node) ||
+        t->NodeOf(stages - 1) != t->nodes - 1)
       return who + ": template has " + std::to_string(stages) + " stages for " +
              std::to_string(t->nodes) + " nodes";
     int next = 0;

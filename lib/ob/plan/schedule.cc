@@ -70,13 +70,12 @@ struct PipelineCosts {
 PipelineCosts CostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
                       const BandwidthMatrix* bw) {
   const int S = static_cast<int>(t.stages.size());
-  const int k = std::max(1, t.stages_per_node);
   PipelineCosts c;
   c.fwd.assign(S, 0), c.bwd.assign(S, 0), c.send.assign(S, 0), c.send_back.assign(S, 0);
   for (int i = 0; i < S; ++i) {
     std::tie(c.fwd[i], c.bwd[i]) = StageOpSeconds(p, t.stages[i]);
     if (i + 1 == S) continue;
-    const int a = i / k, b = (i + 1) / k;
+    const int a = t.NodeOf(i), b = t.NodeOf(i + 1);
     if (a == b) {  // the next stage is on the same node
       c.send[i] = c.send_back[i] = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
     } else if (bw && b < static_cast<int>(nodes.size())) {
@@ -380,11 +379,10 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
     const auto& pi = inst.pipelines[j];
     if (!lanes.t) continue;
     const int S = static_cast<int>(lanes.t->stages.size());
-    const int k = std::max(1, lanes.t->stages_per_node);
     const double top = y;
     for (int i = 0; i < S; ++i) {
       const double ly = y + i * (kLaneH + kLaneGap);
-      const int q = i / k;
+      const int q = lanes.t->NodeOf(i);
       const std::string node =
           q < static_cast<int>(pi.nodes.size()) ? std::to_string(pi.nodes[q]) : "?";
       const auto& st = lanes.t->stages[i];

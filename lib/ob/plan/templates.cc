@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <string>
 
 namespace ob::plan {
@@ -180,10 +181,14 @@ double ExpectedMicrobatches(const Problem& p, int nodes) {
   return std::max(1.0, static_cast<double>(p.microbatches) * nodes / p.cluster.nodes);
 }
 
-// The best template for `nodes` nodes given per-k tables and their F.
+std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m);
+
+// The best template for `nodes` nodes given per-k tables and their F; with
+// `mixed` (tables whose max_stages covers every stage count of `nodes`
+// nodes), a mixed template when it is expected to finish sooner.
 std::optional<Template> BestFromTables(const Problem& p, const std::vector<StageTable>& tables,
                                        const std::vector<std::vector<double>>& minimax,
-                                       int nodes) {
+                                       int nodes, const std::vector<StageTable>* mixed = nullptr) {
   std::optional<Template> best;
   const double m = ExpectedMicrobatches(p, nodes);
   const int L = p.num_layers();
@@ -207,7 +212,185 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
     const double b = std::isinf(m) ? 0 : Expected(p, *best, m);
     if (a < b || (a == b && Better(cand, *best))) best = std::move(cand);
   }
+  if (mixed && p.mixed_stages && p.tp == 0 && !p.tp_at.count(nodes)) {
+    std::optional<Template> cand = BestMixed(p, *mixed, nodes, m);
+    // Only when strictly faster. It may be of one degree after all: the
+    // search above ranks each k's partitions by (max w, Σw), which at a
+    // few micro-batches can miss the least Σw + (m − 1)·max w when the
+    // boundaries' costs differ by layer.
+    if (cand) {
+      const bool faster = !best || (std::isinf(m) ? Better(*cand, *best) : Expected(p, *cand, m) < Expected(p, *best, m));
+      if (faster) best = std::move(cand);
+    }
+  }
   return best;
+}
+
+// ---- Mixed templates ---------------------------------------------------------
+//
+// Stages of any degree the tables offer, packed front to back into the n
+// nodes: a node's stages use all its g GPUs, a stage never spans nodes, and
+// the stage r-th from the end holds r micro-batches in flight. State, built
+// from the back: layers [j, L) covered by r stages that use G GPUs (the
+// node being filled, the front-most, has G mod g of them); the first stage
+// put into a node from the back is its last, so it sends to the next node
+// unless it ends the pipeline. For a bound B, one pass gives the least Σw
+// with every w <= B (mode kSum) or the least max w (mode kMax).
+class MixedSearch {
+ public:
+  MixedSearch(const Problem& p, const std::vector<StageTable>& tables, int nodes)
+      : tables_(tables), L_(p.num_layers()), g_(p.cluster.gpus_per_node), GN_(nodes * g_),
+        R_(std::min(L_, GN_)) {
+    for (const StageTable& t : tables) R_ = std::min(R_, t.max_stages);
+  }
+
+  // Work of one pass, to decide whether the search is affordable.
+  double Work() const {
+    return static_cast<double>(L_) * L_ * (R_ + 1) * (GN_ + 1) * static_cast<double>(tables_.size());
+  }
+
+  enum Mode { kMax, kSum };
+  // The best value under `bound`; with `stages`, the stages (front to back).
+  double Pass(Mode mode, double bound, std::vector<StageShape>* stages = nullptr) {
+    const size_t size = static_cast<size_t>(L_ + 1) * (R_ + 1) * (GN_ + 1);
+    v_.assign(size, kInf);
+    if (stages) from_.assign(size, 0), table_of_.assign(size, -1);
+    v_[Idx(L_, 0, 0)] = 0;
+    for (int j = L_; j > 0; --j) {
+      for (int r = 0; r < R_; ++r) {
+        for (int G = 0; G < GN_; ++G) {
+          const double cur = v_[Idx(j, r, G)];
+          if (cur == kInf) continue;
+          const int x = G % g_;
+          const bool crossing = x == 0 && j != L_;
+          for (size_t ti = 0; ti < tables_.size(); ++ti) {
+            const StageTable& t = tables_[ti];
+            if (x + t.tp > g_) continue;
+            const std::vector<double>& w_of = crossing ? t.crossing : t.local;
+            for (int s = j - 1; s >= 0; --s) {  // the stage is [s, j - 1]
+              const int at = t.At(s, j - 1);
+              if (t.max_in_flight[at] < r + 1) break;  // longer needs more memory
+              if (t.compute[at] > bound) break;        // and more time
+              const double w = w_of[at];
+              if (w > bound) continue;
+              const size_t to = Idx(s, r + 1, G + t.tp);
+              const double nv = mode == kMax ? std::max(cur, w) : cur + w;
+              if (nv < v_[to]) {
+                v_[to] = nv;
+                if (stages) from_[to] = Idx(j, r, G), table_of_[to] = static_cast<int>(ti);
+              }
+            }
+          }
+        }
+      }
+    }
+    double best = kInf;
+    size_t at = 0;
+    for (int r = 1; r <= R_; ++r) {
+      if (v_[Idx(0, r, GN_)] < best) best = v_[Idx(0, r, GN_)], at = Idx(0, r, GN_);
+    }
+    if (stages && best < kInf) {
+      stages->clear();
+      const size_t per_j = static_cast<size_t>(R_ + 1) * (GN_ + 1);
+      for (size_t cur = at; cur != Idx(L_, 0, 0); cur = from_[cur]) {
+        StageShape s;
+        s.first = static_cast<int>(cur / per_j);
+        s.last = static_cast<int>(from_[cur] / per_j) - 1;
+        s.tp = tables_[static_cast<size_t>(table_of_[cur])].tp;
+        // GPUs used from this stage to the back, this one's included.
+        const int used_before = GN_ - static_cast<int>(cur % (GN_ + 1));
+        s.node = used_before / g_;
+        stages->push_back(s);
+      }
+    }
+    return best;
+  }
+
+ private:
+  size_t Idx(int j, int r, int G) const {
+    return (static_cast<size_t>(j) * (R_ + 1) + r) * (GN_ + 1) + G;
+  }
+  const std::vector<StageTable>& tables_;
+  int L_, g_, GN_, R_;
+  std::vector<double> v_;
+  std::vector<size_t> from_;
+  std::vector<int> table_of_;
+};
+
+// Beyond this many DP cells per pass (Work), no mixed search: the uniform
+// templates stand (a 98-layer model on 8-GPU nodes passes it up to a few
+// nodes; bench/ob-mixed-stages found mixing worth 0-0.25% there).
+constexpr double kMaxMixedWork = 4e7;
+// Bottleneck bounds tried per template: the best found is a valid template
+// either way (a cap only means a better one may exist).
+constexpr int kMaxMixedBounds = 48;
+
+Template MakeMixedTemplate(const Problem& p, int nodes, const std::vector<StageShape>& stages) {
+  Template out;
+  out.nodes = nodes;
+  out.stages_per_node = 0;
+  out.stages = stages;
+  const int S = static_cast<int>(stages.size());
+  std::vector<uint64_t> node_grad(nodes, 0);
+  out.tp = 1;
+  for (int i = 0; i < S; ++i) {
+    const StageShape& s = stages[i];
+    const bool crosses = i + 1 < S && stages[i + 1].node != s.node;
+    const double w = StageComputeSeconds(p, s.first, s.last, s.tp) + StageBoundarySeconds(p, s.last, crosses);
+    out.stage_seconds.push_back(w);
+    out.stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
+    out.bottleneck = std::max(out.bottleneck, w);
+    out.total += w;
+    out.tp = std::max(out.tp, s.tp);
+    double update = 0;
+    for (int l = s.first; l <= s.last; ++l) {
+      node_grad[s.node] += p.layers[l].gradient_bytes;
+      update += p.layers[l].update / s.tp;
+    }
+    out.update_seconds = std::max(out.update_seconds, update);
+  }
+  out.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+  // One degree and the same count on every node: the uniform template it is.
+  const int k = S / nodes;
+  bool uniform = S % nodes == 0;
+  for (int i = 0; uniform && i < S; ++i) uniform = stages[i].tp == out.stages[0].tp && stages[i].node == i / k;
+  if (uniform) out.stages_per_node = k;
+  return out;
+}
+
+// The best mixed template for `nodes` nodes at m expected micro-batches
+// (minimising Σw + (m − 1)·max w over the bounds max w can take), or
+// nullopt when none fits or the search is too large.
+std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m) {
+  if (tables.empty()) return std::nullopt;
+  MixedSearch search(p, tables, nodes);
+  if (search.Work() > kMaxMixedWork) return std::nullopt;
+  const double b_star = search.Pass(MixedSearch::kMax, kInf);
+  if (b_star == kInf) return std::nullopt;
+  std::vector<StageShape> best_stages;
+  double best = kInf;
+  if (std::isinf(m) || m <= 1) {  // the steady state alone, or fill and drain alone
+    const double bound = std::isinf(m) ? b_star : kInf;
+    best = search.Pass(MixedSearch::kSum, bound, &best_stages);
+  } else {
+    std::set<double> ws;  // every w at or above B*, ascending
+    for (const StageTable& t : tables) {
+      for (const auto* arr : {&t.crossing, &t.local})
+        for (double w : *arr)
+          if (w >= b_star && w < kInf) ws.insert(w);
+    }
+    const double floor = search.Pass(MixedSearch::kSum, kInf);  // Σw under no bound
+    int tried = 0;
+    for (double b : ws) {
+      if (floor + (m - 1) * b >= best || tried++ >= kMaxMixedBounds) break;
+      std::vector<StageShape> stages;
+      const double sum = search.Pass(MixedSearch::kSum, b, &stages);
+      if (sum == kInf) continue;
+      if (sum + (m - 1) * b < best) best = sum + (m - 1) * b, best_stages = std::move(stages);
+    }
+  }
+  if (best_stages.empty()) return std::nullopt;
+  return MakeMixedTemplate(p, nodes, best_stages);
 }
 
 // ---- Memory diagnosis for the error messages ------------------------------
@@ -296,6 +479,20 @@ int Template::StageOf(int layer) const {
   return static_cast<int>(it - stages.begin()) - 1;
 }
 
+int Template::FirstStageOn(int q) const {
+  if (!mixed()) return q * stages_per_node;
+  int i = 0;
+  while (i < static_cast<int>(stages.size()) && stages[i].node < q) ++i;
+  return i;
+}
+
+int Template::LastStageOn(int q) const {
+  if (!mixed()) return (q + 1) * stages_per_node - 1;
+  int i = static_cast<int>(stages.size()) - 1;
+  while (i >= 0 && stages[i].node > q) --i;
+  return i;
+}
+
 double StepTailSeconds(const Problem& p, const Template& t) {
   if (!p.cluster.local) return AllReduceSeconds(p, t.node_gradient_bytes) + t.update_seconds;
   const bool replicas = t.nodes < p.cluster.nodes;  // every node runs a pipeline
@@ -319,12 +516,14 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes) {
   if (nodes < 1 || p.num_layers() == 0) return std::nullopt;
   std::vector<StageTable> tables;
   std::vector<std::vector<double>> minimax;
+  std::vector<StageTable> mixed;
   for (int k : StagesPerNodeChoices(p)) {
+    if (p.mixed_stages) mixed.push_back(MakeTable(p, k, std::min(p.num_layers(), nodes * p.cluster.gpus_per_node)));
     if (nodes * k > p.num_layers()) continue;
     tables.push_back(MakeTable(p, k, nodes * k));
     minimax.push_back(MinimaxFromBack(tables.back()));
   }
-  return BestFromTables(p, tables, minimax, nodes);
+  return BestFromTables(p, tables, minimax, nodes, &mixed);
 }
 
 Result<TemplateSet> BuildTemplates(const Problem& p) {
@@ -367,7 +566,7 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
   set.min_nodes = n0;
   // Consecutive node counts only: stop at the first one without a template.
   for (int n = n0; n <= N - f * n0; ++n) {
-    std::optional<Template> t = BestFromTables(p, tables, minimax, n);
+    std::optional<Template> t = BestFromTables(p, tables, minimax, n, &tables);
     if (!t) break;
     set.templates.push_back(std::move(*t));
   }

@@ -47,8 +47,11 @@ namespace ob::plan {
 
 struct Template {
   int nodes = 0;                       // n
-  int stages_per_node = 1;             // k
-  int tp = 1;                          // t = g / k
+  // k, every node holding k stages of degree t = g / k; 0: a mixed
+  // template (ob-plan --mixed-stages), whose stages differ in degree or in
+  // count per node: stages[i].node and stages[i].tp say which.
+  int stages_per_node = 1;
+  int tp = 1;                          // t; a mixed template's largest degree
   std::vector<StageShape> stages;      // S = n·k, in pipeline order
   std::vector<double> stage_seconds;   // w_i at the nominal link
   std::vector<uint64_t> stage_memory;  // peak bytes per GPU of each stage
@@ -61,6 +64,14 @@ struct Template {
   double Seconds(int m) const { return total + (m - 1) * bottleneck; }
   // Which stage holds global layer `layer`; -1 if no stage does.
   int StageOf(int layer) const;
+  bool mixed() const { return stages_per_node < 1; }
+  // The position within the pipeline of stage i's node.
+  int NodeOf(int i) const {
+    return mixed() ? stages[static_cast<size_t>(i)].node : i / stages_per_node;
+  }
+  // Stages [first, last] of the node at position q.
+  int FirstStageOn(int q) const;
+  int LastStageOn(int q) const;
 };
 
 struct TemplateSet {

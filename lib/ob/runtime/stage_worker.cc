@@ -452,9 +452,13 @@ std::pair<torch::Tensor, torch::Tensor> StageWorker::MicroBatch(const model::Tok
   return {input, targets};
 }
 
+torch::Tensor StageWorker::WholeBuffer(const torch::TensorOptions& wire) const {
+  return torch::empty({topo_.microbatch_size, seq_len_, cfg_.n_embd}, wire);
+}
+
 torch::Tensor StageWorker::BoundaryBuffer(const torch::TensorOptions& wire) const {
   const int t = topo_.ranks[rank_].tp;
-  if (t == 1) return torch::empty({topo_.microbatch_size, seq_len_, cfg_.n_embd}, wire);
+  if (t == 1) return WholeBuffer(wire);
   return torch::empty({int64_t{topo_.microbatch_size} * seq_len_ * cfg_.n_embd / t}, wire);
 }
 
@@ -495,13 +499,14 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
         const int tag = 2 * (k * topo_.total_microbatches + g);
         auto [input, targets] = MicroBatch(eval, key, g);
         if (!me.is_first_stage()) {
+          const BoundaryPeers peers = topo_.Boundary(rank_, me.stage - 1);
           compat::P2pMessage msg;
           msg.send = false;
-          msg.peer = me.stage - 1;
+          msg.peer = topo_.LaneIndex(rank_, peers.receive_from);
           msg.tag = tag;
-          msg.tensor = BoundaryBuffer(wire);
+          msg.tensor = peers.whole ? WholeBuffer(wire) : BoundaryBuffer(wire);
           wait(compat::PostP2p(*pipe, {msg}));
-          input = (t > 1 ? GatherShares(msg.tensor) : msg.tensor).to(torch::kFloat);
+          input = (t > 1 && !peers.whole ? GatherShares(msg.tensor) : msg.tensor).to(torch::kFloat);
         }
         torch::Tensor out;
         {
@@ -512,11 +517,17 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
         if (me.is_last_stage()) {
           loss_sum += out.detach().to(torch::kDouble) * weight;
         } else {
+          const BoundaryPeers peers = topo_.Boundary(rank_, me.stage + 1);
           compat::P2pMessage msg;
-          msg.peer = me.stage + 1;
           msg.tag = tag;
-          msg.tensor = ShareOf(out.detach().to(wire.dtype()).contiguous());
-          wait(compat::PostP2p(*pipe, {msg}));
+          const torch::Tensor whole = out.detach().to(wire.dtype()).contiguous();
+          msg.tensor = peers.whole ? whole : ShareOf(whole);
+          std::vector<compat::P2pMessage> batch;
+          for (int to : peers.send_to) {
+            msg.peer = topo_.LaneIndex(rank_, to);
+            batch.push_back(msg);
+          }
+          if (!batch.empty()) wait(compat::PostP2p(*pipe, batch));
         }
       }
     }
@@ -534,7 +545,7 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
       std::vector<torch::Tensor> buf{v};
       wait({pipe->allreduce(buf)});
     }
-    if (groups_->tp) {
+    if (groups_->tp && me.lane_base < 0) {  // a mixed pipeline's lane reached every rank
       std::vector<torch::Tensor> buf{v};
       wait({groups_->tp->allreduce(buf)});
     }
@@ -629,24 +640,31 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         std::vector<torch::Tensor*> parts;  // received shares to all-gather (t > 1)
         for (const P2p& p : in.comm) {
           const int gj = me.first_microbatch + p.microbatch;
+          const BoundaryPeers peers = topo_.Boundary(rank_, p.peer);
           compat::P2pMessage msg;
           msg.send = p.send;
-          msg.peer = p.peer;  // stage index == rank in the pipeline group
           msg.tag = p.activation ? ActivationTag(gj) : GradientTag(gj);
           if (p.send) {
-            msg.tensor = share(p.activation ? sent[p.microbatch]
-                                            : inputs[p.microbatch].grad().to(wire.dtype()).contiguous());
+            torch::Tensor whole = p.activation ? sent[p.microbatch]
+                                               : inputs[p.microbatch].grad().to(wire.dtype()).contiguous();
+            msg.tensor = peers.whole ? whole : share(whole);
             if (!p.activation) inputs[p.microbatch] = torch::Tensor();
             if (p.activation) sent[p.microbatch] = torch::Tensor();
             keep.push_back(msg.tensor);
+            for (int to : peers.send_to) {  // none, where a wider stage's other ranks serve it
+              msg.peer = topo_.LaneIndex(rank_, to);
+              batch.push_back(msg);
+            }
           } else {
-            msg.tensor = BoundaryBuffer(wire);
+            msg.peer = topo_.LaneIndex(rank_, peers.receive_from);
+            msg.tensor = peers.whole ? WholeBuffer(wire) : BoundaryBuffer(wire);
             torch::Tensor& slot = (p.activation ? received : grads_in)[p.microbatch];
             slot = msg.tensor;
-            if (t > 1) parts.push_back(&slot);
+            if (t > 1 && !peers.whole) parts.push_back(&slot);
+            batch.push_back(std::move(msg));
           }
-          batch.push_back(std::move(msg));
         }
+        if (batch.empty()) break;
         auto works = compat::PostP2p(*pipe, batch);
         wait_all(works);
         for (torch::Tensor* slot : parts) *slot = gather(*slot);
@@ -804,6 +822,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
     std::vector<torch::Tensor> buf{stats};
     std::vector<Work> w{groups_->tp->allreduce(buf)};
     wait_all(w);
+    // A mixed pipeline's one lane holds every TP rank: one contribution a stage.
+    if (me.lane_base >= 0 && me.tp_rank != 0) stats.zero_();
   }
   if (pipe) {
     std::vector<torch::Tensor> buf{stats};

@@ -345,6 +345,8 @@ class StageWorker {
   // (an all-gather); and waiting for works, counting progress (Tick) and
   // marking the wait (Waiting) as hang detection needs.
   std::pair<torch::Tensor, torch::Tensor> MicroBatch(const model::TokenSource& src, int64_t step, int g) const;
+  // A whole boundary tensor (b, s, h), where neighbouring stages differ in degree.
+  torch::Tensor WholeBuffer(const torch::TensorOptions& wire) const;
   torch::Tensor BoundaryBuffer(const torch::TensorOptions& wire) const;
   torch::Tensor ShareOf(const torch::Tensor& whole) const;
   torch::Tensor GatherShares(const torch::Tensor& part);

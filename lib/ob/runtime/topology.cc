@@ -42,6 +42,25 @@ int Topology::FirstPieceOf(int rank) const {
   return r.tp_rank * (pieces / r.tp);
 }
 
+BoundaryPeers Topology::Boundary(int rank, int peer_stage) const {
+  const RankInfo& me = ranks[static_cast<size_t>(rank)];
+  const bool next = peer_stage > me.stage;
+  const int peer_tp = next ? me.next_tp : me.prev_tp;
+  // The peer stage's TP rank 0: the rank we receive from, less its TP rank.
+  const int from = next ? me.next_rank : me.prev_rank;
+  const int peer_first = from - ranks[static_cast<size_t>(from)].tp_rank;
+  BoundaryPeers out;
+  out.receive_from = from;
+  out.whole = peer_tp != me.tp;
+  for (int r = me.tp_rank; r < peer_tp; r += me.tp) out.send_to.push_back(peer_first + r);
+  return out;
+}
+
+int Topology::LaneIndex(int rank, int peer) const {
+  const RankInfo& me = ranks[static_cast<size_t>(rank)];
+  return me.lane_base >= 0 ? peer - me.lane_base : ranks[static_cast<size_t>(peer)].stage;
+}
+
 std::vector<int> Topology::LayerGroupsOf(int rank) const {
   std::vector<int> out;
   for (const auto& g : layer_groups) {
@@ -75,9 +94,9 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
         return Status::Config(where + " does not divide the model's MLP width " +
                               std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
       }
-      if (tp != t.stages.front().tp) {
+      if (!t.mixed() && tp != t.stages.front().tp) {
         return Status::Config(where + ", stage 0's " + std::to_string(t.stages.front().tp) +
-                              ": a pipeline runs one degree (its lanes go stage to stage)");
+                              ": only a mixed template's stages differ in degree");
       }
       pieces = std::lcm(pieces, tp);
     }
@@ -122,18 +141,27 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     const int base = topo.world_size();
     const int tp = t->stages.front().tp;
     const int first_lane = static_cast<int>(topo.pipelines.size());
+    // Each stage's first rank and degree.
+    std::vector<int> stage_first(static_cast<size_t>(num_stages) + 1, base);
+    bool mixed = false;
+    for (int s = 0; s < num_stages; ++s) {
+      const auto& shape = t->stages[s];
+      if (shape.tp < 1) {
+        return Status::Config(where + " stage " + std::to_string(s) + ": tensor parallelism " +
+                              std::to_string(shape.tp) + " is not a degree");
+      }
+      mixed = mixed || shape.tp != tp;
+      stage_first[s + 1] = stage_first[s] + shape.tp;
+    }
+    if (mixed && !t->mixed()) {
+      return Status::Config(where + ": its template of " + std::to_string(t->stages_per_node) +
+                            " stages a node has stages of different tensor parallelism (only a mixed template may)");
+    }
+    auto tp_of = [&](int s) { return s < 0 || s >= num_stages ? 0 : t->stages[s].tp; };
     int expected_first = 0;
     for (int s = 0; s < num_stages; ++s) {
       const auto& shape = t->stages[s];
       const std::string stage_where = where + " stage " + std::to_string(s);
-      if (shape.tp < 1) {
-        return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
-                              " is not a degree");
-      }
-      if (shape.tp != tp) {
-        return Status::Config(stage_where + ": tensor parallelism " + std::to_string(shape.tp) +
-                              ", stage 0's " + std::to_string(tp) + " (a pipeline runs one degree)");
-      }
       if (shape.first != expected_first || shape.last < shape.first) {
         return Status::Config(stage_where + ": layers " + std::to_string(shape.first) + "-" +
                               std::to_string(shape.last) + " do not follow layer " +
@@ -141,35 +169,44 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
       }
       expected_first = shape.last + 1;
       std::vector<int> stage_ranks;
-      for (int tr = 0; tr < tp; ++tr) {
+      for (int tr = 0; tr < shape.tp; ++tr) {
         RankInfo r;
         r.rank = topo.world_size();
         r.pipeline = static_cast<int>(p);
         r.stage = s;
         r.num_stages = num_stages;
-        const size_t node_slot = static_cast<size_t>(s / std::max(1, t->stages_per_node));
+        const size_t node_slot = static_cast<size_t>(t->NodeOf(s));
         r.node = node_slot < pipe.nodes.size() ? pipe.nodes[node_slot] : -1;
-        r.tp = tp;
+        r.tp = shape.tp;
         r.tp_rank = tr;
-        r.lane = first_lane + tr;
+        r.lane = first_lane + (mixed ? 0 : tr);
+        r.lane_base = mixed ? base : -1;
+        r.prev_tp = tp_of(s - 1);
+        r.next_tp = tp_of(s + 1);
         r.first_layer = shape.first;
         r.last_layer = shape.last;
         r.first_microbatch = next_microbatch;
         r.num_microbatches = pipe.microbatches;
-        r.prev_rank = s > 0 ? r.rank - tp : -1;
-        r.next_rank = s + 1 < num_stages ? r.rank + tp : -1;
+        r.prev_rank = s > 0 ? stage_first[s - 1] + tr % r.prev_tp : -1;
+        r.next_rank = s + 1 < num_stages ? stage_first[s + 1] + tr % r.next_tp : -1;
         stage_ranks.push_back(r.rank);
         topo.ranks.push_back(r);
       }
-      if (tp > 1) topo.tp_groups.push_back(std::move(stage_ranks));
+      if (shape.tp > 1) topo.tp_groups.push_back(std::move(stage_ranks));
+      topo.pieces = std::lcm(topo.pieces, shape.tp);
     }
-    for (int tr = 0; tr < tp; ++tr) {
+    if (mixed) {
       std::vector<int> lane;
-      for (int s = 0; s < num_stages; ++s) lane.push_back(base + s * tp + tr);
+      for (int q = base; q < stage_first[num_stages]; ++q) lane.push_back(q);
       topo.pipelines.push_back(std::move(lane));
+    } else {
+      for (int tr = 0; tr < tp; ++tr) {
+        std::vector<int> lane;
+        for (int s = 0; s < num_stages; ++s) lane.push_back(base + s * tp + tr);
+        topo.pipelines.push_back(std::move(lane));
+      }
     }
     next_microbatch += pipe.microbatches;
-    topo.pieces = std::lcm(topo.pieces, tp);
   }
   topo.total_microbatches = next_microbatch;
 
@@ -203,16 +240,15 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     topo.layer_group_of.push_back(it->second);
   }
 
+  // Per piece, the rank of every pipeline's first stage and of its last
+  // stage that hold it (one rank each; a single-stage pipeline's once).
   topo.tied.resize(T);
-  for (const auto& lane : topo.pipelines) {
+  for (const auto& r : topo.ranks) {
+    if (!r.is_first_stage() && !r.is_last_stage()) continue;
     for (int piece = 0; piece < T; ++piece) {
-      if (!holds_piece(topo.ranks[lane.front()], piece)) continue;
-      auto& tied = topo.tied[piece];
-      tied.push_back(lane.front());
-      if (lane.size() > 1) tied.push_back(lane.back());
+      if (holds_piece(r, piece)) topo.tied[piece].push_back(r.rank);
     }
   }
-  for (auto& tied : topo.tied) std::sort(tied.begin(), tied.end());
   return topo;
 }
 

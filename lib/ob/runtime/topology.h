@@ -3,9 +3,17 @@
 // data-parallel groups that sum gradients across pipelines (design §5).
 // Torch-free, pure.
 //
-// Ranks: t per pipeline stage, t the tensor-parallel degree of the
-// pipeline's template (one t within a pipeline: its lanes run stage to
-// stage). Pipelines may differ in t: data parallelism then sums a layer's
+// Ranks: t per pipeline stage, t the stage's tensor-parallel degree. In a
+// pipeline of one degree, lane r is TP rank r of every stage, and a stage
+// boundary moves 1/t of the tensor along each lane (the receiving stage's
+// TP group gathers it). A mixed pipeline (ob-plan --mixed-stages: stages of
+// different degrees) has one lane of all its ranks; where neighbouring
+// stages have the same degree the boundary is as above, and where they
+// differ, TP rank r of the receiving stage (degree t_b) receives the whole
+// tensor from TP rank r mod t_a of the sending one (degree t_a), which
+// thus sends to every r' ≡ r (mod t_a) (Topology::Boundary); both ways
+// alike, activations forward and gradients back (every rank of a stage
+// holds the whole of both). Pipelines may differ in t: data parallelism then sums a layer's
 // gradient piece by piece, T (the least common multiple of the degrees)
 // pieces of every sharded parameter, rank r of t holding
 // pieces [r·T/t, (r+1)·T/t) (model::PieceViews). Rank order is pipelines in
@@ -22,7 +30,8 @@
 // is collective and deadlock-free):
 //   - pipelines[i]: the lanes: TP rank r of every stage of pipeline p, in
 //     stage order (p2p, and the per-step reduction of statistics), lanes of
-//     pipeline p before those of p + 1;
+//     pipeline p before those of p + 1; a mixed pipeline's one lane holds
+//     all its ranks in rank order;
 //   - tp_groups: the t ranks of each stage, by (pipeline, stage), when t > 1;
 //   - layer_groups: for each planner layer and piece P, the set of ranks
 //     holding piece P of it, deduplicated; ordered by the first layer each
@@ -38,7 +47,7 @@
 // Failure: an inconsistent plan (a pipeline whose template is missing, stages
 // that do not tile [0, L) contiguously, different layer counts across
 // templates, a pipeline without micro-batches, a micro-batch size <= 0,
-// degrees that differ within a template) is
+// a template whose stages do not fill their nodes) is
 // kConfig with a one-line message.
 #pragma once
 
@@ -65,8 +74,14 @@ struct RankInfo {
   int last_layer = 0;
   int first_microbatch = 0;   // index within the global batch
   int num_microbatches = 0;   // m of its pipeline
-  int prev_rank = -1;         // previous stage's rank in this lane; -1 on the first stage
-  int next_rank = -1;         // next stage's rank in this lane; -1 on the last stage
+  int prev_rank = -1;         // the rank its activations come from; -1 on the first stage
+  int next_rank = -1;         // the rank its output gradients come from; -1 on the last stage
+  int prev_tp = 0;            // degrees of the neighbouring stages; 0 where there is none
+  int next_tp = 0;
+  // A mixed pipeline's first rank: its lane holds all the pipeline's
+  // ranks, a peer's index there is its rank minus this; -1 in a pipeline
+  // of one degree, whose lanes index peers by stage.
+  int lane_base = -1;
 
   bool is_first_stage() const { return stage == 0; }
   bool is_last_stage() const { return stage == num_stages - 1; }
@@ -81,6 +96,14 @@ struct LayerGroup {
   // A name unique among all groups of a topology, used as the store prefix
   // under which the group rendezvouses, e.g. "layers/0,3".
   std::string name() const;
+};
+
+// What one rank sends and receives across the boundary with a neighbouring
+// stage (topology.h, "Ranks").
+struct BoundaryPeers {
+  std::vector<int> send_to;   // ranks, ascending (empty: it sends nothing)
+  int receive_from = -1;      // the rank it receives from
+  bool whole = false;         // whole tensors; false: 1/t shares its TP group gathers
 };
 
 struct Topology {
@@ -109,6 +132,10 @@ struct Topology {
   bool InTied(int rank) const;
   // The TP group (stage) of `rank`; empty when its stage has t = 1.
   const std::vector<int>& TpGroupOf(int rank) const;
+  // `rank`'s exchange with stage `peer_stage` (its own ± 1) of its pipeline.
+  BoundaryPeers Boundary(int rank, int peer_stage) const;
+  // The index of `peer` (a rank of `rank`'s pipeline) in `rank`'s lane group.
+  int LaneIndex(int rank, int peer) const;
   // The pieces rank holds: [first, first + count).
   int FirstPieceOf(int rank) const;
   int PiecesOf(int rank) const { return pieces / ranks[static_cast<size_t>(rank)].tp; }
