@@ -202,7 +202,7 @@ TEST_CASE("ob-plan's --measured puts a run's steps beside the plan's predictions
   CHECK_THAT(other.status().message(), Catch::Contains("not a run of this plan"));
 }
 
-TEST_CASE("a mixed template round-trips; one whose stages do not fill their nodes is refused") {
+TEST_CASE("a mixed template round-trips and one whose stages do not fill their nodes is refused") {
   // plan_templates_test's case: the head alone on node 1's two GPUs.
   Planned out;
   out.problem = ob::plan::testing::UniformProblem(4, 2, 0, 32, 2);

@@ -371,8 +371,8 @@ TEST_CASE("mixed stages: the LM head on a node of its own, the blocks one GPU a 
   // tensor-parallel all-reduces cost 3 ms a block at degree 2 (2 MiB each
   // over 2.8 GB/s), and a head of 24 ms (forward + backward), which has
   // none. One degree: 4 stages of 1 GPU leave the head alone at 24 ms; 2
-  // stages of 2 GPUs at best 18.3 ms (3 blocks; the other the head's 12
-  // with one block's 9). Mixed: the embedding and the blocks on node 0,
+  // stages of 2 GPUs at best 19.2 ms (the embedding and 3 blocks, their
+  // 13 all-reduces; the other the head's 12 with one block's 9). Mixed: the embedding and the blocks on node 0,
   // one GPU a stage (12.6 and 12 ms, plus a boundary inside the node), the
   // head alone on both GPUs of node 1 (12 ms).
   Problem p = testing::UniformProblem(4, 2, 0, 32, 2);
@@ -399,7 +399,7 @@ TEST_CASE("mixed stages: the LM head on a node of its own, the blocks one GPU a 
   CHECK(mixed->tp == 2);
   CHECK(mixed->bottleneck < uniform->bottleneck);
   CHECK(mixed->bottleneck == Approx(13.4e-3).epsilon(0.01));
-  CHECK(uniform->bottleneck == Approx(18.5e-3).epsilon(0.01));
+  CHECK(uniform->bottleneck == Approx(19.2e-3).epsilon(0.01));  // + the embedding's all-reduce
   // Where one degree is forced, no mixing.
   p.tp = 1;
   CHECK_FALSE(BestTemplate(p, 2)->mixed());

@@ -281,17 +281,42 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     OB_ASSIGN_OR_RETURN(faults, ParseFaults());
   }
   OB_ASSIGN_OR_RETURN(auto problem, BuildProblem(profile, c, faults, mb));
-  const auto& p = problem;
-
-  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(p));
-  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
-  ob::plan::Instantiation inst;
-  if (g.pipelines.empty()) {
-    OB_ASSIGN_OR_RETURN(inst, ob::plan::Instantiate(p, templates));
-  } else {
+  auto instantiate = [&](const ob::plan::Problem& q, const ob::plan::TemplateSet& ts) -> ob::Result<ob::plan::Instantiation> {
+    if (g.pipelines.empty()) return ob::plan::Instantiate(q, ts);
     OB_ASSIGN_OR_RETURN(std::vector<int> sizes, ParsePipelines());
-    OB_ASSIGN_OR_RETURN(inst, ob::plan::InstantiateGiven(p, templates, sizes));
+    return ob::plan::InstantiateGiven(q, ts, sizes);
+  };
+  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(problem));
+  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
+  OB_ASSIGN_OR_RETURN(ob::plan::Instantiation inst, instantiate(problem, templates));
+  if (problem.mixed_stages) {
+    // Templates are chosen by the closed form; the instantiation's
+    // iteration is the plan's best prediction (on --local with a contention
+    // curve, the shared-cores replay, which can disagree). Mixing stays
+    // only where that prediction is faster than the one-degree plan's.
+    ob::plan::Problem one = problem;
+    one.mixed_stages = false;
+    if (ob::Result<int> tp = ob::plan::ChooseTensorParallel(one); tp.ok()) one.tp = *tp;
+    const bool mixed = std::any_of(templates.templates.begin(), templates.templates.end(),
+                                   [](const ob::plan::Template& t) { return t.mixed(); });
+    ob::Result<ob::plan::TemplateSet> ts = ob::plan::BuildTemplates(one);
+    if (mixed && ts.ok() && (g.host_memory_gib <= 0 || CheckHostMemory(profile, *ts).ok())) {
+      ob::Result<ob::plan::Instantiation> in = instantiate(one, *ts);
+      if (in.ok()) {
+        const bool keep_one = in->iteration_seconds <= inst.iteration_seconds;
+        if (!common.quiet) {
+          std::fprintf(stderr, "ob-plan: --mixed-stages: predicted iteration %.4f s with mixed templates, %.4f s with one degree: %s\n",
+                       inst.iteration_seconds, in->iteration_seconds, keep_one ? "one degree kept" : "mixed");
+        }
+        if (keep_one) {
+          problem = std::move(one);
+          templates = std::move(ts).value();
+          inst = std::move(in).value();
+        }
+      }
+    }
   }
+  const auto& p = problem;
   ob::plan::PlanMeta meta;
   meta.hosts = hosts;
   meta.global_batch = g.global_batch;

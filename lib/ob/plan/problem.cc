@@ -25,16 +25,23 @@ double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
     blocks += p.layers[l].is_block ? 1 : 0;
   }
   if (tp <= 1) return compute;
+  // The tensor-parallel all-reduces of one micro-batch (model/gpt.cc): a
+  // block's 2 forward and 2 backward of b·s·h activations; the
+  // vocabulary-parallel embedding's 1 (its output) and the head's 1 (its
+  // input's gradient) of b·s·h, and the head's cross-entropy's 3 of b·s
+  // fp32 values (the logits' max, the sum of exponentials, the target's
+  // logit).
+  const bool embed = first == 0, head = last == p.num_layers() - 1 && p.num_layers() > 1;
+  const double big = 4.0 * blocks + (embed ? 1 : 0) + (head ? 1 : 0), small = head ? 3 : 0;
+  const double tokens = static_cast<double>(p.microbatch_size) * p.sequence_length;
   if (p.cluster.local) {  // measured: fp32 activations between processes of this machine
     auto fit = p.cluster.local_fits.find(tp);
     if (fit != p.cluster.local_fits.end())
-      return compute / tp + 4.0 * blocks * fit->second.Seconds(4.0 * p.microbatch_size * p.sequence_length * p.n_embd);
+      return compute / tp + big * fit->second.Seconds(4.0 * tokens * p.n_embd) + small * fit->second.Seconds(4.0 * tokens);
   }
-  // 2 all-reduces forward and 2 backward per block, each of b·s·h 16-bit
-  // activations, ring over tp GPUs of the node.
-  const double bytes = 2.0 * p.microbatch_size * p.sequence_length * p.n_embd;
-  const double ring = 2.0 * (tp - 1) / tp * bytes / p.cluster.intra_bytes_per_s;
-  return compute / tp + 4.0 * blocks * ring;
+  // Ring over tp GPUs of the node, activations in 16 bits.
+  auto ring = [&](double bytes) { return 2.0 * (tp - 1) / tp * bytes / p.cluster.intra_bytes_per_s; };
+  return compute / tp + big * ring(2.0 * tokens * p.n_embd) + small * ring(4.0 * tokens);
 }
 
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency) {
@@ -157,7 +164,7 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     p.cluster.local_step = p.cluster.local_fits[group];
     const auto& curve = profile.device().contention();
     if (!curve.empty()) {
-      if (curve.size() != profile.device().concurrency())
+      if (curve.size() != static_cast<int>(profile.device().concurrency()))
         return Status::DataErr("device contention has " + std::to_string(curve.size()) +
                                " entries for concurrency " + std::to_string(profile.device().concurrency()));
       for (int k = 0; k < curve.size(); ++k) {
