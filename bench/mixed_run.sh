@@ -6,12 +6,14 @@
 # costs about what the four blocks do), global batch 16 in micro-batches of 1,
 # one intra-op thread a worker. Each round profiles the model at the
 # cluster's concurrency (4 workers on this machine's cores), plans it with
-# --local twice — one degree (ob-plan's default) and --mixed-stages — and
-# trains both plans STEPS steps, the two runs back to back in alternating
-# order. Prints each round's predictions and measurements (rank 0's wall
-# clock per step after step 5) and the medians over the rounds: measured
-# one-degree / mixed (> 1: mixing is faster), and each plan's measured /
-# predicted. Exits 0 whatever the numbers (a bench, not a test).
+# --local twice — one degree (ob-plan's default) and --always-mixed (the
+# mixed templates kept whatever the plan's prediction) — prints what plain
+# --mixed-stages would decide, and trains both plans STEPS steps, the two
+# runs back to back in alternating order. Prints each round's predictions
+# and measurements (rank 0's wall clock per step after step 5) and the
+# medians over the rounds: measured one-degree / mixed (> 1: mixing is
+# faster), and each plan's measured / predicted. Exits 0 whatever the
+# numbers (a bench, not a test).
 #
 #   bench/mixed_run.sh [ROUNDS] [STEPS]        (default 3 40)
 set -euo pipefail
@@ -35,12 +37,14 @@ for ((r = 0; r < rounds; r++)); do
   declare -A pred meas
   for kind in uniform mixed; do
     extra=()
-    [ "$kind" = mixed ] && extra=(--mixed-stages)
+    [ "$kind" = mixed ] && extra=(--always-mixed)
     "$bin/ob-plan" -q --local --hosts hosts.txt -f 0 --pipelines 2 -B 16 -b 1 "${extra[@]}" -o "$kind.pb" profile.pb
     "$bin/ob-plan" --explain "$kind.pb" > "$kind.explain"
     pred[$kind]=$(sed -n 's/^# predicted iteration \([0-9.]*\) s.*/\1/p' "$kind.explain")
     echo "round $r $kind: $(grep -A3 '^# nodes stages' "$kind.explain" | grep '  \*$' | sed 's/  */ /g')"
   done
+  "$bin/ob-plan" --local --hosts hosts.txt -f 0 --pipelines 2 -B 16 -b 1 --mixed-stages -o decided.pb profile.pb 2>&1 \
+    | sed "s/^/round $r: /"
   order=(uniform mixed)
   [ $((r % 2)) = 1 ] && order=(mixed uniform)
   for kind in "${order[@]}"; do

@@ -30,6 +30,7 @@ struct Options {
   int gpus_per_node = 0;       // 0: from the profile
   int tp = 0;                  // 0: chosen
   bool mixed_stages = false;   // templates may mix stage degrees
+  bool always_mixed = false;   // ... and the plan keeps them even when one degree is predicted faster
   std::vector<std::string> template_tp;  // "NODES=T"
   std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
   bool local = false;          // the nodes are processes of this machine
@@ -289,7 +290,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(problem));
   if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
   OB_ASSIGN_OR_RETURN(ob::plan::Instantiation inst, instantiate(problem, templates));
-  if (problem.mixed_stages) {
+  if (problem.mixed_stages && !g.always_mixed) {
     // Templates are chosen by the closed form; the instantiation's
     // iteration is the plan's best prediction (on --local with a contention
     // curve, the shared-cores replay, which can disagree). Mixing stays
@@ -379,7 +380,7 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     }
     problem->tp_at[nodes] = tp;
   }
-  if (g.mixed_stages) {
+  if (g.mixed_stages || g.always_mixed) {
     if (g.tp > 0) return ob::Status::Usage("--mixed-stages chooses each stage's degree; it does not go with --tp");
     problem->mixed_stages = true;
   } else if (g.tp == 0) {
@@ -446,7 +447,9 @@ void Setup(CLI::App& app) {
       ->check(ob::cli::Positive());
   app.add_flag("--mixed-stages", g.mixed_stages,
                "Templates may mix stages of different tensor-parallel degrees, and numbers of stages a node "
-               "(e.g. 4+2+2 GPUs), when that is faster");
+               "(e.g. 4+2+2 GPUs), where the plan is predicted faster than with one degree");
+  app.add_flag("--always-mixed", g.always_mixed,
+               "--mixed-stages, keeping the mixed templates even where one degree is predicted faster");
   app.add_option("--template-tp", g.template_tp,
                  "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "
                  "--tp's; replicas of different degrees sum gradients in pieces (repeatable)")

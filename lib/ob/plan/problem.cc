@@ -28,20 +28,25 @@ double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
   // The tensor-parallel all-reduces of one micro-batch (model/gpt.cc): a
   // block's 2 forward and 2 backward of b·s·h activations; the
   // vocabulary-parallel embedding's 1 (its output) and the head's 1 (its
-  // input's gradient) of b·s·h, and the head's cross-entropy's 3 of b·s
+  // input's gradient) of b·s·h; and the head's cross-entropy's 3 of b·s
   // fp32 values (the logits' max, the sum of exponentials, the target's
-  // logit).
+  // logit), issued back to back: priced as one collective of their bytes
+  // (on --local the fit's fixed cost is the wait for the slower rank
+  // between products, which the second and third do not pay again).
   const bool embed = first == 0, head = last == p.num_layers() - 1 && p.num_layers() > 1;
-  const double big = 4.0 * blocks + (embed ? 1 : 0) + (head ? 1 : 0), small = head ? 3 : 0;
+  const double big = 4.0 * blocks + (embed ? 1 : 0) + (head ? 1 : 0);
   const double tokens = static_cast<double>(p.microbatch_size) * p.sequence_length;
+  const double small_bytes = head ? 3 * 4.0 * tokens : 0;
   if (p.cluster.local) {  // measured: fp32 activations between processes of this machine
     auto fit = p.cluster.local_fits.find(tp);
-    if (fit != p.cluster.local_fits.end())
-      return compute / tp + big * fit->second.Seconds(4.0 * tokens * p.n_embd) + small * fit->second.Seconds(4.0 * tokens);
+    if (fit != p.cluster.local_fits.end()) {
+      return compute / tp + big * fit->second.Seconds(4.0 * tokens * p.n_embd) +
+             (head ? fit->second.Seconds(small_bytes) : 0.0);
+    }
   }
   // Ring over tp GPUs of the node, activations in 16 bits.
   auto ring = [&](double bytes) { return 2.0 * (tp - 1) / tp * bytes / p.cluster.intra_bytes_per_s; };
-  return compute / tp + big * ring(2.0 * tokens * p.n_embd) + small * ring(4.0 * tokens);
+  return compute / tp + big * ring(2.0 * tokens * p.n_embd) + ring(small_bytes);
 }
 
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency) {

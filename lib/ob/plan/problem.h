@@ -96,7 +96,8 @@ struct StageShape {
 // Compute time of one micro-batch through layers [first, last] (forward +
 // backward) with tensor parallelism tp: compute / tp plus the all-reduces
 // over tp GPUs: 4 per block and 1 each for the embedding and the head of
-// b·s·h activations, and the head's cross-entropy's 3 of b·s (design §8).
+// b·s·h activations, and the head's cross-entropy's 3 of b·s, back to back,
+// as one (design §8).
 double StageComputeSeconds(const Problem& p, int first, int last, int tp);
 // Forward + backward transfer across the boundary after `last` over a link.
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency);

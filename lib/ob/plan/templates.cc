@@ -181,7 +181,8 @@ double ExpectedMicrobatches(const Problem& p, int nodes) {
   return std::max(1.0, static_cast<double>(p.microbatches) * nodes / p.cluster.nodes);
 }
 
-std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m);
+std::optional<MixedResult> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m,
+                                     const MixedOptions& o);
 
 // The best template for `nodes` nodes given per-k tables and their F; with
 // `mixed` (tables whose max_stages covers every stage count of `nodes`
@@ -213,7 +214,8 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
     if (a < b || (a == b && Better(cand, *best))) best = std::move(cand);
   }
   if (mixed && p.mixed_stages && p.tp == 0 && !p.tp_at.count(nodes)) {
-    std::optional<Template> cand = BestMixed(p, *mixed, nodes, m);
+    std::optional<Template> cand;
+    if (auto r = BestMixed(p, *mixed, nodes, m, MixedOptions{})) cand = std::move(r->t);
     // Only when strictly faster. It may be of one degree after all: the
     // search above ranks each k's partitions by (max w, Σw), which at a
     // few micro-batches can miss the least Σw + (m − 1)·max w when the
@@ -317,14 +319,6 @@ class MixedSearch {
   std::vector<int> table_of_;
 };
 
-// Beyond this many DP cells per pass (Work), no mixed search: the uniform
-// templates stand (a 98-layer model on 8-GPU nodes passes it up to a few
-// nodes; bench/ob-mixed-stages found mixing worth 0-0.25% there).
-constexpr double kMaxMixedWork = 4e7;
-// Bottleneck bounds tried per template: the best found is a valid template
-// either way (a cap only means a better one may exist).
-constexpr int kMaxMixedBounds = 48;
-
 Template MakeMixedTemplate(const Problem& p, int nodes, const std::vector<StageShape>& stages) {
   Template out;
   out.nodes = nodes;
@@ -358,13 +352,14 @@ Template MakeMixedTemplate(const Problem& p, int nodes, const std::vector<StageS
   return out;
 }
 
-// The best mixed template for `nodes` nodes at m expected micro-batches
-// (minimising Σw + (m − 1)·max w over the bounds max w can take), or
-// nullopt when none fits or the search is too large.
-std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m) {
+// SearchMixed over the degrees of `tables` (whose max_stages covers every
+// stage count of `nodes` nodes).
+std::optional<MixedResult> BestMixed(const Problem& p, const std::vector<StageTable>& tables, int nodes, double m,
+                                     const MixedOptions& o) {
   if (tables.empty()) return std::nullopt;
   MixedSearch search(p, tables, nodes);
-  if (search.Work() > kMaxMixedWork) return std::nullopt;
+  if (search.Work() > o.max_work) return std::nullopt;
+  MixedResult out;
   const double b_star = search.Pass(MixedSearch::kMax, kInf);
   if (b_star == kInf) return std::nullopt;
   std::vector<StageShape> best_stages;
@@ -372,6 +367,7 @@ std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable
   if (std::isinf(m) || m <= 1) {  // the steady state alone, or fill and drain alone
     const double bound = std::isinf(m) ? b_star : kInf;
     best = search.Pass(MixedSearch::kSum, bound, &best_stages);
+    out.bounds_tried = 1;
   } else {
     std::set<double> ws;  // every w at or above B*, ascending
     for (const StageTable& t : tables) {
@@ -380,9 +376,13 @@ std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable
           if (w >= b_star && w < kInf) ws.insert(w);
     }
     const double floor = search.Pass(MixedSearch::kSum, kInf);  // Σw under no bound
-    int tried = 0;
     for (double b : ws) {
-      if (floor + (m - 1) * b >= best || tried++ >= kMaxMixedBounds) break;
+      if (floor + (m - 1) * b >= best) break;
+      if (out.bounds_tried >= o.max_bounds) {
+        out.capped = true;
+        break;
+      }
+      ++out.bounds_tried;
       std::vector<StageShape> stages;
       const double sum = search.Pass(MixedSearch::kSum, b, &stages);
       if (sum == kInf) continue;
@@ -390,7 +390,8 @@ std::optional<Template> BestMixed(const Problem& p, const std::vector<StageTable
     }
   }
   if (best_stages.empty()) return std::nullopt;
-  return MakeMixedTemplate(p, nodes, best_stages);
+  out.t = MakeMixedTemplate(p, nodes, best_stages);
+  return out;
 }
 
 // ---- Memory diagnosis for the error messages ------------------------------
@@ -571,6 +572,18 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
     set.templates.push_back(std::move(*t));
   }
   return set;
+}
+
+std::optional<MixedResult> SearchMixed(const Problem& p, int nodes, double m, const MixedOptions& o) {
+  if (nodes < 1 || p.num_layers() == 0) return std::nullopt;
+  const int g = p.cluster.gpus_per_node;
+  const std::vector<int> degrees = o.degrees.empty() ? TensorParallelChoices(p) : o.degrees;
+  std::vector<StageTable> tables;
+  for (int t : degrees) {
+    if (t < 1 || g % t != 0) continue;
+    tables.push_back(MakeTable(p, g / t, std::min(p.num_layers(), nodes * g)));
+  }
+  return BestMixed(p, tables, nodes, m, o);
 }
 
 std::vector<int> TensorParallelChoices(const Problem& p) {

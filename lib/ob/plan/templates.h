@@ -101,6 +101,25 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes);
 // N / (f + 1) when that is at least 1). Messages are one line.
 Result<TemplateSet> BuildTemplates(const Problem& p);
 
+// Mixed templates (ob-plan --mixed-stages, design §4.2): stages of the
+// given degrees in any number per node, every GPU of a node used, no
+// stage across nodes, each fitting with its 1F1B in-flight count. The
+// search is exact for Σw + (m − 1)·max w at m micro-batches (m = ∞: by
+// (max w, Σw)) unless it stops at max_bounds bottleneck bounds (capped);
+// no search (nullopt) where one DP pass would exceed max_work cells
+// (L²·stages·GPUs·degrees), or when nothing fits.
+struct MixedOptions {
+  std::vector<int> degrees;   // empty: TensorParallelChoices(p)
+  double max_work = 4e7;      // a 98-layer model passes up to three 8-GPU nodes
+  int max_bounds = 48;
+};
+struct MixedResult {
+  Template t;                 // mixed(), unless the best has one degree
+  int bounds_tried = 0;
+  bool capped = false;        // a better template may exist
+};
+std::optional<MixedResult> SearchMixed(const Problem& p, int nodes, double m, const MixedOptions& o = {});
+
 // The tensor-parallel degrees t = g/k a template may use, ascending: t
 // divides the model's heads and MLP width (the runtime's rule), and equals
 // p.tp when that is set.
