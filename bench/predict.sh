@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # ob-plan's predictions against ob-launch's measurements (issue 14,
-# acceptance 1), on the local cluster: gpt-tiny (but for "mixed"), global batch 16 in
+# acceptance 1), on the local cluster: gpt-tiny, global batch 16 in
 # micro-batches of 1 (the quick-start's), one intra-op thread per worker,
-# in seven layouts fixed with ob-plan --pipelines:
+# in six layouts fixed with ob-plan --pipelines:
 #   1x1      one host, one stage
 #   4x1      4 pipelines of 1 stage (data parallel)
 #   2x2      2 pipelines of 2 stages
 #   1x4      one pipeline of 4 stages
 #   3+2      a 3-stage and a 2-stage pipeline (5 hosts)
 #   2x1-tp2  2 pipelines of one 2-GPU stage, tensor parallel (2 hosts, slots=2)
-#   mixed    one pipeline of degrees 1, 1 | 2 (ob-plan --always-mixed; 2
-#            hosts, slots=2), on gpt-4x128-v8k (gpt-tiny's blocks under a
-#            vocabulary of 8,192: the head alone on the second host)
+# (A pipeline of mixed degrees is bench/mixed_run.sh's, against the
+# one-degree plan of the same cluster.)
 # Each run of a layout is profiled right before it, under the concurrency
 # it runs at (ob-profile --concurrency W, W = its workers: they share this
 # machine's cores), planned with --local (collectives priced by the
@@ -24,7 +23,7 @@
 # layout and a table; exits 0 whatever the ratios (a bench, not a test).
 #
 #   bench/predict.sh [RUNS] [STEPS]        (default 3 40)
-#   LAYOUTS="1x1 mixed" bench/predict.sh    (only those)
+#   LAYOUTS="1x1 2x2" bench/predict.sh      (only those)
 set -euo pipefail
 runs=${1:-3}
 steps=${2:-40}
@@ -47,7 +46,6 @@ layouts=(
   "1x4 4 1 0 4 gpt-tiny"
   "3+2 5 1 1 3,2 gpt-tiny"
   "2x1-tp2 2 2 1 1,1 gpt-tiny --tp 2"
-  "mixed 2 2 0 2 $root/bench/gpt-4x128-v8k.yaml --always-mixed"
 )
 table="layout workers predicted_s measured_s ratio predicted_MiB rss_MiB ratio"
 for spec in "${layouts[@]}"; do
