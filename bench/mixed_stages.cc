@@ -55,7 +55,7 @@ ob::plan::MixedOptions Options(std::vector<int> degrees) {
 }
 
 double Seconds(const std::optional<ob::plan::MixedResult>& r, int m) {
-  return r ? r->t.total + (m - 1) * r->t.bottleneck : kInf;
+  return r ? r->t.Seconds(m) : kInf;
 }
 
 // "first-last/tp" a stage, " | " between nodes.

@@ -290,7 +290,9 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(problem));
   if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
   OB_ASSIGN_OR_RETURN(ob::plan::Instantiation inst, instantiate(problem, templates));
-  if (problem.mixed_stages && !g.always_mixed) {
+  const bool mixed = std::any_of(templates.templates.begin(), templates.templates.end(),
+                                 [](const ob::plan::Template& t) { return t.mixed(); });
+  if (mixed && !g.always_mixed) {
     // Templates are chosen by the closed form; the instantiation's
     // iteration is the plan's best prediction (on --local with a contention
     // curve, the shared-cores replay, which can disagree). Mixing stays
@@ -298,10 +300,8 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     ob::plan::Problem one = problem;
     one.mixed_stages = false;
     if (ob::Result<int> tp = ob::plan::ChooseTensorParallel(one); tp.ok()) one.tp = *tp;
-    const bool mixed = std::any_of(templates.templates.begin(), templates.templates.end(),
-                                   [](const ob::plan::Template& t) { return t.mixed(); });
     ob::Result<ob::plan::TemplateSet> ts = ob::plan::BuildTemplates(one);
-    if (mixed && ts.ok() && (g.host_memory_gib <= 0 || CheckHostMemory(profile, *ts).ok())) {
+    if (ts.ok() && (g.host_memory_gib <= 0 || CheckHostMemory(profile, *ts).ok())) {
       ob::Result<ob::plan::Instantiation> in = instantiate(one, *ts);
       if (in.ok()) {
         const bool keep_one = in->iteration_seconds <= inst.iteration_seconds;

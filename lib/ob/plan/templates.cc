@@ -118,31 +118,45 @@ std::vector<int> MinSumUnderBound(const StageTable& t, int S, double bound) {
   return lasts;
 }
 
+// A template's figures from its nodes, stages_per_node and stages (each
+// stage's node set when mixed): each stage's w — compute plus the
+// boundary, over the network where the next stage is on another node, the
+// same sum the tables hold — and memory with its 1F1B in-flight count, the
+// bottleneck and Σw, the largest degree, the slowest stage's update and
+// the busiest node's gradient.
+void SetFigures(const Problem& p, Template* out) {
+  const int S = static_cast<int>(out->stages.size());
+  std::vector<uint64_t> node_grad(static_cast<size_t>(out->nodes), 0);
+  out->tp = 1;
+  for (int i = 0; i < S; ++i) {
+    const StageShape& s = out->stages[i];
+    const bool crosses = i + 1 < S && out->NodeOf(i + 1) != out->NodeOf(i);
+    const double w = StageComputeSeconds(p, s.first, s.last, s.tp) + StageBoundarySeconds(p, s.last, crosses);
+    out->stage_seconds.push_back(w);
+    out->stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
+    out->bottleneck = std::max(out->bottleneck, w);
+    out->total += w;
+    out->tp = std::max(out->tp, s.tp);
+    double update = 0;
+    for (int l = s.first; l <= s.last; ++l) {
+      node_grad[static_cast<size_t>(out->NodeOf(i))] += p.layers[l].gradient_bytes;
+      update += p.layers[l].update / s.tp;
+    }
+    out->update_seconds = std::max(out->update_seconds, update);
+  }
+  out->node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+}
+
 Template MakeTemplate(const Problem& p, const StageTable& t, int nodes,
                       const std::vector<int>& lasts) {
   Template out;
   out.nodes = nodes;
   out.stages_per_node = t.k;
-  out.tp = t.tp;
-  const int S = static_cast<int>(lasts.size());
-  std::vector<uint64_t> node_grad(nodes, 0);
-  for (int i = 0, first = 0; i < S; ++i) {
-    const int last = lasts[i];
-    out.stages.push_back({first, last, t.tp});
-    const double w = t.Seconds(t.At(first, last), S - i);
-    out.stage_seconds.push_back(w);
-    out.stage_memory.push_back(StageMemoryBytes(p, first, last, t.tp, S - i));
-    out.bottleneck = std::max(out.bottleneck, w);
-    out.total += w;
-    double update = 0;
-    for (int l = first; l <= last; ++l) {
-      node_grad[i / t.k] += p.layers[l].gradient_bytes;
-      update += p.layers[l].update / t.tp;
-    }
-    out.update_seconds = std::max(out.update_seconds, update);
-    first = last + 1;
+  for (size_t i = 0, first = 0; i < lasts.size(); ++i) {
+    out.stages.push_back({static_cast<int>(first), lasts[i], t.tp});
+    first = static_cast<size_t>(lasts[i]) + 1;
   }
-  out.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+  SetFigures(p, &out);
   return out;
 }
 
@@ -324,30 +338,11 @@ Template MakeMixedTemplate(const Problem& p, int nodes, const std::vector<StageS
   out.nodes = nodes;
   out.stages_per_node = 0;
   out.stages = stages;
-  const int S = static_cast<int>(stages.size());
-  std::vector<uint64_t> node_grad(nodes, 0);
-  out.tp = 1;
-  for (int i = 0; i < S; ++i) {
-    const StageShape& s = stages[i];
-    const bool crosses = i + 1 < S && stages[i + 1].node != s.node;
-    const double w = StageComputeSeconds(p, s.first, s.last, s.tp) + StageBoundarySeconds(p, s.last, crosses);
-    out.stage_seconds.push_back(w);
-    out.stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
-    out.bottleneck = std::max(out.bottleneck, w);
-    out.total += w;
-    out.tp = std::max(out.tp, s.tp);
-    double update = 0;
-    for (int l = s.first; l <= s.last; ++l) {
-      node_grad[s.node] += p.layers[l].gradient_bytes;
-      update += p.layers[l].update / s.tp;
-    }
-    out.update_seconds = std::max(out.update_seconds, update);
-  }
-  out.node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
+  SetFigures(p, &out);
   // One degree and the same count on every node: the uniform template it is.
-  const int k = S / nodes;
+  const int S = static_cast<int>(stages.size()), k = S / nodes;
   bool uniform = S % nodes == 0;
-  for (int i = 0; uniform && i < S; ++i) uniform = stages[i].tp == out.stages[0].tp && stages[i].node == i / k;
+  for (int i = 0; uniform && i < S; ++i) uniform = stages[i].tp == stages[0].tp && stages[i].node == i / k;
   if (uniform) out.stages_per_node = k;
   return out;
 }

@@ -57,6 +57,8 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
                          int seq_len, bool init)
     : cfg_(cfg), topo_(topo), rank_(rank), opts_(opts), data_(data), seq_len_(seq_len) {
   const RankInfo& me = topo_.ranks[rank_];
+  if (!me.is_first_stage()) to_prev_ = topo_.Boundary(rank_, me.stage - 1);
+  if (!me.is_last_stage()) to_next_ = topo_.Boundary(rank_, me.stage + 1);
   model::TpGroupPtr tp;
   if (me.tp > 1) {  // its group is joined later (JoinGroups), before any forward
     tp = std::make_shared<model::TpGroup>();
@@ -499,7 +501,7 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
         const int tag = 2 * (k * topo_.total_microbatches + g);
         auto [input, targets] = MicroBatch(eval, key, g);
         if (!me.is_first_stage()) {
-          const BoundaryPeers peers = topo_.Boundary(rank_, me.stage - 1);
+          const BoundaryPeers& peers = to_prev_;
           compat::P2pMessage msg;
           msg.send = false;
           msg.peer = topo_.LaneIndex(rank_, peers.receive_from);
@@ -517,7 +519,7 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
         if (me.is_last_stage()) {
           loss_sum += out.detach().to(torch::kDouble) * weight;
         } else {
-          const BoundaryPeers peers = topo_.Boundary(rank_, me.stage + 1);
+          const BoundaryPeers& peers = to_next_;
           compat::P2pMessage msg;
           msg.tag = tag;
           const torch::Tensor whole = out.detach().to(wire.dtype()).contiguous();
@@ -640,7 +642,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         std::vector<torch::Tensor*> parts;  // received shares to all-gather (t > 1)
         for (const P2p& p : in.comm) {
           const int gj = me.first_microbatch + p.microbatch;
-          const BoundaryPeers peers = topo_.Boundary(rank_, p.peer);
+          const BoundaryPeers& peers = PeersOf(p.peer);
           compat::P2pMessage msg;
           msg.send = p.send;
           msg.tag = p.activation ? ActivationTag(gj) : GradientTag(gj);

@@ -305,6 +305,12 @@ class StageWorker {
   model::GptConfig cfg_;
   Topology topo_;
   int rank_;
+  // This rank's exchanges across its stage's boundaries (Topology::Boundary),
+  // fixed for the worker's life; empty where there is no such neighbour.
+  BoundaryPeers to_prev_, to_next_;
+  const BoundaryPeers& PeersOf(int peer_stage) const {
+    return peer_stage < topo_.ranks[static_cast<size_t>(rank_)].stage ? to_prev_ : to_next_;
+  }
   model::TrainOptions opts_;
   model::TokenSource data_;
   int seq_len_;
