@@ -23,7 +23,7 @@
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
+# KILL_STEP (50), WIDE_MB (16) and WIDE_GB (64), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
 # plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
@@ -91,7 +91,7 @@ elif phase build 120; then
     cuda_args=(-DOB_CUDA=ON -DOB_NCCL_INCLUDE_DIR="$(dirname "$nccl_h")" -DOB_NCCL_LIBRARY="$nccl_so")
   fi
   if cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$std \
-      -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include" \
+      -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include -g1" \
       "${cuda_args[@]}" > "$out/configure.log" 2>&1; then
     jobs=$(getconf _NPROCESSORS_ONLN)
     # First the tools and the torch unit tests, so that a slow rest still
@@ -109,12 +109,13 @@ bin=$bd/bin
 [ $built = 1 ] && "$bin/ob-launch" --version -v 2>&1 | tee -a "$summary"
 
 # --- the plain PyTorch peer --------------------------------------------------
+tag=""  # names the runs of a second batch shape (WIDE_MB)
 peer() {  # peer MODEL [ARGS...]: one run of torch_loop.py, its summary line
   local m=$1; shift
   env -u LD_LIBRARY_PATH timeout 150 "$py" bench/peers/torch_loop.py --model "$m" --micro-batch "$mb" \
     --global-batch "$gb" --seq-len "$seq" --steps "$steps" --skip "$skip" --device "$device" \
-    --json "$out/peer-$m.json" "$@" > "$out/peer-$m.log" 2>&1
-  say "peer $m: $(tail -1 "$out/peer-$m.log")"
+    --json "$out/peer-$m$tag.json" "$@" > "$out/peer-$m$tag.log" 2>&1
+  say "peer $m$tag: $(tail -1 "$out/peer-$m$tag.log")"
 }
 
 # --- ob on one GPU -------------------------------------------------------------
@@ -234,6 +235,15 @@ if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
         (cd "$bd" && OMP_NUM_THREADS=1 timeout 60 gdb -batch -ex run -ex bt -ex "info threads" --args "tests/$exe" "$name" 2>&1) \
           | grep -a -A40 "SIGSEGV\|SIGABRT" | head -60 > "$out/gdb-$exe.txt"
         say "gdb $exe: $(head -c 3000 "$out/gdb-$exe.txt")"
+      elif [ -x "$bd/tests/$exe" ] && [ "$(left)" -gt 30 ] && gcc -shared -fPIC -O1 -o "$out/segv_backtrace.so" bench/segv_backtrace.c; then
+        # No gdb: the stack from a handler preloaded ahead of Catch's, each
+        # "object(+offset)" frame through addr2line.
+        (cd "$bd" && OMP_NUM_THREADS=1 LD_PRELOAD="$out/segv_backtrace.so" timeout 60 "tests/$exe" "$name" 2>&1) \
+          | grep -a -A64 "segv_backtrace:" | head -70 > "$out/stack-$exe.txt"
+        sed -nE 's/^([^ (]+)\((\+0x[0-9a-f]+)\).*/\1 \2/p' "$out/stack-$exe.txt" | while read -r obj off; do
+          printf '%s %s: %s\n' "$(basename "$obj")" "$off" "$(addr2line -C -f -i -e "$obj" "$off" 2> /dev/null | paste -sd' ')"
+        done > "$out/stack-$exe-lines.txt"
+        say "stack of $exe ($name): $(head -c 3000 "$out/stack-$exe-lines.txt")"
       else
         say "crash in $exe ($name): no gdb here or no time"
       fi
@@ -248,5 +258,15 @@ for m in $models; do
   fi
   if phase "peer $m" 60; then peer "$m"; fi
 done
+
+# The first model again at a larger micro-batch (WIDE_MB, WIDE_GB; WIDE_MB=0
+# for none), ob and the peer: how much of the distance to the MFU target is
+# per-micro-batch cost (launches, casts) rather than the kernels themselves.
+wide_mb=${WIDE_MB:-16} wide_gb=${WIDE_GB:-64}
+if [ "$wide_mb" -gt 0 ] && [ $built = 1 ] && phase "ob $first at micro-batch $wide_mb" 110; then
+  mb=$wide_mb gb=$wide_gb tag=-mb$wide_mb
+  profile_plan "$first" && train "train-$first$tag" "$first" --precision bf16
+  if phase "peer $first$tag" 50; then peer "$first"; fi
+fi
 
 say "done"

@@ -191,6 +191,16 @@ uint64_t CudaTotalMemory(int) { return 0; }
 std::string CudaDeviceName(int) { return "none"; }
 #endif
 
+AutocastCacheScope::AutocastCacheScope(bool enable) : active_(enable) {
+  // An outer nesting level: the guards inside it no longer reach level 0,
+  // where they would clear the cache.
+  if (active_) at::autocast::increment_nesting();
+}
+
+AutocastCacheScope::~AutocastCacheScope() {
+  if (active_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
+
 AutocastGuard::AutocastGuard(const torch::Device& device, bool enable) {
   if (!enable) return;
   active_ = true;

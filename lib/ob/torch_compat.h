@@ -117,6 +117,23 @@ std::string CudaDeviceName(int device);
 
 // Scoped bf16 autocast on `device`'s type (CUDA or CPU); does nothing when
 // !enable. Nestable; restores the previous state.
+// Keeps autocast's casts of the weights (fp32 leaves to bf16) from one
+// AutocastGuard to the next while it lives, and drops them when it ends:
+// over a step's micro-batches each weight is cast once, not once a
+// micro-batch. REQUIRES: no weight changes while it lives (the optimizer
+// runs after it), and no no-grad forward under it (a cast made without
+// grad would be reused with grad). Does nothing when !enable.
+class AutocastCacheScope {
+ public:
+  explicit AutocastCacheScope(bool enable);
+  ~AutocastCacheScope();
+  AutocastCacheScope(const AutocastCacheScope&) = delete;
+  AutocastCacheScope& operator=(const AutocastCacheScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 class AutocastGuard {
  public:
   AutocastGuard(const torch::Device& device, bool enable);

@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 #undef CHECK
 #include <catch2/catch.hpp>
+#include <ATen/autocast_mode.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "ob/model/config.h"
@@ -406,4 +408,48 @@ TEST_CASE("head logits over a padded vocabulary equal the plain product", "[mode
     auto b = torch::nn::functional::cross_entropy(padded.reshape({-1, v}), t);
     CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-12));
   }
+}
+
+TEST_CASE("a step's autocast scope casts each weight once and its gradients equal per-micro-batch casts", "[model][train]") {
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(7);
+  auto w = torch::randn({16, 8}, torch::requires_grad());
+  const auto x0 = torch::randn({4, 16}), x1 = torch::randn({4, 16});
+  auto cast = [&] {  // what an autocast region makes of the weight
+    ob::compat::AutocastGuard autocast(cpu, true);
+    return at::autocast::cached_cast(at::kBFloat16, w, c10::DeviceType::CPU);
+  };
+  auto grads = [&](bool scoped) {
+    w.mutable_grad() = torch::Tensor();
+    std::optional<ob::compat::AutocastCacheScope> scope;
+    if (scoped) scope.emplace(true);
+    for (const auto& x : {x0, x1}) {
+      torch::Tensor y;
+      {
+        ob::compat::AutocastGuard autocast(cpu, true);
+        y = torch::mm(x, w);
+      }
+      y.to(torch::kFloat).square().sum().backward();
+    }
+    return w.grad().clone();
+  };
+  {
+    ob::compat::AutocastCacheScope scope(true);
+    const auto first = cast(), second = cast();
+    CHECK(second.is_same(first));  // the second region reuses the first's cast
+    CHECK(second.requires_grad());
+  }
+  {
+    const auto first = cast(), second = cast();  // no scope: each region casts anew
+    CHECK_FALSE(second.is_same(first));
+  }
+  // After the scope nothing is kept: a changed weight is cast anew.
+  {
+    torch::NoGradGuard no_grad;
+    w.add_(1.0);
+  }
+  CHECK(torch::equal(cast().to(torch::kFloat), w.detach().to(torch::kBFloat16).to(torch::kFloat)));
+  const auto plain = grads(false), once = grads(true);
+  REQUIRE(plain.defined());
+  CHECK(torch::equal(plain, once));
 }

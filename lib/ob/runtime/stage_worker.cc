@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -448,8 +449,15 @@ std::pair<torch::Tensor, torch::Tensor> StageWorker::MicroBatch(const model::Tok
   if (me.is_first_stage() || me.is_last_stage()) {
     const int b = topo_.microbatch_size;
     auto [x, y] = model::MakeBatch(src, opts_.seed, step, int64_t{g} * b, b, seq_len_);
-    if (me.is_first_stage()) input = x.to(opts_.device);
-    if (me.is_last_stage()) targets = y.to(opts_.device);
+    // On CUDA through page-locked memory, without waiting: a pageable copy
+    // would synchronise the stream, twice a micro-batch, idling the GPU
+    // while the host queues the next kernels.
+    const bool cuda = opts_.device.is_cuda();
+    auto to_device = [&](const torch::Tensor& h) {
+      return cuda ? h.pin_memory().to(opts_.device, /*non_blocking=*/true) : h.to(opts_.device);
+    };
+    if (me.is_first_stage()) input = to_device(x);
+    if (me.is_last_stage()) targets = to_device(y);
   }
   return {input, targets};
 }
@@ -631,6 +639,10 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   auto share = [&](const torch::Tensor& whole) { return ShareOf(whole); };
   auto gather = [&](const torch::Tensor& part) { return GatherShares(part); };
 
+  // bf16: each weight cast once a step, not once a micro-batch (the
+  // weights change only in ApplyUpdate, after this).
+  std::optional<compat::AutocastCacheScope> cast_once;
+  cast_once.emplace(bf16);
   for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
     const int j = in.microbatch;
     const int g = me.first_microbatch + j;
@@ -758,6 +770,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
       }
     }
   }
+
+  cast_once.reset();
 
   // Whatever was not handed over during the last backward (all of it
   // without overlap), then the tied weight and the pipelines' losses.
