@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "ob/io/file.h"
 #include "ob/ckpt/checkpoint.h"
 #include "ob/manifest.pb.h"
 #include "ob/model/config.h"
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(2);
   auto cfg = ob::model::Preset(model);
   if (!cfg.ok()) return Fail(cfg.status().message());
-  std::filesystem::remove_all(dir);
+  ob::io::RemoveTree(dir);
   std::filesystem::create_directories(dir);
 
   // One rank, one stage holding every layer.
@@ -214,6 +215,6 @@ print(time.perf_counter() - t0)
               (stall + snapshot) / torch_save);
   std::printf("persist / dd write = %.2f (target >= 0.8); load / dd read = %.2f (target >= 0.8)"
               " (medians of %d)\n", persist_bw / dd_write_bw, load_bw / dd_read_bw, kRounds);
-  std::filesystem::remove_all(dir);
+  ob::io::RemoveTree(dir);
   return 0;
 }

@@ -33,7 +33,7 @@ struct TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    fs::remove_all(path, ec);
+    ob::io::RemoveTree(path, &ec);
   }
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };

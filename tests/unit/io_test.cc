@@ -22,7 +22,7 @@ struct TempDir {
     char tmpl[] = "/tmp/ob-io-test.XXXXXX";
     path = ::mkdtemp(tmpl);
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~TempDir() { ob::io::RemoveTree(path.string()); }
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
@@ -95,4 +95,32 @@ TEST_CASE("DirLock: one holder at a time, released when dropped") {
   auto third = ob::io::DirLock::Acquire(t.path.string(), "the third run");
   CHECK(third.ok());
   CHECK(ob::io::DirLock::Acquire(t / "missing", "x").status().code() == ob::Code::kIoErr);
+}
+
+TEST_CASE("RemoveTree removes a tree and does not follow its links") {
+  TempDir t;
+  const std::string outside = t / "outside", tree = t / "tree";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/keep") << "kept";
+  fs::create_directories(tree + "/a/b/c");
+  std::ofstream(tree + "/a/b/c/file") << "x";
+  std::ofstream(tree + "/top") << "y";
+  fs::create_directory_symlink(outside, tree + "/a/link");
+  std::error_code ec;
+  CHECK(ob::io::RemoveTree(tree, &ec));
+  CHECK_FALSE(ec);
+  CHECK_FALSE(fs::exists(tree));
+  CHECK(Slurp(outside + "/keep") == "kept");  // through the link: untouched
+  CHECK(ob::io::RemoveTree(tree, &ec));       // a missing path is no error
+  CHECK_FALSE(ec);
+  std::ofstream(t / "plain") << "z";  // a plain file
+  CHECK(ob::io::RemoveTree(t / "plain"));
+  CHECK_FALSE(fs::exists(t / "plain"));
+  if (::geteuid() != 0) {  // root removes from a read-only directory anyway
+    fs::create_directories(tree + "/locked/inner");
+    fs::permissions(tree + "/locked", fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_FALSE(ob::io::RemoveTree(tree, &ec));
+    CHECK(ec);
+    fs::permissions(tree + "/locked", fs::perms::owner_all);
+  }
 }

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "ob/io/file.h"
 #include "ob/model/config.h"
 #include "ob/model/data.h"
 #include "ob/model/gpt.h"
@@ -847,5 +848,5 @@ TEST_CASE("a checkpoint saved by one layout loads bit for bit into others", "[re
   }
   auto missing = ob::runtime::LoadStageSnapshot(dir + "/" + ob::ckpt::StepDirName(4), 0, 5, true);
   CHECK_FALSE(missing.ok());
-  std::filesystem::remove_all(dir);
+  ob::io::RemoveTree(dir);
 }

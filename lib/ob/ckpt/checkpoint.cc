@@ -354,7 +354,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
   const std::string replaced = final_path + kDeletingSuffix;
   const bool replacing = IsDir(final_path);
   if (replacing) {
-    fs::remove_all(replaced, ec);
+    io::RemoveTree(replaced, &ec);
     if (rename(final_path.c_str(), replaced.c_str()) != 0)
       return Status::IoErr(final_path + ": cannot move the old copy aside: " + Errno());
   }
@@ -362,7 +362,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
     return Status::IoErr(final_path + ": rename failed: " + Errno());
   OB_RETURN_IF_ERROR(FsyncDir(dir));
   if (replacing) {
-    fs::remove_all(replaced, ec);
+    io::RemoveTree(replaced, &ec);
     if (ec) {
       OB_LOG(Warn) << replaced << ": cannot remove: " << ec.message();
     }
@@ -386,7 +386,7 @@ Result<std::vector<std::string>> RemovePartials(const std::string& dir) {
   }
   if (ec) return Status::IoErr(dir + ": cannot list: " + ec.message());
   for (const auto& path : doomed) {
-    fs::remove_all(path, ec);
+    io::RemoveTree(path, &ec);
     if (ec) return Status::IoErr(path + ": cannot remove: " + ec.message());
     removed.push_back(path);
   }
@@ -598,7 +598,7 @@ Result<std::vector<std::string>> Prune(const std::string& dir, int keep) {
       return Status::IoErr(c.path + ": cannot rename for removal: " + Errno());
     OB_RETURN_IF_ERROR(FsyncDir(dir));
     std::error_code ec;
-    fs::remove_all(doomed, ec);
+    io::RemoveTree(doomed, &ec);
     if (ec) return Status::IoErr(doomed + ": cannot remove: " + ec.message());
     removed.push_back(c.path);
   }

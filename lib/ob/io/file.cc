@@ -1,6 +1,7 @@
 #include "ob/io/file.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,6 +139,33 @@ bool StdoutIsTerminal() { return IsTerminal(STDOUT_FILENO); }
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+namespace {
+thread_local int remove_tree_errno = 0;
+int RemoveOne(const char* path, const struct stat*, int type, struct FTW*) {
+  const int rc = (type == FTW_DP) ? ::rmdir(path) : ::unlink(path);
+  if (rc != 0 && errno != ENOENT && remove_tree_errno == 0) remove_tree_errno = errno;
+  return 0;  // go on: remove what can be removed
+}
+}  // namespace
+
+bool RemoveTree(const std::string& path, std::error_code* ec) {
+  if (ec != nullptr) ec->clear();
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    if (ec != nullptr) *ec = std::error_code(errno, std::generic_category());
+    return false;
+  }
+  remove_tree_errno = 0;
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) remove_tree_errno = errno;
+  } else if (::nftw(path.c_str(), RemoveOne, 32, FTW_DEPTH | FTW_PHYS) != 0 && remove_tree_errno == 0) {
+    remove_tree_errno = errno != 0 ? errno : EIO;
+  }
+  if (remove_tree_errno != 0 && ec != nullptr) *ec = std::error_code(remove_tree_errno, std::generic_category());
+  return remove_tree_errno == 0;
 }
 
 Status MakeDirs(const std::string& path, const std::string& what, unsigned mode) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <system_error>
 
 #include "ob/status.h"
 
@@ -43,6 +44,14 @@ Status WriteFile(const std::string& path, const std::string& data);
 // with `mode` (also less the umask); one that exists is left as it is.
 // kIoErr naming the part and `what` ("run directory").
 Status MakeDirs(const std::string& path, const std::string& what, unsigned mode = 0777);
+
+// Removes `path` and, if it is a directory, everything under it, without
+// following symbolic links (as std::filesystem::remove_all, which ob does
+// not call: the PyTorch wheel's libtorch.so exports a copy of it that
+// crashes, and it is the one our binaries bind to). A missing `path` is
+// not an error. On failure sets *ec (when given) to the first error and
+// returns false; what could be removed is.
+bool RemoveTree(const std::string& path, std::error_code* ec = nullptr);
 
 // DIR/NAME, without doubling a slash DIR ends with.
 std::string JoinPath(const std::string& dir, const std::string& name);
