@@ -138,9 +138,11 @@ sec = sum(float(r.get("step_seconds", 0)) for r in rows)
 tps = sorted(float(r.get("tokens_per_second", 0)) for r in rows)
 mfu = sorted(float(r.get("mfu", 0)) for r in rows)
 peak = max(float(r.get("peak_memory_bytes", 0)) for r in rows)
-snap = sum(float(r.get("snapshot_seconds", 0)) for r in rows) / len(rows)
+snaps = sorted(float(r.get("snapshot_seconds", 0)) for r in rows)
+snap = sum(snaps) / len(rows)
 print(f"steps {skip}..{skip + len(rows) - 1}: median tokens/s {tps[len(tps) // 2]:.0f}, mean step {sec / len(rows):.4f} s, "
-      f"median MFU {mfu[len(mfu) // 2]:.3f}, peak memory {peak / 2**30:.2f} GiB, snapshot on the training thread {snap:.4f} s/step")
+      f"median MFU {mfu[len(mfu) // 2]:.3f}, peak memory {peak / 2**30:.2f} GiB, snapshot on the training thread {snap:.4f} s/step "
+      f"(median {snaps[len(snaps) // 2]:.4f}, max {snaps[-1]:.4f})")
 ' "$skip"
 }
 train() {  # train NAME MODEL [ARGS...]: ob-launch, 100 steps
