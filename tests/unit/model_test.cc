@@ -453,3 +453,23 @@ TEST_CASE("a step's autocast scope casts each weight once and its gradients equa
   REQUIRE(plain.defined());
   CHECK(torch::equal(plain, once));
 }
+
+TEST_CASE("the head's loss is the cross-entropy of its logits in fp32, under bf16 autocast too", "[model]") {
+  auto cfg = Tiny();
+  auto head = ob::model::MakeLayer(cfg, cfg.num_layers() - 1, kSeed);
+  torch::manual_seed(11);
+  const auto x = torch::randn({2, 16, cfg.n_embd});
+  const auto targets = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  for (const bool bf16 : {false, true}) {
+    torch::Tensor logits, loss;
+    {
+      ob::compat::AutocastGuard autocast(torch::Device(torch::kCPU), bf16);
+      logits = head->forward(x, torch::Tensor());
+      loss = head->forward(x, targets);
+    }
+    CHECK(loss.scalar_type() == torch::kFloat);
+    const auto want = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+    CHECK(loss.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+  }
+}
