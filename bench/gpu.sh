@@ -5,6 +5,10 @@
 #
 #   OUT=/some/dir bench/gpu.sh
 #
+# (here, before: bench/gpu-deps.sh, then the device tool's run with carry
+# [".deps"]; the machine's start and each call count against its budget,
+# so plan one call, BUDGET a little under the call's limit.)
+#
 # 1. builds ob against the PyTorch wheel's LibTorch (CUDA) and NCCL, with our
 #    other dependencies unpacked from bookworm .debs (.deps/debs, fetched
 #    with `apt-get download`) into a prefix of their own; runs the unit
@@ -19,7 +23,7 @@
 # Steps 20-21 of the first model's ob run and of its peer run are traced
 # (OB_TRACE, torch_loop.py --trace) and compared by bench/trace_summary.py:
 # GPU busy and idle time per step, kernel time by kind, the top kernels.
-# Results: OUT/summary.txt (and the logs and gzipped traces beside it).
+# Results: OUT/summary.txt, and the logs and gzipped traces in OUT/detail.tar.gz.
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
@@ -51,6 +55,14 @@ phase() {
 }
 cd "$root"
 : > "$summary"
+# The device tool brings back only a few files: at the end (or when killed
+# by a timeout), everything but the summary goes into one archive.
+pack() {
+  (cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name detail.tar.gz -printf '%P\n' |
+     tar czf detail.tar.gz -T - --remove-files 2> /dev/null)
+}
+trap pack EXIT
+trap 'exit 143' TERM
 
 # --- the machine -----------------------------------------------------------
 {
