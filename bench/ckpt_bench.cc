@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "ob/io/file.h"
 #include "ob/ckpt/checkpoint.h"
+#include "ob/io/file.h"
 #include "ob/manifest.pb.h"
 #include "ob/model/config.h"
 #include "ob/model/data.h"

@@ -257,7 +257,9 @@ if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
         sed -nE 's/^([^ (]+)\((\+0x[0-9a-f]+)\).*/\1 \2/p' "$out/stack-$exe.txt" | while read -r obj off; do
           printf '%s %s: %s\n' "$(basename "$obj")" "$off" "$(addr2line -C -f -i -e "$obj" "$off" 2> /dev/null | paste -sd' ')"
         done > "$out/stack-$exe-lines.txt"
-        say "stack of $exe ($name): $(head -c 3000 "$out/stack-$exe-lines.txt")"
+        # Both: a frame the handler printed with a symbol (or a bare [0x0])
+        # has no "+offset" line for addr2line.
+        say "stack of $exe ($name): $(head -c 2000 "$out/stack-$exe.txt"); through addr2line: $(head -c 2000 "$out/stack-$exe-lines.txt")"
       else
         say "crash in $exe ($name): no gdb here or no time"
       fi

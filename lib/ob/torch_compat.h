@@ -115,8 +115,6 @@ int64_t CudaAllocatedBytes(int device); // live bytes of the caching allocator
 uint64_t CudaTotalMemory(int device);
 std::string CudaDeviceName(int device);
 
-// Scoped bf16 autocast on `device`'s type (CUDA or CPU); does nothing when
-// !enable. Nestable; restores the previous state.
 // Keeps autocast's casts of the weights (fp32 leaves to bf16) from one
 // AutocastGuard to the next while it lives, and drops them when it ends:
 // over a step's micro-batches each weight is cast once, not once a
@@ -134,6 +132,8 @@ class AutocastCacheScope {
   bool active_ = false;
 };
 
+// Scoped bf16 autocast on `device`'s type (CUDA or CPU); does nothing when
+// !enable. Nestable; restores the previous state.
 class AutocastGuard {
  public:
   AutocastGuard(const torch::Device& device, bool enable);

@@ -439,16 +439,16 @@ TEST_CASE("a step's autocast scope casts each weight once and its gradients equa
     CHECK(second.is_same(first));  // the second region reuses the first's cast
     CHECK(second.requires_grad());
   }
-  {
-    const auto first = cast(), second = cast();  // no scope: each region casts anew
-    CHECK_FALSE(second.is_same(first));
-  }
-  // After the scope nothing is kept: a changed weight is cast anew.
+  // After the scope nothing is kept: the weight, changed, is cast anew.
   {
     torch::NoGradGuard no_grad;
     w.add_(1.0);
   }
   CHECK(torch::equal(cast().to(torch::kFloat), w.detach().to(torch::kBFloat16).to(torch::kFloat)));
+  {
+    const auto first = cast(), second = cast();  // no scope: each region casts anew
+    CHECK_FALSE(second.is_same(first));
+  }
   const auto plain = grads(false), once = grads(true);
   REQUIRE(plain.defined());
   CHECK(torch::equal(plain, once));

@@ -641,8 +641,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
 
   // bf16: each weight cast once a step, not once a micro-batch (the
   // weights change only in ApplyUpdate, after this).
-  std::optional<compat::AutocastCacheScope> cast_once;
-  cast_once.emplace(bf16);
+  std::optional<compat::AutocastCacheScope> cast_once(std::in_place, bf16);
   for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
     const int j = in.microbatch;
     const int g = me.first_microbatch + j;
