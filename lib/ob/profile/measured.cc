@@ -190,8 +190,9 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
 
 // Optimizer state measured, not assumed: AdamW steps on the layer's
 // gradients, then the bytes of every state tensor they created. Each timed
-// step also takes the gradients' squared norm in double, as the workers do
-// before clipping (stage_worker.cc); *update_seconds gets the median.
+// step also takes the gradients' norms (one multi-tensor kernel, read by
+// the host), as the workers do before clipping (stage_worker.cc);
+// *update_seconds gets the median.
 uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& dev,
                              const MeasureOptions& o, double* update_seconds) {
   std::vector<torch::Tensor> params;
@@ -209,9 +210,9 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
     for (int k = 0; k < o.warmup + o.repeats; ++k) {
       compat::Synchronize(dev);
       const auto t0 = Clock::now();
-      auto sq = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
-      for (auto& p : params) sq += p.grad().to(torch::kDouble).square().sum();
-      (void)sq.item<double>();
+      std::vector<torch::Tensor> grads;
+      for (auto& p : params) grads.push_back(p.grad());
+      (void)torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).cpu();
       model::OptimizerStep(opt);  // as the workers: fused on CUDA
       if (!dev.is_cuda()) {
         // The host snapshot: each step the workers copy the weights and

@@ -412,16 +412,24 @@ void StageWorker::BuildBuckets() {
   // Issue order: highest layers first, pieces ascending within them.
   std::stable_sort(buckets_.begin(), buckets_.end(),
                    [](const Bucket& a, const Bucket& b) { return a.first_layer > b.first_layer; });
+  // Each view starts on a multiple of kGradAlign values, so that a
+  // gradient's reductions (the norm, below) read it from an aligned
+  // address whatever the bucket: on a GPU the order of a sum depends on
+  // whether it can load vectors, and every layout must sum alike.
+  auto aligned = [](int64_t n) { return (n + kGradAlign - 1) / kGradAlign * kGradAlign; };
   for (auto& bk : buckets_) {
-    bk.flat = torch::zeros({bk.numel}, flat_options);
+    int64_t size = 0;
+    for (const auto& p : bk.params) size += aligned(p.numel());
+    for (const auto& v : bk.sources) size += aligned(v.numel());
+    bk.flat = torch::zeros({size}, flat_options);
     int64_t offset = 0;
     for (const auto& p : bk.params) {
       bk.views.push_back(bk.flat.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += p.numel();
+      offset += aligned(p.numel());
     }
     for (const auto& v : bk.sources) {
       bk.views.push_back(bk.flat.narrow(0, offset, v.numel()).view(v.sizes()));
-      offset += v.numel();
+      offset += aligned(v.numel());
     }
   }
   flops_per_microbatch_ = 0;
@@ -807,32 +815,49 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // loss, summed over the TP group and the pipeline: every entry has one
   // contributor and is computed from the same views of the same summed
   // gradient in every pipeline, whatever its degree, so each pipeline gets
-  // the same vector bit for bit.
-  const auto double_options = torch::TensorOptions().dtype(torch::kDouble).device(device);
+  // the same vector bit for bit. Each part's norm comes from one
+  // multi-tensor kernel (one reduction a parameter was ~1,200 kernels a
+  // gpt2-medium step on a GPU); its square goes into its entry in double,
+  // on the host, in the parameters' order. A part is read contiguous and
+  // aligned (kGradAlign), so that its norm is a function of its values
+  // alone: a GPU's summation order depends on alignment.
   const int T = topo_.pieces, first_piece = topo_.FirstPieceOf(rank_);
-  auto stats = torch::zeros({topo_.num_layers * T + 1}, double_options);
-  auto square_sum = [&](const std::string& name, const torch::Tensor& grad, int piece) {
-    auto sq = torch::zeros({}, double_options);
-    for (const auto& v : PieceOfGradient(name, grad, piece)) sq += v.contiguous().to(torch::kDouble).square().sum();
-    return sq;
+  std::vector<torch::Tensor> parts;
+  std::vector<int> entry_of;  // stats entry of each part
+  auto add_part = [&](const torch::Tensor& v, int entry) {
+    const bool aligned =
+        reinterpret_cast<uintptr_t>(v.data_ptr()) % (kGradAlign * v.element_size()) == 0;
+    parts.push_back(v.is_contiguous() && aligned ? v : v.clone(at::MemoryFormat::Contiguous));
+    entry_of.push_back(entry);
+  };
+  auto add_pieces = [&](const std::string& name, const torch::Tensor& grad, int piece, int entry) {
+    for (const auto& v : PieceOfGradient(name, grad, piece)) add_part(v, entry);
   };
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     const size_t i = static_cast<size_t>(l - me.first_layer);
     for (int piece = first_piece; piece < first_piece + topo_.PiecesOf(rank_); ++piece) {
-      auto sq = torch::zeros({}, double_options);
+      const int entry = l * T + piece;
       for (size_t j = 0; j < layer_params_[i].size(); ++j) {
         const std::string& name = layer_names_[i][j];
         if (model::ShardKindOf(name) == model::ShardKind::kReplicated) {
-          if (piece == 0) sq += layer_params_[i][j].grad().to(torch::kDouble).square().sum();
+          if (piece == 0) add_part(layer_params_[i][j].grad(), entry);
         } else {
-          sq += square_sum(name, layer_params_[i][j].grad(), piece);
+          add_pieces(name, layer_params_[i][j].grad(), piece, entry);
         }
       }
-      if (l == 0 && tied_.defined()) sq += square_sum("wte.weight", tied_.grad(), piece);
-      stats[l * T + piece] = sq;
+      if (l == 0 && tied_.defined()) add_pieces("wte.weight", tied_.grad(), piece, entry);
     }
   }
-  if (me.is_last_stage() && me.tp_rank == 0) stats[topo_.num_layers * T] = loss_sum[0];
+  std::vector<double> entries(static_cast<size_t>(topo_.num_layers * T + 1), 0.0);
+  if (!parts.empty()) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor norms = torch::stack(at::_foreach_norm(parts, 2)).to(torch::kDouble).cpu();
+    const double* n = norms.data_ptr<double>();
+    for (size_t k = 0; k < parts.size(); ++k) entries[static_cast<size_t>(entry_of[k])] += n[k] * n[k];
+  }
+  if (me.is_last_stage() && me.tp_rank == 0) entries.back() = loss_sum.item<double>();
+  auto stats = torch::from_blob(entries.data(), {static_cast<int64_t>(entries.size())}, torch::kDouble).clone();
+  if (groups_->tp || pipe) stats = stats.to(device);
   if (groups_->tp) {  // the shards' sums first, then the lane's: the same on every rank
     std::vector<torch::Tensor> buf{stats};
     std::vector<Work> w{groups_->tp->allreduce(buf)};

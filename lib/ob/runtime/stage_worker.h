@@ -360,6 +360,7 @@ class StageWorker {
   std::vector<torch::Tensor> PieceOfGradient(const std::string& name, const torch::Tensor& grad,
                                              int piece) const;
   static constexpr int64_t kBucketBytes = int64_t{8} << 20;
+  static constexpr int64_t kGradAlign = 16;  // values: 64 bytes of fp32
   void BuildBuckets();
   void BindGradients();
   std::vector<Bucket> buckets_;
