@@ -325,6 +325,26 @@ TEST_CASE("overlapped all-reduces give the losses of the schedule without overla
   }
 }
 
+TEST_CASE("bf16 with tensor parallelism trains like bf16 without it", "[runtime][precision][tp]") {
+  // Under bf16 the residual stream and its gradient cross the TP group's
+  // all-reduces in bf16 (Gloo's sum of bf16 tensors).
+  const std::vector<PipelineSpec> specs{{{{0, 5}}, 2}};
+  auto bf16 = [](TrainOptions* o) { o->precision = ob::model::Precision::kBf16; };
+  Run tp = RunPipelines(specs, kSteps, bf16, /*tp=*/2);
+  Run one = RunPipelines(specs, kSteps, bf16);
+  double max_rel = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const double a = tp.results[0][step].loss, b = one.results[0][step].loss;
+    INFO("step " << step << ": " << a << " vs " << b);
+    REQUIRE(std::isfinite(a));
+    CHECK(tp.results[1][step].loss == a);
+    max_rel = std::max(max_rel, std::abs(a - b) / b);
+  }
+  std::printf("# bf16, tp 2 vs tp 1: max relative loss difference %.3g\n", max_rel);
+  CHECK(max_rel < 0.01);
+  CHECK(tp.results[0].back().loss < tp.results[0].front().loss);
+}
+
 TEST_CASE("bf16 autocast on the CPU trains within 2% of fp32 at step 100",
           "[runtime][precision]") {
   const std::vector<PipelineSpec> specs{{{{0, 2}, {3, 5}}, 2}, {{{0, 2}, {3, 5}}, 2}};

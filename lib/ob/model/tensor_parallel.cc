@@ -16,13 +16,16 @@ compat::Backend* GroupOf(AutogradContext* ctx) {
   return reinterpret_cast<compat::Backend*>(ctx->saved_data["group"].toInt());
 }
 
+// Gloo (CPU tensors) sums no bf16: there the sum runs in fp32 and comes
+// back in the input's dtype; NCCL sums bf16 itself.
 torch::Tensor AllReduced(const torch::Tensor& x, compat::Backend* group,
                          c10d::ReduceOp op = c10d::ReduceOp::SUM) {
-  std::vector<torch::Tensor> v = {x.contiguous().clone()};
+  const bool widen = !x.is_cuda() && x.scalar_type() == torch::kBFloat16;
+  std::vector<torch::Tensor> v = {widen ? x.to(torch::kFloat).contiguous() : x.contiguous().clone()};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
   group->allreduce(v, opts)->wait();
-  return v[0];
+  return widen ? v[0].to(x.scalar_type()) : v[0];
 }
 
 struct CopyToTpFn : public torch::autograd::Function<CopyToTpFn> {
