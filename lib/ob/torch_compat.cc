@@ -201,6 +201,33 @@ AutocastCacheScope::~AutocastCacheScope() {
   if (active_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 }
 
+std::optional<at::ScalarType> AutocastDtype(const torch::Tensor& x) {
+  if (x.is_cuda()) {
+#if OB_TORCH_AT_LEAST(2, 4)
+    if (at::autocast::is_autocast_enabled(at::kCUDA)) return at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+    if (at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
+#endif
+    return std::nullopt;
+  }
+  if (x.is_cpu()) {
+#if OB_TORCH_AT_LEAST(2, 4)
+    if (at::autocast::is_autocast_enabled(at::kCPU)) return at::autocast::get_autocast_dtype(at::kCPU);
+#else
+    if (at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
+#endif
+  }
+  return std::nullopt;
+}
+
+torch::Tensor CachedCast(const torch::Tensor& w, at::ScalarType dtype) {
+  return at::autocast::cached_cast(dtype, w, w.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+}
+
+AutocastOff::AutocastOff()
+    : guard_(std::make_unique<c10::impl::ExcludeDispatchKeyGuard>(c10::autocast_dispatch_keyset)) {}
+AutocastOff::~AutocastOff() = default;
+
 AutocastGuard::AutocastGuard(const torch::Device& device, bool enable) {
   if (!enable) return;
   active_ = true;

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 #include <sstream>
@@ -130,6 +131,29 @@ class AutocastCacheScope {
 
  private:
   bool active_ = false;
+};
+
+// The dtype autocast computes in for tensors on `x`'s device type (bf16
+// under AutocastGuard), or nullopt where autocast is off there.
+std::optional<at::ScalarType> AutocastDtype(const torch::Tensor& x);
+
+// `w` in `dtype` through autocast's cache: an fp32 leaf that requires
+// grad (a weight) is cast once while an AutocastGuard or AutocastCacheScope
+// lives, like the weights autocast casts for its own ops; anything else is
+// cast each call. Differentiable (the gradient comes back in fp32).
+torch::Tensor CachedCast(const torch::Tensor& w, at::ScalarType dtype);
+
+// Autocast off for the calls made while it lives: they compute in the
+// dtypes of their inputs.
+class AutocastOff {
+ public:
+  AutocastOff();
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  std::unique_ptr<c10::impl::ExcludeDispatchKeyGuard> guard_;
 };
 
 // Scoped bf16 autocast on `device`'s type (CUDA or CPU); does nothing when

@@ -473,3 +473,45 @@ TEST_CASE("the head's loss is the cross-entropy of its logits in fp32, under bf1
     CHECK(loss.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
   }
 }
+
+TEST_CASE("under bf16 autocast the residual stream and its layer norms stay in bf16, with fp32 gradients",
+          "[model]") {
+  auto cfg = Tiny();
+  const int last = cfg.num_layers() - 1;
+  GptStage body(cfg, 0, last - 1, kSeed), whole(cfg, 0, last, kSeed);
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(5);
+  const auto ids = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  const auto targets = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  torch::Tensor x;
+  {
+    ob::compat::AutocastGuard autocast(cpu, true);
+    x = body->forward(ids, torch::Tensor());
+  }
+  // The embed's sum is cast once; the blocks keep it: no fp32 stream.
+  CHECK(x.scalar_type() == torch::kBFloat16);
+  torch::Tensor fp32_out;
+  {
+    torch::NoGradGuard no_grad;
+    fp32_out = body->forward(ids, torch::Tensor());
+  }
+  CHECK(fp32_out.scalar_type() == torch::kFloat);
+  const double err = (x.to(torch::kFloat) - fp32_out).abs().max().item<double>();
+  const double scale = fp32_out.abs().max().item<double>();
+  CHECK(err < 0.05 * scale);
+
+  // A layer norm's gain and bias still get fp32 gradients, close to fp32's.
+  auto grad_of_ln = [&](bool bf16) {
+    for (auto& p : whole->parameters()) p.mutable_grad() = torch::Tensor();
+    torch::Tensor loss;
+    {
+      ob::compat::AutocastGuard autocast(cpu, bf16);
+      loss = whole->forward(ids, targets);
+    }
+    loss.backward();
+    return whole->named_parameters()["1.ln_1.weight"].grad().clone();
+  };
+  const auto g16 = grad_of_ln(true), g32 = grad_of_ln(false);
+  CHECK(g16.scalar_type() == torch::kFloat);
+  CHECK((g16 - g32).norm().item<double>() < 0.05 * g32.norm().item<double>());
+}

@@ -46,6 +46,28 @@ torch::Tensor Affine(const Dense& l, const torch::Tensor& x) {
   return torch::linear(x, l->weight, l->bias);
 }
 
+// The residual stream in the compute dtype. Under bf16 autocast the
+// embed's sum is cast to bf16 once, and the layer norms read and write
+// bf16 (statistics in fp32 inside the kernel; gain and bias cast once a
+// step through autocast's cache) where autocast would run them in fp32:
+// otherwise every block reads and writes its residual stream in fp32 and
+// casts each norm's output back to bf16 for the next product, two casts
+// forward and two backward a block and twice the bytes of every residual
+// add and norm (Megatron-LM, likewise, keeps the residual stream in bf16
+// unless asked for fp32). Without autocast, the module's own forward.
+torch::Tensor Norm(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
+  const auto dtype = compat::AutocastDtype(x);
+  if (!dtype || x.scalar_type() != *dtype) return ln->forward(x);
+  auto w = compat::CachedCast(ln->weight, *dtype), b = compat::CachedCast(ln->bias, *dtype);
+  compat::AutocastOff off;
+  return torch::layer_norm(x, ln->options.normalized_shape(), w, b, ln->options.eps());
+}
+
+torch::Tensor InComputeDtype(const torch::Tensor& x) {
+  const auto dtype = compat::AutocastDtype(x);
+  return dtype && x.is_floating_point() ? x.to(*dtype) : x;
+}
+
 }  // namespace
 
 DenseImpl::DenseImpl(int64_t in, int64_t out) {
@@ -73,7 +95,7 @@ torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Ten
   const int64_t t = ids.size(1);
   auto pos = torch::arange(t, ids.options().dtype(torch::kLong));
   auto tokens = Sharded(tp_) ? TpEmbedding(wte->weight, ids, vocab_, *tp_) : torch::embedding(wte->weight, ids);
-  return tokens + torch::embedding(wpe->weight, pos).unsqueeze(0);  // [b,t,h]
+  return InComputeDtype(tokens + torch::embedding(wpe->weight, pos).unsqueeze(0));  // [b,t,h]
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head, TpGroupPtr tp)
@@ -132,8 +154,8 @@ BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, T
 }
 
 torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
-  auto y = x + attn->forward(ln_1->forward(x));
-  return y + mlp->forward(ln_2->forward(y));
+  auto y = x + attn->forward(Norm(ln_1, x));
+  return y + mlp->forward(Norm(ln_2, y));
 }
 
 LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {
@@ -179,10 +201,10 @@ int64_t HeadPadding(const torch::Tensor& x) { return x.is_cuda() ? 64 : 1; }
 torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
   if (Sharded(tp_)) {  // logits for our vocabulary range only: [b,t,V_r]
     TORCH_CHECK(targets.defined(), "a tensor-parallel head needs the targets");
-    auto logits = LogitsOf(CopyToTp(ln_f->forward(x), *tp_), lm_weight_, HeadPadding(x));
+    auto logits = LogitsOf(CopyToTp(Norm(ln_f, x), *tp_), lm_weight_, HeadPadding(x));
     return TpCrossEntropy(logits, targets, vocab_, *tp_);
   }
-  auto logits = LogitsOf(ln_f->forward(x), lm_weight_, HeadPadding(x));  // [b,t,V]
+  auto logits = LogitsOf(Norm(ln_f, x), lm_weight_, HeadPadding(x));  // [b,t,V]
   if (!targets.defined()) return logits.contiguous();
   const int64_t v = logits.size(-1);
   // The loss in fp32 whatever the autocast: log-softmax reads the bf16

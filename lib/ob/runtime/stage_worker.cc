@@ -524,7 +524,7 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
           msg.tag = tag;
           msg.tensor = peers.whole ? WholeBuffer(wire) : BoundaryBuffer(wire);
           wait(compat::PostP2p(*pipe, {msg}));
-          input = (t > 1 && !peers.whole ? GatherShares(msg.tensor) : msg.tensor).to(torch::kFloat);
+          input = t > 1 && !peers.whole ? GatherShares(msg.tensor) : msg.tensor;
         }
         torch::Tensor out;
         {
@@ -593,7 +593,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   const auto device = opts_.device;
   const bool bf16 = opts_.precision == model::Precision::kBf16;
   // Activations and their gradients cross stage boundaries in the compute
-  // dtype; inside a stage the residual stream stays fp32.
+  // dtype, the residual stream's (model/gpt.cc, Norm).
   const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device);
   const int m = me.num_microbatches;
   const double weight = 1.0 / topo_.total_microbatches;  // each micro-batch's share
@@ -695,7 +695,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
       case StageInstr::kForward: {
         auto [input, targets] = MicroBatch(data_, step, g);
         if (!me.is_first_stage()) {
-          input = received[j].to(torch::kFloat).requires_grad_(true);
+          input = received[j].requires_grad_(true);
           received[j] = torch::Tensor();
         }
         const auto t0 = Clock::now();
