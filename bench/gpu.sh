@@ -197,7 +197,7 @@ if [ -s "$work/trace/trace-rank-0.json" ] || [ -s "$work/trace/peer.json" ]; the
   [ -s "$work/trace/peer.json" ] && args+=("peer=$work/trace/peer.json")
   env -u LD_LIBRARY_PATH "$py" bench/trace_summary.py --steps 2 --json "$out/trace-summary.json" "${args[@]}" \
     > "$out/trace-summary.txt" 2>&1
-  head -60 "$out/trace-summary.txt" | tee -a "$summary"
+  head -80 "$out/trace-summary.txt" | tee -a "$summary"
   for f in "$work"/trace/*.json; do gzip -c "$f" > "$out/$(basename "$f").gz"; done
 fi
 

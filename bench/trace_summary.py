@@ -10,9 +10,17 @@ sets over all streams) and idle, the kernels' time by kind (matrix
 products, attention, optimizer, copies, ...), the host's CUDA runtime calls
 (launches), and the kernels that took longest in total. A trace may be
 gzip-compressed (.gz).
+
+Where the compute stream (the stream with the most kernel time) waits
+for the host: each of its gaps of at least 10 us is charged to the
+innermost "ob::" range (the worker's RECORD_USER_SCOPE phases: ob::forward,
+ob::update, ...) under way on the host when the stream ran dry, and to the
+CUDA runtime call under way then (a synchronisation shows as
+cudaStreamSynchronize and the like; none: the host was busy elsewhere).
 """
 
 import argparse
+import bisect
 import gzip
 import json
 import re
@@ -67,19 +75,84 @@ def union_length(intervals):
     return total
 
 
+MIN_GAP_US = 10.0
+
+
+class Ranges:
+    """Host ranges (start, end, name) by thread; ranges of one thread nest
+    or follow each other, as a thread's calls do."""
+
+    def __init__(self):
+        self.by_thread = defaultdict(list)
+
+    def add(self, thread, start, end, name):
+        self.by_thread[thread].append((start, end, name))
+
+    def freeze(self):
+        for rs in self.by_thread.values():
+            rs.sort()
+        self.starts = {t: [r[0] for r in rs] for t, rs in self.by_thread.items()}
+
+    def innermost(self, t, lookback=2000):
+        """The name of the shortest range containing time t, or None. Per
+        thread, the innermost is the latest-starting range that still lasts
+        at t; an enclosing one started earlier (looked for among the
+        `lookback` ranges before)."""
+        best = None
+        for thread, rs in self.by_thread.items():
+            i = bisect.bisect_right(self.starts[thread], t) - 1
+            for j in range(i, max(-1, i - lookback), -1):
+                s, e, name = rs[j]
+                if e >= t:
+                    if best is None or e - s < best[1] - best[0]:
+                        best = (s, e, name)
+                    break
+        return best[2] if best else None
+
+
+def compute_stream_gaps(gpu_events, phases, runtime):
+    """Idle time of the busiest stream, charged to host phases and calls."""
+    by_stream = defaultdict(float)
+    for s, e, _, cat, stream in gpu_events:
+        if cat == "kernel":
+            by_stream[stream] += e - s
+    if not by_stream:
+        return 0.0, {}, {}
+    main = max(by_stream, key=by_stream.get)
+    spans = sorted((s, e) for s, e, _, _, stream in gpu_events if stream == main)
+    idle, by_phase, by_call = 0.0, defaultdict(float), defaultdict(float)
+    end = None
+    for s, e in spans:
+        if end is not None and s - end >= MIN_GAP_US:
+            gap = s - end
+            idle += gap
+            by_phase[phases.innermost(end) or "(no ob:: range)"] += gap
+            by_call[runtime.innermost(end) or "(no CUDA call)"] += gap
+        end = e if end is None else max(end, e)
+    return idle, by_phase, by_call
+
+
 def summarize(path, steps):
     events = load(path)
     gpu, launches, cpu_ops = [], 0, 0
+    gpu_streams, phases, runtime = [], Ranges(), Ranges()
     for ev in events:
         if ev.get("ph") != "X":
             continue
         cat = ev.get("cat", "")
+        ts, dur = float(ev.get("ts", 0)), float(ev.get("dur", 0))
         if cat in GPU_CATS:
-            gpu.append((float(ev["ts"]), float(ev["ts"]) + float(ev.get("dur", 0)), ev.get("name", "?"), cat))
-        elif cat == "cuda_runtime" and re.search(r"launch", ev.get("name", ""), re.I):
-            launches += 1
+            gpu.append((ts, ts + dur, ev.get("name", "?"), cat))
+            args = ev.get("args") or {}
+            gpu_streams.append((ts, ts + dur, ev.get("name", "?"), cat, args.get("stream", ev.get("tid"))))
+        elif cat == "cuda_runtime":
+            runtime.add((ev.get("pid"), ev.get("tid")), ts, ts + dur, ev.get("name", "?"))
+            if re.search(r"launch", ev.get("name", ""), re.I):
+                launches += 1
         elif cat == "cpu_op":
             cpu_ops += 1
+        elif cat == "user_annotation" and ev.get("name", "").startswith("ob::"):
+            phases.add((ev.get("pid"), ev.get("tid")), ts, ts + dur, ev["name"])
     if not gpu:
         return None
     window = max(e for _, e, _, _ in gpu) - min(s for s, _, _, _ in gpu)
@@ -98,7 +171,13 @@ def summarize(path, steps):
             gaps.append(s - end)
         end = e if end is None else max(end, e)
     n = float(steps)
+    phases.freeze()
+    runtime.freeze()
+    idle_main, by_phase, by_call = compute_stream_gaps(gpu_streams, phases, runtime)
     return {
+        "compute_idle_ms": idle_main / 1e3 / n,
+        "idle_by_phase_ms": {k: v / 1e3 / n for k, v in by_phase.items()},
+        "idle_by_call_ms": {k: v / 1e3 / n for k, v in by_call.items()},
         "window_ms": window / 1e3 / n,
         "busy_ms": busy / 1e3 / n,
         "idle_ms": (window - busy) / 1e3 / n,
@@ -141,6 +220,7 @@ def main():
     print(f"per step (traces of {a.steps} steps)")
     row("", labels)
     for key, fmt in (("window_ms", "{:.2f}"), ("busy_ms", "{:.2f}"), ("idle_ms", "{:.2f}"),
+                     ("compute_idle_ms", "{:.2f}"),
                      ("gaps_over_100us_ms", "{:.2f}"), ("gaps_over_100us", "{:.0f}"),
                      ("kernel_sum_ms", "{:.2f}"), ("gpu_activities", "{:.0f}"), ("launches", "{:.0f}"),
                      ("cpu_ops", "{:.0f}")):
@@ -150,6 +230,13 @@ def main():
     print("kernel time by kind (ms/step)")
     for k in kinds:
         row("  " + k, [f"{sums[l]['by_kind_ms'].get(k, 0):.2f}" for l in labels])
+    for key, title in (("idle_by_phase_ms", "compute stream idle (gaps >= 10 us) by host phase (ms/step)"),
+                       ("idle_by_call_ms", "compute stream idle by the CUDA call under way on the host (ms/step)")):
+        names = sorted({k for s in sums.values() for k in s[key]},
+                       key=lambda k: -max(s[key].get(k, 0) for s in sums.values()))
+        print(title)
+        for k in names[: a.top]:
+            row("  " + k[:24], [f"{sums[l][key].get(k, 0):.2f}" for l in labels])
     for l in labels:
         print(f"top kernels, {l} (ms/step, launches/step, name)")
         for ms, count, name in sums[l]["top"][: a.top]:

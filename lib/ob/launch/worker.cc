@@ -1,5 +1,6 @@
 #include "ob/launch/worker.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <sys/prctl.h>
@@ -670,6 +671,10 @@ Status RunWorker(const WorkerOptions& o) {
       }
     }
     OB_ASSIGN_OR_RETURN(runtime::StepResult r, std::move(stepped));
+    // What the loop does between steps (metrics, evaluation, checkpoints),
+    // as a range in a trace (OB_TRACE; bench/trace_summary.py).
+    std::optional<at::RecordFunction> between(std::in_place, at::RecordScope::USER_SCOPE);
+    if (between->isActive()) between->before("ob::between_steps");
     last_done = step;
     if (step == inject.nan_at) r.loss = std::nan("");
     pb::Metrics m = record(step);

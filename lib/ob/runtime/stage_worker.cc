@@ -6,6 +6,7 @@
 // [b, t, h] float; b = micro-batch size, t = sequence length, h = n_embd.
 #include "ob/runtime/stage_worker.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
@@ -296,9 +297,15 @@ Result<StepResult> StageWorker::Step(int64_t step) {
     const auto start = Clock::now();
     StepResult r = RunSchedule(step);  // meanwhile the previous step's snapshot copies
     auto t_snap = Clock::now();
-    Settle();  // the update must not change what the copy still reads
+    {
+      RECORD_USER_SCOPE("ob::settle");
+      Settle();  // the update must not change what the copy still reads
+    }
     r.snapshot_seconds = SecondsSince(t_snap);
-    ApplyUpdate(&r);
+    {
+      RECORD_USER_SCOPE("ob::update");
+      ApplyUpdate(&r);
+    }
     t_snap = Clock::now();
     int slot = -1;  // the oldest slot that is neither the newest nor pinned
     for (int s = 0; s < kSnapshots; ++s) {
@@ -317,11 +324,15 @@ Result<StepResult> StageWorker::Step(int64_t step) {
       // touches only this slot, which nothing else uses meanwhile).
       commit = [arena = arena_, slot](const StageSnapshot& snap) { arena->Commit(slot, snap); };
     }
-    copier_.Start(stage_, tied_, *optimizer_, step, &snapshots_[slot], std::move(commit));
+    {
+      RECORD_USER_SCOPE("ob::snapshot");
+      copier_.Start(stage_, tied_, *optimizer_, step, &snapshots_[slot], std::move(commit));
+    }
     copying_ = slot;
     if (!opts_.async_snapshot) Settle();
     r.snapshot_seconds += SecondsSince(t_snap);
     if (opts_.device.is_cuda()) {
+      RECORD_USER_SCOPE("ob::step_end");
       compat::Synchronize(opts_.device);  // the step's kernels, not the snapshot's side stream
       r.memory_bytes = compat::CudaAllocatedBytes(opts_.device.index());
       r.peak_memory_bytes = compat::CudaPeakAllocatedBytes(opts_.device.index());
@@ -655,6 +666,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
     const int g = me.first_microbatch + j;
     switch (in.kind) {
       case StageInstr::kComm: {
+        RECORD_USER_SCOPE("ob::p2p");
         const auto t0 = Clock::now();
         std::vector<compat::P2pMessage> batch;
         std::vector<torch::Tensor> keep;  // what sends read, alive until they finish
@@ -693,6 +705,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         break;
       }
       case StageInstr::kForward: {
+        RECORD_USER_SCOPE("ob::forward");
         auto [input, targets] = MicroBatch(data_, step, g);
         if (!me.is_first_stage()) {
           input = received[j].requires_grad_(true);
@@ -732,6 +745,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
         break;
       }
       case StageInstr::kBackward: {
+        RECORD_USER_SCOPE("ob::backward");
         if (stall_at_ == step) {  // fault injection: stop making progress, stay alive
           for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
         }
@@ -787,6 +801,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // last), which the overlap cannot change: that wait is communication
   // time but not part of the exposed all-reduce.
   const auto t_comm = Clock::now();
+  std::optional<at::RecordFunction> phase(std::in_place, at::RecordScope::USER_SCOPE);
+  if (phase->isActive()) phase->before("ob::allreduce");
   issue_buckets_down_to(-1);
   std::vector<Work> tied_sums;
   std::vector<torch::Tensor> spare_losses;  // a rank of several pieces: the later pieces' copies
@@ -821,6 +837,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // on the host, in the parameters' order. A part is read contiguous and
   // aligned (kGradAlign), so that its norm is a function of its values
   // alone: a GPU's summation order depends on alignment.
+  phase.emplace(at::RecordScope::USER_SCOPE);
+  if (phase->isActive()) phase->before("ob::grad_norm");
   const int T = topo_.pieces, first_piece = topo_.FirstPieceOf(rank_);
   std::vector<torch::Tensor> parts;
   std::vector<int> entry_of;  // stats entry of each part
@@ -874,6 +892,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   const double* s = stats.data_ptr<double>();
   double sum_sq = 0;
   for (int e = 0; e < topo_.num_layers * T; ++e) sum_sq += s[e];
+  phase.reset();
   r.grad_norm = std::sqrt(sum_sq);
   r.loss = s[topo_.num_layers * T];
   r.comm_seconds += SecondsSince(t_comm);
