@@ -414,15 +414,31 @@ class CudaCopyFence : public CopyFence {
   at::cuda::CUDAEvent done;
   void Wait() override { done.synchronize(); }
 };
+
+struct CudaStreamMark : public StreamMark {
+  at::cuda::CUDAEvent event;
+};
 }  // namespace
 
+std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device& device) {
+  auto mark = std::make_shared<CudaStreamMark>();
+  mark->event.record(at::cuda::getCurrentCUDAStream(device.index()));
+  return mark;
+}
+
 std::unique_ptr<CopyFence> CopyOnSideStream(
-    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device) {
-  auto current = at::cuda::getCurrentCUDAStream(device.index());
-  at::cuda::CUDAEvent ready;
-  ready.record(current);
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device,
+    StreamMark* after) {
+  c10::cuda::OptionalCUDAGuard on_device;  // a thread of its own starts on device 0
+  if (device.has_index()) on_device.set_index(device.index());
   auto side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  ready.block(side);
+  if (after != nullptr) {
+    static_cast<CudaStreamMark*>(after)->event.block(side);
+  } else {
+    at::cuda::CUDAEvent ready;
+    ready.record(at::cuda::getCurrentCUDAStream(device.index()));
+    ready.block(side);
+  }
   auto fence = std::make_unique<CudaCopyFence>();
   {
     c10::cuda::CUDAStreamGuard guard(side);
@@ -437,8 +453,12 @@ bool PinHostRange(void* data, size_t bytes) {
 }
 void UnpinHostRange(void* data) { (void)cudaHostUnregister(data); }
 #else
+std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device&) {
+  TORCH_CHECK(false, "this build of ob has no CUDA");
+}
+
 std::unique_ptr<CopyFence> CopyOnSideStream(
-    const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&) {
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&, StreamMark*) {
   TORCH_CHECK(false, "this build of ob has no CUDA");
 }
 

@@ -215,17 +215,28 @@ class DeviceTimer {
 };
 
 // --- asynchronous device-to-host copies ---------------------------------------
+// A point in the work queued so far on `device`'s current stream (a CUDA
+// event), for another thread's stream to wait for. REQUIRES a CUDA build.
+class StreamMark {
+ public:
+  virtual ~StreamMark() = default;
+};
+std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device& device);
+
 // Copies each jobs[i].second (device) into jobs[i].first (host) on a side
-// stream that first waits for the work queued on the current stream; the
-// returned fence's Wait() blocks until the copies are done. REQUIRES a CUDA
-// build and CUDA sources (CPU copies are the caller's, see SnapshotCopier).
+// stream that first waits for `after` (a mark taken on another thread), or
+// without one for the work queued on the calling thread's current stream;
+// the returned fence's Wait() blocks until the copies are done. Callable
+// from any thread. REQUIRES a CUDA build and CUDA sources (CPU copies are
+// the caller's, see SnapshotCopier).
 class CopyFence {
  public:
   virtual ~CopyFence() = default;
   virtual void Wait() = 0;
 };
 std::unique_ptr<CopyFence> CopyOnSideStream(
-    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device);
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device,
+    StreamMark* after = nullptr);
 
 // Page-locks [data, data + bytes) for fast, asynchronous device copies
 // (cudaHostRegister); false where there is no CUDA or it failed (the copies

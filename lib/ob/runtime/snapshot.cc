@@ -101,12 +101,14 @@ void CaptureSnapshot(const model::GptStage& stage, const torch::Tensor& tied,
   into->step = step;
 }
 
-// The copy thread of CPU snapshots: one job at a time.
+// The copy thread: one copy at a time. `work` copies (and holds the
+// references it copies from until it returns); `then` runs after a
+// successful copy.
 struct SnapshotCopier::Thread {
   std::mutex mu;
   std::condition_variable cv;
-  CopyJobs jobs;
-  std::function<void()> then;  // after a successful copy
+  std::function<void()> work;
+  std::function<void()> then;
   bool busy = false, quit = false;
   std::exception_ptr error;
   std::thread thread;
@@ -117,19 +119,19 @@ struct SnapshotCopier::Thread {
       for (;;) {
         cv.wait(lock, [this] { return quit || busy; });
         if (quit) return;
-        auto todo = std::move(jobs);
+        auto todo = std::move(work);
         auto done = std::move(then);
         lock.unlock();
         std::exception_ptr failed;
         try {
           torch::NoGradGuard no_grad;
-          for (auto& [host, src] : todo) host.copy_(src);
-          todo.clear();  // drop the references before saying done
+          todo();
+          todo = nullptr;  // drop the references before saying done
           if (done) done();
         } catch (...) {
           failed = std::current_exception();
         }
-        todo.clear();
+        todo = nullptr;
         lock.lock();
         error = failed;
         busy = false;
@@ -145,9 +147,9 @@ struct SnapshotCopier::Thread {
     cv.notify_all();
     thread.join();
   }
-  void Run(CopyJobs j, std::function<void()> t) {
+  void Run(std::function<void()> w, std::function<void()> t) {
     std::lock_guard<std::mutex> lock(mu);
-    jobs = std::move(j);
+    work = std::move(w);
     then = std::move(t);
     error = nullptr;
     busy = true;
@@ -177,34 +179,37 @@ void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& ti
   bool cuda = false;
   CopyJobs jobs = PlanCopies(stage, tied, optimizer, into, &cuda);
   into_ = into;
-  step_ = step;
+  std::function<void()> work;
   if (cuda) {
-    fence_ = compat::CopyOnSideStream(jobs, stage->parameters().front().device());
-    on_copied_ = std::move(on_copied);
+    // The copies wait for the update queued so far; the copy thread
+    // queues them on a side stream and waits for them there. Queuing them
+    // here cost the training thread one call a tensor (876 a gpt2-medium
+    // step, 7 ms of 250 on an H200), and a copy into memory not yet
+    // page-locked (an arena slot being locked) blocks its caller for the
+    // whole transfer.
+    const torch::Device device = stage->parameters().front().device();
+    work = [jobs = std::move(jobs), device, mark = compat::MarkCurrentStream(device)] {
+      compat::CopyOnSideStream(jobs, device, mark.get())->Wait();
+    };
   } else {
-    if (!thread_) thread_ = std::make_unique<Thread>();
-    // The label and the callback on the copy thread, once every byte is in
-    // place; the training thread reads `into` only after Wait.
-    thread_->Run(std::move(jobs), [into, step, cb = std::move(on_copied)] {
-      into->step = step;
-      if (cb) cb(*into);
-    });
+    work = [jobs = std::move(jobs)] {
+      for (auto& [host, src] : jobs) host.copy_(src);
+    };
   }
+  if (!thread_) thread_ = std::make_unique<Thread>();
+  // The label and the callback on the copy thread, once every byte is in
+  // place; the training thread reads `into` only after Wait.
+  thread_->Run(std::move(work), [into, step, cb = std::move(on_copied)] {
+    into->step = step;
+    if (cb) cb(*into);
+  });
 }
 
 StageSnapshot* SnapshotCopier::Wait() {
   if (into_ == nullptr) return nullptr;
   StageSnapshot* done = into_;
   into_ = nullptr;
-  if (fence_) {
-    auto fence = std::move(fence_);
-    fence->Wait();
-    done->step = step_;
-    auto cb = std::move(on_copied_);
-    if (cb) cb(*done);
-  } else if (thread_) {
-    thread_->Wait();  // labelled there
-  }
+  thread_->Wait();  // labelled there
   return done;
 }
 

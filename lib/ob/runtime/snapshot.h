@@ -15,8 +15,9 @@
 // (value + two moments; about 12 bytes per fp32 parameter), into buffers
 // allocated once and reused. SnapshotCopier takes it off the critical
 // path: the copy of step k's state runs while step k + 1's forward and
-// backward do (on a side stream into page-locked memory on CUDA, on a
-// thread of its own on the CPU) — neither changes parameters or AdamW
+// backward do (a thread of the copier's own queues it on a side stream
+// into page-locked memory on CUDA, or makes it on the CPU) — neither
+// changes parameters or AdamW
 // moments — and the training thread waits for it only before step k + 1's
 // update, by which time it is normally done. (On a CPU the copy competes
 // with the step for cores and memory bandwidth; ob-launch copies on the
@@ -92,7 +93,7 @@ class SnapshotCopier {
   SnapshotCopier& operator=(const SnapshotCopier&) = delete;
 
   // `on_copied`, when given, runs once the copy is in place and labelled
-  // (on the copy's own thread on the CPU, in Wait on CUDA): the worker
+  // (on the copy's own thread): the worker
   // marks its arena slot complete there, so a process that dies or stalls
   // after the copy still leaves the step recoverable.
   void Start(const model::GptStage& stage, const torch::Tensor& tied,
@@ -105,11 +106,8 @@ class SnapshotCopier {
 
  private:
   struct Thread;
-  std::unique_ptr<Thread> thread_;         // CPU copies
-  std::unique_ptr<compat::CopyFence> fence_;  // CUDA copies
+  std::unique_ptr<Thread> thread_;  // queues (CUDA) or makes (CPU) the copies
   StageSnapshot* into_ = nullptr;
-  int64_t step_ = -2;
-  std::function<void(const StageSnapshot&)> on_copied_;  // CUDA: run by Wait
 };
 
 // Sets `p`'s AdamW state (replacing any): step count and copies of the
