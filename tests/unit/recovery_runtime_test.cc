@@ -850,3 +850,54 @@ TEST_CASE("a checkpoint saved by one layout loads bit for bit into others", "[re
   CHECK_FALSE(missing.ok());
   ob::io::RemoveTree(dir);
 }
+
+TEST_CASE("the snapshot copier copies the state the update left, off the calling thread, on CPU and CUDA",
+          "[runtime][snapshot]") {
+  // On a GPU (the CUDA build on a lent machine) the copies are queued by
+  // the copier's own thread on a side stream after a mark of the update.
+  std::vector<torch::Device> devices{torch::Device(torch::kCPU)};
+  if (ob::compat::CudaDeviceCount() > 0) devices.emplace_back(torch::kCUDA, 0);
+  const auto cfg = *ob::model::Preset("gpt-tiny");
+  torch::set_num_threads(1);
+  for (const auto& dev : devices) {
+    INFO(dev.str());
+    ob::model::GptStage stage(cfg, 0, cfg.num_layers() - 1, 99);
+    stage->to(dev);
+    ob::model::TrainOptions opts;
+    auto opt = ob::model::MakeOptimizer(*stage, opts);
+    const torch::Tensor tied = stage->tied_weights().empty() ? torch::Tensor() : stage->tied_weights().front();
+    auto update = [&] {
+      torch::manual_seed(3);
+      const auto ids = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong).to(dev);
+      opt->zero_grad();
+      stage->forward(ids, ids).backward();
+      ob::model::OptimizerStep(*opt);
+    };
+    ob::runtime::SnapshotCopier copier;
+    ob::runtime::StageSnapshot snap;
+    for (int64_t step = 4; step < 6; ++step) {  // the second round reuses the buffers
+      update();
+      int called = 0;
+      copier.Start(stage, tied, *opt, step, &snap, [&](const ob::runtime::StageSnapshot& s) {
+        called += s.step == step ? 1 : 100;
+      });
+      CHECK(copier.pending());
+      ob::runtime::StageSnapshot* done = copier.Wait();
+      REQUIRE(done == &snap);
+      CHECK(snap.step == step);
+      CHECK(called == 1);
+      const auto live = ob::runtime::LiveView(stage, tied, *opt, step);
+      REQUIRE(snap.tensors.size() == live.tensors.size());
+      for (const auto& [key, want] : live.tensors) {
+        INFO(key);
+        const auto& got = snap.tensors.at(key);
+        CHECK(got.value.device().is_cpu());
+        CHECK(torch::equal(got.value, want.value.cpu()));
+        CHECK(torch::equal(got.exp_avg, want.exp_avg.cpu()));
+        CHECK(torch::equal(got.exp_avg_sq, want.exp_avg_sq.cpu()));
+        CHECK(got.adam_step == step - 3);
+      }
+    }
+    CHECK(copier.Wait() == nullptr);  // nothing in flight
+  }
+}
