@@ -71,14 +71,15 @@ bool FusedAdamWStep(torch::optim::AdamW& optimizer) {
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const auto key = OptimizerStateKey(state, p);
-      if (state.find(key) == state.end()) {  // as AdamW::step() creates it
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->step(0);
-        s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        state[key] = std::move(s);
+      auto it = state.find(key);
+      if (it == state.end()) {  // as AdamW::step() creates it
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        it = state.emplace(key, std::move(fresh)).first;
       }
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*state.find(key)->second);
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
       params.push_back(p);
       grads.push_back(p.grad());
       exp_avgs.push_back(s.exp_avg());

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "ob/runtime/snapshot_arena.h"
 
@@ -256,4 +257,33 @@ TEST_CASE("pinning the arena never holds up the worker that asked for it") {
   auto view = (*arena)->View(0);
   REQUIRE(view.ok());
   CHECK(view->tensors.at("0.w").value[0][0].item<float>() == 2.0f);
+}
+
+TEST_CASE("prefaulting a shared region maps its pages and changes none of its bytes") {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), bytes = 64 * page;
+  const int fd = ::memfd_create("ob-prefault-test", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto* c = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < bytes / 2; i += 97) c[i] = static_cast<unsigned char>(i % 251 + 1);
+  // Half written, half holes: none is resident in the second half yet.
+  std::vector<unsigned char> resident(bytes / page);
+  REQUIRE(::mincore(p, bytes, resident.data()) == 0);
+  CHECK((resident.back() & 1) == 0);
+  CHECK(SnapshotArena::Prefault(p, bytes));
+  REQUIRE(::mincore(p, bytes, resident.data()) == 0);
+  for (size_t k = 0; k < resident.size(); ++k) {
+    INFO("page " << k);
+    CHECK((resident[k] & 1) == 1);
+  }
+  bool same = true;
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned char want = i < bytes / 2 && i % 97 == 0 ? static_cast<unsigned char>(i % 251 + 1) : 0;
+    same = same && c[i] == want;
+  }
+  CHECK(same);
+  ::munmap(p, bytes);
+  ::close(fd);
 }

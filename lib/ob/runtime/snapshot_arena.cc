@@ -161,6 +161,16 @@ void SnapshotArena::set_pin(bool pin, PinFn pin_fn, UnpinFn unpin_fn) {
   pinner_ = std::thread([this] { PinLoop(); });
 }
 
+bool SnapshotArena::Prefault(void* data, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  return ::madvise(data, bytes, MADV_POPULATE_WRITE) == 0;
+#else
+  (void)data;
+  (void)bytes;
+  return false;
+#endif
+}
+
 uint64_t SnapshotArena::PinnedBytesLocked() const {
   return pinned_.empty() ? 0 : static_cast<uint64_t>(pinned_.back().first - base_) + pinned_.back().second;
 }

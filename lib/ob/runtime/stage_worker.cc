@@ -214,7 +214,11 @@ bool SameLayout(const StageSnapshot& v, const StageSnapshot& like) {
 }  // namespace
 
 Status StageWorker::AttachArena(SnapshotArena* arena, int keep, int64_t step) {
-  arena->set_pin(opts_.device.is_cuda());
+  if (opts_.device.is_cuda()) {
+    arena->set_pin(true);
+  } else {
+    arena->set_pin(true, SnapshotArena::Prefault, [](void*) {});
+  }
   // Straight from the live tensors: no host copy of the state on the way
   // in (the arena's slot `keep` may hold it already; else one copy).
   const StageSnapshot current = LiveView(stage_, tied_, *optimizer_, step);
