@@ -34,7 +34,8 @@ struct StepRecord {
 };
 
 // The arithmetic of a run. kBf16: bf16 autocast for forward and backward
-// (matmuls and attention in bf16, reductions and the loss in fp32) over fp32
+// (matmuls, attention, the residual stream and the layer norms in bf16,
+// the norms' statistics, other reductions and the loss in fp32) over fp32
 // master weights; gradients are accumulated and all-reduced in fp32; AdamW
 // state stays fp32; activations and their gradients cross stage boundaries
 // in bf16. kFp32: everything fp32.

@@ -3,7 +3,8 @@
 // AdamW (see stage_worker.h).
 //
 // Shapes: ids and targets [b, t] int64; activations and their gradients
-// [b, t, h] float; b = micro-batch size, t = sequence length, h = n_embd.
+// [b, t, h] in the compute dtype (fp32, or bf16 under bf16 precision);
+// b = micro-batch size, t = sequence length, h = n_embd.
 #include "ob/runtime/stage_worker.h"
 
 #include <ATen/record_function.h>

@@ -27,8 +27,9 @@
 //
 // Precision (opts.precision, model/train.h): under kBf16 forward runs in
 // bf16 autocast (on CUDA or CPU) over fp32 weights; the residual stream
-// stays fp32 inside a stage and crosses stage boundaries in bf16 (and its
-// gradient too); gradients accumulate, and are all-reduced, in fp32.
+// is bf16 inside a stage (model/gpt.cc) and crosses stage boundaries so
+// (and its gradient too); gradients accumulate, and are all-reduced, in
+// fp32.
 //
 // Overlap (opts.overlap_allreduce): gradients live in flat per-bucket
 // buffers (p.grad() is a view), and the last micro-batch's backward runs
