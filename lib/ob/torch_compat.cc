@@ -202,23 +202,46 @@ AutocastCacheScope::~AutocastCacheScope() {
   if (active_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 }
 
+namespace {
+// Autocast's state for one device type (CPU or CUDA), read and set.
+bool AutocastOn(c10::DeviceType type) {
+#if OB_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+at::ScalarType AutocastDtypeOn(c10::DeviceType type) {
+#if OB_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                       : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+void SetAutocast(c10::DeviceType type, bool on, at::ScalarType dtype) {
+#if OB_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, on);
+  at::autocast::set_autocast_dtype(type, dtype);
+#else
+  if (type == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(on);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+}  // namespace
+
 std::optional<at::ScalarType> AutocastDtype(const torch::Tensor& x) {
-  if (x.is_cuda()) {
-#if OB_TORCH_AT_LEAST(2, 4)
-    if (at::autocast::is_autocast_enabled(at::kCUDA)) return at::autocast::get_autocast_dtype(at::kCUDA);
-#else
-    if (at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
-#endif
-    return std::nullopt;
-  }
-  if (x.is_cpu()) {
-#if OB_TORCH_AT_LEAST(2, 4)
-    if (at::autocast::is_autocast_enabled(at::kCPU)) return at::autocast::get_autocast_dtype(at::kCPU);
-#else
-    if (at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
-#endif
-  }
-  return std::nullopt;
+  if (!x.is_cuda() && !x.is_cpu()) return std::nullopt;
+  const auto type = x.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  if (!AutocastOn(type)) return std::nullopt;
+  return AutocastDtypeOn(type);
 }
 
 torch::Tensor CachedCast(const torch::Tensor& w, at::ScalarType dtype) {
@@ -233,55 +256,17 @@ AutocastGuard::AutocastGuard(const torch::Device& device, bool enable) {
   if (!enable) return;
   active_ = true;
   cuda_ = device.is_cuda();
-  if (!cuda_) {
-#if OB_TORCH_AT_LEAST(2, 4)
-    was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
-    was_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-#else
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-#endif
-    at::autocast::increment_nesting();
-    return;
-  }
-#if OB_TORCH_AT_LEAST(2, 4)
-  was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-#else
-  was_enabled_ = at::autocast::is_enabled();
-  was_dtype_ = at::autocast::get_autocast_gpu_dtype();
-  at::autocast::set_enabled(true);
-  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-#endif
+  const auto type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  was_enabled_ = AutocastOn(type);
+  was_dtype_ = AutocastDtypeOn(type);
+  SetAutocast(type, true, at::kBFloat16);
   at::autocast::increment_nesting();
 }
 
 AutocastGuard::~AutocastGuard() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (!cuda_) {
-#if OB_TORCH_AT_LEAST(2, 4)
-    at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
-    at::autocast::set_autocast_dtype(at::kCPU, was_dtype_);
-#else
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(was_dtype_);
-#endif
-    return;
-  }
-#if OB_TORCH_AT_LEAST(2, 4)
-  at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
-  at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
-#else
-  at::autocast::set_enabled(was_enabled_);
-  at::autocast::set_autocast_gpu_dtype(was_dtype_);
-#endif
+  SetAutocast(cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU, was_enabled_, was_dtype_);
 }
 
 #ifdef OB_WITH_CUDA
@@ -429,17 +414,11 @@ std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device& device) {
 
 std::unique_ptr<CopyFence> CopyOnSideStream(
     const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device,
-    StreamMark* after) {
+    StreamMark& after) {
   c10::cuda::OptionalCUDAGuard on_device;  // a thread of its own starts on device 0
   if (device.has_index()) on_device.set_index(device.index());
   auto side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  if (after != nullptr) {
-    static_cast<CudaStreamMark*>(after)->event.block(side);
-  } else {
-    at::cuda::CUDAEvent ready;
-    ready.record(at::cuda::getCurrentCUDAStream(device.index()));
-    ready.block(side);
-  }
+  static_cast<CudaStreamMark&>(after).event.block(side);
   auto fence = std::make_unique<CudaCopyFence>();
   {
     c10::cuda::CUDAStreamGuard guard(side);
@@ -459,7 +438,7 @@ std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device&) {
 }
 
 std::unique_ptr<CopyFence> CopyOnSideStream(
-    const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&, StreamMark*) {
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>>&, const torch::Device&, StreamMark&) {
   TORCH_CHECK(false, "this build of ob has no CUDA");
 }
 

@@ -224,10 +224,9 @@ class StreamMark {
 std::shared_ptr<StreamMark> MarkCurrentStream(const torch::Device& device);
 
 // Copies each jobs[i].second (device) into jobs[i].first (host) on a side
-// stream that first waits for `after` (a mark taken on another thread), or
-// without one for the work queued on the calling thread's current stream;
-// the returned fence's Wait() blocks until the copies are done. Callable
-// from any thread. REQUIRES a CUDA build and CUDA sources (CPU copies are
+// stream that first waits for `after` (a mark, taken on the thread that
+// queued what the copies must follow); the returned fence's Wait() blocks
+// until the copies are done. Callable from any thread. REQUIRES a CUDA build and CUDA sources (CPU copies are
 // the caller's, see SnapshotCopier).
 class CopyFence {
  public:
@@ -236,7 +235,7 @@ class CopyFence {
 };
 std::unique_ptr<CopyFence> CopyOnSideStream(
     const std::vector<std::pair<torch::Tensor, torch::Tensor>>& jobs, const torch::Device& device,
-    StreamMark* after = nullptr);
+    StreamMark& after);
 
 // Page-locks [data, data + bytes) for fast, asynchronous device copies
 // (cudaHostRegister); false where there is no CUDA or it failed (the copies

@@ -189,7 +189,7 @@ void SnapshotCopier::Start(const model::GptStage& stage, const torch::Tensor& ti
     // whole transfer.
     const torch::Device device = stage->parameters().front().device();
     work = [jobs = std::move(jobs), device, mark = compat::MarkCurrentStream(device)] {
-      compat::CopyOnSideStream(jobs, device, mark.get())->Wait();
+      compat::CopyOnSideStream(jobs, device, *mark)->Wait();
     };
   } else {
     work = [jobs = std::move(jobs)] {
