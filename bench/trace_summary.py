@@ -78,6 +78,17 @@ def union_length(intervals):
 MIN_GAP_US = 10.0
 
 
+def gaps_between(spans):
+    """(start, length) of each stretch with no activity between the first
+    and the last of the (start, end) spans."""
+    out, end = [], None
+    for s, e in sorted(spans):
+        if end is not None and s > end:
+            out.append((end, s - end))
+        end = e if end is None else max(end, e)
+    return out
+
+
 class Ranges:
     """Host ranges (start, end, name) by thread; ranges of one thread nest
     or follow each other, as a thread's calls do."""
@@ -119,32 +130,27 @@ def compute_stream_gaps(gpu_events, phases, runtime):
     if not by_stream:
         return 0.0, {}, {}
     main = max(by_stream, key=by_stream.get)
-    spans = sorted((s, e) for s, e, _, _, stream in gpu_events if stream == main)
     idle, by_phase, by_call = 0.0, defaultdict(float), defaultdict(float)
-    end = None
-    for s, e in spans:
-        if end is not None and s - end >= MIN_GAP_US:
-            gap = s - end
+    for start, gap in gaps_between((s, e) for s, e, _, _, stream in gpu_events if stream == main):
+        if gap >= MIN_GAP_US:
             idle += gap
-            by_phase[phases.innermost(end) or "(no ob:: range)"] += gap
-            by_call[runtime.innermost(end) or "(no CUDA call)"] += gap
-        end = e if end is None else max(end, e)
+            by_phase[phases.innermost(start) or "(no ob:: range)"] += gap
+            by_call[runtime.innermost(start) or "(no CUDA call)"] += gap
     return idle, by_phase, by_call
 
 
 def summarize(path, steps):
     events = load(path)
-    gpu, launches, cpu_ops = [], 0, 0
-    gpu_streams, phases, runtime = [], Ranges(), Ranges()
+    gpu, launches, cpu_ops = [], 0, 0  # gpu: (start, end, name, cat, stream)
+    phases, runtime = Ranges(), Ranges()
     for ev in events:
         if ev.get("ph") != "X":
             continue
         cat = ev.get("cat", "")
         ts, dur = float(ev.get("ts", 0)), float(ev.get("dur", 0))
         if cat in GPU_CATS:
-            gpu.append((ts, ts + dur, ev.get("name", "?"), cat))
             args = ev.get("args") or {}
-            gpu_streams.append((ts, ts + dur, ev.get("name", "?"), cat, args.get("stream", ev.get("tid"))))
+            gpu.append((ts, ts + dur, ev.get("name", "?"), cat, args.get("stream", ev.get("tid"))))
         elif cat == "cuda_runtime":
             runtime.add((ev.get("pid"), ev.get("tid")), ts, ts + dur, ev.get("name", "?"))
             if re.search(r"launch", ev.get("name", ""), re.I):
@@ -155,25 +161,20 @@ def summarize(path, steps):
             phases.add((ev.get("pid"), ev.get("tid")), ts, ts + dur, ev["name"])
     if not gpu:
         return None
-    window = max(e for _, e, _, _ in gpu) - min(s for s, _, _, _ in gpu)
-    busy = union_length([(s, e) for s, e, _, _ in gpu])
+    window = max(e for _, e, _, _, _ in gpu) - min(s for s, _, _, _, _ in gpu)
+    busy = union_length([(s, e) for s, e, _, _, _ in gpu])
     by_kind = defaultdict(float)
     by_name = defaultdict(lambda: [0.0, 0])
-    for s, e, name, cat in gpu:
+    for s, e, name, cat, _ in gpu:
         by_kind[kind_of(name, cat)] += e - s
         entry = by_name[name]
         entry[0] += e - s
         entry[1] += 1
-    gaps = []
-    end = None
-    for s, e, _, _ in sorted(gpu):
-        if end is not None and s > end:
-            gaps.append(s - end)
-        end = e if end is None else max(end, e)
+    gaps = [gap for _, gap in gaps_between((s, e) for s, e, _, _, _ in gpu)]
     n = float(steps)
     phases.freeze()
     runtime.freeze()
-    idle_main, by_phase, by_call = compute_stream_gaps(gpu_streams, phases, runtime)
+    idle_main, by_phase, by_call = compute_stream_gaps(gpu, phases, runtime)
     return {
         "compute_idle_ms": idle_main / 1e3 / n,
         "idle_by_phase_ms": {k: v / 1e3 / n for k, v in by_phase.items()},
