@@ -260,7 +260,8 @@ TEST_CASE("pinning the arena never holds up the worker that asked for it") {
 }
 
 TEST_CASE("prefaulting a shared region maps its pages and changes none of its bytes") {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), bytes = 64 * page;
+  constexpr size_t kPages = 64;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), bytes = kPages * page;
   const int fd = ::memfd_create("ob-prefault-test", MFD_CLOEXEC);
   REQUIRE(fd >= 0);
   REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
@@ -269,7 +270,7 @@ TEST_CASE("prefaulting a shared region maps its pages and changes none of its by
   auto* c = static_cast<unsigned char*>(p);
   for (size_t i = 0; i < bytes / 2; i += 97) c[i] = static_cast<unsigned char>(i % 251 + 1);
   // Half written, half holes: none is resident in the second half yet.
-  std::vector<unsigned char> resident(bytes / page);
+  std::vector<unsigned char> resident(kPages);
   REQUIRE(::mincore(p, bytes, resident.data()) == 0);
   CHECK((resident.back() & 1) == 0);
   CHECK(SnapshotArena::Prefault(p, bytes));
