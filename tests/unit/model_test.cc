@@ -14,6 +14,7 @@
 
 #include "ob/model/config.h"
 #include "ob/model/data.h"
+#include "ob/model/cross_entropy.h"
 #include "ob/model/gpt.h"
 #include "ob/model/train.h"
 #include "ob/torch_compat.h"
@@ -407,6 +408,60 @@ TEST_CASE("head logits over a padded vocabulary equal the plain product", "[mode
     auto a = torch::nn::functional::cross_entropy(plain.reshape({-1, v}), t);
     auto b = torch::nn::functional::cross_entropy(padded.reshape({-1, v}), t);
     CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-12));
+  }
+}
+
+// The head's loss over padded logits: ATen's log-softmax and NLL of the
+// words' columns; on a GPU, ob's fused kernels, which must give the same loss
+// and gradient (zero in the padding), in fp32 and bf16, on rows that take
+// the 16-byte path and rows that do not.
+TEST_CASE("the head's cross-entropy over padded logits: the fused kernels equal log-softmax and NLL", "[model]") {
+  struct Shape {
+    int64_t rows, vocab, ld;
+  };
+  const std::vector<Shape> shapes = {{6, 50, 64}, {5, 37, 37}, {3, 37, 40}, {4, 50257, 50304}, {2, 1, 8}};
+  // On the CPU: the padding takes no share, whatever P.
+  for (const auto& s : shapes) {
+    INFO("rows " << s.rows << ", vocab " << s.vocab << ", ld " << s.ld);
+    torch::manual_seed(11);
+    auto x = (torch::randn({s.rows, s.ld}) * 3).requires_grad_(true);
+    auto t = torch::randint(s.vocab, {s.rows}, torch::kLong);
+    auto loss = ob::model::CrossEntropy(x, t, s.vocab);
+    auto want = torch::nn::functional::cross_entropy(x.narrow(1, 0, s.vocab), t);
+    CHECK(loss.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+    auto g = torch::autograd::grad({loss}, {x})[0];
+    auto gw = torch::autograd::grad({want}, {x})[0];
+    CHECK(torch::allclose(g, gw, 1e-5, 1e-7));
+    if (s.ld > s.vocab) CHECK(g.narrow(1, s.vocab, s.ld - s.vocab).abs().max().item<double>() == 0);
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  if (!torch::cuda::is_available() || !ob::model::FusedCrossEntropyOn(cuda)) {
+    WARN("no GPU or no fused kernels in this build: the CPU half only");
+    return;
+  }
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const auto& s : shapes) {
+      INFO("dtype " << dtype << ", rows " << s.rows << ", vocab " << s.vocab << ", ld " << s.ld);
+      torch::manual_seed(12);
+      auto base = torch::randn({s.rows, s.ld}, torch::TensorOptions().device(cuda)) * 3;
+      auto x = base.to(dtype).requires_grad_(true);
+      auto xr = base.to(dtype).requires_grad_(true);
+      auto t = torch::randint(s.vocab, {s.rows}, torch::TensorOptions().dtype(torch::kLong).device(cuda));
+      t[0] = s.vocab - 1;  // the last word, next to the padding
+      // An upstream gradient other than 1, as the worker's loss weight gives.
+      auto loss = ob::model::CrossEntropy(x, t, s.vocab) * 0.75;
+      auto want = ob::model::ReferenceCrossEntropy(xr, t, s.vocab) * 0.75;
+      REQUIRE(loss.scalar_type() == torch::kFloat);
+      CHECK(loss.item<double>() == Approx(want.item<double>()).epsilon(1e-5));
+      auto g = torch::autograd::grad({loss}, {x})[0];
+      auto gw = torch::autograd::grad({want}, {xr})[0];
+      REQUIRE(g.scalar_type() == dtype);
+      const double rel = (g.to(torch::kDouble) - gw.to(torch::kDouble)).norm().item<double>() /
+                         gw.to(torch::kDouble).norm().item<double>();
+      INFO("relative gradient difference " << rel);
+      CHECK(rel < (dtype == torch::kFloat ? 1e-5 : 1e-2));
+      if (s.ld > s.vocab) CHECK(g.narrow(1, s.vocab, s.ld - s.vocab).abs().max().item<double>() == 0);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
 #include "ob/torch_compat.h"
 
@@ -182,11 +183,16 @@ HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor 
   if (Sharded(tp_)) ShardParameters(*this, *tp_);
 }
 
-torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple) {
+torch::Tensor PaddedLogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple) {
   const int64_t v = w.size(0);
   if (multiple <= 1 || v % multiple == 0) return torch::matmul(x, w.t());
   const int64_t padded = (v + multiple - 1) / multiple * multiple;
-  return torch::matmul(x, torch::constant_pad_nd(w, {0, 0, 0, padded - v}).t()).narrow(-1, 0, v);
+  return torch::matmul(x, torch::constant_pad_nd(w, {0, 0, 0, padded - v}).t());
+}
+
+torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple) {
+  auto logits = PaddedLogitsOf(x, w, multiple);
+  return logits.size(-1) == w.size(0) ? logits : logits.narrow(-1, 0, w.size(0));
 }
 
 namespace {
@@ -204,15 +210,16 @@ torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
     auto logits = LogitsOf(CopyToTp(Norm(ln_f, x), *tp_), lm_weight_, HeadPadding(x));
     return TpCrossEntropy(logits, targets, vocab_, *tp_);
   }
-  auto logits = LogitsOf(Norm(ln_f, x), lm_weight_, HeadPadding(x));  // [b,t,V]
-  if (!targets.defined()) return logits.contiguous();
-  const int64_t v = logits.size(-1);
-  // The loss in fp32 whatever the autocast: log-softmax reads the bf16
-  // logits of the matmul and writes fp32 (its backward writes bf16), with
-  // no cast of the logits in between: 8 x 1024 x 50,257 fp32 values a
-  // micro-batch, written once and read once more, for GPT-2 (cross_entropy
-  // of the logits cast to fp32 did that, and cast the gradient back).
-  return torch::nll_loss(torch::log_softmax(logits.reshape({-1, v}), -1, torch::kFloat), targets.reshape({-1}));
+  auto h = Norm(ln_f, x);
+  if (!targets.defined()) return LogitsOf(h, lm_weight_, HeadPadding(x)).contiguous();  // [b,t,V]
+  // The loss in fp32 whatever the autocast (cross_entropy.h). The fused
+  // kernels read the padded product itself and give its padding a zero
+  // gradient, so the logits are not narrowed (nor their gradient widened
+  // back); ATen's path takes the words' columns.
+  const int64_t v = lm_weight_.size(0);
+  auto logits = FusedCrossEntropyOn(x.device()) ? PaddedLogitsOf(h, lm_weight_, HeadPadding(x))
+                                                : LogitsOf(h, lm_weight_, HeadPadding(x));  // [b,t,P]
+  return CrossEntropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), v);
 }
 
 PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp, bool init) {

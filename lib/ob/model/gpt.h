@@ -154,6 +154,8 @@ TORCH_MODULE(LmHead);
 // next multiple and the result is the first V columns (a view); the values
 // and gradients are those of the plain product.
 torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple);
+// The same product before the narrowing: [..., P], P the padded vocabulary.
+torch::Tensor PaddedLogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple);
 
 class HeadLayerImpl : public PlannerLayerImpl {
  public:
