@@ -27,7 +27,8 @@
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), WIDE_MB (16) and WIDE_GB (64), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
+# KILL_STEP (50), WIDE_MB (16) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
+# the build), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
 # plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
@@ -91,16 +92,18 @@ fi
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nccl_h=$(find "$site/nvidia" -name nccl.h 2>/dev/null | head -1)
 nccl_so=$(find "$site/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
+cublas_so=$(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | head -1)
 std=17
 if grep -rqs "C++20 or later" "$torch_dir/include/c10/macros" "$torch_dir/include/c10/util/C++17.h"; then std=20; fi
-say "torch at $torch_dir; NCCL ${nccl_h:-none} ${nccl_so:-none}; C++$std"
+say "torch at $torch_dir; NCCL ${nccl_h:-none} ${nccl_so:-none}; cuBLAS ${cublas_so:-from the toolkit}; C++$std"
 built=0
 if [ "${NO_BUILD:-0}" = 1 ]; then
   built=1
 elif phase build 120; then
   cuda_args=()
   if [ "$device" = cuda ]; then
-    cuda_args=(-DOB_CUDA=ON -DOB_NCCL_INCLUDE_DIR="$(dirname "$nccl_h")" -DOB_NCCL_LIBRARY="$nccl_so")
+    cuda_args=(-DOB_CUDA=ON -DOB_NCCL_INCLUDE_DIR="$(dirname "$nccl_h")" -DOB_NCCL_LIBRARY="$nccl_so"
+               -DOB_CUBLAS_LIBRARY="$cublas_so")
   fi
   if cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$std \
       -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include -g1" \
@@ -119,6 +122,25 @@ elif phase build 120; then
 fi
 bin=$bd/bin
 [ $built = 1 ] && "$bin/ob-launch" --version -v 2>&1 | tee -a "$summary"
+
+# --- checks of a change on the GPU, before the measurements -----------------
+# CHECKS: lines of "TEST_BINARY CATCH_FILTER"; their binaries are built and
+# the filtered cases run first, their failures in the summary.
+if [ -n "${CHECKS:-}" ] && [ $built = 1 ] && phase checks 60; then
+  bins=$(printf '%s\n' "$CHECKS" | awk 'NF { print $1 }' | sort -u | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  timeout 120 cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" -- $bins > "$out/build-checks.log" 2>&1 \
+    || say "checks: build FAILED: $(grep -a -m5 'error' "$out/build-checks.log")"
+  n=0
+  while read -r bin filter; do
+    [ -n "$bin" ] || continue
+    n=$((n + 1))
+    (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$bin" "$filter" > "$out/check-$n.log" 2>&1)
+    say "check $bin \"$filter\": exit $?; $(grep -a 'passed\|failed' "$out/check-$n.log" | tail -1)"
+    grep -a -B2 -A12 'FAILED' "$out/check-$n.log" | head -60 | tee -a "$summary"
+    grep -a '^#' "$out/check-$n.log" | head -5 | tee -a "$summary"
+  done <<< "$CHECKS"
+fi
 
 # --- the plain PyTorch peer --------------------------------------------------
 tag=""  # names the runs of a second batch shape (WIDE_MB)

@@ -68,6 +68,13 @@ if(OB_CUDA STREQUAL "ON" OR (OB_CUDA STREQUAL "AUTO" AND TARGET torch_cuda))
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(OB_HAVE_CUDA_KERNELS ON)
+    # The cuBLAS that LibTorch itself loads (a wheel's, say) when given, so
+    # that one library of that name serves both; else the toolkit's.
+    set(OB_CUBLAS_LIBRARY "" CACHE FILEPATH "cuBLAS for ob's weight-gradient products (default: the toolkit's)")
+    set(OB_CUBLAS_LINK CUDA::cublas)
+    if(OB_CUBLAS_LIBRARY)
+      set(OB_CUBLAS_LINK ${OB_CUBLAS_LIBRARY})
+    endif()
     message(STATUS "ob: CUDA kernels built with ${CMAKE_CUDA_COMPILER}")
   else()
     message(STATUS "ob: no CUDA compiler: the loss runs ATen's kernels")

@@ -16,6 +16,7 @@
 #include "ob/model/data.h"
 #include "ob/model/cross_entropy.h"
 #include "ob/model/gpt.h"
+#include "ob/model/linear.h"
 #include "ob/model/train.h"
 #include "ob/torch_compat.h"
 
@@ -461,6 +462,71 @@ TEST_CASE("the head's cross-entropy over padded logits: the fused kernels equal 
       INFO("relative gradient difference " << rel);
       CHECK(rel < (dtype == torch::kFloat ? 1e-5 : 1e-2));
       if (s.ld > s.vocab) CHECK(g.narrow(1, s.vocab, s.ld - s.vocab).abs().max().item<double>() == 0);
+    }
+  }
+}
+
+// Linear adds the weight's gradient into the gradient tensor it finds (the
+// worker's bucket views) in the product itself, and hands autograd none:
+// the gradients must still be torch::linear's, summed over micro-batches,
+// with and without a bias, fp32 and bf16 autocast, whether the gradient
+// starts defined or not; on the CPU and, where there is one, on a GPU.
+TEST_CASE("Linear sums the weight gradient in place: torch::linear's gradients over micro-batches", "[model]") {
+  std::vector<torch::Device> devices = {torch::Device(torch::kCPU)};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
+           std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
+  };
+  for (const auto& device : devices) {
+    for (bool bf16 : {false, true}) {
+      for (bool bias : {true, false}) {
+        for (bool bucket : {true, false}) {
+          INFO(device << (bf16 ? " bf16" : " fp32") << (bias ? ", bias" : ", no bias")
+                      << (bucket ? ", gradient in a bucket" : ", gradient undefined at first"));
+          torch::manual_seed(5);
+          const auto opt = torch::TensorOptions().device(device);
+          auto w = torch::randn({24, 16}, opt).requires_grad_(true);
+          auto b = bias ? torch::randn({24}, opt).requires_grad_(true) : torch::Tensor();
+          auto wr = w.detach().clone().requires_grad_(true);
+          auto br = bias ? b.detach().clone().requires_grad_(true) : torch::Tensor();
+          // A bucket: the gradients are views of one flat fp32 buffer that
+          // already holds an earlier sum.
+          auto buffer = torch::randn({24 * 16 + 24}, opt);
+          if (bucket) {
+            w.mutable_grad() = buffer.narrow(0, 0, 24 * 16).view({24, 16});
+            wr.mutable_grad() = w.grad().clone();
+            if (bias) {
+              b.mutable_grad() = buffer.narrow(0, 24 * 16, 24);
+              br.mutable_grad() = b.grad().clone();
+            }
+          }
+          for (int micro = 0; micro < 2; ++micro) {
+            auto x = torch::randn({3, 5, 16}, opt).requires_grad_(true);
+            auto xr = x.detach().clone().requires_grad_(true);
+            auto r = torch::randn({3, 5, 24}, opt);
+            torch::Tensor y, yr;
+            {
+              ob::compat::AutocastGuard autocast(device, bf16);
+              y = ob::model::Linear(x, w, b);
+              yr = torch::linear(xr, wr, br);
+            }
+            REQUIRE(y.scalar_type() == yr.scalar_type());
+            CHECK(rel(y, yr) < 1e-6);
+            (y.to(torch::kFloat) * r).sum().backward();
+            (yr.to(torch::kFloat) * r).sum().backward();
+            CHECK(rel(x.grad(), xr.grad()) < (bf16 ? 1e-2 : 1e-6));
+          }
+          REQUIRE(w.grad().defined());
+          CHECK(w.grad().scalar_type() == torch::kFloat);
+          CHECK(rel(w.grad(), wr.grad()) < (bf16 ? 1e-2 : 1e-6));
+          if (bias) CHECK(rel(b.grad(), br.grad()) < (bf16 ? 1e-2 : 1e-6));
+          if (bucket) {  // summed where the bucket is, not replaced
+            CHECK(w.grad().data_ptr() == buffer.data_ptr());
+            if (bias) CHECK(b.grad().data_ptr() == buffer.narrow(0, 24 * 16, 24).data_ptr());
+          }
+        }
+      }
     }
   }
 }

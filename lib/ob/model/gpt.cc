@@ -7,6 +7,7 @@
 
 #include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
+#include "ob/model/linear.h"
 #include "ob/torch_compat.h"
 
 namespace ob::model {
@@ -37,15 +38,14 @@ void InitTokenTable(const torch::Tensor& w, at::Generator& gen) { InitNormal(w, 
 
 bool Sharded(const TpGroupPtr& tp) { return tp != nullptr && tp->size > 1; }
 
-// x·Wᵀ + b through at::linear, not torch::nn::Linear::forward: the C++
-// frontend's linear multiplies and then adds the bias in place for inputs
-// of more than 2 dimensions, so under bf16 autocast it adds an fp32 bias
-// into a bf16 product with a slow mixed-dtype kernel, where at::linear puts
-// the bias into the matrix product (seen on an H100: 32 ms of a 420 ms
-// gpt2-medium step).
-torch::Tensor Affine(const Dense& l, const torch::Tensor& x) {
-  return torch::linear(x, l->weight, l->bias);
-}
+// x·Wᵀ + b through Linear (linear.h: at::linear, whose backward adds the
+// weight gradient into its fp32 gradient in one product), not
+// torch::nn::Linear::forward: the C++ frontend's linear multiplies and then
+// adds the bias in place for inputs of more than 2 dimensions, so under bf16
+// autocast it adds an fp32 bias into a bf16 product with a slow mixed-dtype
+// kernel, where at::linear puts the bias into the matrix product (seen on an
+// H100: 32 ms of a 420 ms gpt2-medium step).
+torch::Tensor Affine(const Dense& l, const torch::Tensor& x) { return Linear(x, l->weight, l->bias); }
 
 // The residual stream in the compute dtype. Under bf16 autocast the
 // embed's sum is cast to bf16 once, and the layer norms read and write
@@ -113,7 +113,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     auto qkv = Affine(c_attn, CopyToTp(x, *tp)).split(local, 2);  // 3 x [b,t,a·d]
     auto heads = [&](const torch::Tensor& z) { return z.view({b, t, a, d}).transpose(1, 2); };
     auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
-    y = torch::linear(y.transpose(1, 2).contiguous().view({b, t, local}), c_proj->weight);
+    y = Linear(y.transpose(1, 2).contiguous().view({b, t, local}), c_proj->weight, {});
     return ReduceFromTp(y, *tp) + c_proj->bias;
   }
   auto qkv = Affine(c_attn, x).split(h, /*dim=*/2);  // 3 x [b,t,h]
@@ -130,7 +130,7 @@ MlpImpl::MlpImpl(int n_embd, TpGroupPtr tp) : tp(std::move(tp)) {
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (Sharded(tp)) {  // our columns of c_fc, our rows of c_proj's input
     auto m = at::gelu(Affine(c_fc, CopyToTp(x, *tp)), "tanh");
-    return ReduceFromTp(torch::linear(m, c_proj->weight), *tp) + c_proj->bias;
+    return ReduceFromTp(Linear(m, c_proj->weight, {}), *tp) + c_proj->bias;
   }
   return Affine(c_proj, at::gelu(Affine(c_fc, x), "tanh"));
 }

@@ -1,0 +1,33 @@
+// x·wᵀ + b for the GPT's dense layers, with the weight's gradient summed
+// into its gradient by the product itself (Megatron-LM's "gradient
+// accumulation fusion").
+//
+// Shapes: x [..., in], w [out, in] (fp32 master weights under autocast),
+// b [out] or undefined; result [..., out] in autocast's dtype where autocast
+// is on for x's device, else in x's.
+//
+// Why: under bf16 autocast, autograd gives each micro-batch's weight
+// gradient in bf16, casts it to fp32 (the backward of autocast's cast) and
+// adds it to the fp32 gradient: two element-wise kernels per parameter per
+// micro-batch, ~2,300 launches and ~14 ms of a 236 ms gpt2-medium step on
+// an H100, and the bias gradient is rounded to bf16 on the way. Here the
+// backward adds dyᵀ·x into w.grad() in one product: on a GPU (a build with
+// OB_WITH_CUDA_KERNELS) a cuBLAS GEMM that reads the bf16 operands and
+// accumulates into the fp32 gradient (beta = 1); on the CPU addmm_ in fp32,
+// or the product and an add in bf16. The bias gradient is summed in fp32.
+// Autograd is handed no gradient for w and b: a gradient that is not yet
+// defined is made here, as autograd would make it.
+//
+// Taken when grad mode is on and w (and b) are leaves that require grad;
+// otherwise, and for no-grad forwards, torch::linear.
+// REQUIRES: no other thread reads or writes w.grad() and b.grad() during
+// backward (as for autograd's own accumulation).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ob::model {
+
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+
+}  // namespace ob::model
