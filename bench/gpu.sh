@@ -132,14 +132,16 @@ if [ -n "${CHECKS:-}" ] && [ $built = 1 ] && phase checks 60; then
   timeout 120 cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" -- $bins > "$out/build-checks.log" 2>&1 \
     || say "checks: build FAILED: $(grep -a -m5 'error' "$out/build-checks.log")"
   n=0
-  while read -r bin filter; do
-    [ -n "$bin" ] || continue
+  # In a subshell, and not named `bin` (the tools' directory below): the
+  # loop's variables must not leak into the rest of the script.
+  (while read -r check filter; do
+    [ -n "$check" ] || continue
     n=$((n + 1))
-    (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$bin" "$filter" > "$out/check-$n.log" 2>&1)
-    say "check $bin \"$filter\": exit $?; $(grep -a 'passed\|failed' "$out/check-$n.log" | tail -1)"
+    (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$check" "$filter" > "$out/check-$n.log" 2>&1)
+    say "check $check \"$filter\": exit $?; $(grep -a 'passed\|failed' "$out/check-$n.log" | tail -1)"
     grep -a -B2 -A12 'FAILED' "$out/check-$n.log" | head -60 | tee -a "$summary"
     grep -a '^#' "$out/check-$n.log" | head -5 | tee -a "$summary"
-  done <<< "$CHECKS"
+  done <<< "$CHECKS")
 fi
 
 # --- the plain PyTorch peer --------------------------------------------------
