@@ -305,6 +305,22 @@ TEST_CASE("a local cluster prices every collective of a step by the profile's fi
   const Result<TemplateSet> ts1 = BuildTemplates(alone);
   REQUIRE(ts1.ok());
   CHECK(StepTailSeconds(alone, *ts1->ForNodes(1)) == 0.0);
+  // Not local either: a pipeline over every node has no replica to
+  // all-reduce with; only the update is left (ob-plan priced 1.4 GB of
+  // gradients over the network for gpt2-medium on one GPU, 0.27 s of a
+  // 0.50 s prediction for a 0.24 s step).
+  for (int nodes : {1, 2}) {
+    Problem whole = testing::UniformProblem(4, nodes, 0, 8);
+    for (auto& l : whole.layers) l.update = 1e-3;
+    const Result<TemplateSet> tsw = BuildTemplates(whole);
+    REQUIRE(tsw.ok());
+    const Template& all = *tsw->ForNodes(nodes);
+    CHECK(StepTailSeconds(whole, all) == all.update_seconds);
+    if (nodes == 2 && tsw->ForNodes(1) != nullptr) {  // two pipelines of one node: their all-reduce
+      const Template& half = *tsw->ForNodes(1);
+      CHECK(StepTailSeconds(whole, half) == AllReduceSeconds(whole, half.node_gradient_bytes) + half.update_seconds);
+    }
+  }
 }
 
 TEST_CASE("MakeProblem fits the local collectives to the profile's all-reduces") {

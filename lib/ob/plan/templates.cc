@@ -490,8 +490,10 @@ int Template::LastStageOn(int q) const {
 }
 
 double StepTailSeconds(const Problem& p, const Template& t) {
-  if (!p.cluster.local) return AllReduceSeconds(p, t.node_gradient_bytes) + t.update_seconds;
-  const bool replicas = t.nodes < p.cluster.nodes;  // every node runs a pipeline
+  // Every node runs a pipeline: a template over fewer nodes than the
+  // cluster's has replicas to all-reduce with; one over all of them, none.
+  const bool replicas = t.nodes < p.cluster.nodes;
+  if (!p.cluster.local) return (replicas ? AllReduceSeconds(p, t.node_gradient_bytes) : 0.0) + t.update_seconds;
   const bool stages = t.stages.size() > 1;
   const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
   const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;

@@ -82,7 +82,8 @@ struct TemplateSet {
 };
 
 // What a pipeline of template `t` adds to its 1F1B once per iteration: the
-// data-parallel all-reduce and its slowest stage's update. On a --local
+// data-parallel all-reduce (when other pipelines exist: t spans fewer nodes
+// than the cluster) and its slowest stage's update. On a --local
 // cluster every collective of the step is priced by the profile's fit: the
 // gradient buckets (when other pipelines exist), the tied weight with the
 // losses and the gradient norms (when there is more than one rank).
