@@ -309,6 +309,44 @@ TEST_CASE("every gradient starts 64 bytes aligned in its bucket, whatever the pa
   CHECK(checked > 10);
 }
 
+TEST_CASE("a block's MLP and attention gradients are in different buckets, its MLP's issued first",
+          "[runtime][overlap]") {
+  // The last backward finishes a block's MLP half before its attention
+  // half: in separate buckets the MLP's gradients go on the wire while the
+  // attention's backward runs (in one, a stage's lowest block was exposed
+  // whole). Small layers still share buckets across layers.
+  GptConfig cfg = Small();
+  auto [ts, inst] = Plan({{{{0, cfg.num_layers() - 1}}, 2}});
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  torch::set_num_threads(1);
+  auto w = StageWorker::Create(cfg, *topo, 0, ob::compat::MakeHashStore(), Options(2), Text());
+  REQUIRE(w.ok());
+  REQUIRE((*w)->Step(0).ok());
+  auto bucket_of = [](const torch::Tensor& p) { return p.grad().storage().unsafeGetStorageImpl(); };
+  auto addr = [](const torch::Tensor& p) { return reinterpret_cast<uintptr_t>(p.grad().data_ptr()); };
+  int blocks = 0, shared_across = 0;
+  for (int l = 1; l <= cfg.n_layer; ++l) {
+    const auto layer = (*w)->stage()->layer(l);
+    const auto params = layer->named_parameters();
+    INFO("layer " << l);
+    CHECK(bucket_of(params["mlp.c_fc.weight"]) != bucket_of(params["attn.c_attn.weight"]));
+    CHECK(bucket_of(params["mlp.c_fc.weight"]) == bucket_of(params["ln_2.weight"]));
+    CHECK(bucket_of(params["attn.c_attn.weight"]) == bucket_of(params["ln_1.weight"]));
+    if (l < cfg.n_layer) {
+      // The attention half of the block above and this block's MLP half
+      // finish one after the other: they may share a bucket.
+      const auto above = (*w)->stage()->layer(l + 1)->named_parameters();
+      if (bucket_of(params["mlp.c_fc.weight"]) == bucket_of(above["attn.c_attn.weight"])) ++shared_across;
+    }
+    // Lower units sit first in a bucket; within it, views in parameter order.
+    CHECK(addr(params["ln_2.weight"]) < addr(params["mlp.c_fc.weight"]));
+    ++blocks;
+  }
+  CHECK(blocks == cfg.n_layer);
+  CHECK(shared_across > 0);  // the small model's halves are packed across layers
+}
+
 TEST_CASE("overlapped all-reduces give the losses of the schedule without overlap",
           "[runtime][overlap]") {
   // Two pipelines of two stages with different boundaries, so that buckets

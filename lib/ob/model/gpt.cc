@@ -154,9 +154,18 @@ BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, T
   if (Sharded(tp)) ShardParameters(*this, *tp);
 }
 
-torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
-  auto y = x + attn->forward(Norm(ln_1, x));
-  return y + mlp->forward(Norm(ln_2, y));
+torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  return forward_segment(1, forward_segment(0, x, targets), targets);
+}
+
+torch::Tensor BlockLayerImpl::forward_segment(int segment, const torch::Tensor& x, const torch::Tensor&) {
+  assert(segment == 0 || segment == 1);
+  if (segment == 0) return x + attn->forward(Norm(ln_1, x));
+  return x + mlp->forward(Norm(ln_2, x));
+}
+
+int BlockLayerImpl::segment_of(const std::string& parameter) const {
+  return parameter.rfind("ln_2.", 0) == 0 || parameter.rfind("mlp.", 0) == 0 ? 1 : 0;
 }
 
 LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {

@@ -56,6 +56,21 @@ class PlannerLayerImpl : public torch::nn::Module {
       : kind_(kind), index_(index), name_(std::move(name)) {}
   virtual torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) = 0;
 
+  // The layer as consecutive segments, forward = segment S-1 ∘ ... ∘ 0:
+  // a parameter's gradient is final once the backward of its segment is
+  // done, so the worker can hand a block's MLP gradients to the all-reduce
+  // while its attention's backward still runs. One segment by default.
+  virtual int num_segments() const { return 1; }
+  virtual torch::Tensor forward_segment(int segment, const torch::Tensor& input, const torch::Tensor& targets) {
+    (void)segment;
+    return forward(input, targets);
+  }
+  // The segment of a parameter, by its name within the layer.
+  virtual int segment_of(const std::string& parameter) const {
+    (void)parameter;
+    return 0;
+  }
+
   pb::LayerKind kind() const { return kind_; }
   int index() const { return index_; }          // global index
   const std::string& name() const { return name_; }  // "embed", "block.3", "head"
@@ -132,6 +147,10 @@ class BlockLayerImpl : public PlannerLayerImpl {
   BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp = nullptr,
                  bool init = true);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets) override;
+  // Segment 0: x + attn(ln_1(x)); segment 1: y + mlp(ln_2(y)).
+  int num_segments() const override { return 2; }
+  torch::Tensor forward_segment(int segment, const torch::Tensor& x, const torch::Tensor& targets) override;
+  int segment_of(const std::string& parameter) const override;
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -78,13 +79,16 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
+    std::vector<int> segments;
     for (const auto& p : stage_->layer(l)->named_parameters()) {
       if (tied_.defined() && p.value().unsafeGetTensorImpl() == tied_.unsafeGetTensorImpl()) continue;
       params.push_back(p.value());
       names.push_back(p.key());
+      segments.push_back(stage_->layer(l)->segment_of(p.key()));
     }
     layer_params_.push_back(std::move(params));
     layer_names_.push_back(std::move(names));
+    layer_segments_.push_back(std::move(segments));
   }
   BuildBuckets();
 }
@@ -380,54 +384,57 @@ void StageWorker::BuildBuckets() {
   const auto flat_options = torch::TensorOptions().dtype(torch::kFloat).device(opts_.device);
   for (int piece = first_piece; piece < first_piece + num_pieces; ++piece) {
     const size_t first_bucket = buckets_.size();
-    // Highest layers first: the order their last backward finishes in.
+    // Units from the top down: the order their last backward finishes in.
+    int unit = 0;
     for (int l = me.last_layer; l >= me.first_layer; --l) {
       const size_t i = static_cast<size_t>(l - me.first_layer);
       const int group = topo_.layer_group_of[l] + piece;  // the holders of this piece of l
-      // What of layer l goes in: the whole gradients (one piece a rank), or
-      // views of each gradient's piece (a replicated parameter in every
-      // piece's bucket, its sum the same in each; written back from the first).
-      std::vector<torch::Tensor> params, sources;
-      std::vector<bool> back;
-      int64_t numel = 0;
-      for (size_t j = 0; j < layer_params_[i].size(); ++j) {
-        if (num_pieces == 1) {
-          params.push_back(layer_params_[i][j]);
-          numel += layer_params_[i][j].numel();
-          continue;
+      for (int seg = stage_->layer(l)->num_segments() - 1; seg >= 0; --seg, ++unit) {
+        // What of the unit goes in: the whole gradients (one piece a rank),
+        // or views of each gradient's piece (a replicated parameter in every
+        // piece's bucket, its sum the same in each; written back from the first).
+        std::vector<torch::Tensor> params, sources;
+        std::vector<bool> back;
+        int64_t numel = 0;
+        for (size_t j = 0; j < layer_params_[i].size(); ++j) {
+          if (layer_segments_[i][j] != seg) continue;
+          if (num_pieces == 1) {
+            params.push_back(layer_params_[i][j]);
+            numel += layer_params_[i][j].numel();
+            continue;
+          }
+          const bool replicated = model::ShardKindOf(layer_names_[i][j]) == model::ShardKind::kReplicated;
+          for (const auto& v : PieceOfGradient(layer_names_[i][j], own_grads_[i][j], piece)) {
+            sources.push_back(v);
+            back.push_back(!replicated || piece == first_piece);
+            numel += v.numel();
+          }
         }
-        const bool replicated = model::ShardKindOf(layer_names_[i][j]) == model::ShardKind::kReplicated;
-        for (const auto& v : PieceOfGradient(layer_names_[i][j], own_grads_[i][j], piece)) {
-          sources.push_back(v);
-          back.push_back(!replicated || piece == first_piece);
-          numel += v.numel();
+        if (numel == 0) continue;
+        const bool join = buckets_.size() > first_bucket && buckets_.back().group == group &&
+                          buckets_.back().unit == unit - 1 && buckets_.back().layer != l &&
+                          (buckets_.back().numel + numel) * 4 <= kBucketBytes;
+        if (!join) {
+          Bucket bk;
+          bk.group = group;
+          buckets_.push_back(std::move(bk));
         }
+        Bucket& bk = buckets_.back();
+        bk.unit = unit;
+        bk.layer = l;
+        bk.numel += numel;
+        // Within a bucket, lower units first: prepend this unit's.
+        params.insert(params.end(), bk.params.begin(), bk.params.end());
+        bk.params = std::move(params);
+        sources.insert(sources.end(), bk.sources.begin(), bk.sources.end());
+        bk.sources = std::move(sources);
+        back.insert(back.end(), bk.write_back.begin(), bk.write_back.end());
+        bk.write_back = std::move(back);
       }
-      if (numel == 0) continue;
-      const bool join = buckets_.size() > first_bucket && buckets_.back().group == group &&
-                        buckets_.back().first_layer == l + 1 &&
-                        (buckets_.back().numel + numel) * 4 <= kBucketBytes;
-      if (!join) {
-        Bucket bk;
-        bk.group = group;
-        bk.last_layer = l;
-        buckets_.push_back(std::move(bk));
-      }
-      Bucket& bk = buckets_.back();
-      bk.first_layer = l;
-      bk.numel += numel;
-      // Within a bucket, layers in ascending order: prepend this layer's.
-      params.insert(params.end(), bk.params.begin(), bk.params.end());
-      bk.params = std::move(params);
-      sources.insert(sources.end(), bk.sources.begin(), bk.sources.end());
-      bk.sources = std::move(sources);
-      back.insert(back.end(), bk.write_back.begin(), bk.write_back.end());
-      bk.write_back = std::move(back);
     }
   }
-  // Issue order: highest layers first, pieces ascending within them.
-  std::stable_sort(buckets_.begin(), buckets_.end(),
-                   [](const Bucket& a, const Bucket& b) { return a.first_layer > b.first_layer; });
+  // Issue order: highest units first, pieces ascending within them.
+  std::stable_sort(buckets_.begin(), buckets_.end(), [](const Bucket& a, const Bucket& b) { return a.unit < b.unit; });
   // Each view starts on a multiple of kGradAlign values, so that a
   // gradient's reductions (the norm, below) read it from an aligned
   // address whatever the bucket: on a GPU the order of a sum depends on
@@ -625,9 +632,9 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   compat::DeviceTimer forward_timer(device), backward_timer(device);
   std::vector<torch::Tensor> received(m), grads_in(m);  // what comm batches deliver
   std::vector<torch::Tensor> inputs(m), outputs(m), sent(m);
-  // The last micro-batch runs layer by layer (detached at each layer's
-  // input), so that its backward can hand each bucket to the all-reduce as
-  // soon as the bucket's layers are done.
+  // The last micro-batch runs unit by unit (detached at each layer
+  // segment's input), so that its backward can hand each bucket to the
+  // all-reduce as soon as the bucket's units are done.
   std::vector<torch::Tensor> seg_in, seg_out;
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   Group& pipe = groups_->pipeline;
@@ -639,8 +646,8 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   // collectives under NCCL.
   std::vector<Work> reductions;
   size_t next_bucket = 0;
-  auto issue_buckets_down_to = [&](int layer) {  // every bucket above `layer` is done
-    for (; next_bucket < buckets_.size() && buckets_[next_bucket].first_layer >= layer; ++next_bucket) {
+  auto issue_buckets_down_to = [&](int unit) {  // units 0..unit (from the top) are done
+    for (; next_bucket < buckets_.size() && buckets_[next_bucket].unit <= unit; ++next_bucket) {
       Bucket& bk = buckets_[next_bucket];
       for (size_t i = 0; i < bk.sources.size(); ++i) bk.views[bk.params.size() + i].copy_(bk.sources[i]);
       for (auto& [id, group] : groups_->layers) {
@@ -724,11 +731,13 @@ StepResult StageWorker::RunSchedule(int64_t step) {
           if (overlap && j == m - 1) {
             torch::Tensor x = input;
             for (const auto& layer : stage_->layers()) {
-              torch::Tensor xin = x;
-              if (x.is_floating_point()) xin = x.detach().requires_grad_(true);
-              seg_in.push_back(xin);
-              x = layer->forward(xin, targets);
-              seg_out.push_back(x);
+              for (int seg = 0; seg < layer->num_segments(); ++seg) {
+                torch::Tensor xin = x;
+                if (x.is_floating_point()) xin = x.detach().requires_grad_(true);
+                seg_in.push_back(xin);
+                x = layer->forward_segment(seg, xin, targets);
+                seg_out.push_back(x);
+              }
             }
             out = x;
           } else {
@@ -762,10 +771,11 @@ StepResult StageWorker::RunSchedule(int64_t step) {
           grads_in[j] = torch::Tensor();
         }
         if (overlap && j == m - 1) {
-          // Layer by layer, highest first; a bucket's all-reduce starts
-          // once its lowest layer is done.
+          // Unit by unit (a layer's segments), highest first; a bucket's
+          // all-reduce starts once its lowest unit is done.
           torch::Tensor grad = grad_out;
-          for (int k = static_cast<int>(seg_out.size()) - 1; k >= 0; --k) {
+          const int units = static_cast<int>(seg_out.size());
+          for (int k = units - 1; k >= 0; --k) {
             if (grad.defined()) {
               torch::autograd::backward({seg_out[k]}, {grad});
             } else {
@@ -777,7 +787,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
               // The stage input's gradient goes back to the previous stage.
               inputs[j].mutable_grad() = xin.grad();
             }
-            issue_buckets_down_to(me.first_layer + k);
+            issue_buckets_down_to(units - 1 - k);
           }
           seg_in.clear();
           seg_out.clear();
@@ -808,7 +818,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   const auto t_comm = Clock::now();
   std::optional<at::RecordFunction> phase(std::in_place, at::RecordScope::USER_SCOPE);
   if (phase->isActive()) phase->before("ob::allreduce");
-  issue_buckets_down_to(-1);
+  issue_buckets_down_to(std::numeric_limits<int>::max());
   std::vector<Work> tied_sums;
   std::vector<torch::Tensor> spare_losses;  // a rank of several pieces: the later pieces' copies
   for (auto& [piece, group] : groups_->tied) {

@@ -33,10 +33,11 @@
 //
 // Overlap (opts.overlap_allreduce): gradients live in flat per-bucket
 // buffers (p.grad() is a view), and the last micro-batch's backward runs
-// layer by layer, so each bucket's data-parallel all-reduce starts as soon
-// as its layers are done; the step then waits only for what is still in
-// flight (StepResult::allreduce_exposed_seconds). Every rank issues its
-// collectives in one global order (buckets from the highest layer down,
+// unit by unit (a layer's segments: a block's MLP half, then its attention
+// half), so each bucket's data-parallel all-reduce starts as soon as its
+// units are done; the step then waits only for what is still in flight
+// (StepResult::allreduce_exposed_seconds). Every rank issues its
+// collectives in one global order (buckets from the highest unit down,
 // then the tied weight and the loss), so no two ranks can wait on each
 // other's different groups.
 //
@@ -322,20 +323,28 @@ class StageWorker {
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
   std::vector<std::vector<std::string>> layer_names_;  // their names within the layer
+  std::vector<std::vector<int>> layer_segments_;       // their segments within the layer
   torch::Tensor tied_;
   // The gradients of this rank's layers live in flat buffers, one per
-  // bucket: consecutive layers of one layer group (those with one owner
-  // set), at most kBucketBytes unless one layer is larger, highest layers
-  // first. p.grad() is a view into its bucket, so a bucket's all-reduce
-  // needs no copies and can start as soon as its layers' last backward is
-  // done. Every owner of a layer group builds the same buckets. A rank that
+  // bucket: consecutive units of one layer group (those with one owner
+  // set), at most kBucketBytes unless one unit is larger, highest first. A
+  // unit is a segment of a layer (model::PlannerLayerImpl: a block's
+  // attention half and its MLP half), numbered from the top of the stage
+  // down, the order in which their last backward finishes; two segments of
+  // one layer never share a bucket, so that a block's MLP gradients are on
+  // the wire while its attention's backward runs (the stage's lowest layer
+  // was otherwise exposed whole). p.grad() is a view into its bucket, so a
+  // bucket's all-reduce needs no copies and can start as soon as its
+  // units' last backward is done. Every owner of a layer group builds the
+  // same buckets. A rank that
   // holds several pieces (topology.h: a replica of a lower degree beside
   // one of a higher) has one bucket per piece and layer run instead: its
   // gradients are whole tensors (own_grads_), whose piece views are copied
   // into the bucket when it is issued and back when it is summed.
   struct Bucket {
     int group = 0;               // topology layer-group id (its piece's)
-    int first_layer = 0, last_layer = 0;
+    int unit = 0;                // its lowest unit: ready once that unit's backward is done
+    int layer = 0;               // that unit's layer
     int64_t numel = 0;
     torch::Tensor flat;          // fp32, on the device
     std::vector<torch::Tensor> params;   // gradients bound to views of flat
