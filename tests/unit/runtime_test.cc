@@ -280,6 +280,20 @@ TEST_CASE("workers refuse options that do not match the plan", "[runtime]") {
   CHECK(w.status().code() == ob::Code::kConfig);
 }
 
+// Rank 0 of a one-stage pipeline of `cfg` after step 0, its result in *r.
+static std::unique_ptr<StageWorker> StepOfOneStage(const GptConfig& cfg, StepResult* r) {
+  auto [ts, inst] = Plan({{{{0, cfg.num_layers() - 1}}, 2}});
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  torch::set_num_threads(1);
+  auto w = StageWorker::Create(cfg, *topo, 0, ob::compat::MakeHashStore(), Options(2), Text());
+  REQUIRE(w.ok());
+  auto step = (*w)->Step(0);
+  REQUIRE(step.ok());
+  *r = *step;
+  return std::move(*w);
+}
+
 TEST_CASE("every gradient starts 64 bytes aligned in its bucket, whatever the parameters' sizes",
           "[runtime]") {
   // A GPU's reductions (the gradient norm's) sum in an order that depends
@@ -289,18 +303,12 @@ TEST_CASE("every gradient starts 64 bytes aligned in its bucket, whatever the pa
   cfg.n_layer = 2;
   cfg.n_embd = 20;
   cfg.vocab_size = 250;
-  auto [ts, inst] = Plan({{{{0, cfg.num_layers() - 1}}, 2}});
-  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
-  REQUIRE(topo.ok());
-  torch::set_num_threads(1);
-  auto w = StageWorker::Create(cfg, *topo, 0, ob::compat::MakeHashStore(), Options(2), Text());
-  REQUIRE(w.ok());
-  auto r = (*w)->Step(0);
-  REQUIRE(r.ok());
-  CHECK(std::isfinite(r->grad_norm));
-  CHECK(r->grad_norm > 0);
+  StepResult r;
+  auto w = StepOfOneStage(cfg, &r);
+  CHECK(std::isfinite(r.grad_norm));
+  CHECK(r.grad_norm > 0);
   int checked = 0;
-  for (const auto& p : (*w)->stage()->named_parameters()) {
+  for (const auto& p : w->stage()->named_parameters()) {
     INFO(p.key());
     REQUIRE(p.value().grad().defined());
     CHECK(reinterpret_cast<uintptr_t>(p.value().grad().data_ptr()) % 64 == 0);
@@ -316,18 +324,13 @@ TEST_CASE("a block's MLP and attention gradients are in different buckets, its M
   // attention's backward runs (in one, a stage's lowest block was exposed
   // whole). Small layers still share buckets across layers.
   GptConfig cfg = Small();
-  auto [ts, inst] = Plan({{{{0, cfg.num_layers() - 1}}, 2}});
-  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
-  REQUIRE(topo.ok());
-  torch::set_num_threads(1);
-  auto w = StageWorker::Create(cfg, *topo, 0, ob::compat::MakeHashStore(), Options(2), Text());
-  REQUIRE(w.ok());
-  REQUIRE((*w)->Step(0).ok());
+  StepResult r;
+  auto w = StepOfOneStage(cfg, &r);
   auto bucket_of = [](const torch::Tensor& p) { return p.grad().storage().unsafeGetStorageImpl(); };
   auto addr = [](const torch::Tensor& p) { return reinterpret_cast<uintptr_t>(p.grad().data_ptr()); };
   int blocks = 0, shared_across = 0;
   for (int l = 1; l <= cfg.n_layer; ++l) {
-    const auto layer = (*w)->stage()->layer(l);
+    const auto layer = w->stage()->layer(l);
     const auto params = layer->named_parameters();
     INFO("layer " << l);
     CHECK(bucket_of(params["mlp.c_fc.weight"]) != bucket_of(params["attn.c_attn.weight"]));
@@ -336,7 +339,7 @@ TEST_CASE("a block's MLP and attention gradients are in different buckets, its M
     if (l < cfg.n_layer) {
       // The attention half of the block above and this block's MLP half
       // finish one after the other: they may share a bucket.
-      const auto above = (*w)->stage()->layer(l + 1)->named_parameters();
+      const auto above = w->stage()->layer(l + 1)->named_parameters();
       if (bucket_of(params["mlp.c_fc.weight"]) == bucket_of(above["attn.c_attn.weight"])) ++shared_across;
     }
     // Lower units sit first in a bucket; within it, views in parameter order.
