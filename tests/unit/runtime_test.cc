@@ -386,10 +386,15 @@ TEST_CASE("bf16 with tensor parallelism trains like bf16 without it", "[runtime]
   CHECK(tp.results[0].back().loss < tp.results[0].front().loss);
 }
 
-TEST_CASE("bf16 autocast on the CPU trains within 2% of fp32 at step 100",
+// At step 100 this 64-wide model is still on the steep part of its curve,
+// where a bf16 run a step or two behind fp32 is 0.4-3.4% off (measured over
+// LibTorch 1.13, 2.6 and 2.11 and small changes of rounding, 2026-11-27);
+// by step 200 the two are within 0.1%. Issue 13's own check, gpt-tiny on 2
+// hosts x 2 stages at step 100, is the process test launch_bf16.
+TEST_CASE("bf16 autocast on the CPU trains within 2% of fp32 by step 200",
           "[runtime][precision]") {
   const std::vector<PipelineSpec> specs{{{{0, 2}, {3, 5}}, 2}, {{{0, 2}, {3, 5}}, 2}};
-  constexpr int kLong = 100;
+  constexpr int kLong = 200;
   auto longer = [](ob::model::Precision p) {
     return [p](TrainOptions* o) {
       o->steps = kLong;

@@ -50,8 +50,9 @@ void AddToGradient(const torch::Tensor& p, const torch::Tensor& update) {
   }
 }
 
-// w.grad() += dyᵀ·x for dy [N, out], x [N, in], in the product where the
-// gradient is an fp32 tensor of w's shape.
+// w.grad() += dyᵀ·x for dy [N, out], x [N, in] (bf16 or fp32), accumulated
+// in fp32, in the product itself where the gradient is an fp32 tensor of
+// w's shape.
 void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x) {
   auto& g = const_cast<torch::Tensor&>(w).mutable_grad();
   const bool in_place = g.defined() && g.scalar_type() == torch::kFloat && g.sizes() == w.sizes() &&
@@ -62,11 +63,14 @@ void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const to
     return;
   }
 #endif
-  if (in_place && x.scalar_type() == torch::kFloat) {
-    g.addmm_(dy.t(), x);
+  if (in_place) {
+    // As the GPU's GEMM does: bf16 operands, their products and sums in fp32
+    // (a product of two bf16 values is exact in fp32), the result in fp32;
+    // a bf16 product would round each micro-batch's gradient to bf16 first.
+    g.addmm_(dy.t().to(torch::kFloat), x.to(torch::kFloat));
     return;
   }
-  AddToGradient(w, torch::mm(dy.t(), x));
+  AddToGradient(w, torch::mm(dy.t().to(torch::kFloat), x.to(torch::kFloat)));
 }
 
 // dx for dy, the weight and bias gradients summed (b may be undefined).

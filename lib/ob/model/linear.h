@@ -13,8 +13,9 @@
 // an H100, and the bias gradient is rounded to bf16 on the way. Here the
 // backward adds dyᵀ·x into w.grad() in one product: on a GPU (a build with
 // OB_WITH_CUDA_KERNELS) a cuBLAS GEMM that reads the bf16 operands and
-// accumulates into the fp32 gradient (beta = 1); on the CPU addmm_ in fp32,
-// or the product and an add in bf16. The bias gradient is summed in fp32.
+// accumulates into the fp32 gradient (beta = 1); on the CPU addmm_ of the
+// operands widened to fp32, the same arithmetic (a product of two bf16
+// values is exact in fp32). The bias gradient is summed in fp32.
 // Autograd is handed no gradient for w and b: a gradient that is not yet
 // defined is made here, as autograd would make it.
 //
