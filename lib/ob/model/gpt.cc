@@ -221,14 +221,12 @@ torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto h = Norm(ln_f, x);
   if (!targets.defined()) return LogitsOf(h, lm_weight_, HeadPadding(x)).contiguous();  // [b,t,V]
-  // The loss in fp32 whatever the autocast (cross_entropy.h). The fused
-  // kernels read the padded product itself and give its padding a zero
-  // gradient, so the logits are not narrowed (nor their gradient widened
-  // back); ATen's path takes the words' columns.
-  const int64_t v = lm_weight_.size(0);
-  auto logits = FusedCrossEntropyOn(x.device()) ? PaddedLogitsOf(h, lm_weight_, HeadPadding(x))
-                                                : LogitsOf(h, lm_weight_, HeadPadding(x));  // [b,t,P]
-  return CrossEntropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), v);
+  // The loss in fp32 whatever the autocast (cross_entropy.h), of the padded
+  // product itself: the fused kernels give the padding a zero gradient, so
+  // the logits are not narrowed (nor their gradient widened back); ATen's
+  // path takes the words' columns.
+  auto logits = PaddedLogitsOf(h, lm_weight_, HeadPadding(x));  // [b,t,P]
+  return CrossEntropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), lm_weight_.size(0));
 }
 
 PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, TpGroupPtr tp, bool init) {

@@ -50,13 +50,13 @@ void AddToGradient(const torch::Tensor& p, const torch::Tensor& update) {
   }
 }
 
-// w.grad() += dyᵀ·x for dy [N, out], x [N, in] (bf16 or fp32), accumulated
+// w.grad() += dyᵀ·x for dy [N, out], x [N, in] (both bf16 or both fp32), accumulated
 // in fp32, in the product itself where the gradient is an fp32 tensor of
 // w's shape.
 void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x) {
   auto& g = const_cast<torch::Tensor&>(w).mutable_grad();
   const bool in_place = g.defined() && g.scalar_type() == torch::kFloat && g.sizes() == w.sizes() &&
-                        g.device() == x.device() && g.is_contiguous() && x.scalar_type() == dy.scalar_type();
+                        g.device() == x.device() && g.is_contiguous();
 #ifdef OB_WITH_CUDA_KERNELS
   if (in_place && g.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat)) {
     CublasAccumulate(g, dy, x);

@@ -79,16 +79,13 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
-    std::vector<int> segments;
     for (const auto& p : stage_->layer(l)->named_parameters()) {
       if (tied_.defined() && p.value().unsafeGetTensorImpl() == tied_.unsafeGetTensorImpl()) continue;
       params.push_back(p.value());
       names.push_back(p.key());
-      segments.push_back(stage_->layer(l)->segment_of(p.key()));
     }
     layer_params_.push_back(std::move(params));
     layer_names_.push_back(std::move(names));
-    layer_segments_.push_back(std::move(segments));
   }
   BuildBuckets();
 }
@@ -389,7 +386,8 @@ void StageWorker::BuildBuckets() {
     for (int l = me.last_layer; l >= me.first_layer; --l) {
       const size_t i = static_cast<size_t>(l - me.first_layer);
       const int group = topo_.layer_group_of[l] + piece;  // the holders of this piece of l
-      for (int seg = stage_->layer(l)->num_segments() - 1; seg >= 0; --seg, ++unit) {
+      const model::PlannerLayer& layer = stage_->layer(l);
+      for (int seg = layer->num_segments() - 1; seg >= 0; --seg, ++unit) {
         // What of the unit goes in: the whole gradients (one piece a rank),
         // or views of each gradient's piece (a replicated parameter in every
         // piece's bucket, its sum the same in each; written back from the first).
@@ -397,7 +395,7 @@ void StageWorker::BuildBuckets() {
         std::vector<bool> back;
         int64_t numel = 0;
         for (size_t j = 0; j < layer_params_[i].size(); ++j) {
-          if (layer_segments_[i][j] != seg) continue;
+          if (layer->segment_of(layer_names_[i][j]) != seg) continue;
           if (num_pieces == 1) {
             params.push_back(layer_params_[i][j]);
             numel += layer_params_[i][j].numel();

@@ -323,7 +323,6 @@ class StageWorker {
   // excluded; and the tied weight itself (undefined if this stage has none).
   std::vector<std::vector<torch::Tensor>> layer_params_;
   std::vector<std::vector<std::string>> layer_names_;  // their names within the layer
-  std::vector<std::vector<int>> layer_segments_;       // their segments within the layer
   torch::Tensor tied_;
   // The gradients of this rank's layers live in flat buffers, one per
   // bucket: consecutive units of one layer group (those with one owner
