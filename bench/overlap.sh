@@ -53,7 +53,7 @@ netns_rsh "$WORK/rsh"
 run() {  # run NAME OVERLAP: prints the mean exposed all-reduce seconds
   local name=$1
   rm -rf "run-$name"
-  OB_OVERLAP=$2 OMP_NUM_THREADS=1 timeout 600 "$bin/ob-launch" --rsh "$WORK/rsh" \
+  OB_OVERLAP=$2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout 600 "$bin/ob-launch" --rsh "$WORK/rsh" \
     --bind "$NETNS_GATEWAY" --secret-file secret --steps "$steps" \
     --data "$root/tests/data/corpus.txt" --run-dir "run-$name" --metrics "$name.metrics" \
     plan.pb hosts.txt 2> "$name.err" || { tail -3 "$name.err" >&2; exit 1; }

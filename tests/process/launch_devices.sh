@@ -9,8 +9,9 @@
 #  3. --device cuda with one GPU per host: each worker gets
 #     CUDA_VISIBLE_DEVICES=0 (its slot) and OB_DEVICE=cuda; its thread
 #     variables are max(1, cores / workers) unless the agent's environment
-#     sets them (OMP_NUM_THREADS=3 here is passed through as it is), and
-#     so are the standbys'.
+#     sets them (MKL_NUM_THREADS=3 here is passed through as it is), and
+#     so are the standbys'. (A BLAS pool following OMP_NUM_THREADS:
+#     devices_test.)
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -40,17 +41,17 @@ wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs
 echo "$NAME: $line"
 
 # 3. One GPU per worker, threads per worker.
-export OB_GPUS_PER_HOST=1 OMP_NUM_THREADS=3
-unset OPENBLAS_NUM_THREADS MKL_NUM_THREADS
+export OB_GPUS_PER_HOST=1 MKL_NUM_THREADS=3
+unset OPENBLAS_NUM_THREADS OMP_NUM_THREADS
 stand_in_start c --device cuda --precision fp32
-unset OB_GPUS_PER_HOST OMP_NUM_THREADS
+unset OB_GPUS_PER_HOST MKL_NUM_THREADS
 want=$(( $(nproc) / 4 )); [ "$want" -ge 1 ] || want=1  # --rsh local: 4 workers share this machine
 for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "OB_RANK=" | cut -d/ -f3); do
   env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null) || continue
   grep -qx "CUDA_VISIBLE_DEVICES=0" <<< "$env" || fail "worker $p: $(grep CUDA_VISIBLE <<< "$env")"
   grep -qx "OB_DEVICE=cuda" <<< "$env" || fail "worker $p: no OB_DEVICE=cuda"
-  grep -qx "OMP_NUM_THREADS=3" <<< "$env" || fail "worker $p: $(grep OMP_NUM <<< "$env")"
-  grep -qx "MKL_NUM_THREADS=$want" <<< "$env" || fail "worker $p: $(grep MKL_NUM <<< "$env"), want $want"
+  grep -qx "MKL_NUM_THREADS=3" <<< "$env" || fail "worker $p: $(grep MKL_NUM <<< "$env")"
+  grep -qx "OMP_NUM_THREADS=$want" <<< "$env" || fail "worker $p: $(grep OMP_NUM <<< "$env"), want $want"
 done
 # Standbys start with the threads they will get (their pools are sized at
 # start: a standby sized for the whole machine took 1.5 s instead of 0.4
@@ -59,12 +60,12 @@ standbys=0
 for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -Lsa "OB_RANK=" | cut -d/ -f3); do
   grep -qa -- "--standby-worker" "/proc/$p/cmdline" 2>/dev/null || continue
   env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null) || continue
-  grep -qx "MKL_NUM_THREADS=$want" <<< "$env" || fail "standby $p: $(grep MKL_NUM <<< "$env"), want $want"
+  grep -qx "OMP_NUM_THREADS=$want" <<< "$env" || fail "standby $p: $(grep OMP_NUM <<< "$env"), want $want"
   grep -qx "OPENBLAS_NUM_THREADS=$want" <<< "$env" || fail "standby $p: $(grep OPENBLAS_NUM <<< "$env"), want $want"
   standbys=$((standbys + 1))
 done
 [ "$standbys" -gt 0 ] || fail "no standby worker to check"
-grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=3 (from the environment), OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=$want" \
+grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=$want, OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=3 (from the environment)" \
   "$WORK/c.err" || fail "no agent line on threads: $(grep -m1 'worker(s) on' "$WORK/c.err")"
 stop_master c
 echo "$NAME: $(grep -m1 -o '1 worker(s) here.*' "$WORK/c.err")"

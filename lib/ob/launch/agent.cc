@@ -367,14 +367,13 @@ int Cores() {
   return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
                                                        : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
 }
+const char* Getenv(const char* var) { return std::getenv(var); }
 }  // namespace
 
 std::map<std::string, std::string> Agent::ThreadEnv(int sharing) const {
   std::map<std::string, std::string> env;
-  const int n = ThreadsPerWorker(Cores(), sharing);
-  for (const std::string& var : ThreadVariables()) {
-    const char* have = std::getenv(var.c_str());
-    if (have == nullptr || *have == '\0') env[var] = std::to_string(n);
+  for (const ThreadSetting& s : ThreadSettings(ThreadsPerWorker(Cores(), sharing), Getenv)) {
+    if (s.origin != ThreadSetting::kInherited) env[s.var] = s.value;
   }
   return env;
 }
@@ -384,16 +383,15 @@ void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
   const int cores = Cores();
   const int sharing = std::max(static_cast<int>(specs->size()), opt_.cpu_share);
   last_sharing_ = sharing;
-  const std::map<std::string, std::string> mine = ThreadEnv(sharing);
   std::string said;
-  for (const std::string& var : ThreadVariables()) {
-    auto it = mine.find(var);
-    if (it == mine.end()) {
-      said += (said.empty() ? "" : ", ") + var + "=" + std::getenv(var.c_str()) + " (from the environment)";
+  for (const ThreadSetting& s : ThreadSettings(ThreadsPerWorker(cores, sharing), Getenv)) {
+    said += (said.empty() ? "" : ", ") + s.var + "=" + s.value;
+    if (s.origin == ThreadSetting::kInherited) {
+      said += " (from the environment)";
       continue;
     }
-    for (auto& spec : *specs) (*spec.mutable_env())[var] = it->second;
-    said += (said.empty() ? "" : ", ") + var + "=" + it->second;
+    if (s.origin == ThreadSetting::kFollowsOmp) said += " (as OMP_NUM_THREADS)";
+    for (auto& spec : *specs) (*spec.mutable_env())[s.var] = s.value;
   }
   OB_LOG(Info) << specs->size() << " worker(s) here, " << sharing << " sharing " << cores << " core(s), "
                << (cuda() ? "cuda" : "cpu") << ": " << said;

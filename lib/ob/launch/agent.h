@@ -36,7 +36,9 @@
 // gets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = max(1,
 // cores the agent may run on / workers of the generation on this host, or
 // cpu_share when larger: under --rsh local every host is this machine),
-// each unless the agent's environment sets it (then the worker inherits it).
+// each unless the agent's environment sets it (then the worker inherits it);
+// a BLAS variable the environment leaves unset follows its OMP_NUM_THREADS
+// when that is set (devices.h ThreadSettings).
 //
 // Deadlines before a worker's first step (every phase of a recovery has
 // one): a worker shows life by a heartbeat (worker.h) within kColdStartMs

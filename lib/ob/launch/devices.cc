@@ -60,4 +60,28 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
 
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }
 
+std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const char*)) {
+  auto set = [&](const std::string& var) -> const char* {
+    const char* v = env(var.c_str());
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  };
+  const char* omp = set("OMP_NUM_THREADS");
+  std::vector<ThreadSetting> out;
+  for (const std::string& var : ThreadVariables()) {
+    ThreadSetting s;
+    s.var = var;
+    if (const char* v = set(var)) {
+      s.value = v;
+      s.origin = ThreadSetting::kInherited;
+    } else if (omp != nullptr) {
+      s.value = omp;
+      s.origin = ThreadSetting::kFollowsOmp;
+    } else {
+      s.value = std::to_string(share);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 }  // namespace ob::launch

@@ -11,7 +11,8 @@
 // was given, and the worker uses cuda:0. A host with fewer GPUs than the
 // plan puts workers on it is refused. Threads: each worker gets
 // OMP_NUM_THREADS (and OPENBLAS_/MKL_NUM_THREADS) = max(1, cores / workers
-// on the host), unless the agent's environment sets them, as torchrun does.
+// on the host), unless the agent's environment sets them, as torchrun does;
+// a BLAS pool the environment leaves unsized follows its OMP_NUM_THREADS.
 #pragma once
 
 #include <string>
@@ -51,5 +52,24 @@ inline const std::vector<std::string>& ThreadVariables() {
   static const std::vector<std::string> v = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"};
   return v;
 }
+
+// One thread variable of a worker and where its value comes from.
+struct ThreadSetting {
+  enum Origin {
+    kShare,        // the worker's share of the cores, set by the agent
+    kInherited,    // the agent's environment sets it: the worker inherits it
+    kFollowsOmp,   // a BLAS pool the environment leaves unsized, set to its
+                   // OMP_NUM_THREADS (what OpenBLAS and MKL read when their
+                   // own variable is unset: setting the share instead
+                   // overrode the user, e.g. OMP_NUM_THREADS=1 with a
+                   // 2-thread BLAS pool per worker on a 2-core machine)
+  };
+  std::string var, value;
+  Origin origin = kShare;
+};
+// ThreadVariables() in order, for a worker whose share is `share` threads,
+// under an environment where `env(var)` is the variable's value (nullptr or
+// "" when unset).
+std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const char*));
 
 }  // namespace ob::launch
