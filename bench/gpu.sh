@@ -93,9 +93,10 @@ export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib${LD_LIBRARY_
 nccl_h=$(find "$site/nvidia" -name nccl.h 2>/dev/null | head -1)
 nccl_so=$(find "$site/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
 cublas_so=$(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | head -1)
+cublaslt_so=$(find "$site/nvidia" -name 'libcublasLt.so*' 2>/dev/null | head -1)
 std=17
 if grep -rqs "C++20 or later" "$torch_dir/include/c10/macros" "$torch_dir/include/c10/util/C++17.h"; then std=20; fi
-say "torch at $torch_dir; NCCL ${nccl_h:-none} ${nccl_so:-none}; cuBLAS ${cublas_so:-from the toolkit}; C++$std"
+say "torch at $torch_dir; NCCL ${nccl_h:-none} ${nccl_so:-none}; cuBLAS ${cublas_so:-from the toolkit}, ${cublaslt_so:-cuBLASLt from the toolkit}; C++$std"
 built=0
 if [ "${NO_BUILD:-0}" = 1 ]; then
   built=1
@@ -103,7 +104,7 @@ elif phase build 120; then
   cuda_args=()
   if [ "$device" = cuda ]; then
     cuda_args=(-DOB_CUDA=ON -DOB_NCCL_INCLUDE_DIR="$(dirname "$nccl_h")" -DOB_NCCL_LIBRARY="$nccl_so"
-               -DOB_CUBLAS_LIBRARY="$cublas_so")
+               -DOB_CUBLAS_LIBRARY="$cublas_so" -DOB_CUBLASLT_LIBRARY="$cublaslt_so")
   fi
   if cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$std \
       -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DCMAKE_CXX_FLAGS="-isystem $deps/usr/include -g1" \

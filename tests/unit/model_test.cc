@@ -533,6 +533,100 @@ TEST_CASE("Linear sums the weight gradient in place: torch::linear's gradients o
   }
 }
 
+// GeluMlp is gelu_tanh(x·w1ᵀ + b1)·w2ᵀ + b2 with Linear's gradient sums:
+// its output and every gradient must be those of torch::linear, gelu and
+// torch::linear over micro-batches, with and without the second bias, in
+// fp32 and bf16; on a GPU in bf16, through cuBLASLt's epilogues where it
+// has them, whose GELU must be the tanh one (GPT-2's): on inputs near -2.5,
+// where tanh and erf GELU differ by ~5e-4 and bf16 resolves ~6e-5, the
+// output must be nearer the tanh reference.
+TEST_CASE("GeluMlp equals linear, tanh gelu and linear: output and gradients over micro-batches", "[model]") {
+  std::vector<torch::Device> devices = {torch::Device(torch::kCPU)};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
+           std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
+  };
+  const auto before = ob::model::GeluMlpEpilogueCounts();
+  for (const auto& device : devices) {
+    for (bool bf16 : {false, true}) {
+      for (bool bias2 : {true, false}) {
+        INFO(device << (bf16 ? " bf16" : " fp32") << (bias2 ? ", second bias" : ", no second bias"));
+        torch::manual_seed(9);
+        const auto opt = torch::TensorOptions().device(device);
+        const int64_t in = 32, mid = 64, out = 24;
+        auto w1 = (torch::randn({mid, in}, opt) * 0.2).requires_grad_(true);
+        auto b1 = torch::randn({mid}, opt).requires_grad_(true);
+        auto w2 = (torch::randn({out, mid}, opt) * 0.2).requires_grad_(true);
+        auto b2 = bias2 ? torch::randn({out}, opt).requires_grad_(true) : torch::Tensor();
+        auto r1 = w1.detach().clone().requires_grad_(true), rb1 = b1.detach().clone().requires_grad_(true);
+        auto r2 = w2.detach().clone().requires_grad_(true);
+        auto rb2 = bias2 ? b2.detach().clone().requires_grad_(true) : torch::Tensor();
+        // The worker's gradients: views of an fp32 bucket holding an earlier sum.
+        auto bucket = torch::randn({mid * in + mid + out * mid + out}, opt);
+        int64_t at = 0;
+        for (auto* p : {&w1, &b1, &w2, &b2}) {
+          if (!p->defined()) continue;
+          p->mutable_grad() = bucket.narrow(0, at, p->numel()).view(p->sizes());
+          at += p->numel();
+        }
+        r1.mutable_grad() = w1.grad().clone();
+        rb1.mutable_grad() = b1.grad().clone();
+        r2.mutable_grad() = w2.grad().clone();
+        if (bias2) rb2.mutable_grad() = b2.grad().clone();
+        for (int micro = 0; micro < 2; ++micro) {
+          auto x = torch::randn({2, 8, in}, opt).requires_grad_(true);
+          auto xr = x.detach().clone().requires_grad_(true);
+          auto g = torch::randn({2, 8, out}, opt);
+          torch::Tensor y, yr;
+          {
+            ob::compat::AutocastGuard autocast(device, bf16);
+            y = ob::model::GeluMlp(x, w1, b1, w2, b2);
+            yr = torch::linear(at::gelu(torch::linear(xr, r1, rb1), "tanh"), r2, rb2);
+          }
+          REQUIRE(y.sizes() == yr.sizes());
+          REQUIRE(y.scalar_type() == yr.scalar_type());
+          CHECK(rel(y, yr) < (bf16 ? 2e-2 : 1e-6));
+          (y.to(torch::kFloat) * g).sum().backward();
+          (yr.to(torch::kFloat) * g).sum().backward();
+          CHECK(rel(x.grad(), xr.grad()) < (bf16 ? 2e-2 : 1e-6));
+        }
+        CHECK(w1.grad().data_ptr() == bucket.data_ptr());  // summed in the bucket, not replaced
+        CHECK(rel(w1.grad(), r1.grad()) < (bf16 ? 2e-2 : 1e-6));
+        CHECK(rel(b1.grad(), rb1.grad()) < (bf16 ? 2e-2 : 1e-6));
+        CHECK(rel(w2.grad(), r2.grad()) < (bf16 ? 2e-2 : 1e-6));
+        if (bias2) CHECK(rel(b2.grad(), rb2.grad()) < (bf16 ? 2e-2 : 1e-6));
+      }
+    }
+  }
+  if (devices.size() < 2) return;
+  // Which GELU the GPU's bf16 path computes: x·w1ᵀ + b1 near -2.5 (w1 = 0,
+  // b1 = -2.5 + small steps), one identity second product.
+  const auto opt = torch::TensorOptions().device(devices[1]);
+  const int64_t n = 64;
+  auto w1 = torch::zeros({n, n}, opt).requires_grad_(true);
+  auto b1 = (torch::linspace(-2.8, -2.2, n, opt)).requires_grad_(true);
+  auto w2 = torch::eye(n, opt).requires_grad_(true);
+  auto b2 = torch::zeros({n}, opt).requires_grad_(true);
+  auto x = torch::randn({16, n}, opt);
+  torch::Tensor y;
+  {
+    ob::compat::AutocastGuard autocast(devices[1], true);
+    y = ob::model::GeluMlp(x, w1, b1, w2, b2).to(torch::kFloat);
+  }
+  // x·0 + b1 is b1 in bf16 exactly: the references start from that.
+  auto pre = b1.detach().to(torch::kBFloat16).to(torch::kFloat).expand({16, n});
+  const double to_tanh = (y - at::gelu(pre, "tanh")).abs().mean().item<double>();
+  const double to_erf = (y - at::gelu(pre)).abs().mean().item<double>();
+  INFO("mean distance to tanh GELU " << to_tanh << ", to erf GELU " << to_erf);
+  CHECK(to_tanh < to_erf);
+  const auto after = ob::model::GeluMlpEpilogueCounts();
+  if (after.first == before.first || after.second == before.second) {
+    WARN("cuBLASLt's GELU epilogues did not run (forwards " << after.first - before.first << ", backwards "
+                                                          << after.second - before.second << "): ATen's kernels");
+  }
+}
+
 TEST_CASE("a step's autocast scope casts each weight once and its gradients equal per-micro-batch casts", "[model][train]") {
   const torch::Device cpu(torch::kCPU);
   torch::manual_seed(7);

@@ -129,10 +129,10 @@ MlpImpl::MlpImpl(int n_embd, TpGroupPtr tp) : tp(std::move(tp)) {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (Sharded(tp)) {  // our columns of c_fc, our rows of c_proj's input
-    auto m = at::gelu(Affine(c_fc, CopyToTp(x, *tp)), "tanh");
-    return ReduceFromTp(Linear(m, c_proj->weight, {}), *tp) + c_proj->bias;
+    auto m = GeluMlp(CopyToTp(x, *tp), c_fc->weight, c_fc->bias, c_proj->weight, {});
+    return ReduceFromTp(m, *tp) + c_proj->bias;
   }
-  return Affine(c_proj, at::gelu(Affine(c_fc, x), "tanh"));
+  return GeluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
 }
 
 BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp, bool init)

@@ -1,6 +1,7 @@
 // The dense layers' product and its fused weight-gradient accumulation (see linear.h).
 #include "ob/model/linear.h"
 
+#include <atomic>
 #include <limits>
 
 #include "ob/torch_compat.h"
@@ -8,11 +9,17 @@
 #ifdef OB_WITH_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
+
+#include <cstdlib>
+#include <cstring>
 #endif
 
 namespace ob::model {
 namespace {
+
+std::atomic<int64_t> lt_forwards{0}, lt_backwards{0};
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -37,6 +44,204 @@ void CublasAccumulate(torch::Tensor& g, const torch::Tensor& dy, const torch::Te
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx of the weight gradient failed (status ",
               static_cast<int>(status), ")");
 }
+
+// A vector of `n` ones in `dtype` on the current device, this thread's,
+// grown as needed (a fill a call would be a launch a call).
+const torch::Tensor& Ones(int64_t n, const torch::TensorOptions& opt) {
+  thread_local torch::Tensor ones[2];
+  torch::Tensor& t = ones[opt.dtype() == torch::kBFloat16 ? 1 : 0];
+  if (!t.defined() || t.numel() < n || t.device() != opt.device()) t = torch::ones({n}, opt);
+  return t;
+}
+
+// g [out] fp32 += Σ_rows dy for dy [N, out] (bf16 or fp32): one GEMM with a
+// column of ones (m = out, n = 1, k = N), which reads dy once at memory
+// speed and adds into g (beta = 1); a column reduction and an add were two
+// kernels a bias a micro-batch, the reduction well below memory speed.
+void CublasAccumulateBias(torch::Tensor& g, const torch::Tensor& dy) {
+  const int64_t rows = dy.size(0), out = dy.size(1);
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  TORCH_CHECK(rows <= kMax && out <= kMax, "linear: a bias gradient larger than cuBLAS's int sizes");
+  const auto type = dy.scalar_type() == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+  const torch::Tensor& ones = Ones(rows, dy.options());
+  const float one = 1.f;
+  c10::cuda::CUDAGuard device(g.device());
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  const cublasStatus_t status =
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out), 1, static_cast<int>(rows), &one,
+                   dy.data_ptr(), type, static_cast<int>(out), ones.data_ptr(), type, static_cast<int>(rows), &one,
+                   g.data_ptr(), CUDA_R_32F, static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx of the bias gradient failed (status ",
+              static_cast<int>(status), ")");
+}
+
+// cuBLASLt products with a GELU epilogue (the MLP's, GeluMlp below). Each
+// returns false, having launched nothing, where cuBLASLt has no algorithm
+// for the case (or OB_LT_GELU=0): the caller then runs ATen's kernels.
+// cuBLASLt's GELU is the tanh approximation, GPT-2's.
+class LtGelu {
+ public:
+  // pre = x·wᵀ + b and h = gelu(pre), both [N, out] bf16, for x [N, in],
+  // w [out, in], b [out] (bf16): one GEMM whose epilogue adds the bias,
+  // keeps the sum (the aux output) and applies GELU.
+  static bool Forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor& pre,
+                      torch::Tensor& h) {
+    const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+    if (!Usable({x, w, b}) || !Fits({rows, in, out}) || out % 8 != 0) return false;
+    pre = torch::empty({rows, out}, x.options());
+    h = torch::empty({rows, out}, x.options());
+    // Column-major: h [out, N] = (w stored [in, out])ᵀ · (x stored [in, N]).
+    Call c;
+    if (!c.Describe(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out)) return false;
+    if (!c.Epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b.data_ptr(), -1, pre.data_ptr(), out)) return false;
+    return c.Run(x.device(), w.data_ptr(), x.data_ptr(), h.data_ptr());
+  }
+
+  // dpre = (dy·w) ∘ gelu'(pre) [N, mid] bf16, and db = Σ_rows dpre [mid]
+  // (fp32 where cuBLASLt writes fp32 bias gradients for bf16 products, else
+  // bf16), for dy [N, out], w [out, mid], pre [N, mid]: the second product's
+  // input gradient, GELU's backward and the first product's bias gradient
+  // in one GEMM.
+  static bool Backward(const torch::Tensor& dy, const torch::Tensor& w, const torch::Tensor& pre,
+                       torch::Tensor& dpre, torch::Tensor& db) {
+    const int64_t rows = dy.size(0), out = dy.size(1), mid = w.size(1);
+    if (!Usable({dy, w, pre}) || !Fits({rows, out, mid}) || mid % 8 != 0) return false;
+    dpre = torch::empty({rows, mid}, dy.options());
+    // Column-major: dpre [mid, N] = (w stored [mid, out]) · (dy stored [out, N]).
+    for (const auto bias_type : {CUDA_R_32F, CUDA_R_16BF}) {
+      db = torch::empty({mid}, dy.options().dtype(bias_type == CUDA_R_32F ? torch::kFloat : torch::kBFloat16));
+      Call c;
+      if (!c.Describe(CUBLAS_OP_N, CUBLAS_OP_N, mid, rows, out, mid, out, mid)) return false;
+      if (!c.Epilogue(CUBLASLT_EPILOGUE_DGELU_BGRAD, db.data_ptr(), bias_type, pre.data_ptr(), mid)) continue;
+      if (c.Run(dy.device(), w.data_ptr(), dy.data_ptr(), dpre.data_ptr())) return true;
+    }
+    return false;
+  }
+
+ private:
+  static bool Enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("OB_LT_GELU");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+  }
+  // bf16, contiguous, 16-byte aligned, on one GPU.
+  static bool Usable(std::initializer_list<torch::Tensor> ts) {
+    if (!Enabled()) return false;
+    for (const auto& t : ts) {
+      if (!t.is_cuda() || t.scalar_type() != torch::kBFloat16 || !t.is_contiguous() ||
+          reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0 || t.device() != ts.begin()->device()) {
+        return false;
+      }
+    }
+    return true;
+  }
+  static bool Fits(std::initializer_list<int64_t> sizes) {
+    for (int64_t n : sizes) {
+      if (n <= 0 || n > std::numeric_limits<int32_t>::max()) return false;
+    }
+    return true;
+  }
+
+  // This thread's handle and workspace.
+  struct Context {
+    cublasLtHandle_t handle = nullptr;
+    torch::Tensor workspace;
+    int device = -1;
+  };
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  static Context* Get(const torch::Device& device) {
+    thread_local Context ctx;
+    if (ctx.handle == nullptr && cublasLtCreate(&ctx.handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+    if (ctx.device != device.index()) {
+      ctx.workspace = torch::empty({static_cast<int64_t>(kWorkspaceBytes)},
+                                   torch::TensorOptions().dtype(torch::kByte).device(device));
+      ctx.device = device.index();
+    }
+    return &ctx;
+  }
+
+  // One cublasLtMatmul: D [m, n] = op(A)·op(B), bf16 in and out, fp32
+  // accumulation, column-major as cuBLAS counts. Descriptors freed on exit.
+  struct Call {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    ~Call() {
+      if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+      if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+      if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+      if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    }
+    bool Describe(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                  int64_t ldb, int64_t ldd) {
+      if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
+      if (cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b) !=
+              CUBLAS_STATUS_SUCCESS) {
+        return false;
+      }
+      // Stored shapes: op(A) is m×k, op(B) k×n.
+      const bool ta = op_a == CUBLAS_OP_T, tb = op_b == CUBLAS_OP_T;
+      return cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, ldd) == CUBLAS_STATUS_SUCCESS;
+    }
+    // bias_type < 0: cuBLASLt's default (the output's type).
+    bool Epilogue(cublasLtEpilogue_t epilogue, void* bias, int bias_type, void* aux, int64_t aux_ld) {
+      if (cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) !=
+              CUBLAS_STATUS_SUCCESS) {
+        return false;
+      }
+      const int64_t ld = aux_ld;
+      if (cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld) !=
+          CUBLAS_STATUS_SUCCESS) {
+        return false;
+      }
+      if (bias_type >= 0) {
+        const auto t = static_cast<cudaDataType_t>(bias_type);
+        if (cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t) !=
+            CUBLAS_STATUS_SUCCESS) {
+          return false;
+        }
+      }
+      return true;
+    }
+    // False when cuBLASLt offers no algorithm (nothing launched); throws
+    // when the one it offered fails.
+    bool Run(const torch::Device& device, const void* a_ptr, const void* b_ptr, void* d_ptr) {
+      c10::cuda::CUDAGuard guard(device);
+      Context* ctx = Get(device);
+      if (ctx == nullptr) return false;
+      cublasLtMatmulPreference_t pref = nullptr;
+      if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return false;
+      const uint64_t ws = kWorkspaceBytes;
+      cublasLtMatmulHeuristicResult_t result;
+      std::memset(&result, 0, sizeof result);
+      int found = 0;
+      const bool ok =
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, a, b, d, d, pref, 1, &result, &found) ==
+              CUBLAS_STATUS_SUCCESS &&
+          found > 0;
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (!ok) return false;
+      const float alpha = 1.f, beta = 0.f;
+      const cublasStatus_t st =
+          cublasLtMatmul(ctx->handle, desc, &alpha, a_ptr, a, b_ptr, b, &beta, d_ptr, d, d_ptr, d, &result.algo,
+                         ctx->workspace.data_ptr(), kWorkspaceBytes, at::cuda::getCurrentCUDAStream());
+      TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "linear: cublasLtMatmul with a GELU epilogue failed (status ",
+                  static_cast<int>(st), ")");
+      return true;
+    }
+  };
+};
 #endif
 
 // p.grad() += update, or p.grad() = update where it is not defined yet, as
@@ -50,13 +255,20 @@ void AddToGradient(const torch::Tensor& p, const torch::Tensor& update) {
   }
 }
 
+// True where `p`'s gradient is an fp32 tensor of its shape on `on`'s device
+// that a product can add into.
+bool SummableGradient(const torch::Tensor& p, const torch::Tensor& on) {
+  const auto& g = p.grad();
+  return g.defined() && g.scalar_type() == torch::kFloat && g.sizes() == p.sizes() && g.device() == on.device() &&
+         g.is_contiguous();
+}
+
 // w.grad() += dyᵀ·x for dy [N, out], x [N, in] (both bf16 or both fp32), accumulated
 // in fp32, in the product itself where the gradient is an fp32 tensor of
 // w's shape.
 void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x) {
   auto& g = const_cast<torch::Tensor&>(w).mutable_grad();
-  const bool in_place = g.defined() && g.scalar_type() == torch::kFloat && g.sizes() == w.sizes() &&
-                        g.device() == x.device() && g.is_contiguous();
+  const bool in_place = SummableGradient(w, x);
 #ifdef OB_WITH_CUDA_KERNELS
   if (in_place && g.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat)) {
     CublasAccumulate(g, dy, x);
@@ -73,6 +285,19 @@ void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const to
   AddToGradient(w, torch::mm(dy.t().to(torch::kFloat), x.to(torch::kFloat)));
 }
 
+// b.grad() += Σ_rows dy for dy [N, out], summed in fp32.
+void AddBiasGradient(const torch::Tensor& b, const torch::Tensor& dy) {
+#ifdef OB_WITH_CUDA_KERNELS
+  if (SummableGradient(b, dy) && dy.is_cuda() &&
+      (dy.scalar_type() == torch::kBFloat16 || dy.scalar_type() == torch::kFloat)) {
+    auto& g = const_cast<torch::Tensor&>(b).mutable_grad();
+    CublasAccumulateBias(g, dy);
+    return;
+  }
+#endif
+  AddToGradient(b, dy.sum(0, false, torch::kFloat));
+}
+
 // dx for dy, the weight and bias gradients summed (b may be undefined).
 torch::Tensor Backward(AutogradContext* ctx, const torch::Tensor& dy_out, const torch::Tensor& x,
                        const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& wc) {
@@ -83,7 +308,7 @@ torch::Tensor Backward(AutogradContext* ctx, const torch::Tensor& dy_out, const 
   if (ctx->needs_input_grad(0)) dx = torch::matmul(dy, wc);
   auto dy2 = dy.reshape({-1, out}).contiguous();
   if (w.requires_grad()) AddWeightGradient(w, dy2, x.reshape({-1, in}).contiguous());
-  if (b.defined() && b.requires_grad()) AddToGradient(b, dy2.sum(0, false, torch::kFloat));
+  if (b.defined() && b.requires_grad()) AddBiasGradient(b, dy2);
   return dx;
 }
 
@@ -124,6 +349,100 @@ torch::Tensor InDtype(const torch::Tensor& p, at::ScalarType dtype) {
   return (p.scalar_type() == dtype ? p : compat::CachedCast(p, dtype)).detach();
 }
 
+// The MLP's forward, x [..., in] in the compute dtype and w1c, b1c, w2c,
+// b2c (b2c may be undefined) its weights in it: pre = x·w1cᵀ + b1c, h =
+// gelu(pre), the result h·w2cᵀ + b2c. Saves what the backward reads: x,
+// pre and h, as autograd would for the three operations.
+torch::Tensor MlpForward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w1c,
+                         const torch::Tensor& b1c, const torch::Tensor& w2c, const torch::Tensor& b2c,
+                         std::vector<torch::Tensor> keep) {
+  compat::AutocastOff off;
+  auto x2 = x.reshape({-1, x.size(-1)}).contiguous();
+  torch::Tensor pre, h;
+  bool fused = false;
+#ifdef OB_WITH_CUDA_KERNELS
+  fused = LtGelu::Forward(x2, w1c, b1c, pre, h);
+  if (fused) lt_forwards.fetch_add(1, std::memory_order_relaxed);
+#endif
+  if (!fused) {
+    pre = torch::linear(x2, w1c, b1c);
+    h = at::gelu(pre, "tanh");
+  }
+  auto y = b2c.defined() ? torch::linear(h, w2c, b2c) : torch::linear(h, w2c);
+  keep.insert(keep.begin(), {x2, pre, h});
+  ctx->save_for_backward(keep);
+  auto shape = x.sizes().vec();
+  shape.back() = y.size(-1);
+  return y.view(shape);
+}
+
+// Its backward: dx for dy, the four (or three) parameters' gradients summed.
+torch::Tensor MlpBackward(AutogradContext* ctx, const torch::Tensor& dy_out, const torch::Tensor& x2,
+                          const torch::Tensor& pre, const torch::Tensor& h, const torch::Tensor& w1,
+                          const torch::Tensor& b1, const torch::Tensor& w2, const torch::Tensor& b2,
+                          const torch::Tensor& w1c, const torch::Tensor& w2c, at::IntArrayRef x_shape) {
+  compat::AutocastOff off;
+  auto dy = dy_out.to(x2.scalar_type()).reshape({-1, w2c.size(0)}).contiguous();
+  torch::Tensor dpre, db1;
+  bool fused = false;
+#ifdef OB_WITH_CUDA_KERNELS
+  fused = LtGelu::Backward(dy, w2c, pre, dpre, db1);
+  if (fused) lt_backwards.fetch_add(1, std::memory_order_relaxed);
+#endif
+  if (!fused) dpre = at::gelu_backward(torch::mm(dy, w2c), pre, "tanh");
+  if (w2.requires_grad()) AddWeightGradient(w2, dy, h);
+  if (b2.defined() && b2.requires_grad()) AddBiasGradient(b2, dy);
+  if (w1.requires_grad()) AddWeightGradient(w1, dpre, x2);
+  if (b1.requires_grad()) {
+    if (fused) {
+      AddToGradient(b1, db1.to(torch::kFloat));
+    } else {
+      AddBiasGradient(b1, dpre);
+    }
+  }
+  if (!ctx->needs_input_grad(0)) return torch::Tensor();
+  return torch::mm(dpre, w1c).view(x_shape);
+}
+
+// Inputs x, then the parameters (w1, b1, w2[, b2]) whose gradients it sums,
+// then their compute-dtype copies.
+struct MlpFn : public torch::autograd::Function<MlpFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w1,
+                               const torch::Tensor& b1, const torch::Tensor& w2, const torch::Tensor& b2,
+                               const torch::Tensor& w1c, const torch::Tensor& b1c, const torch::Tensor& w2c,
+                               const torch::Tensor& b2c) {
+    ctx->saved_data["shape"] = x.sizes().vec();
+    return MlpForward(ctx, x, w1c, b1c, w2c, b2c, {w1, b1, w2, b2, w1c, w2c});
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto s = ctx->get_saved_variables();
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    auto dx = MlpBackward(ctx, grad[0], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], shape);
+    variable_list out(9);
+    out[0] = dx;
+    return out;
+  }
+};
+
+struct MlpNoBias2Fn : public torch::autograd::Function<MlpNoBias2Fn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w1,
+                               const torch::Tensor& b1, const torch::Tensor& w2, const torch::Tensor& w1c,
+                               const torch::Tensor& b1c, const torch::Tensor& w2c) {
+    ctx->saved_data["shape"] = x.sizes().vec();
+    return MlpForward(ctx, x, w1c, b1c, w2c, torch::Tensor(), {w1, b1, w2, w1c, w2c});
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto s = ctx->get_saved_variables();
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    auto dx = MlpBackward(ctx, grad[0], s[0], s[1], s[2], s[3], s[4], s[5], torch::Tensor(), s[6], s[7], shape);
+    variable_list out(7);
+    out[0] = dx;
+    return out;
+  }
+};
+
 }  // namespace
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
@@ -135,6 +454,29 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   const auto dtype = autocast.value_or(x.scalar_type());
   if (!b.defined()) return LinearNoBiasFn::apply(x.to(dtype), w, InDtype(w, dtype));
   return LinearFn::apply(x.to(dtype), w, b, InDtype(w, dtype), InDtype(b, dtype));
+}
+
+torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                      const torch::Tensor& w2, const torch::Tensor& b2) {
+  auto composed = [&] {
+    auto h = at::gelu(Linear(x, w1, b1), "tanh");
+    return Linear(h, w2, b2);
+  };
+  const bool leaves = w1.is_leaf() && b1.is_leaf() && w2.is_leaf() && (!b2.defined() || b2.is_leaf());
+  if (!torch::GradMode::is_enabled() || !w1.requires_grad() || !w2.requires_grad() || !leaves) return composed();
+  const auto autocast = compat::AutocastDtype(x);
+  if (!autocast && (w1.scalar_type() != x.scalar_type() || w2.scalar_type() != x.scalar_type())) return composed();
+  const auto dtype = autocast.value_or(x.scalar_type());
+  const auto xc = x.to(dtype);
+  if (!b2.defined()) {
+    return MlpNoBias2Fn::apply(xc, w1, b1, w2, InDtype(w1, dtype), InDtype(b1, dtype), InDtype(w2, dtype));
+  }
+  return MlpFn::apply(xc, w1, b1, w2, b2, InDtype(w1, dtype), InDtype(b1, dtype), InDtype(w2, dtype),
+                      InDtype(b2, dtype));
+}
+
+std::pair<int64_t, int64_t> GeluMlpEpilogueCounts() {
+  return {lt_forwards.load(std::memory_order_relaxed), lt_backwards.load(std::memory_order_relaxed)};
 }
 
 }  // namespace ob::model
