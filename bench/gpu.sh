@@ -27,7 +27,7 @@
 #
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), WIDE_MB (16) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
+# KILL_STEP (50), WIDE_MB (32) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
 # the build), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
 # plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
@@ -189,6 +189,7 @@ train() {  # train NAME MODEL [ARGS...]: ob-launch, 100 steps
     "$work/plan-$m.pb" "$work/hosts.txt" > "$out/$name.out" 2> "$out/$name.err"
   local rc=$?
   say "ob $name: exit $rc; $(grep -a 'trained' "$out/$name.err" | tail -1)"
+  say "ob $name: $(grep -a -m1 -o 'the MLP.s cuBLASLt GELU epilogues.*' "$out/$name.err")"
   say "ob $name: $(ob_summary "$work/$name")"
   [ $rc = 0 ] || tail -5 "$out/$name.err" | tee -a "$summary"
   return $rc
@@ -303,7 +304,7 @@ done
 # The first model again at a larger micro-batch (WIDE_MB, WIDE_GB; WIDE_MB=0
 # for none), ob and the peer: how much of the distance to the MFU target is
 # per-micro-batch cost (launches, casts) rather than the kernels themselves.
-wide_mb=${WIDE_MB:-16} wide_gb=${WIDE_GB:-64}
+wide_mb=${WIDE_MB:-32} wide_gb=${WIDE_GB:-64}
 if [ "$wide_mb" -gt 0 ] && [ $built = 1 ] && phase "ob $first at micro-batch $wide_mb" 110; then
   mb=$wide_mb gb=$wide_gb tag=-mb$wide_mb
   profile_plan "$first" && train "train-$first$tag" "$first" --precision bf16

@@ -39,6 +39,7 @@
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
 #include "ob/model/data.h"
+#include "ob/model/linear.h"
 #include "ob/plan/plan_io.h"
 #include "ob/profile/profile.h"
 #include "ob/ckpt/checkpoint.h"
@@ -696,6 +697,11 @@ Status RunWorker(const WorkerOptions& o) {
     if (struct rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0)
       m.set_peak_rss_bytes(static_cast<uint64_t>(ru.ru_maxrss) * 1024);  // Linux: KiB
     if (peak_flops > 0 && r.seconds > 0) m.set_mfu(r.model_flops / r.seconds / peak_flops);
+    if (step == first_step && t.device.is_cuda()) {
+      const auto [forwards, backwards] = model::GeluMlpEpilogueCounts();
+      OB_LOG(Info) << "step " << step << ": the MLP's cuBLASLt GELU epilogues ran in " << forwards
+                   << " forward(s) and " << backwards << " backward(s) (0: ATen's kernels)";
+    }
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);
       m.set_ready_unix_ms(ready_ms);
