@@ -12,6 +12,8 @@
 #     sets them (MKL_NUM_THREADS=3 here is passed through as it is), and
 #     so are the standbys'. (A BLAS pool following OMP_NUM_THREADS:
 #     devices_test.)
+#  4. in a cgroup whose CPU quota is one CPU, the agents share that one
+#     CPU, not the two of the affinity mask, and say so.
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -69,4 +71,40 @@ grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=$wa
   "$WORK/c.err" || fail "no agent line on threads: $(grep -m1 'worker(s) on' "$WORK/c.err")"
 stop_master c
 echo "$NAME: $(grep -m1 -o '1 worker(s) here.*' "$WORK/c.err")"
+
+# 4. A CPU quota below the affinity mask (a container's --cpus): the agents
+# share the quota's CPUs, not the mask's, and say so. In a cgroup of our own
+# with a quota of one CPU (v1's cpu controller, or v2's where the root
+# delegates it), this shell moved in for the run and out again after.
+CG=""
+cg_cleanup() {
+  [ -n "$CG" ] || return 0
+  echo $$ > "$CG_PARENT/cgroup.procs" 2>/dev/null
+  local i
+  for ((i = 0; i < 50; i++)); do rmdir "$CG" 2>/dev/null && break; sleep 0.1; done
+  CG=""
+}
+trap 'cleanup; cg_cleanup' EXIT
+if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [ -w /sys/fs/cgroup/cpu ]; then
+  CG_PARENT=/sys/fs/cgroup/cpu CG=/sys/fs/cgroup/cpu/ob-$TAG
+  mkdir "$CG" && echo 100000 > "$CG/cpu.cfs_period_us" && echo 100000 > "$CG/cpu.cfs_quota_us" \
+    || fail "cannot make a cgroup with a CPU quota at $CG"
+elif [ -f /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control \
+    && [ "$(cat /proc/self/cgroup)" = "0::/" ]; then
+  CG_PARENT=/sys/fs/cgroup CG=/sys/fs/cgroup/ob-$TAG
+  mkdir "$CG" && echo "100000 100000" > "$CG/cpu.max" || fail "cannot make a cgroup with a CPU quota at $CG"
+fi
+if [ -n "$CG" ]; then
+  echo $$ > "$CG/cgroup.procs" || fail "cannot move into $CG"
+  stand_in_start q
+  echo $$ > "$CG_PARENT/cgroup.procs"
+  line=$(grep -m1 -o '1 worker(s) here.*' "$WORK/q.err")
+  [[ "$line" == "1 worker(s) here, 4 sharing 1 core(s) (the CPU quota of its cgroup), cpu: "* ]] \
+    || fail "quota of 1 CPU: $line"
+  stop_master q
+  cg_cleanup
+  echo "$NAME: $line"
+else
+  echo "$NAME: no cgroup CPU controller to set a quota in here: part 4 not run"
+fi
 echo "$NAME: ok"

@@ -78,3 +78,53 @@ TEST_CASE("thread variables: the share unless the environment sizes the pools, B
   // An empty variable is unset.
   CHECK(Said(ThreadSettings(8, OmpAndMkl)) == "OMP_NUM_THREADS=3/1 OPENBLAS_NUM_THREADS=3/2 MKL_NUM_THREADS=2/1 ");
 }
+
+TEST_CASE("CPU quota: whole CPUs of cgroup v2's cpu.max and v1's cfs files, 0 when unlimited") {
+  CHECK(QuotaCpus("max 100000\n") == 0);
+  CHECK(QuotaCpus("400000 100000\n") == 4);
+  CHECK(QuotaCpus("150000 100000") == 2);  // 1.5 CPUs: 2 threads, not 1
+  CHECK(QuotaCpus("5000 100000") == 1);
+  CHECK(QuotaCpus("") == 0);
+  CHECK(QuotaCpus("garbage") == 0);
+  CHECK(QuotaCpus("100000 0") == 0);
+  CHECK(QuotaCpus("-1\n", "100000\n") == 0);
+  CHECK(QuotaCpus("200000\n", "100000\n") == 2);
+  CHECK(QuotaCpus("250000", "100000") == 3);
+  CHECK(QuotaCpus("x", "100000") == 0);
+}
+
+TEST_CASE("CPU quota: the cgroup directories of /proc/self/cgroup under their mounts, innermost first") {
+  // cgroup v2 in a container: the mount's root is the container's cgroup.
+  const std::string v2_cgroup = "0::/kubepods/pod1/ctr\n";
+  const std::string v2_mounts =
+      "28 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+      "30 23 0:27 / /proc rw - proc proc rw\n";
+  auto dirs = CpuCgroupDirs(v2_cgroup, v2_mounts);
+  REQUIRE(dirs.size() == 4);
+  CHECK(dirs[0].path == "/sys/fs/cgroup/kubepods/pod1/ctr");
+  CHECK(dirs[0].v2);
+  CHECK(dirs[1].path == "/sys/fs/cgroup/kubepods/pod1");
+  CHECK(dirs[3].path == "/sys/fs/cgroup");
+  // A bind mount of our own cgroup (root /docker/abc shown at the mount).
+  dirs = CpuCgroupDirs("0::/docker/abc\n", "28 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n");
+  REQUIRE(dirs.size() == 1);
+  CHECK(dirs[0].path == "/sys/fs/cgroup");
+  // v1, the cpu controller mounted with cpuacct; optional tags before "-".
+  const std::string v1_cgroup = "4:memory:/x\n3:cpu,cpuacct:/slurm/job7\n0::/\n";
+  const std::string v1_mounts =
+      "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+      "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+      "40 31 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+  dirs = CpuCgroupDirs(v1_cgroup, v1_mounts);
+  REQUIRE(dirs.size() == 4);  // v1: job7, slurm, the mount; v2: its root
+  CHECK(dirs[0].path == "/sys/fs/cgroup/cpu,cpuacct/slurm/job7");
+  CHECK_FALSE(dirs[0].v2);
+  CHECK(dirs[2].path == "/sys/fs/cgroup/cpu,cpuacct");
+  CHECK(dirs[3].path == "/sys/fs/cgroup/unified");
+  CHECK(dirs[3].v2);
+  // Nothing to go on: no directories.
+  CHECK(CpuCgroupDirs("", v1_mounts).empty());
+  CHECK(CpuCgroupDirs(v1_cgroup, "").empty());
+  // A cgroup outside what the mount shows is not ours to read.
+  CHECK(CpuCgroupDirs("0::/other\n", "28 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n").empty());
+}

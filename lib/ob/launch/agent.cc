@@ -16,6 +16,7 @@
 
 #include "ob/clock.h"
 #include "ob/cluster/rsh.h"
+#include "ob/io/file.h"
 #include "ob/io/records.h"
 #include "ob/launch/channel.h"
 #include "ob/launch/devices.h"
@@ -361,11 +362,41 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
 }
 
 namespace {
+// The least CPU quota of our cgroups (devices.h), 0 when none is set or
+// none can be read. Read once: a quota is the container's, fixed for the
+// agent's life.
+int CgroupCpus() {
+  static const int cpus = [] {
+    auto cgroup = io::ReadFile("/proc/self/cgroup");
+    auto mounts = io::ReadFile("/proc/self/mountinfo");
+    if (!cgroup.ok() || !mounts.ok()) return 0;
+    int least = 0;
+    for (const CgroupDir& d : CpuCgroupDirs(*cgroup, *mounts)) {
+      int n = 0;
+      if (d.v2) {
+        auto max = io::ReadFile(d.path + "/cpu.max");
+        if (max.ok()) n = QuotaCpus(*max);
+      } else {
+        auto quota = io::ReadFile(d.path + "/cpu.cfs_quota_us");
+        auto period = io::ReadFile(d.path + "/cpu.cfs_period_us");
+        if (quota.ok() && period.ok()) n = QuotaCpus(*quota, *period);
+      }
+      if (n > 0 && (least == 0 || n < least)) least = n;
+    }
+    return least;
+  }();
+  return cpus;
+}
+
+// The cores a worker's share is cut from: our affinity mask, or fewer
+// where a CPU quota allows fewer.
 int Cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                       : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const int mask = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                 : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const int quota = CgroupCpus();
+  return quota > 0 ? std::min(mask, quota) : mask;
 }
 const char* Getenv(const char* var) { return std::getenv(var); }
 }  // namespace
@@ -393,7 +424,9 @@ void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
     if (s.origin == ThreadSetting::kFollowsOmp) said += " (as OMP_NUM_THREADS)";
     for (auto& spec : *specs) (*spec.mutable_env())[s.var] = s.value;
   }
-  OB_LOG(Info) << specs->size() << " worker(s) here, " << sharing << " sharing " << cores << " core(s), "
+  const int quota = CgroupCpus();
+  OB_LOG(Info) << specs->size() << " worker(s) here, " << sharing << " sharing " << cores << " core(s)"
+               << (quota > 0 && quota == cores ? " (the CPU quota of its cgroup)" : "") << ", "
                << (cuda() ? "cuda" : "cpu") << ": " << said;
 }
 

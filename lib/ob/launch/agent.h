@@ -34,7 +34,8 @@
 // entry of the agent's own list when it has one); every worker and standby
 // gets OB_DEVICE (cpu or cuda: a standby warms that device up). Each worker
 // gets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = max(1,
-// cores the agent may run on / workers of the generation on this host, or
+// cores the agent may run on (its affinity mask, or its cgroup's CPU quota
+// where that is less) / workers of the generation on this host, or
 // cpu_share when larger: under --rsh local every host is this machine),
 // each unless the agent's environment sets it (then the worker inherits it);
 // a BLAS variable the environment leaves unset follows its OMP_NUM_THREADS

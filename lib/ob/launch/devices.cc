@@ -1,7 +1,10 @@
 #include "ob/launch/devices.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace ob::launch {
 
@@ -59,6 +62,110 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
 }
 
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }
+
+namespace {
+
+std::vector<std::string> Fields(const std::string& line, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(line);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+// A positive decimal integer, or -1.
+int64_t Positive(const std::string& s) {
+  if (s.empty() || s.size() > 18) return -1;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v > 0 ? v : -1;
+}
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
+}
+
+int Ceil(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return 0;
+  return static_cast<int>(std::max<int64_t>(1, (quota + period - 1) / period));
+}
+
+}  // namespace
+
+int QuotaCpus(const std::string& cpu_max) {
+  const auto f = Fields(Trim(cpu_max), ' ');
+  if (f.size() != 2) return 0;
+  return Ceil(Positive(f[0]), Positive(f[1]));
+}
+
+int QuotaCpus(const std::string& quota_us, const std::string& period_us) {
+  return Ceil(Positive(Trim(quota_us)), Positive(Trim(period_us)));
+}
+
+std::vector<CgroupDir> CpuCgroupDirs(const std::string& proc_self_cgroup, const std::string& mountinfo) {
+  // Our cgroup in each hierarchy: "0::PATH" (v2), "N:cpu,cpuacct:PATH" (v1).
+  std::string v2_path, v1_path;
+  bool have_v2 = false, have_v1 = false;
+  std::istringstream cg(proc_self_cgroup);
+  for (std::string line; std::getline(cg, line);) {
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (id == "0" && controllers.empty()) {
+      v2_path = path;
+      have_v2 = true;
+    } else {
+      for (const auto& c : Fields(controllers, ',')) {
+        if (c == "cpu") {
+          v1_path = path;
+          have_v1 = true;
+        }
+      }
+    }
+  }
+  // Their mounts: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS".
+  std::vector<CgroupDir> out;
+  std::istringstream mi(mountinfo);
+  for (std::string line; std::getline(mi, line);) {
+    const auto f = Fields(line, ' ');
+    size_t dash = 0;
+    while (dash < f.size() && f[dash] != "-") ++dash;
+    if (f.size() < 5 || dash + 1 >= f.size()) continue;
+    const std::string& fstype = f[dash + 1];
+    bool v2 = false;
+    if (fstype == "cgroup2") {
+      if (!have_v2) continue;
+      v2 = true;
+    } else if (fstype == "cgroup" && dash + 3 < f.size()) {
+      bool cpu = false;
+      for (const auto& o : Fields(f[dash + 3], ',')) cpu = cpu || o == "cpu";
+      if (!cpu || !have_v1) continue;
+    } else {
+      continue;
+    }
+    // The mount shows ROOT of the hierarchy at MOUNTPOINT: our path below
+    // ROOT is below MOUNTPOINT (a container sees its own cgroup as "/").
+    const std::string& root = f[3];
+    const std::string& mountpoint = f[4];
+    std::string rel = v2 ? v2_path : v1_path;
+    if (root != "/") {
+      if (rel.compare(0, root.size(), root) != 0 || (rel.size() > root.size() && rel[root.size()] != '/')) continue;
+      rel = rel.substr(root.size());
+    }
+    while (!rel.empty() && rel.back() == '/') rel.pop_back();
+    for (;;) {
+      out.push_back({mountpoint + rel, v2});
+      if (rel.empty()) break;
+      rel = rel.substr(0, rel.rfind('/'));
+    }
+  }
+  return out;
+}
 
 std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const char*)) {
   auto set = [&](const std::string& var) -> const char* {

@@ -47,6 +47,27 @@ Status CheckGpus(const std::string& host, int workers, int gpus);
 
 // Threads per worker on a host of `cores` cores running `workers` workers.
 int ThreadsPerWorker(int cores, int workers);
+
+// A host's cores for that share: the CPUs the agent may run on, fewer where
+// its cgroup's CPU quota allows fewer (a container given --cpus=4 on a
+// 64-core node sees 64 in its affinity mask, and 16 threads per worker for
+// 4 workers would have been throttled to a quarter). The parts, from the
+// files' contents:
+//
+// Whole CPUs a CFS quota allows, ceil(quota / period); 0 when unlimited or
+// unreadable. cgroup v2's cpu.max ("max 100000", "150000 100000"), or v1's
+// cpu.cfs_quota_us ("-1", "150000") and cpu.cfs_period_us.
+int QuotaCpus(const std::string& cpu_max);
+int QuotaCpus(const std::string& quota_us, const std::string& period_us);
+// The cgroup directories whose CPU quota binds this process, innermost
+// first (its own cgroup, then each parent up to the mount), from the
+// contents of /proc/self/cgroup and /proc/self/mountinfo: v2's unified
+// hierarchy (cpu.max), and v1's cpu controller (cpu.cfs_*).
+struct CgroupDir {
+  std::string path;
+  bool v2 = false;
+};
+std::vector<CgroupDir> CpuCgroupDirs(const std::string& proc_self_cgroup, const std::string& mountinfo);
 // The variables the agent sets per worker, in this order.
 inline const std::vector<std::string>& ThreadVariables() {
   static const std::vector<std::string> v = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"};
