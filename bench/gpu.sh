@@ -28,7 +28,7 @@
 # Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
 # KILL_STEP (50), WIDE_MB (32) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
-# the build), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
+# the build; default the model's GPU product and kernel tests), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
 # plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
@@ -126,8 +126,12 @@ bin=$bd/bin
 
 # --- checks of a change on the GPU, before the measurements -----------------
 # CHECKS: lines of "TEST_BINARY CATCH_FILTER"; their binaries are built and
-# the filtered cases run first, their failures in the summary.
-if [ -n "${CHECKS:-}" ] && [ $built = 1 ] && phase checks 60; then
+# the filtered cases run first, their failures in the summary. Default: the
+# GPU halves of the model's own products and kernels (CHECKS= for none).
+CHECKS=${CHECKS-"model_test GeluMlp*
+model_test Linear sums*
+model_test the head's cross-entropy*"}
+if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
   bins=$(printf '%s\n' "$CHECKS" | awk 'NF { print $1 }' | sort -u | tr '\n' ' ')
   # shellcheck disable=SC2086
   timeout 120 cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" -- $bins > "$out/build-checks.log" 2>&1 \
@@ -142,6 +146,7 @@ if [ -n "${CHECKS:-}" ] && [ $built = 1 ] && phase checks 60; then
     say "check $check \"$filter\": exit $?; $(grep -a 'passed\|failed' "$out/check-$n.log" | tail -1)"
     grep -a -B2 -A12 'FAILED' "$out/check-$n.log" | head -60 | tee -a "$summary"
     grep -a '^#' "$out/check-$n.log" | head -5 | tee -a "$summary"
+    grep -a -A3 'warning:' "$out/check-$n.log" | head -12 | tee -a "$summary"
   done <<< "$CHECKS")
 fi
 
