@@ -11,7 +11,10 @@
 # all-reduces after the last backward, averaged over every rank and every
 # step but the first two. OB_OVERLAP=0 makes the workers issue every
 # all-reduce after the pipeline schedule, as before issue 13. The losses of
-# both runs must agree within 1e-6 relative. Needs root.
+# both runs must agree within 1e-6 relative. Every worker runs one thread
+# (OpenMP and the BLAS pinned: the four hosts share this machine's cores,
+# and each agent, seeing them all, would size the pools for itself). Needs
+# root.
 #
 # The overlap can hide at most one micro-batch's backward per step (the
 # gradients are final only after the last one), so what it saves depends
