@@ -57,25 +57,15 @@ const torch::Tensor& Ones(int64_t n, const torch::TensorOptions& opt) {
   return t;
 }
 
-// g [out] fp32 += Σ_rows dy for dy [N, out] (bf16 or fp32): one GEMM with a
-// column of ones (m = out, n = 1, k = N), which reads dy once at memory
-// speed and adds into g (beta = 1); a column reduction and an add were two
-// kernels a bias a micro-batch, the reduction well below memory speed.
+// g [out] fp32 += Σ_rows dy for dy [N, out] (bf16 or fp32): the weight
+// gradient's GEMM with a column of ones for x (g as [out, 1]), which reads dy
+// once at memory speed and adds into g (beta = 1); a column reduction and an
+// add were two kernels a bias a micro-batch, the reduction well below memory
+// speed.
 void CublasAccumulateBias(torch::Tensor& g, const torch::Tensor& dy) {
-  const int64_t rows = dy.size(0), out = dy.size(1);
-  constexpr int64_t kMax = std::numeric_limits<int>::max();
-  TORCH_CHECK(rows <= kMax && out <= kMax, "linear: a bias gradient larger than cuBLAS's int sizes");
-  const auto type = dy.scalar_type() == torch::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
-  const torch::Tensor& ones = Ones(rows, dy.options());
-  const float one = 1.f;
-  c10::cuda::CUDAGuard device(g.device());
-  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
-  const cublasStatus_t status =
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out), 1, static_cast<int>(rows), &one,
-                   dy.data_ptr(), type, static_cast<int>(out), ones.data_ptr(), type, static_cast<int>(rows), &one,
-                   g.data_ptr(), CUDA_R_32F, static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx of the bias gradient failed (status ",
-              static_cast<int>(status), ")");
+  const int64_t rows = dy.size(0);
+  torch::Tensor column = g.view({-1, 1});
+  CublasAccumulate(column, dy, Ones(rows, dy.options()).narrow(0, 0, rows).view({rows, 1}));
 }
 
 // cuBLASLt products with a GELU epilogue (the MLP's, GeluMlp below). Each
@@ -224,11 +214,10 @@ class LtGelu {
       return true;
     }
     // False when cuBLASLt offers no algorithm (nothing launched); throws
-    // when the one it offered fails.
-    // The heuristic's answer for this call's key (shapes, operations,
-    // epilogue, bias type, device), asked once per thread: a query costs
-    // tens of microseconds of host time, and a gpt2-medium step makes ~200
-    // of these products.
+    // when the one it offered fails. The heuristic is asked once per thread
+    // for each key (shapes, operations, epilogue, bias type, device): a
+    // query costs tens of microseconds of host time, and a gpt2-medium step
+    // makes ~200 of these products.
     bool Run(const torch::Device& device, const void* a_ptr, const void* b_ptr, void* d_ptr) {
       c10::cuda::CUDAGuard guard(device);
       Context* ctx = Get(device);
