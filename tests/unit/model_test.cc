@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -51,6 +52,12 @@ std::pair<torch::Tensor, torch::Tensor> RandomBatch(const GptConfig& c, int b, i
   auto x = torch::randint(c.vocab_size, {b, t}, torch::kLong);
   auto y = torch::randint(c.vocab_size, {b, t}, torch::kLong);
   return {x, y};
+}
+
+// ‖a − b‖ / ‖b‖, in double.
+double RelativeNorm(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
+         std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
 }
 
 }  // namespace
@@ -476,10 +483,6 @@ TEST_CASE("the head's cross-entropy over padded logits: the fused kernels equal 
 TEST_CASE("Linear sums the weight gradient in place: torch::linear's gradients over micro-batches", "[model]") {
   std::vector<torch::Device> devices = {torch::Device(torch::kCPU)};
   if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
-  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
-           std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
-  };
   for (const auto& device : devices) {
     for (bool bf16 : {false, true}) {
       for (bool bias : {true, false}) {
@@ -514,15 +517,15 @@ TEST_CASE("Linear sums the weight gradient in place: torch::linear's gradients o
               yr = torch::linear(xr, wr, br);
             }
             REQUIRE(y.scalar_type() == yr.scalar_type());
-            CHECK(rel(y, yr) < 1e-6);
+            CHECK(RelativeNorm(y, yr) < 1e-6);
             (y.to(torch::kFloat) * r).sum().backward();
             (yr.to(torch::kFloat) * r).sum().backward();
-            CHECK(rel(x.grad(), xr.grad()) < (bf16 ? 1e-2 : 1e-6));
+            CHECK(RelativeNorm(x.grad(), xr.grad()) < (bf16 ? 1e-2 : 1e-6));
           }
           REQUIRE(w.grad().defined());
           CHECK(w.grad().scalar_type() == torch::kFloat);
-          CHECK(rel(w.grad(), wr.grad()) < (bf16 ? 1e-2 : 1e-6));
-          if (bias) CHECK(rel(b.grad(), br.grad()) < (bf16 ? 1e-2 : 1e-6));
+          CHECK(RelativeNorm(w.grad(), wr.grad()) < (bf16 ? 1e-2 : 1e-6));
+          if (bias) CHECK(RelativeNorm(b.grad(), br.grad()) < (bf16 ? 1e-2 : 1e-6));
           if (bucket) {  // summed where the bucket is, not replaced
             CHECK(w.grad().data_ptr() == buffer.data_ptr());
             if (bias) CHECK(b.grad().data_ptr() == buffer.narrow(0, 24 * 16, 24).data_ptr());
@@ -543,10 +546,6 @@ TEST_CASE("Linear sums the weight gradient in place: torch::linear's gradients o
 TEST_CASE("GeluMlp equals linear, tanh gelu and linear: output and gradients over micro-batches", "[model]") {
   std::vector<torch::Device> devices = {torch::Device(torch::kCPU)};
   if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
-  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
-           std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
-  };
   const auto before = ob::model::GeluMlpEpilogueCounts();
   for (const auto& device : devices) {
     for (bool bf16 : {false, true}) {
@@ -586,16 +585,16 @@ TEST_CASE("GeluMlp equals linear, tanh gelu and linear: output and gradients ove
           }
           REQUIRE(y.sizes() == yr.sizes());
           REQUIRE(y.scalar_type() == yr.scalar_type());
-          CHECK(rel(y, yr) < (bf16 ? 2e-2 : 1e-6));
+          CHECK(RelativeNorm(y, yr) < (bf16 ? 2e-2 : 1e-6));
           (y.to(torch::kFloat) * g).sum().backward();
           (yr.to(torch::kFloat) * g).sum().backward();
-          CHECK(rel(x.grad(), xr.grad()) < (bf16 ? 2e-2 : 1e-6));
+          CHECK(RelativeNorm(x.grad(), xr.grad()) < (bf16 ? 2e-2 : 1e-6));
         }
         CHECK(w1.grad().data_ptr() == bucket.data_ptr());  // summed in the bucket, not replaced
-        CHECK(rel(w1.grad(), r1.grad()) < (bf16 ? 2e-2 : 1e-6));
-        CHECK(rel(b1.grad(), rb1.grad()) < (bf16 ? 2e-2 : 1e-6));
-        CHECK(rel(w2.grad(), r2.grad()) < (bf16 ? 2e-2 : 1e-6));
-        if (bias2) CHECK(rel(b2.grad(), rb2.grad()) < (bf16 ? 2e-2 : 1e-6));
+        CHECK(RelativeNorm(w1.grad(), r1.grad()) < (bf16 ? 2e-2 : 1e-6));
+        CHECK(RelativeNorm(b1.grad(), rb1.grad()) < (bf16 ? 2e-2 : 1e-6));
+        CHECK(RelativeNorm(w2.grad(), r2.grad()) < (bf16 ? 2e-2 : 1e-6));
+        if (bias2) CHECK(RelativeNorm(b2.grad(), rb2.grad()) < (bf16 ? 2e-2 : 1e-6));
       }
     }
   }
