@@ -248,6 +248,15 @@ torch::Tensor CachedCast(const torch::Tensor& w, at::ScalarType dtype) {
   return at::autocast::cached_cast(dtype, w, w.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
 }
 
+void ForeachCopy(const std::vector<torch::Tensor>& to, const std::vector<torch::Tensor>& from) {
+  TORCH_CHECK(to.size() == from.size(), "ForeachCopy: ", to.size(), " targets for ", from.size(), " sources");
+#if OB_TORCH_AT_LEAST(2, 2)
+  if (!to.empty()) at::_foreach_copy_(to, from);
+#else
+  for (size_t i = 0; i < to.size(); ++i) const_cast<torch::Tensor&>(to[i]).copy_(from[i]);
+#endif
+}
+
 AutocastOff::AutocastOff()
     : guard_(std::make_unique<c10::impl::ExcludeDispatchKeyGuard>(c10::autocast_dispatch_keyset)) {}
 AutocastOff::~AutocastOff() = default;

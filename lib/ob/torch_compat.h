@@ -143,6 +143,12 @@ std::optional<at::ScalarType> AutocastDtype(const torch::Tensor& x);
 // cast each call. Differentiable (the gradient comes back in fp32).
 torch::Tensor CachedCast(const torch::Tensor& w, at::ScalarType dtype);
 
+// to[i].copy_(from[i]) for every i (REQUIRES: equal sizes and strides
+// pairwise): one multi-tensor kernel per few dozen tensors on CUDA where
+// LibTorch has _foreach_copy_ (>= 2.2; casting included), one copy each
+// elsewhere.
+void ForeachCopy(const std::vector<torch::Tensor>& to, const std::vector<torch::Tensor>& from);
+
 // Autocast off for the calls made while it lives: they compute in the
 // dtypes of their inputs.
 class AutocastOff {

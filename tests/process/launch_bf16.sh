@@ -2,8 +2,12 @@
 # pipelines of 2 stages, 100 steps with --device cpu --precision bf16 from a
 # bfloat16 plan, against the same run in fp32 from a float32 plan. Both exit
 # 0 with every rank reporting every step; the bf16 loss at step 100 is
-# within 2% of fp32's, and differs from it (bf16 did run). A plan made for
-# one precision and run with the other is refused with one line.
+# within 2% of fp32's, and differs from it (bf16 did run). A kill -9 of a
+# worker at step 30 of the bf16 run recovers from the host snapshots with
+# every step's loss equal to the uninterrupted bf16 run's (the weights'
+# bf16 compute copies, model/compute_copies.h, follow the restored
+# weights). A plan made for one precision and run with the other is
+# refused with one line.
 NAME=launch_bf16
 source "$(dirname "$0")/../lib/launch.sh"
 STEPS=100
@@ -33,6 +37,17 @@ print(f"launch_bf16: step {last + 1}: bf16 loss {bf16[last]:.4f}, fp32 {fp32[las
 assert bf16[last] != fp32[last], "bf16 trained bit for bit as fp32: autocast did not run"
 assert rel <= 0.02, rel
 PY
+
+# bf16 through a kill -9 of worker rank 1 at step 30: the losses of the
+# uninterrupted bf16 run.
+cp "$WORK/bf16.pb" "$WORK/ref.pb"
+RUN_PLAN="$WORK/plan-bf16.pb" run_start killed "$STEPS" --device cpu --precision bf16
+wait_step killed 30 || fail "the bf16 run to kill did not reach step 30: $(tail -3 "$WORK/killed.err")"
+victim=$(worker_pid 1)
+[ -n "$victim" ] || fail "no worker process for rank 1"
+kill -9 "$victim"
+run_wait
+check_recovered killed "$STEPS" "bf16, kill -9 of worker rank 1"
 
 # The wrong precision for the plan: one line, the configuration exit status.
 RUN_PLAN="$WORK/plan-fp32.pb" run_start mismatch 5 --device cpu --precision bf16

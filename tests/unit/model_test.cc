@@ -10,9 +10,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <vector>
 #include <optional>
 #include <string>
 
+#include "ob/model/compute_copies.h"
 #include "ob/model/config.h"
 #include "ob/model/data.h"
 #include "ob/model/cross_entropy.h"
@@ -730,4 +733,132 @@ TEST_CASE("under bf16 autocast the residual stream and its layer norms stay in b
   const auto g16 = grad_of_ln(true), g32 = grad_of_ln(false);
   CHECK(g16.scalar_type() == torch::kFloat);
   CHECK((g16 - g32).norm().item<double>() < 0.05 * g32.norm().item<double>());
+}
+
+// ComputeCopies (compute_copies.h): the stage's weights in bf16 from one
+// multi-tensor copy a step give the loss and gradients of autocast's own
+// casts bit for bit, are what the layers read, and are never read stale.
+TEST_CASE("compute copies: the loss and gradients of autocast's casts, read by every layer, never stale",
+          "[model][train]") {
+  auto cfg = Tiny();
+  GptStage stage(cfg, 0, cfg.num_layers() - 1, kSeed);  // embed and head: the tied table too
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(11);
+  const auto ids0 = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  const auto ids1 = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  const auto targets = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
+  auto copies = stage->MakeComputeCopies(torch::kBFloat16);
+  const auto params = stage->named_parameters();
+
+  // Two micro-batches as a worker's step runs them; the losses and every
+  // parameter's gradient (all fp32).
+  auto run = [&](ob::model::ComputeCopies* with) {
+    for (auto& p : stage->parameters()) p.mutable_grad() = torch::Tensor();
+    ob::model::ComputeCopies::Scope scope(with);
+    ob::compat::AutocastCacheScope cast_once(true);
+    std::vector<double> losses;
+    for (const auto& ids : {ids0, ids1}) {
+      torch::Tensor loss;
+      {
+        ob::compat::AutocastGuard autocast(cpu, true);
+        loss = stage->forward(ids, targets);
+      }
+      loss.backward();
+      losses.push_back(loss.item<double>());
+    }
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& item : params) {
+      REQUIRE(item.value().grad().defined());
+      CHECK(item.value().grad().scalar_type() == torch::kFloat);
+      grads[item.key()] = item.value().grad().clone();
+    }
+    return std::make_pair(losses, grads);
+  };
+  auto same = [](const auto& a, const auto& b) {
+    CHECK(a.first == b.first);
+    for (const auto& [name, g] : a.second) {
+      INFO(name);
+      CHECK(torch::equal(g, b.second.at(name)));
+    }
+  };
+
+  const auto cast = run(nullptr);
+  copies->Refresh();
+  {
+    ob::model::ComputeCopies::Scope scope(copies.get());
+    for (const auto& item : params) {
+      INFO(item.key());
+      CHECK(ob::model::ComputeCopies::Find(item.value(), torch::kBFloat16).defined());
+    }
+  }
+  same(run(copies.get()), cast);
+  CHECK(copies->Misses() == 0);
+
+  // Every layer reads the copies: overwriting one weight's copy (behind
+  // its version counter's back) changes the loss, for each kind of weight.
+  for (const char* name : {"0.wte.weight", "1.ln_1.weight", "1.attn.c_attn.weight", "1.mlp.c_fc.bias"}) {
+    INFO(name);
+    copies->Refresh();
+    {
+      ob::model::ComputeCopies::Scope scope(copies.get());
+      ob::model::ComputeCopies::Find(params[name], torch::kBFloat16).fill_(0.5);
+    }
+    CHECK(run(copies.get()).first != cast.first);
+  }
+
+  // A weight changed after Refresh() (as the optimizer changes them) is
+  // cast anew, not read from its stale copy.
+  copies->Refresh();
+  {
+    torch::NoGradGuard no_grad;
+    params["1.mlp.c_fc.weight"].mul_(1.5);
+    params["0.wte.weight"].add_(0.01);
+  }
+  const auto changed = run(nullptr);
+  CHECK(changed.first != cast.first);
+  same(run(copies.get()), changed);
+  CHECK(copies->Misses() > 0);
+}
+
+// The head's table padded once in its copy: the padded product's values
+// and gradients equal autocast's cast padded each call.
+TEST_CASE("compute copies: a padded head table's product equals the cast padded each call", "[model]") {
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(13);
+  for (int64_t v : {50, 64}) {
+    INFO("vocabulary " << v);
+    auto w = torch::randn({v, 16}).requires_grad_(true);
+    const auto x = torch::randn({2, 3, 16});
+    ob::model::ComputeCopies copies({w}, torch::kBFloat16, w, 64);
+    auto run = [&](ob::model::ComputeCopies* with) {
+      w.mutable_grad() = torch::Tensor();
+      ob::model::ComputeCopies::Scope scope(with);
+      torch::Tensor y;
+      {
+        ob::compat::AutocastGuard autocast(cpu, true);
+        y = ob::model::PaddedLogitsOf(x, w, 64);
+      }
+      y.to(torch::kFloat).square().sum().backward();
+      return std::make_pair(y.detach().clone(), w.grad().clone());
+    };
+    const auto cast = run(nullptr);
+    copies.Refresh();
+    {
+      ob::model::ComputeCopies::Scope scope(&copies);
+      const auto whole = ob::model::ComputeCopies::Find(w, torch::kBFloat16, 64);
+      REQUIRE(whole.defined());
+      CHECK(whole.size(0) == 64);
+      CHECK(torch::equal(whole.narrow(0, 0, v).to(torch::kFloat), w.detach().to(torch::kBFloat16).to(torch::kFloat)));
+      if (v < 64) CHECK(whole.narrow(0, v, 64 - v).eq(0).all().item<bool>());
+    }
+    const auto copied = run(&copies);
+    CHECK(cast.first.size(-1) == 64);
+    CHECK(torch::equal(copied.first, cast.first));
+    CHECK(copied.second.sizes() == w.sizes());
+    CHECK(torch::equal(copied.second, cast.second));
+    CHECK(copies.Misses() == 0);
+    // Plain fp32 product, for the values: bf16's rounding only.
+    const auto plain = torch::matmul(x, w.detach().t());
+    CHECK(RelativeNorm(cast.first.narrow(-1, 0, v).to(torch::kFloat), plain) < 1e-2);
+  }
 }

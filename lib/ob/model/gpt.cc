@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "ob/model/compute_copies.h"
 #include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
 #include "ob/model/linear.h"
@@ -59,7 +60,7 @@ torch::Tensor Affine(const Dense& l, const torch::Tensor& x) { return Linear(x, 
 torch::Tensor Norm(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
   const auto dtype = compat::AutocastDtype(x);
   if (!dtype || x.scalar_type() != *dtype) return ln->forward(x);
-  auto w = compat::CachedCast(ln->weight, *dtype), b = compat::CachedCast(ln->bias, *dtype);
+  auto w = ComputeWeight(ln->weight, *dtype), b = ComputeWeight(ln->bias, *dtype);
   compat::AutocastOff off;
   return torch::layer_norm(x, ln->options.normalized_shape(), w, b, ln->options.eps());
 }
@@ -193,6 +194,14 @@ HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor 
 }
 
 torch::Tensor PaddedLogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple) {
+  // Under autocast, the weight's compute copy, padded once a step
+  // (ComputeCopies), where autocast would pad it in fp32 and cast the
+  // padded table every micro-batch (no leaf, so not in its cache).
+  if (const auto dtype = compat::AutocastDtype(x); dtype && w.scalar_type() != *dtype) {
+    auto wc = ComputeWeight(w, *dtype, multiple);
+    compat::AutocastOff off;
+    return torch::matmul(x.to(*dtype), wc.t());
+  }
   const int64_t v = w.size(0);
   if (multiple <= 1 || v % multiple == 0) return torch::matmul(x, w.t());
   const int64_t padded = (v + multiple - 1) / multiple * multiple;
@@ -204,13 +213,15 @@ torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t m
   return logits.size(-1) == w.size(0) ? logits : logits.narrow(-1, 0, w.size(0));
 }
 
-namespace {
 // On a GPU the head's products run over a vocabulary padded to a multiple
 // of 64: GPT-2's 50,257 words make every leading dimension odd, and cuBLAS
 // then falls back to unaligned kernels that ran gpt2-medium's head at about
 // 100 TFLOP/s on an H100 (82 ms of a 331 ms step). On the CPU, where
 // alignment buys nothing, the product is the plain one, bit for bit.
-int64_t HeadPadding(const torch::Tensor& x) { return x.is_cuda() ? 64 : 1; }
+int64_t HeadRowsMultiple(const torch::Device& device) { return device.is_cuda() ? 64 : 1; }
+
+namespace {
+int64_t HeadPadding(const torch::Tensor& x) { return HeadRowsMultiple(x.device()); }
 }  // namespace
 
 torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
@@ -270,6 +281,14 @@ std::vector<torch::Tensor> GptStageImpl::tied_weights() const {
     out.push_back(std::static_pointer_cast<HeadLayerImpl>(layers_.back())->lm_weight());
   }
   return out;
+}
+
+std::unique_ptr<ComputeCopies> GptStageImpl::MakeComputeCopies(at::ScalarType dtype) const {
+  torch::Tensor head;
+  if (has_head()) head = std::static_pointer_cast<HeadLayerImpl>(layers_.back())->lm_weight();
+  const auto params = parameters();
+  const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  return std::make_unique<ComputeCopies>(params, dtype, head, HeadRowsMultiple(device));
 }
 
 int64_t CountUniqueParameters(const torch::nn::Module& module) {

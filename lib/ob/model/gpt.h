@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ob/model.pb.h"
+#include "ob/model/compute_copies.h"
 #include "ob/model/config.h"
 #include "ob/model/tensor_parallel.h"
 
@@ -174,7 +175,10 @@ TORCH_MODULE(LmHead);
 // and gradients are those of the plain product.
 torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple);
 // The same product before the narrowing: [..., P], P the padded vocabulary.
+// Under autocast, w's compute copy (ComputeWeight).
 torch::Tensor PaddedLogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple);
+// The multiple the head pads its vocabulary to on `device` (64 on a GPU, 1).
+int64_t HeadRowsMultiple(const torch::Device& device);
 
 class HeadLayerImpl : public PlannerLayerImpl {
  public:
@@ -233,6 +237,9 @@ class GptStageImpl : public torch::nn::Module {
   const GptConfig& config() const { return cfg_; }
   // The stage's TP group (null when unsharded), as the layers see it.
   const TpGroupPtr& tp() const { return tp_; }
+  // Compute-dtype copies of its parameters (compute_copies.h), the head's
+  // table padded as the head pads it on the parameters' device.
+  std::unique_ptr<ComputeCopies> MakeComputeCopies(at::ScalarType dtype) const;
 
  private:
   GptConfig cfg_;

@@ -1,6 +1,8 @@
 // The dense layers' product and its fused weight-gradient accumulation (see linear.h).
 #include "ob/model/linear.h"
 
+#include "ob/model/compute_copies.h"
+
 #include <atomic>
 #include <limits>
 
@@ -356,9 +358,12 @@ struct LinearNoBiasFn : public torch::autograd::Function<LinearNoBiasFn> {
   }
 };
 
-// `p` in `dtype`, without a graph: autocast's cached copy where it makes one.
+// `p` in `dtype`, without a graph: the current ComputeCopies' copy, else
+// autocast's cached cast where it makes one.
 torch::Tensor InDtype(const torch::Tensor& p, at::ScalarType dtype) {
-  return (p.scalar_type() == dtype ? p : compat::CachedCast(p, dtype)).detach();
+  if (p.scalar_type() == dtype) return p.detach();
+  if (auto copy = ComputeCopies::Find(p, dtype); copy.defined()) return copy;
+  return compat::CachedCast(p, dtype).detach();
 }
 
 // The MLP's forward, x [..., in] in the compute dtype and w1c, b1c, w2c,

@@ -73,6 +73,7 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   stage_->to(opts_.device);
   stage_->train();
   optimizer_ = model::MakeOptimizer(*stage_, opts_);
+  if (opts_.precision == model::Precision::kBf16) copies_ = stage_->MakeComputeCopies(torch::kBFloat16);
 
   auto tied = stage_->tied_weights();
   if (!tied.empty()) tied_ = tied.front();  // one per stage: wte, or the head's own copy
@@ -668,8 +669,12 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   auto share = [&](const torch::Tensor& whole) { return ShareOf(whole); };
   auto gather = [&](const torch::Tensor& part) { return GatherShares(part); };
 
-  // bf16: each weight cast once a step, not once a micro-batch (the
-  // weights change only in ApplyUpdate, after this).
+  // bf16: the weights' compute copies, rewritten by one multi-tensor copy
+  // (model/compute_copies.h); anything else autocast casts is cast once a
+  // step, not once a micro-batch (the weights change only in ApplyUpdate,
+  // after this).
+  if (copies_) copies_->Refresh();
+  std::optional<model::ComputeCopies::Scope> use_copies(std::in_place, copies_.get());
   std::optional<compat::AutocastCacheScope> cast_once(std::in_place, bf16);
   for (const StageInstr& in : StageProgram(me.stage, me.num_stages, m)) {
     const int j = in.microbatch;
@@ -806,6 +811,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   }
 
   cast_once.reset();
+  use_copies.reset();
 
   // Whatever was not handed over during the last backward (all of it
   // without overlap), then the tied weight and the pipelines' losses.

@@ -318,6 +318,7 @@ class StageWorker {
   int seq_len_;
   model::GptStage stage_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<model::ComputeCopies> copies_;  // bf16: the weights' compute copies
   std::unique_ptr<Groups> groups_;
   // Parameters by owning layer (global index - first layer), the tied weight
   // excluded; and the tied weight itself (undefined if this stage has none).
