@@ -862,3 +862,53 @@ TEST_CASE("compute copies: a padded head table's product equals the cast padded 
     CHECK(RelativeNorm(cast.first.narrow(-1, 0, v).to(torch::kFloat), plain) < 1e-2);
   }
 }
+
+// LayerNorm (linear.h): under bf16 autocast the output and the gradients,
+// summed over micro-batches, of autograd's layer norm over the cast gain
+// and bias, bit for bit; the gain's and bias's gradients stay fp32.
+TEST_CASE("LayerNorm under bf16 autocast equals autograd's over cast weights, gradients summed in fp32", "[model]") {
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(17);
+  const auto w = (1 + 0.1 * torch::randn({16})).requires_grad_(true);
+  const auto b = (0.1 * torch::randn({16})).requires_grad_(true);
+  const std::vector<torch::Tensor> xs{torch::randn({4, 6, 16}).to(torch::kBFloat16),
+                                      torch::randn({4, 6, 16}).to(torch::kBFloat16)};
+  const auto up = torch::randn({4, 6, 16});
+  auto run = [&](bool ours) {
+    w.mutable_grad() = torch::Tensor();
+    b.mutable_grad() = torch::Tensor();
+    std::vector<torch::Tensor> ys, dxs;
+    for (const auto& x0 : xs) {
+      auto x = x0.clone().requires_grad_(true);
+      torch::Tensor y;
+      if (ours) {
+        ob::compat::AutocastGuard autocast(cpu, true);
+        y = ob::model::LayerNorm(x, w, b, {16}, 1e-5);
+      } else {
+        auto wc = w.to(torch::kBFloat16), bc = b.to(torch::kBFloat16);
+        y = torch::layer_norm(x, {16}, wc, bc, 1e-5);
+      }
+      CHECK(y.scalar_type() == torch::kBFloat16);
+      (y.to(torch::kFloat) * up).sum().backward();
+      ys.push_back(y.detach());
+      dxs.push_back(x.grad());
+    }
+    return std::make_tuple(ys, dxs, w.grad().clone(), b.grad().clone());
+  };
+  const auto [y0, dx0, dw0, db0] = run(false);
+  const auto [y1, dx1, dw1, db1] = run(true);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CHECK(torch::equal(y1[i], y0[i]));
+    CHECK(torch::equal(dx1[i], dx0[i]));
+  }
+  CHECK(dw1.scalar_type() == torch::kFloat);
+  CHECK(torch::equal(dw1, dw0));
+  CHECK(torch::equal(db1, db0));
+  CHECK(db1.abs().sum().item<double>() > 0);
+  // Without grad: the same output.
+  {
+    torch::NoGradGuard no_grad;
+    ob::compat::AutocastGuard autocast(cpu, true);
+    CHECK(torch::equal(ob::model::LayerNorm(xs[0], w, b, {16}, 1e-5), y0[0]));
+  }
+}

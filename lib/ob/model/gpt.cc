@@ -50,8 +50,9 @@ torch::Tensor Affine(const Dense& l, const torch::Tensor& x) { return Linear(x, 
 
 // The residual stream in the compute dtype. Under bf16 autocast the
 // embed's sum is cast to bf16 once, and the layer norms read and write
-// bf16 (statistics in fp32 inside the kernel; gain and bias cast once a
-// step through autocast's cache) where autocast would run them in fp32:
+// bf16 (statistics in fp32 inside the kernel; gain and bias from their
+// compute copies, their gradients summed in fp32: LayerNorm, linear.h)
+// where autocast would run them in fp32:
 // otherwise every block reads and writes its residual stream in fp32 and
 // casts each norm's output back to bf16 for the next product, two casts
 // forward and two backward a block and twice the bytes of every residual
@@ -60,9 +61,7 @@ torch::Tensor Affine(const Dense& l, const torch::Tensor& x) { return Linear(x, 
 torch::Tensor Norm(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
   const auto dtype = compat::AutocastDtype(x);
   if (!dtype || x.scalar_type() != *dtype) return ln->forward(x);
-  auto w = ComputeWeight(ln->weight, *dtype), b = ComputeWeight(ln->bias, *dtype);
-  compat::AutocastOff off;
-  return torch::layer_norm(x, ln->options.normalized_shape(), w, b, ln->options.eps());
+  return LayerNorm(x, ln->weight, ln->bias, ln->options.normalized_shape(), ln->options.eps());
 }
 
 torch::Tensor InComputeDtype(const torch::Tensor& x) {

@@ -460,7 +460,53 @@ struct MlpNoBias2Fn : public torch::autograd::Function<MlpNoBias2Fn> {
   }
 };
 
+// A layer norm over the last dimensions `shape` of x (in the compute
+// dtype) with gain and bias copies wc, bc in it; the gradients of the fp32
+// gain and bias w, b are added into theirs.
+struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& b, const torch::Tensor& wc, const torch::Tensor& bc,
+                               std::vector<int64_t> shape, double eps) {
+    compat::AutocastOff off;
+    auto [y, mean, rstd] = at::native_layer_norm(x, shape, wc, bc, eps);
+    ctx->save_for_backward({x, mean, rstd, w, b, wc, bc});
+    ctx->saved_data["shape"] = shape;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    compat::AutocastOff off;
+    const auto s = ctx->get_saved_variables();
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    const torch::Tensor &x = s[0], &w = s[3], &b = s[4];
+    auto [dx, dw, db] = at::native_layer_norm_backward(grad[0].to(x.scalar_type()), x, shape, s[1], s[2], s[5],
+                                                       s[6], {ctx->needs_input_grad(0), w.requires_grad(),
+                                                              b.requires_grad()});
+    // fp32 += bf16 in one kernel, where autograd casts and then adds.
+    if (dw.defined()) AddToGradient(w, dw);
+    if (db.defined()) AddToGradient(b, db);
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                        const std::vector<int64_t>& shape, double eps) {
+  const auto dtype = compat::AutocastDtype(x);
+  if (!dtype || x.scalar_type() != *dtype || w.scalar_type() == *dtype) {
+    return torch::layer_norm(x, shape, w, b, eps);
+  }
+  const bool graph = torch::GradMode::is_enabled() && w.requires_grad() && b.requires_grad() && w.is_leaf() &&
+                     b.is_leaf();
+  if (!graph) {  // as autograd would, from the copies or autocast's casts
+    auto wc = ComputeWeight(w, *dtype), bc = ComputeWeight(b, *dtype);
+    compat::AutocastOff off;
+    return torch::layer_norm(x, shape, wc, bc, eps);
+  }
+  return LayerNormFn::apply(x, w, b, InDtype(w, *dtype), InDtype(b, *dtype), shape, eps);
+}
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const bool leaves = w.is_leaf() && (!b.defined() || b.is_leaf());

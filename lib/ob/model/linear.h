@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace ob::model {
 
@@ -50,6 +51,15 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 // into fp32 gradients; on a GPU by a product with a column of ones.
 torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
                       const torch::Tensor& w2, const torch::Tensor& b2);
+// layer_norm(x, shape, w, b, eps) for x in autocast's dtype and fp32 gain
+// and bias w, b: the kernel reads their compute copies (ComputeCopies, or
+// autocast's casts), and the backward adds their bf16 gradients into the
+// fp32 ones (one kernel each, where autograd's cast and add took two: 392
+// launches a gpt2-medium step of four micro-batches). Same values as
+// autograd's. Without autocast, or x not in its dtype, torch::layer_norm.
+torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                        const std::vector<int64_t>& shape, double eps);
+
 // How many of GeluMlp's forwards and backwards (this process's) ran
 // cuBLASLt's epilogues: tests and benches see whether the GPU took them.
 std::pair<int64_t, int64_t> GeluMlpEpilogueCounts();
