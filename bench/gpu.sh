@@ -130,7 +130,9 @@ bin=$bd/bin
 # GPU halves of the model's own products and kernels (CHECKS= for none).
 CHECKS=${CHECKS-"model_test GeluMlp*
 model_test Linear sums*
-model_test the head's cross-entropy*"}
+model_test the head's cross-entropy*
+model_test LayerNorm*
+model_test compute copies*"}
 if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
   bins=$(printf '%s\n' "$CHECKS" | awk 'NF { print $1 }' | sort -u | tr '\n' ' ')
   # shellcheck disable=SC2086

@@ -818,6 +818,27 @@ TEST_CASE("compute copies: the loss and gradients of autocast's casts, read by e
   CHECK(changed.first != cast.first);
   same(run(copies.get()), changed);
   CHECK(copies->Misses() > 0);
+  if (!torch::cuda::is_available()) return;
+
+  // On a GPU: one multi-tensor copy (casting) fills every copy with the
+  // weight's bf16 value, the head's table padded to 64 rows with zeros.
+  GptStage on_gpu(WideVocab(), 0, WideVocab().num_layers() - 1, kSeed);
+  on_gpu->to(torch::Device(torch::kCUDA));
+  auto gpu_copies = on_gpu->MakeComputeCopies(torch::kBFloat16);
+  gpu_copies->Refresh();
+  ob::model::ComputeCopies::Scope scope(gpu_copies.get());
+  for (const auto& item : on_gpu->named_parameters()) {
+    INFO(item.key());
+    const auto copy = ob::model::ComputeCopies::Find(item.value(), torch::kBFloat16);
+    REQUIRE(copy.defined());
+    CHECK(torch::equal(copy, item.value().detach().to(torch::kBFloat16)));
+  }
+  const auto table = on_gpu->named_parameters()["0.wte.weight"];
+  const auto padded = ob::model::ComputeCopies::Find(table, torch::kBFloat16, 64);
+  REQUIRE(padded.defined());
+  CHECK(padded.size(0) == 50304);
+  CHECK(padded.narrow(0, 50257, 47).eq(0).all().item<bool>());
+  CHECK(gpu_copies->Misses() == 0);
 }
 
 // The head's table padded once in its copy: the padded product's values
@@ -910,5 +931,63 @@ TEST_CASE("LayerNorm under bf16 autocast equals autograd's over cast weights, gr
     torch::NoGradGuard no_grad;
     ob::compat::AutocastGuard autocast(cpu, true);
     CHECK(torch::equal(ob::model::LayerNorm(xs[0], w, b, {16}, 1e-5), y0[0]));
+  }
+  if (!torch::cuda::is_available()) return;
+
+  // On a GPU the gain's and bias's gradients come from norm_grad.cu's
+  // kernels where they apply (fp32 gradients to add into, a multiple of 8
+  // columns): two micro-batches' sums within 1e-4 of the exact ones (in
+  // double, from the same bf16 inputs), dx ATen's bit for bit; elsewhere
+  // ATen's kernels (within bf16's rounding).
+  const torch::Device gpu(torch::kCUDA);
+  struct Shape {
+    int64_t b, t, cols;
+    bool kernel;
+  };
+  for (const Shape& sh : {Shape{8, 1024, 1024, true}, Shape{3, 37, 264, true}, Shape{1, 5, 8, true},
+                          Shape{2, 9, 20, false}}) {
+    INFO(sh.b << " x " << sh.t << " x " << sh.cols);
+    const auto wg = (1 + 0.1 * torch::randn({sh.cols}, gpu)).requires_grad_(true);
+    const auto bg = (0.1 * torch::randn({sh.cols}, gpu)).requires_grad_(true);
+    std::vector<torch::Tensor> xg, ug;
+    for (int k = 0; k < 2; ++k) {
+      xg.push_back((3 * torch::randn({sh.b, sh.t, sh.cols}, gpu) + 1).to(torch::kBFloat16));
+      ug.push_back(torch::randn({sh.b, sh.t, sh.cols}, gpu));
+    }
+    wg.mutable_grad() = torch::zeros_like(wg);  // bound, as a worker's buckets are
+    bg.mutable_grad() = torch::zeros_like(bg);
+    const int64_t before = ob::model::LayerNormKernelCount();
+    std::vector<torch::Tensor> dx;
+    for (int k = 0; k < 2; ++k) {
+      auto x = xg[k].clone().requires_grad_(true);
+      torch::Tensor y;
+      {
+        ob::compat::AutocastGuard autocast(gpu, true);
+        y = ob::model::LayerNorm(x, wg, bg, {sh.cols}, 1e-5);
+      }
+      (y.to(torch::kFloat) * ug[k]).sum().backward();
+      dx.push_back(x.grad());
+    }
+    CHECK(ob::model::LayerNormKernelCount() - before == (sh.kernel ? 2 : 0));
+    // Exact sums, in double, of what the kernels read: bf16 dy and x.
+    auto dgamma = torch::zeros({sh.cols}, torch::kDouble), dbeta = torch::zeros({sh.cols}, torch::kDouble);
+    for (int k = 0; k < 2; ++k) {
+      auto x = xg[k].to(torch::kDouble).cpu().reshape({-1, sh.cols});
+      auto dy = (ug[k].to(torch::kBFloat16)).to(torch::kDouble).cpu().reshape({-1, sh.cols});
+      auto mean = x.mean(1, true), var = (x - mean).square().mean(1, true);
+      auto xhat = (x - mean) / (var + 1e-5).sqrt();
+      dgamma += (dy * xhat).sum(0);
+      dbeta += dy.sum(0);
+      // dx: autograd's layer norm over the cast weights, ATen's kernel.
+      auto xr = xg[k].clone().requires_grad_(true);
+      auto yr = torch::layer_norm(xr, {sh.cols}, wg.detach().to(torch::kBFloat16), bg.detach().to(torch::kBFloat16),
+                                  1e-5);
+      (yr.to(torch::kFloat) * ug[k]).sum().backward();
+      CHECK(torch::equal(dx[k], xr.grad()));
+    }
+    CHECK(wg.grad().scalar_type() == torch::kFloat);
+    const double tolerance = sh.kernel ? 1e-4 : 1e-2;  // ATen's gradients are rounded to bf16
+    CHECK(RelativeNorm(wg.grad().cpu(), dgamma) < tolerance);
+    CHECK(RelativeNorm(bg.grad().cpu(), dbeta) < tolerance);
   }
 }

@@ -700,7 +700,8 @@ Status RunWorker(const WorkerOptions& o) {
     if (step == first_step && t.device.is_cuda()) {
       const auto [forwards, backwards] = model::GeluMlpEpilogueCounts();
       OB_LOG(Info) << "step " << step << ": the MLP's cuBLASLt GELU epilogues ran in " << forwards
-                   << " forward(s) and " << backwards << " backward(s) (0: ATen's kernels)";
+                   << " forward(s) and " << backwards << " backward(s) (0: ATen's kernels); the layer norms' "
+                   << "gain and bias gradient kernels in " << model::LayerNormKernelCount() << " backward(s)";
     }
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);

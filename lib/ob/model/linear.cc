@@ -14,6 +14,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include "ob/model/norm_grad.h"
+
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +26,7 @@
 namespace ob::model {
 namespace {
 
-std::atomic<int64_t> lt_forwards{0}, lt_backwards{0};
+std::atomic<int64_t> lt_forwards{0}, lt_backwards{0}, norm_kernels{0};
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -460,6 +462,41 @@ struct MlpNoBias2Fn : public torch::autograd::Function<MlpNoBias2Fn> {
   }
 };
 
+#ifdef OB_WITH_CUDA_KERNELS
+// dgamma/dbeta of a layer norm summed into w's and b's fp32 gradients by
+// norm_grad.cu's kernels, where they apply: bf16 x and dy contiguous on a
+// GPU, 16-byte aligned, a multiple of 8 columns, fp32 statistics, and fp32
+// gradients to add into (OB_LN_KERNEL=0: never). False: nothing done.
+bool NormKernelGradients(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
+                         const torch::Tensor& rstd, const torch::Tensor& w, const torch::Tensor& b) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("OB_LN_KERNEL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (!enabled || !x.is_cuda() || x.scalar_type() != torch::kBFloat16 || dy.scalar_type() != torch::kBFloat16 ||
+      !x.is_contiguous() || !dy.is_contiguous() || dy.sizes() != x.sizes() || w.dim() != 1 ||
+      mean.scalar_type() != torch::kFloat || rstd.scalar_type() != torch::kFloat || !mean.is_contiguous() ||
+      !rstd.is_contiguous() || !SummableGradient(w, x) || !SummableGradient(b, x) || dy.device() != x.device()) {
+    return false;
+  }
+  const int64_t cols = w.size(0), rows = x.numel() / std::max<int64_t>(cols, 1);
+  if (cols == 0 || cols % 8 != 0 || x.size(-1) != cols || mean.numel() != rows || rstd.numel() != rows ||
+      reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0 || reinterpret_cast<uintptr_t>(dy.data_ptr()) % 16 != 0) {
+    return false;
+  }
+  c10::cuda::CUDAGuard device(x.device());
+  auto scratch = torch::empty({cuda::LayerNormScratchFloats(rows, cols)}, x.options().dtype(torch::kFloat));
+  const char* error = cuda::LayerNormParamGradients(
+      dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, cols,
+      scratch.data_ptr<float>(), const_cast<torch::Tensor&>(w).mutable_grad().data_ptr<float>(),
+      const_cast<torch::Tensor&>(b).mutable_grad().data_ptr<float>(),
+      c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+  TORCH_CHECK(error == nullptr, "layer norm: gain and bias gradients: ", error);
+  norm_kernels.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+#endif
+
 // A layer norm over the last dimensions `shape` of x (in the compute
 // dtype) with gain and bias copies wc, bc in it; the gradients of the fp32
 // gain and bias w, b are added into theirs.
@@ -479,9 +516,15 @@ struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
     const auto s = ctx->get_saved_variables();
     const auto shape = ctx->saved_data["shape"].toIntVector();
     const torch::Tensor &x = s[0], &w = s[3], &b = s[4];
-    auto [dx, dw, db] = at::native_layer_norm_backward(grad[0].to(x.scalar_type()), x, shape, s[1], s[2], s[5],
-                                                       s[6], {ctx->needs_input_grad(0), w.requires_grad(),
-                                                              b.requires_grad()});
+    const auto dy = grad[0].to(x.scalar_type()).contiguous();
+    bool want_w = w.requires_grad(), want_b = b.requires_grad();
+#ifdef OB_WITH_CUDA_KERNELS
+    if (want_w && want_b && NormKernelGradients(dy, x, s[1], s[2], w, b)) want_w = want_b = false;  // summed
+#endif
+    const bool want_x = ctx->needs_input_grad(0);
+    if (!want_x && !want_w && !want_b) return variable_list(7);
+    auto [dx, dw, db] =
+        at::native_layer_norm_backward(dy, x, shape, s[1], s[2], s[5], s[6], {want_x, want_w, want_b});
     // fp32 += bf16 in one kernel, where autograd casts and then adds.
     if (dw.defined()) AddToGradient(w, dw);
     if (db.defined()) AddToGradient(b, db);
@@ -537,6 +580,8 @@ torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const tor
   return MlpFn::apply(xc, w1, b1, w2, b2, InDtype(w1, dtype), InDtype(b1, dtype), InDtype(w2, dtype),
                       InDtype(b2, dtype));
 }
+
+int64_t LayerNormKernelCount() { return norm_kernels.load(std::memory_order_relaxed); }
 
 std::pair<int64_t, int64_t> GeluMlpEpilogueCounts() {
   return {lt_forwards.load(std::memory_order_relaxed), lt_backwards.load(std::memory_order_relaxed)};

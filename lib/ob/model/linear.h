@@ -56,9 +56,15 @@ torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const tor
 // autocast's casts), and the backward adds their bf16 gradients into the
 // fp32 ones (one kernel each, where autograd's cast and add took two: 392
 // launches a gpt2-medium step of four micro-batches). Same values as
-// autograd's. Without autocast, or x not in its dtype, torch::layer_norm.
+// autograd's. On a GPU (OB_WITH_CUDA_KERNELS, bf16, fp32 gradients to add
+// into) norm_grad.cu's kernels sum the gain's and bias's gradients in fp32
+// straight into them instead (OB_LN_KERNEL=0: ATen's kernel and the adds).
+// Without autocast, or x not in its dtype, torch::layer_norm.
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                         const std::vector<int64_t>& shape, double eps);
+// How many of LayerNorm's backwards (this process's) ran norm_grad.cu's
+// kernels: tests and benches see whether the GPU took them.
+int64_t LayerNormKernelCount();
 
 // How many of GeluMlp's forwards and backwards (this process's) ran
 // cuBLASLt's epilogues: tests and benches see whether the GPU took them.
