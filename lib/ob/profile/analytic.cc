@@ -64,7 +64,12 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
                                                      o.microbatches));
   const int s = static_cast<int>(p.sequence_length());
   const int e = o.fp32 ? 4 : 2;                   // bytes per weight/activation element
-  const int opt_bytes_per_param = o.fp32 ? 8 : 12;
+  // Model state as ob-launch keeps it: fp32 weights (the masters), fp32
+  // gradients (summed and all-reduced in fp32), two fp32 AdamW moments, and
+  // under bf16 each weight's bf16 compute copy (model/compute_copies.h).
+  const int param_bytes_per_param = o.fp32 ? 4 : 4 + 2;
+  const int grad_bytes_per_param = 4;
+  const int opt_bytes_per_param = 8;
   const int max_group = o.max_group > 0 ? o.max_group : g.gpus_per_node;
   const double flops_per_s = g.peak_tflops * 1e12 * g.efficiency;
   const double bytes_per_s = g.memory_gbps * 1e9;
@@ -96,8 +101,8 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
     }
     l->set_parameter_count(params);
     l->set_tied_parameter_count(tied);
-    l->set_parameter_bytes(params * e);
-    l->set_gradient_bytes(params * e);
+    l->set_parameter_bytes(params * param_bytes_per_param);
+    l->set_gradient_bytes(params * grad_bytes_per_param);
     l->set_optimizer_state_bytes(params * opt_bytes_per_param);
 
     for (int b : o.microbatches) {

@@ -15,9 +15,12 @@
 //          FLOPs per token 6·(V·h + 2h); keeps its LayerNorm input and the fp32
 //          logits s·b·V·4; outputs the loss.
 // Summed, the FLOPs equal 6·N + 12·L·h·s of design §8 less the 6·s·h of the
-// position table, which is a lookup. Model state is 16 bytes per parameter:
-// e weights + e gradients + 12 (fp32 master, two Adam moments) under bf16,
-// 4 + 4 + 8 under fp32. A layer's time is max(FLOPs / (peak·efficiency),
+// position table, which is a lookup. Model state is what ob-launch keeps:
+// under bf16 18 bytes per parameter, 4 + 2 weights (the fp32 master and its
+// bf16 compute copy), 4 gradients (summed and all-reduced in fp32, as
+// Megatron-LM accumulates them for bf16), 8 for the two Adam moments; under
+// fp32 4 + 4 + 8. (design §8's 16 for mixed precision assumes bf16
+// gradients, which ob does not keep.) A layer's time is max(FLOPs / (peak·efficiency),
 // bytes / HBM bandwidth). Gradient all-reduce over a group of d GPUs is a
 // ring: 2(d−1)/d · bytes / bus bandwidth + 2(d−1) · 5 µs.
 #pragma once
