@@ -71,6 +71,30 @@ TEST_CASE("measured gpt-tiny profile has every field for every layer") {
   CHECK(p->layers(c->num_layers() - 1).tied_parameter_count() == static_cast<uint64_t>(V * h));
 }
 
+TEST_CASE("a measured bf16 profile counts the weights' bf16 compute copies as the run keeps them") {
+  auto c = ob::model::Preset("gpt-tiny");
+  REQUIRE(c.ok());
+  ob::profile::MeasureOptions o;
+  o.microbatches = {1};
+  o.warmup = 1;
+  o.repeats = 1;
+  o.max_group = 1;
+  o.threads = 1;
+  o.bf16 = true;
+  auto p = ob::profile::MeasureProfile(*c, o);
+  REQUIRE(p.ok());
+  CHECK(p->dtype() == "bfloat16");
+  for (const auto& l : p->layers()) {
+    INFO(l.name());
+    // The fp32 weight and its bf16 copy; fp32 gradients; two fp32 moments.
+    CHECK(l.parameter_bytes() == 6 * l.parameter_count());
+    CHECK(l.gradient_bytes() == 4 * l.parameter_count());
+    CHECK(l.optimizer_state_bytes() == 8 * l.parameter_count());
+    CHECK(l.costs(0).forward_seconds() > 0);
+    CHECK(l.costs(0).activation_bytes() > 0);
+  }
+}
+
 TEST_CASE("measured mode refuses what it cannot do") {
   auto c = ob::model::Preset("gpt-tiny");
   ob::profile::MeasureOptions o;

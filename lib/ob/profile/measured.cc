@@ -128,8 +128,24 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
   std::vector<Samples> fwd(n), bwd(n);
   std::vector<int64_t> activation(n, -1);
   std::vector<uint64_t> output_bytes(n, 0);
+  // Under bf16 the layers read their weights' compute copies, as a
+  // worker's do (model/compute_copies.h): made once a step outside the
+  // layers' times, and not in their activation bytes (parameter_bytes
+  // counts them).
+  std::unique_ptr<model::ComputeCopies> copies;
+  if (o.bf16) {
+    std::vector<torch::Tensor> params;
+    torch::Tensor head;
+    for (auto& layer : layers) {
+      for (auto& p : layer->parameters()) params.push_back(p);
+      if (auto* h = dynamic_cast<model::HeadLayerImpl*>(layer.get())) head = h->lm_weight();
+    }
+    copies = std::make_unique<model::ComputeCopies>(params, torch::kBFloat16, head, model::HeadRowsMultiple(dev));
+  }
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
     LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
+    if (copies) copies->Refresh();
+    model::ComputeCopies::Scope use_copies(copies.get());
     // Gradients accumulate from the first micro-batch on, as in a step of
     // several: the timed backwards add into the previous ones.
     if (k == 0)
@@ -505,7 +521,8 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     l->set_parameter_count(count);
     if (layer->kind() == pb::LAYER_HEAD)
       l->set_tied_parameter_count(static_cast<uint64_t>(c.vocab_size) * c.n_embd);
-    l->set_parameter_bytes(bytes);
+    // The fp32 weights, and under bf16 their compute copies (2 bytes each).
+    l->set_parameter_bytes(bytes + (o.bf16 ? 2 * count : 0));
     l->set_gradient_bytes(bytes);  // fp32 gradients, one per weight
     layers.push_back(std::move(layer));
   }
