@@ -4,9 +4,9 @@
 # 0 with every rank reporting every step; the bf16 loss at step 100 is
 # within 2% of fp32's, and differs from it (bf16 did run). A kill -9 of a
 # worker at step 30 of the bf16 run recovers from the host snapshots with
-# every step's loss equal to the uninterrupted bf16 run's (the weights'
-# bf16 compute copies, model/compute_copies.h, follow the restored
-# weights). A plan made for one precision and run with the other is
+# every step's loss and both evaluations equal to the uninterrupted bf16
+# run's (the weights' bf16 compute copies, model/compute_copies.h, follow
+# the restored weights). A plan made for one precision and run with the other is
 # refused with one line.
 NAME=launch_bf16
 source "$(dirname "$0")/../lib/launch.sh"
@@ -17,8 +17,11 @@ cp "$WORK/plan.pb" "$WORK/plan-fp32.pb"
 PLAN_DTYPE=bfloat16 make_two_by_two
 cp "$WORK/plan.pb" "$WORK/plan-bf16.pb"
 
+# Both evaluated every 50 steps (bf16's evaluations read the weights'
+# compute copies, made anew after the update).
+EVAL=(--eval-split 0.1 --eval-every 50 --eval-batches 2)
 for p in fp32 bf16; do
-  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p" -v
+  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p" -v "${EVAL[@]}"
   run_wait
   [ "$RC" = 0 ] || fail "$p: ob-launch exited $RC: $(tail -3 "$WORK/$p.err")"
   python3 "$METRICS_PY" check "$WORK/$p.pb" "$STEPS" 4 > "$WORK/$p.losses" ||
@@ -41,13 +44,24 @@ PY
 # bf16 through a kill -9 of worker rank 1 at step 30: the losses of the
 # uninterrupted bf16 run.
 cp "$WORK/bf16.pb" "$WORK/ref.pb"
-RUN_PLAN="$WORK/plan-bf16.pb" run_start killed "$STEPS" --device cpu --precision bf16
+RUN_PLAN="$WORK/plan-bf16.pb" run_start killed "$STEPS" --device cpu --precision bf16 "${EVAL[@]}"
 wait_step killed 30 || fail "the bf16 run to kill did not reach step 30: $(tail -3 "$WORK/killed.err")"
 victim=$(worker_pid 1)
 [ -n "$victim" ] || fail "no worker process for rank 1"
 kill -9 "$victim"
 run_wait
 check_recovered killed "$STEPS" "bf16, kill -9 of worker rank 1"
+# Its evaluations (after steps 49 and 99) equal the uninterrupted run's.
+for r in bf16 killed; do
+  python3 "$METRICS_PY" evals "$WORK/$r.pb" > "$WORK/$r.evals" || fail "$r evals: $(cat "$WORK/$r.evals")"
+done
+[ "$(cut -d' ' -f1 "$WORK/killed.evals" | xargs)" = "49 99" ] || fail "bf16 evaluated after: $(cat "$WORK/killed.evals")"
+python3 - "$WORK/bf16.evals" "$WORK/killed.evals" <<'PY' || fail "bf16 evaluations differ after the recovery"
+import sys
+a, b = ([float(l.split()[1]) for l in open(f)] for f in sys.argv[1:3])
+assert len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
+print(f"launch_bf16: bf16 evaluations {a}, after the kill {b}")
+PY
 
 # The wrong precision for the plan: one line, the configuration exit status.
 RUN_PLAN="$WORK/plan-fp32.pb" run_start mismatch 5 --device cpu --precision bf16

@@ -528,6 +528,10 @@ Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches
     const double weight = 1.0 / topo_.total_microbatches;
     Group& pipe = groups_->pipeline;
     torch::NoGradGuard no_grad;
+    // bf16: the weights' compute copies, made anew (the update since the
+    // step's changed the weights), not a cast of every weight a micro-batch.
+    if (copies_) copies_->Refresh();
+    model::ComputeCopies::Scope use_copies(copies_.get());
     auto wait = [&](std::vector<Work> works) { WaitAll(works); };
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     // Forward only, micro-batch by micro-batch: receive, compute, send. A
