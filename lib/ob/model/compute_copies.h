@@ -17,9 +17,15 @@
 // results are bit for bit the same.
 //
 // Never stale: each copy records its weight's version counter and storage at
-// Refresh(); a weight changed since (an optimizer step, a recovery's copy, a
-// load) no longer matches, and its users fall back to autocast's cast. The
-// fallback is correct, only slower; Misses() counts it.
+// Refresh(); a weight changed since by an ATen op (an optimizer step, a
+// load's copy_) no longer matches, and its users fall back to autocast's
+// cast. The fallback is correct, only slower; Misses() counts it. Writes the
+// counter cannot see (a collective receiving a recovery's weights) happen
+// only between steps, so Refresh() must run, unconditionally, before each
+// step's (and evaluation's) forwards: it copies every weight, changed or not.
+//
+// A stage's copies: GptStageImpl::MakeComputeCopies; any layers':
+// MakeComputeCopies (gpt.h).
 //
 // Memory: 2 bytes a parameter for the run, where autocast's cache held the
 // same casts from a step's first forward to the end of its backward: the

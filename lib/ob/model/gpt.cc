@@ -282,12 +282,19 @@ std::vector<torch::Tensor> GptStageImpl::tied_weights() const {
   return out;
 }
 
-std::unique_ptr<ComputeCopies> GptStageImpl::MakeComputeCopies(at::ScalarType dtype) const {
+std::unique_ptr<ComputeCopies> MakeComputeCopies(const std::vector<PlannerLayer>& layers, at::ScalarType dtype) {
+  std::vector<torch::Tensor> params;
   torch::Tensor head;
-  if (has_head()) head = std::static_pointer_cast<HeadLayerImpl>(layers_.back())->lm_weight();
-  const auto params = parameters();
+  for (const auto& layer : layers) {
+    for (auto& p : layer->parameters()) params.push_back(p);
+    if (const auto* h = dynamic_cast<const HeadLayerImpl*>(layer.get())) head = h->lm_weight();
+  }
   const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   return std::make_unique<ComputeCopies>(params, dtype, head, HeadRowsMultiple(device));
+}
+
+std::unique_ptr<ComputeCopies> GptStageImpl::MakeComputeCopies(at::ScalarType dtype) const {
+  return model::MakeComputeCopies(layers_, dtype);
 }
 
 int64_t CountUniqueParameters(const torch::nn::Module& module) {

@@ -249,6 +249,11 @@ class GptStageImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GptStage);
 
+// Compute-dtype copies (compute_copies.h) of the parameters of `layers`
+// (a tied table once), a head's table padded as the head pads it on the
+// parameters' device.
+std::unique_ptr<ComputeCopies> MakeComputeCopies(const std::vector<PlannerLayer>& layers, at::ScalarType dtype);
+
 // Parameters counted once per distinct storage (tied weights count once).
 int64_t CountUniqueParameters(const torch::nn::Module& module);
 

@@ -133,15 +133,7 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
   // layers' times, and not in their activation bytes (parameter_bytes
   // counts them).
   std::unique_ptr<model::ComputeCopies> copies;
-  if (o.bf16) {
-    std::vector<torch::Tensor> params;
-    torch::Tensor head;
-    for (auto& layer : layers) {
-      for (auto& p : layer->parameters()) params.push_back(p);
-      if (auto* h = dynamic_cast<model::HeadLayerImpl*>(layer.get())) head = h->lm_weight();
-    }
-    copies = std::make_unique<model::ComputeCopies>(params, torch::kBFloat16, head, model::HeadRowsMultiple(dev));
-  }
+  if (o.bf16) copies = model::MakeComputeCopies(layers, torch::kBFloat16);
   for (int k = 0; k < o.warmup + o.repeats; ++k) {
     LayerInputs first = MakeInputs(c, layers.front()->kind(), b, s, dev);
     if (copies) copies->Refresh();
