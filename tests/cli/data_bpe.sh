@@ -10,6 +10,9 @@ if [ ! -f "$ref/encoder.json" ] || ! command -v node > /dev/null; then
   finish; exit
 fi
 V=(--vocab "$ref/encoder.json" --merges "$ref/vocab.bpe")
+# A NaN fraction was no fraction at all ("--val-output needs --val-fraction").
+expect 64 "--val-fraction: 'nan' is not a finite number" -- \
+  "$OB_BIN/ob-data" tokenize "${V[@]}" --val-fraction nan --val-output "$TMP/v.bin" -o "$TMP/t.bin" "$OB_SOURCE_DIR/README.md"
 src=$OB_SOURCE_DIR
 cat "$src/README.md" "$src"/man/*.scd "$src/tests/data/bpe_varied.txt" "$src/lib/ob/data/bpe.cc" > "$TMP/text.txt"
 cat > "$TMP/ref.js" <<'JS'

@@ -52,6 +52,20 @@ expect 78 'not a positive multiple' -- "$PLAN" --nodes 4 -B 10 -b 3 "$TMP/tiny.p
 expect 65 'no costs at micro-batch 4' -- "$PLAN" --nodes 4 -b 4 "$TMP/tiny.pb"
 expect 64 "try 'ob-plan --help'" -- "$PLAN" --nodes 4 --no-such-option "$TMP/tiny.pb"
 expect 64 "give the cluster" -- env -u SLURM_JOB_NODELIST "$PLAN" "$TMP/tiny.pb"
+# Sizes, counts and times that are none: refused by name, never read as
+# "not given" (a micro-batch of 0 was the profile's first, a host memory of
+# -5 or NaN left the check off, a negative overhead made memory).
+for o in --nodes --gpus-per-node --microbatch --global-batch --gpu-memory --host-memory --time-limit \
+         --link-gbps --intra-gbps; do
+  for v in 0 -2 inf nan; do
+    expect 64 "$o: '$v' (must be a positive number|is not a finite number)" -- "$PLAN" --nodes 4 "$o" "$v" "$TMP/tiny.pb"
+  done
+done
+for o in --overhead-gib --overhead-fraction --link-latency-us --moves; do
+  for v in -1 inf nan; do
+    expect 64 "$o: '$v' (must not be negative|is not a finite number)" -- "$PLAN" --nodes 4 "$o" "$v" "$TMP/tiny.pb"
+  done
+done
 
 # -f auto: its options, and failures too frequent for any f.
 expect 64 "f x: expected a number of node failures" -- "$PLAN" --nodes 4 -f x "$TMP/tiny.pb"

@@ -54,6 +54,29 @@ expect 78 "unknown GPU 'tpu9'" -- "$P" --model gpt2 --analytic --gpu tpu9 -o "$T
 # Usage errors: one line ending "(try 'ob-profile --help')", exit 64.
 expect 64 "try 'ob-profile --help'" -- "$P" --no-such-flag
 expect 64 "try 'ob-profile --help'" -- "$P" --model gpt2 --analytic -o "$TMP/x.pb"
+# A precision ob does not train in is refused, not measured as fp32 (or
+# modelled as bf16) without a word; ob-launch's words and the profile's both work.
+for p in fp16 half bfloat; do
+  expect 64 "--precision: '$p' is not a precision: fp32 \\(float32\\) or bf16" -- \
+    "$P" --model gpt-tiny --analytic --gpu h100 --dtype "$p" -o "$TMP/x.pb"
+done
+for p in fp32:float32 float32:float32 bf16:bfloat16 bfloat16:bfloat16; do
+  "$P" --model gpt-tiny --analytic --gpu h100 --precision "${p%%:*}" --json | grep -q "\"dtype\": \"${p#*:}\"" \
+    || fail "--precision ${p%%:*} did not give a ${p#*:} profile"
+done
+# The default is ob-launch's for the device: bf16 for a GPU, fp32 on the CPU.
+"$P" --model gpt-tiny --analytic --gpu h100 --json | grep -q '"dtype": "bfloat16"' || fail "analytic default not bf16"
+"$P" --model gpt-tiny --threads 1 --warmup 0 -k 1 -q --json | grep -q '"dtype": "float32"' || fail "cpu default not fp32"
+# Numbers that are no size, fraction or count: not infinite, not NaN, not 0.
+expect 64 "--efficiency: '1.5' is above 1" -- "$P" --model gpt2 --analytic --gpu h100 --efficiency 1.5 -o "$TMP/x.pb"
+for o in --efficiency --peak-tflops --mem-gib --allreduce-gbps; do
+  for v in 0 -1 inf nan; do
+    expect 64 "$o: '$v' (must be a positive number|is not a finite number)" -- \
+      "$P" --model gpt2 --analytic --gpu h100 "$o" "$v" -o "$TMP/x.pb"
+  done
+done
+expect 64 "--seq-len: '-4' must be a positive number" -- "$P" --model gpt-tiny --seq-len -4 -o "$TMP/x.pb"
+expect 64 "--threads: '0' must be a positive number" -- "$P" --model gpt-tiny --threads 0 -o "$TMP/x.pb"
 
 # Nothing was left behind by the failed writes.
 [ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"

@@ -37,6 +37,7 @@ expect 65 'events.log: no .recovered. lines' -- "$SIM" --trace "$TMP/trace.txt" 
 expect 64 'give a failure trace' -- "$SIM" "$TMP/plan.pb"
 expect 64 'give a failure trace' -- "$SIM" --trace "$TMP/trace.txt" --node-mtbf 2d "$TMP/plan.pb"
 expect 64 'no plan' -- "$SIM" --node-mtbf 2d
+expect 64 'weibull-shape must be a positive, finite number' -- "$SIM" --node-mtbf 2d --weibull-shape inf "$TMP/plan.pb"
 expect 64 'horizon .soon.: expected a duration' -- "$SIM" --node-mtbf 2d --horizon soon "$TMP/plan.pb"
 expect 64 'policy .oobleck.' -- "$SIM" --node-mtbf 2d --policy oobleck "$TMP/plan.pb"
 expect 64 'draws about [0-9.e+]+ events .at most 5e7.' -- "$SIM" --node-mtbf 1s --repair-time 0 --horizon 100000d "$TMP/plan.pb"

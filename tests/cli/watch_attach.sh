@@ -115,5 +115,10 @@ expect 64 'needs the master.s control socket' -- "$WATCH" --act "$TMP/run.pb"
 expect 64 '--dry-run goes with --act' -- "$WATCH" --dry-run "$TMP/run.pb"
 expect 64 'not both' -- "$WATCH" --attach "$TMP/run" "$TMP/run.pb"
 expect 64 "'wall' or 'stream'" -- "$WATCH" --clock sundial "$TMP/run.pb"
+# Infinite or NaN figures: a detector that never fires, or fires at once.
+expect 64 'hang-timeout must be a positive, finite number' -- "$WATCH" --hang-timeout inf "$TMP/run.pb"
+expect 64 'cooldown must be finite, not negative' -- "$WATCH" --cooldown nan "$TMP/run.pb"
+expect 64 'cooldown must be finite, not negative' -- "$WATCH" --stall-timeout inf "$TMP/run.pb"
+expect 64 'straggler-ratio must be above 1' -- "$WATCH" --straggler-ratio inf "$TMP/run.pb"
 expect 64 'straggler-votes' -- "$WATCH" --straggler-votes 9 "$TMP/run.pb"
 finish

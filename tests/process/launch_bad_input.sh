@@ -35,6 +35,15 @@ expect 66 '/nonexistent/data.bin: No such file' -- run --data /nonexistent/data.
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
+# Timeouts that never fire (NaN) or fire at once (inf, and 1e300 s, whose
+# milliseconds overflowed: "no agent authenticated within inf s").
+for o in --agent-timeout --master-timeout --start-timeout --hang-timeout --stop-grace; do
+  for v in 0 -1 inf nan; do
+    expect 64 "$o: '$v' (must be a positive number|is not a finite number)" -- \
+      run "$o" "$v" "$WORK/plan.pb" "$WORK/hosts.txt"
+  done
+  expect 64 'timeouts must be positive, at most 1000000 s' -- run "$o" 1e300 "$WORK/plan.pb" "$WORK/hosts.txt"
+done
 expect 64 'steps 0 evaluates a checkpoint: give --resume' -- run --steps 0 "$WORK/plan.pb" "$WORK/hosts.txt"
 ! grep -qs agent-start "$WORK/run/events.log" || fail "hosts were started for a bad flag: $(cat "$WORK/run/events.log")"
 # Data the master cannot see is the hosts' to check (an rsh that is not

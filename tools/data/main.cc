@@ -87,6 +87,7 @@ void Setup(CLI::App& app) {
   g_tokenize->add_option("--val-fraction", g.val_fraction,
                          "Send the last F of the input bytes (from the end of the line it falls in) to --val-output")
       ->option_text("F")
+      ->check(ob::cli::NonNegative())  // CLI::Range lets NaN through
       ->check(CLI::Range(0.0, 0.999999));
   g_tokenize->add_option("--val-output", g.val_output, "The validation split's token file")->option_text("FILE");
   g_tokenize->add_flag("--eot", g.eot, "End each input file with <|endoftext|> (a document each)");

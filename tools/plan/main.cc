@@ -436,11 +436,12 @@ void Setup(CLI::App& app) {
       ->option_text("DURATION")->capture_default_str();
   app.add_option("--checkpoint-cost", g.checkpoint_cost, "With -f auto: training time one checkpoint costs")
       ->option_text("DURATION")->capture_default_str();
-  app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster");
+  app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster")->check(ob::cli::Positive());
   app.add_option("--hosts", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("FILE");
   app.add_option("-g,--gpus-per-node", g.gpus_per_node,
-                 "GPUs per node (default: the hosts' slots=, else the profile's)");
+                 "GPUs per node (default: the hosts' slots=, else the profile's)")
+      ->check(ob::cli::Positive());
   app.add_option("--tp", g.tp,
                  "Tensor-parallel degree of every stage (Megatron's --tensor-model-parallel-size); "
                  "a node then runs g/tp stages (default: the fastest degree the model splits by)")
@@ -461,17 +462,21 @@ void Setup(CLI::App& app) {
       ->option_text("N,N,...");
   app.add_flag("--local", g.local,
                "The hosts are processes of this machine (ob-launch --rsh local): price every collective by the profile's measured all-reduces");
-  app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)");
+  app.add_option("--gpu-memory", g.gpu_memory_gib, "GiB per GPU (default: the profile's device)")
+      ->check(ob::cli::Positive());
   app.add_option("--host-memory", g.host_memory_gib,
                  "GiB of host memory per node for the workers' snapshots (36 bytes per parameter "
-                 "of the node's stages); a plan that does not fit is refused (default: not checked)");
-  app.add_option("-B,--global-batch", g.global_batch, "Sequences per iteration")->capture_default_str();
-  app.add_option("-b,--microbatch", g.microbatch, "Sequences per micro-batch (default: the profile's first)");
+                 "of the node's stages); a plan that does not fit is refused (default: not checked)")
+      ->check(ob::cli::Positive());
+  app.add_option("-B,--global-batch", g.global_batch, "Sequences per iteration")
+      ->capture_default_str()->check(ob::cli::Positive());
+  app.add_option("-b,--microbatch", g.microbatch, "Sequences per micro-batch (default: the profile's first)")
+      ->check(ob::cli::Positive());
   app.add_option("--bandwidth", g.bandwidth, "Measured links from ob-profile --net")->option_text("FILE");
   app.add_option("--seed", g.seed, "Seed of the placement search")->capture_default_str();
   app.add_option("--time-limit", g.time_limit, "Seconds the placement search may take at most")
-      ->capture_default_str();
-  app.add_option("--moves", g.moves, "Placement search moves")->capture_default_str();
+      ->capture_default_str()->check(ob::cli::Positive());
+  app.add_option("--moves", g.moves, "Placement search moves")->capture_default_str()->check(ob::cli::NonNegative());
   app.add_flag("--explain", g.explain, "Print the plan as human tables");
   app.add_option("--measured", g.measured,
                  "With --explain: a run's metrics (ob-launch --metrics) beside the predictions: the iteration, "
@@ -480,14 +485,16 @@ void Setup(CLI::App& app) {
   app.add_option("--schedule-svg", g.schedule_svg, "Draw one iteration's 1F1B schedule per pipeline")
       ->option_text("FILE");
   app.add_option("--link-gbps", g.link_gbps, "Nominal node-to-node bandwidth, GB/s (without --bandwidth)")
-      ->capture_default_str();
+      ->capture_default_str()->check(ob::cli::Positive());
   app.add_option("--link-latency-us", g.link_latency_us, "Nominal node-to-node latency, microseconds")
-      ->capture_default_str();
+      ->capture_default_str()->check(ob::cli::NonNegative());
   app.add_option("--intra-gbps", g.intra_gbps, "Bandwidth inside a node, GB/s: tensor-parallel all-reduces and transfers between two stages "
-                 "of one node (default: the profile's)");
-  app.add_option("--overhead-gib", g.overhead_gib, "Memory per GPU kept for runtime and buffers (default 1, CPU 0)");
+                 "of one node (default: the profile's)")
+      ->check(ob::cli::Positive());
+  app.add_option("--overhead-gib", g.overhead_gib, "Memory per GPU kept for runtime and buffers (default 1, CPU 0)")
+      ->check(ob::cli::NonNegative());
   app.add_option("--overhead-fraction", g.overhead_fraction, "Extra memory fraction for fragmentation")
-      ->capture_default_str();
+      ->capture_default_str()->check(ob::cli::NonNegative());
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Options {
   int allreduce_max = 0;
   int threads = 0;
   int concurrency = 1;
-  std::string dtype;
+  std::string dtype;                 // --precision (or --dtype): "" is the run's default
   uint64_t seed = 1234;
   bool analytic = false;
   std::string gpu;
@@ -43,6 +43,14 @@ struct Options {
 };
 
 Options g;
+
+// Whether to profile in bf16: as given (ob-launch's fp32|bf16, or the
+// profile's own float32|bfloat16), else as ob-launch would train on the
+// device: bf16 on a GPU (and for an analytic GPU), fp32 on the CPU.
+bool Bf16(bool analytic) {
+  if (g.dtype.empty()) return analytic || g.device.rfind("cuda", 0) == 0;
+  return g.dtype == "bf16" || g.dtype == "bfloat16";
+}
 
 void Progress(const std::string& line) { OB_LOG(Info) << line; }
 
@@ -77,7 +85,7 @@ ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
   OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
   o.seq_len = g.seq_len;
   o.fused_attention = g.fused_attention;
-  o.fp32 = g.dtype == "float32" || g.dtype == "fp32";
+  o.fp32 = !Bf16(/*analytic=*/true);
   return ob::profile::AnalyticProfile(cfg, o);
 }
 
@@ -91,7 +99,7 @@ ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   o.max_group = g.allreduce_max;
   o.threads = g.threads;
   o.concurrency = g.concurrency;
-  o.bf16 = g.dtype == "bfloat16" || g.dtype == "bf16";
+  o.bf16 = Bf16(/*analytic=*/false);
   o.seed = g.seed;
   o.progress = Progress;
   return ob::profile::MeasureProfile(cfg, o);
@@ -151,26 +159,42 @@ void Setup(CLI::App& app) {
   app.add_option("-m,--model", g.model, "Preset name or config.json/.yaml to profile")->option_text("NAME|FILE");
   app.add_option("-d,--device", g.device, "cpu, cuda or cuda:N (measured mode)")->capture_default_str();
   app.add_option("-b,--microbatch", g.microbatches, "Micro-batch size, or a list: 1,2,4")->capture_default_str();
-  app.add_option("--seq-len", g.seq_len, "Tokens per sequence (default: the model's context)");
+  app.add_option("--seq-len", g.seq_len, "Tokens per sequence (default: the model's context)")
+      ->check(ob::cli::Positive());
   app.add_option("--warmup", g.warmup, "Untimed runs before timing")->capture_default_str();
   app.add_option("-k,--repeats", g.repeats, "Timed runs; their mean is kept (on a GPU the median)")->capture_default_str();
   app.add_option("--allreduce-max", g.allreduce_max,
                  "Time gradient all-reduce for groups 1, 2, 4, ... up to N (default: this node's GPUs; 4 on the CPU)")
       ->check(ob::cli::Positive());
-  app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)");
+  app.add_option("--threads", g.threads, "CPU intra-op threads (default: LibTorch's)")->check(ob::cli::Positive());
   app.add_option("--concurrency", g.concurrency,
                  "CPU: time the layers while N-1 other processes train them here, as N workers of a local cluster share the cores")
-      ->check(CLI::PositiveNumber)
+      ->check(ob::cli::Positive())
       ->capture_default_str();
-  app.add_option("--dtype", g.dtype, "float32, or bfloat16 (autocast over fp32 weights, as ob-launch trains in bf16; analytic default)");
+  app.add_option("--precision,--dtype", g.dtype,
+                 "fp32 or bf16 (also float32, bfloat16): bf16 is autocast over fp32 weights, as ob-launch trains "
+                 "(default: ob-launch's for the device: bf16 on cuda and --analytic, fp32 on cpu)")
+      ->option_text("fp32|bf16")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v == "fp32" || v == "float32" || v == "bf16" || v == "bfloat16"
+                       ? std::string()
+                       : "'" + v + "' is not a precision: fp32 (float32) or bf16 (bfloat16)";
+          },
+          "PRECISION"));
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
   app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design.md §8)");
   app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");
-  app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense bf16 peak");
-  app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)");
-  app.add_option("--efficiency", g.efficiency, "Fraction of peak reached (default: per GPU)");
-  app.add_option("--allreduce-gbps", g.allreduce_gbps, "Override intra-node all-reduce bus bandwidth (GB/s)");
-  app.add_option("--gpus-per-node", g.gpus_per_node, "GPUs per node (all-reduce group sizes)");
+  app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense bf16 peak")->check(ob::cli::Positive());
+  app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)")->check(ob::cli::Positive());
+  app.add_option("--efficiency", g.efficiency, "Fraction of peak reached, at most 1 (default: per GPU)")
+      ->check(ob::cli::Positive())
+      ->check(CLI::Validator(
+          [](std::string& v) { return std::stod(v) <= 1 ? std::string() : "'" + v + "' is above 1"; }, ""));
+  app.add_option("--allreduce-gbps", g.allreduce_gbps, "Override intra-node all-reduce bus bandwidth (GB/s)")
+      ->check(ob::cli::Positive());
+  app.add_option("--gpus-per-node", g.gpus_per_node, "GPUs per node (all-reduce group sizes)")
+      ->check(ob::cli::Positive());
   app.add_flag("--fused-attention", g.fused_attention, "Analytic: fused attention keeps no s x s scores");
   app.add_flag("--table", g.table, "Print a profile as a human table");
   app.add_option("--net", g.net_hosts, "Measure bandwidth and latency between the hosts in FILE")

@@ -67,7 +67,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   if (g.trace.empty() == g.node_mtbf.empty()) {
     return ob::Status::Usage("give a failure trace (--trace FILE) or a failure rate to draw one from (--node-mtbf)");
   }
-  if (!(g.weibull_shape > 0)) return ob::Status::Usage("--weibull-shape must be positive");
+  if (!(g.weibull_shape > 0 && std::isfinite(g.weibull_shape)))
+    return ob::Status::Usage("--weibull-shape must be a positive, finite number");
   OB_ASSIGN_OR_RETURN(const double horizon, ob::plan::ParseDuration(g.horizon, "--horizon"));
   if (!(horizon > 0)) return ob::Status::Usage("--horizon must be positive");
   OB_ASSIGN_OR_RETURN(const double repair, ob::plan::ParseDuration(g.repair, "--repair-time"));

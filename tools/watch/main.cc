@@ -1,4 +1,6 @@
 // ob-watch: detect anomalies in training metrics and act on them.
+#include <cmath>
+
 #include "ob/cli/cli.h"
 #include "ob/io/file.h"
 #include "ob/watch/session.h"
@@ -9,15 +11,21 @@ ob::watch::SessionOptions g;
 
 ob::Status Check() {
   const auto& d = g.detectors;
+  // Every figure finite: an "inf" or "nan" timeout would never fire, or fire at once.
   auto positive = [](double v, const char* flag) {
-    return v > 0 ? ob::Status::Ok() : ob::Status::Usage(std::string(flag) + " must be positive");
+    return v > 0 && std::isfinite(v) ? ob::Status::Ok()
+                                     : ob::Status::Usage(std::string(flag) + " must be a positive, finite number");
   };
+  auto non_negative = [](double v) { return v >= 0 && std::isfinite(v); };
   OB_RETURN_IF_ERROR(positive(d.hang_timeout_s, "--hang-timeout"));
-  if (!(d.straggler_ratio > 1)) return ob::Status::Usage("--straggler-ratio must be above 1");
+  if (!(d.straggler_ratio > 1 && std::isfinite(d.straggler_ratio)))
+    return ob::Status::Usage("--straggler-ratio must be above 1");
   OB_RETURN_IF_ERROR(positive(d.spike_z, "--spike-z"));
   OB_RETURN_IF_ERROR(positive(d.memory_growth, "--memory-growth"));
-  if (d.stall_timeout_s < 0 || d.recovery_grace_s < 0 || d.warmup_steps < 0 || g.actions.cooldown_s < 0)
-    return ob::Status::Usage("--stall-timeout, --recovery-grace, --warmup-steps and --cooldown cannot be negative");
+  if (!non_negative(d.stall_timeout_s) || !non_negative(d.recovery_grace_s) || d.warmup_steps < 0 ||
+      !non_negative(g.actions.cooldown_s))
+    return ob::Status::Usage(
+        "--stall-timeout, --recovery-grace, --warmup-steps and --cooldown must be finite, not negative");
   if (d.straggler_window < 1 || d.straggler_votes < 1 || d.straggler_votes > d.straggler_window)
     return ob::Status::Usage("--straggler-votes must be between 1 and --straggler-window");
   if (!(d.throughput_drop > 0 && d.throughput_drop < 1))

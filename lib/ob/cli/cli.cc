@@ -32,25 +32,34 @@ void UsageError(const std::string& bin, const std::string& message) {
 
 namespace {
 
-// The number `v` spells (all of it), or NaN.
+// The finite number `v` spells (all of it), or NaN: "inf" and "nan" are not
+// a count, a size or a time.
 double Number(const std::string& v) {
   char* end = nullptr;
   errno = 0;
   const double x = std::strtod(v.c_str(), &end);
-  return v.empty() || end != v.c_str() + v.size() || errno != 0 ? std::nan("") : x;
+  return v.empty() || end != v.c_str() + v.size() || errno != 0 || !std::isfinite(x) ? std::nan("") : x;
 }
 
 }  // namespace
 
 CLI::Validator Positive() {
   return CLI::Validator(
-      [](std::string& v) { return Number(v) > 0 ? std::string() : "'" + v + "' must be a positive number"; },
+      [](std::string& v) {
+        const double x = Number(v);
+        if (x > 0) return std::string();
+        return "'" + v + (std::isnan(x) ? "' is not a finite number" : "' must be a positive number");
+      },
       "POSITIVE");
 }
 
 CLI::Validator NonNegative() {
   return CLI::Validator(
-      [](std::string& v) { return Number(v) >= 0 ? std::string() : "'" + v + "' must not be negative"; },
+      [](std::string& v) {
+        const double x = Number(v);
+        if (x >= 0) return std::string();
+        return "'" + v + (std::isnan(x) ? "' is not a finite number" : "' must not be negative");
+      },
       "NONNEGATIVE");
 }
 
