@@ -32,11 +32,11 @@ struct FromCopyFn : public torch::autograd::Function<FromCopyFn> {
   }
 };
 
+}  // namespace
+
 int64_t PaddedRows(int64_t rows, int64_t multiple) {
   return multiple <= 1 ? rows : (rows + multiple - 1) / multiple * multiple;
 }
-
-}  // namespace
 
 ComputeCopies::ComputeCopies(const std::vector<torch::Tensor>& params, at::ScalarType dtype,
                              const torch::Tensor& padded, int64_t rows_multiple)

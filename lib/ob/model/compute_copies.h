@@ -44,6 +44,10 @@
 
 namespace ob::model {
 
+// `rows` rounded up to a multiple of `multiple` (itself when multiple <= 1):
+// the rows of a padded table.
+int64_t PaddedRows(int64_t rows, int64_t multiple);
+
 class ComputeCopies {
  public:
   // Copies of `params` (fp32; each once) in `dtype`; `padded` (may be

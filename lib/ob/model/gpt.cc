@@ -57,10 +57,9 @@ torch::Tensor Affine(const Dense& l, const torch::Tensor& x) { return Linear(x, 
 // casts each norm's output back to bf16 for the next product, two casts
 // forward and two backward a block and twice the bytes of every residual
 // add and norm (Megatron-LM, likewise, keeps the residual stream in bf16
-// unless asked for fp32). Without autocast, the module's own forward.
+// unless asked for fp32). Without autocast, torch's layer_norm, as the
+// module's forward runs it.
 torch::Tensor Norm(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
-  const auto dtype = compat::AutocastDtype(x);
-  if (!dtype || x.scalar_type() != *dtype) return ln->forward(x);
   return LayerNorm(x, ln->weight, ln->bias, ln->options.normalized_shape(), ln->options.eps());
 }
 
@@ -203,8 +202,7 @@ torch::Tensor PaddedLogitsOf(const torch::Tensor& x, const torch::Tensor& w, int
   }
   const int64_t v = w.size(0);
   if (multiple <= 1 || v % multiple == 0) return torch::matmul(x, w.t());
-  const int64_t padded = (v + multiple - 1) / multiple * multiple;
-  return torch::matmul(x, torch::constant_pad_nd(w, {0, 0, 0, padded - v}).t());
+  return torch::matmul(x, torch::constant_pad_nd(w, {0, 0, 0, PaddedRows(v, multiple) - v}).t());
 }
 
 torch::Tensor LogitsOf(const torch::Tensor& x, const torch::Tensor& w, int64_t multiple) {

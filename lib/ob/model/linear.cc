@@ -72,6 +72,13 @@ void CublasAccumulateBias(torch::Tensor& g, const torch::Tensor& dy) {
   CublasAccumulate(column, dy, Ones(rows, dy.options()).narrow(0, 0, rows).view({rows, 1}));
 }
 
+// A kernel of ob's own that the environment variable `name` set to "0"
+// switches off (ATen's kernels instead), read once by each caller.
+bool SwitchedOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // cuBLASLt products with a GELU epilogue (the MLP's, GeluMlp below). Each
 // returns false, having launched nothing, where cuBLASLt has no algorithm
 // for the case (or OB_LT_GELU=0): the caller then runs ATen's kernels.
@@ -117,10 +124,7 @@ class LtGelu {
 
  private:
   static bool Enabled() {
-    static const bool on = [] {
-      const char* v = std::getenv("OB_LT_GELU");
-      return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = SwitchedOn("OB_LT_GELU");
     return on;
   }
   // bf16, contiguous, on one GPU, and aligned as cuBLASLt's heuristic
@@ -469,10 +473,7 @@ struct MlpNoBias2Fn : public torch::autograd::Function<MlpNoBias2Fn> {
 // gradients to add into (OB_LN_KERNEL=0: never). False: nothing done.
 bool NormKernelGradients(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                          const torch::Tensor& rstd, const torch::Tensor& w, const torch::Tensor& b) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("OB_LN_KERNEL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = SwitchedOn("OB_LN_KERNEL");
   if (!enabled || !x.is_cuda() || x.scalar_type() != torch::kBFloat16 || dy.scalar_type() != torch::kBFloat16 ||
       !x.is_contiguous() || !dy.is_contiguous() || dy.sizes() != x.sizes() || w.dim() != 1 ||
       mean.scalar_type() != torch::kFloat || rstd.scalar_type() != torch::kFloat || !mean.is_contiguous() ||
