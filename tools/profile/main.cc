@@ -9,6 +9,7 @@
 #include "ob/io/message.h"
 #include "ob/log.h"
 #include "ob/model/config.h"
+#include "ob/model/train.h"
 #include "ob/profile/analytic.h"
 #include "ob/profile/measured.h"
 #include "ob/profile/network.h"
@@ -49,7 +50,8 @@ Options g;
 // device: bf16 on a GPU (and for an analytic GPU), fp32 on the CPU.
 bool Bf16(bool analytic) {
   if (g.dtype.empty()) return analytic || g.device.rfind("cuda", 0) == 0;
-  return g.dtype == "bf16" || g.dtype == "bfloat16";
+  const auto p = ob::model::ParsePrecision(g.dtype);  // checked at parsing (Setup)
+  return p.ok() && *p == ob::model::Precision::kBf16;
 }
 
 void Progress(const std::string& line) { OB_LOG(Info) << line; }
@@ -177,7 +179,7 @@ void Setup(CLI::App& app) {
       ->option_text("fp32|bf16")
       ->check(CLI::Validator(
           [](std::string& v) {
-            return v == "fp32" || v == "float32" || v == "bf16" || v == "bfloat16"
+            return ob::model::ParsePrecision(v).ok()
                        ? std::string()
                        : "'" + v + "' is not a precision: fp32 (float32) or bf16 (bfloat16)";
           },
