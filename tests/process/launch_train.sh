@@ -19,4 +19,13 @@ read -r _ first _ last < "$WORK/losses"
 echo "$NAME: loss $first -> $last"
 python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" || fail "the loss did not fall: $first -> $last"
 [ -z "$(tagged)" ] || fail "processes left behind: $(tagged)"
+
+# -q: only errors on stderr, from the master, its agents and their workers
+# alike (the workers' start-up lines once came through).
+timeout 60 "$OB_BIN/ob-launch" -q --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run-q" \
+  --steps 3 "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err-q"
+rc=$?
+[ "$rc" = 0 ] || fail "-q: ob-launch exited $rc: $(tail -3 "$WORK/err-q")"
+[ ! -s "$WORK/err-q" ] || fail "-q: $(wc -l < "$WORK/err-q") line(s) on stderr, as: $(head -2 "$WORK/err-q")"
+[ -z "$(tagged)" ] || fail "processes left behind after -q: $(tagged)"
 echo "$NAME: ok"

@@ -36,6 +36,7 @@ struct Options {
   ob::launch::AgentOptions agent;
   std::vector<std::string> inject;
   std::string agent_exe;  // ob-launch's path on the hosts (default: this one's)
+  std::vector<std::string> log_flags;  // -v or -q, passed on to agents and workers
   bool as_agent = false, as_worker = false;  // hidden: the roles ob-launch starts itself
   Options() {
     worker.steps = 100;
@@ -93,6 +94,7 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
         Exact(g.worker.clip_norm)}) {
     spec.add_argv(a);
   }
+  for (const std::string& f : g.log_flags) spec.add_argv(f);
   if (!g.worker.data_facts.empty()) {
     spec.add_argv("--data-facts");
     spec.add_argv(g.worker.data_facts);
@@ -245,8 +247,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
   o.self_exe = g.agent_exe.empty() ? SelfExe() : g.agent_exe;
-  if (common.verbose > 0) o.agent_flags.push_back("-v");
-  if (common.quiet) o.agent_flags.push_back("-q");
+  if (common.verbose > 0) g.log_flags.push_back("-v");
+  if (common.quiet) g.log_flags.push_back("-q");
+  o.agent_flags.insert(o.agent_flags.end(), g.log_flags.begin(), g.log_flags.end());
   const std::string self = o.self_exe;
   o.worker_command = [self](const ob::launch::WorkerContext& c) { return WorkerCommand(c, self); };
   ob::Result<int> rc = ob::launch::RunMaster(o);
