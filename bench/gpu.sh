@@ -231,6 +231,7 @@ profile_plan() {
   local rc=$?
   "$bin/ob-profile" --table "$work/profile-$m.pb" > "$out/profile-$m.txt" 2>&1
   say "profile+plan $m: exit $rc; $(tail -n 2 "$out/profile-$m.err" | tr '\n' ' ') $(tail -n 2 "$out/plan-$m.txt" 2> /dev/null | tr '\n' ' ')"
+  say "profile+plan $m: $(grep -h '^# one micro-batch' "$out/profile-$m.txt") | $(grep -h -A2 '^# nodes stages' "$out/plan-$m.txt" 2> /dev/null | tail -n 1 | tr -s ' ') | $(grep -h '^# predicted iteration' "$out/plan-$m.txt" 2> /dev/null)"
   return $rc
 }
 if [ $built = 1 ] && phase "profile $first" 60; then profile_plan "$first"; fi

@@ -73,18 +73,18 @@ std::string ExplainPlan(const pb::Plan& plan) {
   for (const auto& p : in.pipelines()) used[p.template_nodes()]++;
 
   out += "#\n# templates\n";
-  out += Fmt("# %5s %6s %3s %3s %10s %10s %9s %9s  %s\n", "nodes", "stages", "k", "tp",
-             "bottleneck", "fill+drain", "mem peak", "capacity", "layers per stage");
-  out += Fmt("# %5s %6s %3s %3s %10s %10s %9s %9s\n", "", "", "", "", "(ms)", "(ms)", "(GiB)",
+  out += Fmt("# %5s %6s %3s %3s %10s %10s %8s %9s %9s  %s\n", "nodes", "stages", "k", "tp",
+             "bottleneck", "fill+drain", "update", "mem peak", "capacity", "layers per stage");
+  out += Fmt("# %5s %6s %3s %3s %10s %10s %8s %9s %9s\n", "", "", "", "", "(ms)", "(ms)", "(ms)", "(GiB)",
              "(GiB)");
   for (const auto& t : plan.templates()) {
     // A mixed template (stages of several degrees) shows "mix" and each
     // stage's degree after its layers.
     const bool mixed = t.stages_per_node() == 0;
-    out += Fmt("  %5u %6d %3s %3s %10.3f %10.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
+    out += Fmt("  %5u %6d %3s %3s %10.3f %10.3f %8.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
                mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
                mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(), t.bottleneck_seconds() * 1e3,
-               t.total_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
+               t.total_seconds() * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
                Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
   }
 

@@ -24,24 +24,26 @@ double MiB(uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 
 std::string FormatLayers(const pb::Profile& p) {
   std::string out;
-  out += Fmt("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s\n", "layer", "mb", "params",
-             "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce");
-  out += Fmt("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s\n", "", "", "", "(MiB)", "(MiB)",
-             "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)");
-  double fwd = 0, bwd = 0;
+  out += Fmt("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "layer", "mb", "params",
+             "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce", "update");
+  out += Fmt("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "", "", "", "(MiB)", "(MiB)",
+             "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)", "(ms)");
+  double fwd = 0, bwd = 0, update = 0;
   uint64_t params = 0;
   const uint32_t first_mb = p.microbatch_sizes_size() > 0 ? p.microbatch_sizes(0) : 0;
   for (const auto& l : p.layers()) {
     params += l.parameter_count() - l.tied_parameter_count();
+    update += l.update_seconds();
     double ar = 0;  // the gradient's, over the largest group timed
     for (const auto& a : l.allreduce())
       if (a.bytes() == l.gradient_bytes()) ar = a.seconds() * 1e3;
     for (const auto& c : l.costs()) {
-      out += Fmt("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f\n",
+      out += Fmt("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f %9.3f\n",
                  l.name().c_str(), c.microbatch(),
                  static_cast<unsigned long long>(l.parameter_count()), MiB(l.parameter_bytes()),
                  MiB(l.optimizer_state_bytes()), c.forward_seconds() * 1e3,
-                 c.backward_seconds() * 1e3, MiB(c.activation_bytes()), MiB(c.output_bytes()), ar);
+                 c.backward_seconds() * 1e3, MiB(c.activation_bytes()), MiB(c.output_bytes()), ar,
+                 l.update_seconds() * 1e3);
       if (c.microbatch() == first_mb) {
         fwd += c.forward_seconds();
         bwd += c.backward_seconds();
@@ -50,8 +52,9 @@ std::string FormatLayers(const pb::Profile& p) {
   }
   out += Fmt("# total parameters: %llu (tied embedding counted once)\n",
              static_cast<unsigned long long>(params));
-  out += Fmt("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms\n",
-             first_mb, fwd * 1e3, bwd * 1e3);
+  out += Fmt("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms; "
+             "the update of all layers once a step: %.3f ms\n",
+             first_mb, fwd * 1e3, bwd * 1e3, update * 1e3);
   return out;
 }
 
