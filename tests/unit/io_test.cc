@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
+#include "ob/io/text.h"
 
 namespace fs = std::filesystem;
 
@@ -123,4 +125,19 @@ TEST_CASE("RemoveTree removes a tree and does not follow its links") {
     CHECK(ec);
     fs::permissions(tree + "/locked", fs::perms::owner_all);
   }
+}
+
+TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
+  CHECK(ob::io::Format("%s=%d", "a", 3) == "a=3");
+  const std::string long_text(1000, 'x');  // past the stack buffer: the whole of it
+  CHECK(ob::io::Format("<%s>", long_text.c_str()) == "<" + long_text + ">");
+  CHECK(ob::io::Fixed(2.0 / 3, 3) == "0.667");
+  CHECK(ob::io::Fixed(-1.25, 0) == "-1");
+  CHECK(ob::io::XmlEscape("a<b & 'c' \"d\">") == "a&lt;b &amp; &apos;c&apos; &quot;d&quot;&gt;");
+  CHECK(ob::io::XmlEscape(std::string("t\tab\x01\n") + "é") == "t\tab" + std::string("é"));
+  CHECK(ob::io::TickStep(100, 10) == 10);
+  CHECK(ob::io::TickStep(101, 10) == 20);  // at most about 10 parts
+  CHECK(ob::io::TickStep(0.03, 10) == Approx(0.005));
+  CHECK(ob::io::TickStep(0, 10) == 1);
+  CHECK(ob::io::TickStep(std::nan(""), 10) == 1);
 }

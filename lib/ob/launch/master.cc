@@ -9,6 +9,7 @@
 #include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/text.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_relay.h"
@@ -18,18 +19,14 @@
 namespace ob::launch {
 namespace {
 
+using io::Fixed;
+
 std::string FormatTime(int64_t unix_ms, const char* fmt) {
   time_t s = static_cast<time_t>(unix_ms / 1000);
   struct tm tm {};
   gmtime_r(&s, &tm);
   char buf[64];
   strftime(buf, sizeof buf, fmt, &tm);
-  return buf;
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 

@@ -12,18 +12,11 @@
 #include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/text.h"
 #include "ob/log.h"
 
 namespace ob::launch {
-namespace {
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-}  // namespace
+using io::Fixed;
 
 MetricsSink::~MetricsSink() {
   if (fd_ > STDERR_FILENO) ::close(fd_);

@@ -9,10 +9,13 @@
 #include <tuple>
 #include <utility>
 
+#include "ob/io/text.h"
 #include "ob/runtime/schedule.h"
 
 namespace ob::plan {
 namespace {
+
+std::string Num(double v, int decimals = 1) { return io::Fixed(v, decimals); }
 
 // Forward and backward seconds of one micro-batch through a stage: the
 // compute split by the layers' own forward/backward ratio, the tensor-parallel
@@ -29,36 +32,6 @@ const Template* FindTemplate(const TemplateSet& ts, int nodes) {
   for (const auto& t : ts.templates)
     if (t.nodes == nodes) return &t;
   return nullptr;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string Num(double v, int decimals = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
-// A round tick step (1, 2 or 5 × 10^k) giving about `want` ticks over `span`.
-double TickStep(double span, int want) {
-  if (span <= 0) return 1;
-  const double raw = span / want, base = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double f : {1.0, 2.0, 5.0})
-    if (f * base >= raw) return f * base;
-  return 10 * base;
 }
 
 // One pipeline's op durations per stage and the one-way transfer after each
@@ -332,7 +305,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
   }
   if (horizon <= 0) horizon = 1e-3;
   const double ms = horizon * 1e3;
-  const double step = TickStep(ms, 10);
+  const double step = io::TickStep(ms, 10);
   const double x_max_ms = std::ceil(ms / step) * step;
   auto x = [&](double seconds) { return kLabelW + seconds * 1e3 / x_max_ms * kPlotW; };
 
@@ -352,7 +325,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
                             " pipeline(s), " + std::to_string(microbatches) +
                             " micro-batches, iteration " + Num(ms, 2) + " ms (compute and " +
                             "transfers; all-reduce not shown)";
-  o << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << Escape(title)
+  o << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << io::XmlEscape(title)
     << "</text>\n";
   // Legend.
   o << "<rect x=\"10\" y=\"32\" width=\"12\" height=\"12\" fill=\"#4c78a8\"/>"
@@ -366,7 +339,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
     o << "<line x1=\"" << Num(px) << "\" y1=\"" << Num(kTop - 6) << "\" x2=\"" << Num(px)
       << "\" y2=\"" << Num(plot_bottom) << "\" stroke=\"#e4e4e4\"/>"
       << "<text x=\"" << Num(px) << "\" y=\"" << Num(plot_bottom + 16)
-      << "\" text-anchor=\"middle\">" << Escape(Num(v, step < 1 ? 2 : 0)) << "</text>\n";
+      << "\" text-anchor=\"middle\">" << io::XmlEscape(Num(v, step < 1 ? 2 : 0)) << "</text>\n";
   }
   o << "<line x1=\"" << Num(kLabelW) << "\" y1=\"" << Num(plot_bottom) << "\" x2=\""
     << Num(kLabelW + kPlotW) << "\" y2=\"" << Num(plot_bottom) << "\" stroke=\"#333\"/>\n";
@@ -390,7 +363,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
                                 " (node " + node + ", layers " + std::to_string(st.first) + "-" +
                                 std::to_string(st.last) + ")";
       o << "<text class=\"lane\" x=\"" << Num(kLabelW - 6) << "\" y=\"" << Num(ly + kLaneH - 5)
-        << "\" text-anchor=\"end\">" << Escape(label) << "</text>"
+        << "\" text-anchor=\"end\">" << io::XmlEscape(label) << "</text>"
         << "<rect x=\"" << Num(kLabelW) << "\" y=\"" << Num(ly) << "\" width=\"" << Num(kPlotW)
         << "\" height=\"" << Num(kLaneH) << "\" fill=\"#f7f7f7\"/>\n";
     }
@@ -413,7 +386,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
     o << "<line x1=\"" << Num(mx, 2) << "\" y1=\"" << Num(top - 4) << "\" x2=\"" << Num(mx, 2)
       << "\" y2=\"" << Num(bottom + 4) << "\" stroke=\"#d62728\" stroke-width=\"2\"/>"
       << "<text x=\"" << Num(mx + 4, 2) << "\" y=\"" << Num(top + 8) << "\" fill=\"#d62728\">"
-      << Escape(Num(lanes.makespan * 1e3, 2) + " ms") << "</text>\n";
+      << io::XmlEscape(Num(lanes.makespan * 1e3, 2) + " ms") << "</text>\n";
     y = bottom + kLaneGap + kPipeGap;
   }
   o << "</svg>\n";

@@ -1,32 +1,24 @@
 #include "ob/profile/table.h"
 
-#include <cstdarg>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "ob/clock.h"
+#include "ob/io/text.h"
 
 namespace ob::profile {
 namespace {
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
+using io::Format;
 
 double MiB(uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 
 std::string FormatLayers(const pb::Profile& p) {
   std::string out;
-  out += Fmt("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "layer", "mb", "params",
+  out += Format("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "layer", "mb", "params",
              "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce", "update");
-  out += Fmt("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "", "", "", "(MiB)", "(MiB)",
+  out += Format("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "", "", "", "(MiB)", "(MiB)",
              "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)", "(ms)");
   double fwd = 0, bwd = 0, update = 0;
   uint64_t params = 0;
@@ -38,7 +30,7 @@ std::string FormatLayers(const pb::Profile& p) {
     for (const auto& a : l.allreduce())
       if (a.bytes() == l.gradient_bytes()) ar = a.seconds() * 1e3;
     for (const auto& c : l.costs()) {
-      out += Fmt("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f %9.3f\n",
+      out += Format("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f %9.3f\n",
                  l.name().c_str(), c.microbatch(),
                  static_cast<unsigned long long>(l.parameter_count()), MiB(l.parameter_bytes()),
                  MiB(l.optimizer_state_bytes()), c.forward_seconds() * 1e3,
@@ -50,19 +42,19 @@ std::string FormatLayers(const pb::Profile& p) {
       }
     }
   }
-  out += Fmt("# total parameters: %llu (tied embedding counted once)\n",
+  out += Format("# total parameters: %llu (tied embedding counted once)\n",
              static_cast<unsigned long long>(params));
-  out += Fmt("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms; "
+  out += Format("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms; "
              "the update of all layers once a step: %.3f ms\n",
              first_mb, fwd * 1e3, bwd * 1e3, update * 1e3);
   return out;
 }
 
 std::string FormatNetwork(const pb::NetworkMatrix& n) {
-  std::string out = Fmt("#\n# bandwidth (MB/s), row = from, column = to; %u parallel rounds\n",
+  std::string out = Format("#\n# bandwidth (MB/s), row = from, column = to; %u parallel rounds\n",
                         n.rounds());
-  out += Fmt("# %-14s", "");
-  for (const auto& h : n.hosts()) out += Fmt(" %12.12s", h.c_str());
+  out += Format("# %-14s", "");
+  for (const auto& h : n.hosts()) out += Format(" %12.12s", h.c_str());
   out += "\n";
   const int hosts = n.hosts_size();
   std::vector<double> bw(hosts * hosts, 0), lat(hosts * hosts, 0);
@@ -71,16 +63,16 @@ std::string FormatNetwork(const pb::NetworkMatrix& n) {
     lat[l.src() * hosts + l.dst()] = l.latency_seconds();
   }
   for (int i = 0; i < hosts; ++i) {
-    out += Fmt("  %-14.14s", n.hosts(i).c_str());
+    out += Format("  %-14.14s", n.hosts(i).c_str());
     for (int j = 0; j < hosts; ++j)
-      out += i == j ? Fmt(" %12s", "-") : Fmt(" %12.1f", bw[i * hosts + j] / 1e6);
+      out += i == j ? Format(" %12s", "-") : Format(" %12.1f", bw[i * hosts + j] / 1e6);
     out += "\n";
   }
   out += "#\n# latency (us), one way\n";
   for (int i = 0; i < hosts; ++i) {
-    out += Fmt("  %-14.14s", n.hosts(i).c_str());
+    out += Format("  %-14.14s", n.hosts(i).c_str());
     for (int j = 0; j < hosts; ++j)
-      out += i == j ? Fmt(" %12s", "-") : Fmt(" %12.1f", lat[i * hosts + j] * 1e6);
+      out += i == j ? Format(" %12s", "-") : Format(" %12.1f", lat[i * hosts + j] * 1e6);
     out += "\n";
   }
   out += "# measured " + FormatUtcSeconds(static_cast<int64_t>(n.measured_unix_ms())) + "\n";
@@ -95,24 +87,24 @@ std::string FormatProfile(const pb::Profile& p) {
   const char* mode = p.mode() == pb::PROFILE_MEASURED   ? "measured"
                      : p.mode() == pb::PROFILE_ANALYTIC ? "analytic"
                                                         : "network";
-  out += Fmt("# ob profile (%s), format %u\n", mode, p.format_version());
+  out += Format("# ob profile (%s), format %u\n", mode, p.format_version());
   if (p.mode() == pb::PROFILE_NETWORK) return out + FormatNetwork(p.network());
-  out += Fmt("# model %s: %u blocks, hidden %u, %u heads, context %u, vocabulary %u\n",
+  out += Format("# model %s: %u blocks, hidden %u, %u heads, context %u, vocabulary %u\n",
              m.name().c_str(), m.n_layer(), m.n_embd(), m.n_head(), m.n_positions(),
              m.vocab_size());
-  out += Fmt("# device %s (%s), dtype %s, sequence %u", p.device().kind().c_str(),
+  out += Format("# device %s (%s), dtype %s, sequence %u", p.device().kind().c_str(),
              p.device().name().c_str(), p.dtype().c_str(), p.sequence_length());
   if (p.mode() == pb::PROFILE_MEASURED)
-    out += Fmt(", %u warm-ups, %s of %u", p.warmup(), p.device().kind() == "cuda" ? "median" : "mean",
+    out += Format(", %u warm-ups, %s of %u", p.warmup(), p.device().kind() == "cuda" ? "median" : "mean",
                p.repeats());  // measured.cc keeps the mean on the CPU
   else
-    out += Fmt(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
+    out += Format(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
   out += "\n";
   if (p.device().concurrency() > 1) {
-    out += Fmt("# timed with %u processes computing at once", p.device().concurrency());
+    out += Format("# timed with %u processes computing at once", p.device().concurrency());
     if (p.device().contention_size() > 0) {
       out += "; slowdown with 1.." + std::to_string(p.device().contention_size()) + " computing:";
-      for (double x : p.device().contention()) out += Fmt(" %.2f", x);
+      for (double x : p.device().contention()) out += Format(" %.2f", x);
     }
     out += "\n";
   }

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "ob/io/text.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/reliability.h"
 
@@ -18,17 +19,13 @@ namespace ob::sim {
 
 namespace {
 
+using io::Fixed;
+
 std::string Trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r");
   if (a == std::string::npos) return "";
   const size_t b = s.find_last_not_of(" \t\r");
   return s.substr(a, b - a + 1);
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
 }
 
 // Steps, checkpoints and time after `pos` seconds of training in one

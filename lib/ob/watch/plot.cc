@@ -5,10 +5,13 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ob/io/text.h"
 #include "ob/watch/events.h"
 
 namespace ob::watch {
 namespace {
+
+std::string Num(double v, int decimals = 1) { return io::Fixed(v, decimals); }
 
 // Geometry, in SVG user units (pixels).
 constexpr double kWidth = 1100;
@@ -40,36 +43,6 @@ const char* KindColor(pb::EventKind k) {
     case pb::EVENT_ACTION: return "#17becf";
     default: return "#333333";
   }
-}
-
-std::string Esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default:
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t') o.push_back(c);
-    }
-  }
-  return o;
-}
-
-std::string Num(double v, int decimals = 1) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
-// A "nice" tick step (1, 2 or 5 × 10^k) giving about `target` ticks over `span`.
-double NiceStep(double span, int target) {
-  if (!(span > 0)) return 1;
-  const double raw = span / target;
-  const double mag = std::pow(10, std::floor(std::log10(raw)));
-  const double f = raw / mag;
-  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
 std::string TickLabel(double v, double step) {
@@ -127,7 +100,7 @@ std::string Timeline::Svg(const std::string& title) const {
     << Num(height, 0) << "\" viewBox=\"0 0 " << Num(kWidth, 0) << " " << Num(height, 0)
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << Num(kLeft) << "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << Esc(title)
+    << "<text x=\"" << Num(kLeft) << "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << io::XmlEscape(title)
     << "</text>\n";
   size_t points = 0;
   for (const auto& [key, s] : series_) points += s.points.size();
@@ -160,7 +133,7 @@ std::string Timeline::Svg(const std::string& title) const {
         values.push_back(panel == 0 ? p.step_seconds : p.compute_seconds);
     double ymax = Percentile(values, 0.995) * 1.15;
     if (!(ymax > 0)) ymax = 1;
-    const double ystep = NiceStep(ymax, 5);
+    const double ystep = io::TickStep(ymax, 5);
     ymax = std::ceil(ymax / ystep - 1e-9) * ystep;
     auto Y = [&](double v) { return bottom - std::min(std::max(v, 0.0), ymax) / ymax * kPanelH; };
 
@@ -175,7 +148,7 @@ std::string Timeline::Svg(const std::string& title) const {
         << "\" text-anchor=\"end\">" << TickLabel(v, ystep) << "</text>\n";
     }
     // x ticks.
-    const double xstep = std::max(1.0, NiceStep(x1 - x0, 8));
+    const double xstep = std::max(1.0, io::TickStep(x1 - x0, 8));
     for (double v = std::ceil(x0 / xstep) * xstep; v <= x1 + 1e-9; v += xstep) {
       o << "<line x1=\"" << Num(X(v)) << "\" x2=\"" << Num(X(v)) << "\" y1=\"" << Num(bottom)
         << "\" y2=\"" << Num(bottom + 4) << "\" stroke=\"#333\"/>"
@@ -201,7 +174,7 @@ std::string Timeline::Svg(const std::string& title) const {
       const double x = X(static_cast<double>(e.step()));
       o << "<line class=\"event\" x1=\"" << Num(x) << "\" x2=\"" << Num(x) << "\" y1=\"" << Num(top)
         << "\" y2=\"" << Num(bottom) << "\" stroke=\"" << KindColor(e.kind())
-        << "\" stroke-width=\"1.2\" opacity=\"0.8\"><title>" << Esc(EventLine(e)) << "</title></line>\n";
+        << "\" stroke-width=\"1.2\" opacity=\"0.8\"><title>" << io::XmlEscape(EventLine(e)) << "</title></line>\n";
     }
     // One polyline per series, thinned to two points per pixel column.
     for (size_t index = 0; index < order.size(); ++index) {
@@ -242,7 +215,7 @@ std::string Timeline::Svg(const std::string& title) const {
         << kv->first.rank << "\" fill=\"none\" stroke=\"" << kPalette[style[index] % 10]
         << "\" stroke-width=\"1.3\" stroke-opacity=\"0.85\""
         << (*dash ? std::string(" stroke-dasharray=\"") + dash + "\"" : "")
-        << " points=\"" << line.str() << "\"><title>" << Esc(kv->second.host) << " rank "
+        << " points=\"" << line.str() << "\"><title>" << io::XmlEscape(kv->second.host) << " rank "
         << kv->first.rank << " (generation " << kv->first.generation << ")</title></polyline>\n";
     }
     o << "<rect x=\"" << Num(kLeft) << "\" y=\"" << Num(top) << "\" width=\"" << Num(kPlotW)
@@ -270,7 +243,7 @@ std::string Timeline::Svg(const std::string& title) const {
     row_end[row] = lx + w;
     const double y = labels_top + (row + 1) * kLabelRowH - 3;
     o << "<text class=\"event-label\" x=\"" << Num(lx) << "\" y=\"" << Num(y) << "\" fill=\""
-      << KindColor(e.kind()) << "\" font-size=\"10.5\">" << Esc(label) << "</text>"
+      << KindColor(e.kind()) << "\" font-size=\"10.5\">" << io::XmlEscape(label) << "</text>"
       << "<line x1=\"" << Num(x) << "\" x2=\"" << Num(x) << "\" y1=\"" << Num(y + 2) << "\" y2=\""
       << Num(panel_top[0]) << "\" stroke=\"" << KindColor(e.kind()) << "\" stroke-width=\"0.6\""
       << " stroke-dasharray=\"1,2\"/>\n";
@@ -297,7 +270,7 @@ std::string Timeline::Svg(const std::string& title) const {
       << "\" y2=\"" << Num(ly + 6) << "\" stroke=\"" << kPalette[style[index] % 10] << "\" stroke-width=\"2\""
       << (*dash ? std::string(" stroke-dasharray=\"") + dash + "\"" : "") << "/>"
       << "<text x=\"" << Num(kLegendX + 28) << "\" y=\"" << Num(ly + 10) << "\">"
-      << Esc(kv->second.host) << " · rank " << kv->first.rank << " · gen " << kv->first.generation
+      << io::XmlEscape(kv->second.host) << " · rank " << kv->first.rank << " · gen " << kv->first.generation
       << "</text>\n";
     ly += 16;
   }

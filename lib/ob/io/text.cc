@@ -1,0 +1,56 @@
+#include "ob/io/text.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+namespace ob::io {
+
+std::string Format(const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  va_list again;
+  va_copy(again, ap);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::string out;
+  if (n >= 0 && static_cast<size_t>(n) < sizeof buf) {
+    out.assign(buf, static_cast<size_t>(n));
+  } else if (n >= 0) {
+    out.resize(static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data(), out.size(), fmt, again);
+    out.resize(static_cast<size_t>(n));
+  }
+  va_end(again);
+  return out;
+}
+
+std::string Fixed(double v, int decimals) { return Format("%.*f", decimals, v); }
+
+std::string XmlEscape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t') out.push_back(c);
+    }
+  }
+  return out;
+}
+
+double TickStep(double span, int ticks) {
+  if (!(span > 0) || ticks < 1) return 1;
+  const double raw = span / ticks, base = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double f : {1.0, 2.0, 5.0})
+    if (f * base >= raw) return f * base;
+  return 10 * base;
+}
+
+}  // namespace ob::io

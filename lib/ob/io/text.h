@@ -1,0 +1,25 @@
+// Text for people: printf into a string, fixed decimals, XML escaping and
+// axis ticks for the SVG pictures (ob-plan --schedule-svg, ob-watch --plot).
+// Torch-free, pure.
+#pragma once
+
+#include <string>
+
+namespace ob::io {
+
+// printf's formatting into a string, of any length.
+std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// `v` with `decimals` digits after the point ("%.*f").
+std::string Fixed(double v, int decimals);
+
+// `s` as XML text or attribute value: & < > " ' escaped, control characters
+// other than tab dropped (XML 1.0 has no place for them), other bytes, UTF-8
+// included, as they are.
+std::string XmlEscape(const std::string& s);
+
+// A round step (1, 2 or 5 × 10^k) that cuts `span` into at most about
+// `ticks` parts; 1 for a span that is not positive.
+double TickStep(double span, int ticks);
+
+}  // namespace ob::io
