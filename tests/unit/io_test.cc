@@ -141,3 +141,9 @@ TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
   CHECK(ob::io::TickStep(0, 10) == 1);
   CHECK(ob::io::TickStep(std::nan(""), 10) == 1);
 }
+
+TEST_CASE("text: Trim") {
+  CHECK(ob::io::Trim("  a b \t\r\n") == "a b");
+  CHECK(ob::io::Trim(" \t\n") == "");
+  CHECK(ob::io::Trim("x") == "x");
+}

@@ -26,6 +26,12 @@ std::string Format(const char* fmt, ...) {
   return out;
 }
 
+std::string Trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
 std::string Fixed(double v, int decimals) { return Format("%.*f", decimals, v); }
 
 std::string XmlEscape(const std::string& s) {

@@ -10,6 +10,9 @@ namespace ob::io {
 // printf's formatting into a string, of any length.
 std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// `s` without the spaces, tabs, carriage returns and newlines around it.
+std::string Trim(const std::string& s);
+
 // `v` with `decimals` digits after the point ("%.*f").
 std::string Fixed(double v, int decimals);
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ob/io/text.h"
+
 namespace ob::launch {
 
 Result<DeviceKind> ParseDevice(const std::string& name) {
@@ -65,6 +67,8 @@ int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::m
 
 namespace {
 
+using io::Trim;
+
 std::vector<std::string> Fields(const std::string& line, char sep) {
   std::vector<std::string> out;
   std::string cur;
@@ -82,12 +86,6 @@ int64_t Positive(const std::string& s) {
     v = v * 10 + (c - '0');
   }
   return v > 0 ? v : -1;
-}
-
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
 }
 
 int Ceil(int64_t quota, int64_t period) {

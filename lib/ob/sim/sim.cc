@@ -20,13 +20,7 @@ namespace ob::sim {
 namespace {
 
 using io::Fixed;
-
-std::string Trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return "";
-  const size_t b = s.find_last_not_of(" \t\r");
-  return s.substr(a, b - a + 1);
-}
+using io::Trim;
 
 // Steps, checkpoints and time after `pos` seconds of training in one
 // generation: K steps of `iter` seconds, then a checkpoint of `ck`, again.
