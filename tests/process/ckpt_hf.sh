@@ -10,7 +10,9 @@
 #     hf and imported back holds the same weights bit for bit;
 #  3. ob-launch --resume trains from the imported checkpoint: its first
 #     step's loss (before any update) is the original checkpoint's;
-#  4. what is not GPT-2 is refused with one line.
+#  4. F16 and BF16 weights are widened to fp32 exactly; a NaN or an inf
+#     is refused;
+#  5. what is not GPT-2 is refused with one line.
 NAME=ckpt_hf
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -69,7 +71,9 @@ tensors = []
 for name, shape in st.gpt2_layout():
     n = 4
     for x in shape: n *= x
-    tensors.append((name[len("transformer."):], "F32", shape, os.urandom(n)))
+    b = bytearray(os.urandom(n))
+    b[3::4] = bytes(x & 0xBF for x in b[3::4])  # random, and finite: exponents below 128
+    tensors.append((name[len("transformer."):], "F32", shape, bytes(b)))
     if name.endswith("ln_1.weight"):  # the causal mask GPT-2's file carries
         tensors.append((name.replace("ln_1.weight", "attn.bias"), "F32", [1, 1, 8, 8], bytes(256)))
 st.write(d + "/model.safetensors", tensors)
@@ -143,7 +147,73 @@ assert all(math.isfinite(b[s]) for s in b)     # and AdamW, started afresh, trai
 print(f"step 2 loss {a[2]:.6f} both")
 PY
 
-# 4. Not GPT-2.
+# 4. Half-precision weights (F16, BF16), as many Hub models ship: widened
+#    to fp32 exactly. Every finite F16 bit pattern and every finite BF16
+#    one, spread over gpt-tiny's tensors, comes out of import + export as
+#    Python's own decoding of it; a tensor holding a NaN or an inf is
+#    refused with one line (a model holding one cannot train).
+for dtype in F16 BF16; do
+  python3 - "$WORK" "$dtype" <<'PY' || fail "$dtype: could not write the model"
+import json, os, shutil, struct, sys
+sys.path.insert(0, sys.argv[1])
+import st
+w, dtype = sys.argv[1], sys.argv[2]
+d = f"{w}/half-{dtype}"
+os.makedirs(d, exist_ok=True)
+shutil.copy(f"{w}/tiny-hf/config.json", d)
+src, _ = st.read(f"{w}/tiny-hf/model.safetensors")
+def finite(p):
+    return (p & 0x7C00) != 0x7C00 if dtype == "F16" else (p & 0x7F80) != 0x7F80
+patterns = [p for p in range(65536) if finite(p)]
+tensors, at = [], 0
+for name, (_, shape, _) in src.items():
+    n = 1
+    for x in shape: n *= x
+    vals = [patterns[(at + i) % len(patterns)] for i in range(n)]
+    at += n
+    tensors.append((name, dtype, shape, struct.pack(f"<{n}H", *vals)))
+assert at >= len(patterns), at
+st.write(d + "/model.safetensors", tensors)
+bad = [list(t) for t in tensors]
+bad[3][3] = struct.pack("<H", 0x7C00 if dtype == "F16" else 0x7F80) + bad[3][3][2:]   # +inf first
+os.makedirs(d + "-inf", exist_ok=True)
+shutil.copy(f"{w}/tiny-hf/config.json", d + "-inf")
+st.write(d + "-inf/model.safetensors", [tuple(t) for t in bad])
+PY
+  "$CKPT" import "$WORK/half-$dtype" -o "$WORK/half-ck-$dtype" > /dev/null 2> "$WORK/half.err" \
+    || fail "$dtype import: $(cat "$WORK/half.err")"
+  "$CKPT" export --format hf "$WORK/half-ck-$dtype" -o "$WORK/half-out-$dtype" 2> "$WORK/half.err" \
+    || fail "$dtype export: $(cat "$WORK/half.err")"
+  python3 - "$WORK" "$dtype" <<'PY' || fail "$dtype: the weights did not come through exactly"
+import math, struct, sys
+sys.path.insert(0, sys.argv[1])
+import st
+w, dtype = sys.argv[1], sys.argv[2]
+src, _ = st.read(f"{w}/half-{dtype}/model.safetensors")
+out, _ = st.read(f"{w}/half-out-{dtype}/model.safetensors")
+checked = 0
+for name, (_, shape, b) in src.items():
+    o = out[name]
+    assert o[0] == "F32" and o[1] == shape, (name, o[:2])
+    n = len(b) // 2
+    got = struct.unpack(f"<{n}f", o[2])
+    if dtype == "F16":
+        want = struct.unpack(f"<{n}e", b)
+    else:
+        want = struct.unpack(f"<{n}f", b"".join(b"\0\0" + b[2 * i:2 * i + 2] for i in range(n)))
+    for g, x in zip(got, want):
+        assert g == x and math.copysign(1, g) == math.copysign(1, x), (name, g, x)
+    checked += n
+print(f"{dtype}: {checked} values exact")
+PY
+  "$CKPT" import "$WORK/half-$dtype-inf" -o "$WORK/half-inf-ck" 2> "$WORK/half.err"
+  rc=$?
+  [ "$rc" = 65 ] && [ "$(grep -c . "$WORK/half.err")" = 1 ] && grep -q "holds 1 value(s) that are not finite" "$WORK/half.err" \
+    || fail "$dtype with an inf: exit $rc: $(cat "$WORK/half.err")"
+  [ ! -e "$WORK/half-inf-ck" ] || fail "$dtype with an inf: a checkpoint directory was made"
+done
+
+# 5. Not GPT-2.
 mkdir -p "$WORK/bad"
 cp "$WORK/tiny-hf/model.safetensors" "$WORK/bad/"
 sed 's/"gelu_new"/"relu"/' "$WORK/tiny-hf/config.json" > "$WORK/bad/config.json"

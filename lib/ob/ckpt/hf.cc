@@ -3,6 +3,8 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
@@ -103,6 +105,62 @@ std::string ConfigJson(const pb::ModelConfig& m) {
          "  \"eos_token_id\": " + n(m.vocab_size() - 1) + ",\n"
          "  \"torch_dtype\": \"float32\"\n"
          "}\n";
+}
+
+// The fp32 value of an IEEE half (F16) or a bfloat16 (BF16): exact, as
+// every value of either is one of fp32's.
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);  // inf, NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;  // ±0
+  } else {  // subnormal: normalise
+    exp = 113;
+    while ((man & 0x400u) == 0) man <<= 1, --exp;
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// A tensor's bytes as fp32 (F32 as it is; F16 and BF16 widened exactly);
+// kDataErr for any other dtype, and for a value that is not finite (a model
+// holding one cannot train: its first loss would be NaN).
+Result<std::vector<char>> AsFloat32(std::vector<char> bytes, DType dtype, const std::string& what) {
+  if (dtype != DType::kF32) {
+    if (dtype != DType::kF16 && dtype != DType::kBF16)
+      return Status::DataErr(what + " is " + DTypeName(dtype) + "; ob imports F32, F16 or BF16");
+    std::vector<char> wide(bytes.size() * 2);
+    for (size_t i = 0; i < bytes.size() / 2; ++i) {
+      uint16_t h;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      float f;
+      if (dtype == DType::kBF16) {
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        std::memcpy(&f, &bits, 4);
+      } else {
+        f = HalfToFloat(h);
+      }
+      std::memcpy(&wide[4 * i], &f, 4);
+    }
+    bytes = std::move(wide);
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < bytes.size() / 4; ++i) {
+    float f;
+    std::memcpy(&f, &bytes[4 * i], 4);
+    if (!std::isfinite(f) && bad++ == 0) first = i;
+  }
+  if (bad > 0) {
+    return Status::DataErr(what + " holds " + std::to_string(bad) + " value(s) that are not finite (the first at element " +
+                           std::to_string(first) + ")");
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -240,12 +298,13 @@ Status ImportHf(const std::string& config_json, const std::string& safetensors, 
     auto it = by_name.find(hf);
     if (it == by_name.end()) return Status::DataErr(safetensors + ": no tensor " + hf);
     const SafetensorsEntry& e = *it->second;
-    if (e.dtype != DType::kF32) {
-      return Status::DataErr(safetensors + ": " + e.name + " is " + DTypeName(e.dtype) + "; ob imports F32");
+    if (e.dtype != DType::kF32 && e.dtype != DType::kF16 && e.dtype != DType::kBF16) {
+      return Status::DataErr(safetensors + ": " + e.name + " is " + DTypeName(e.dtype) + "; ob imports F32, F16 or BF16");
     }
     if (e.shape != want) return Status::DataErr(safetensors + ": " + e.name + " is not of GPT-2's shape");
-    std::vector<char> bytes(e.end - e.begin);
-    OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, e, bytes.data()));
+    std::vector<char> raw(e.end - e.begin);
+    OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, e, raw.data()));
+    OB_ASSIGN_OR_RETURN(std::vector<char> bytes, AsFloat32(std::move(raw), e.dtype, safetensors + ": " + e.name));
     const std::string ob = ObName(hf, L);
     std::vector<int64_t> shape = want;
     if (IsConv1DWeight(Param(ob)) && ob != "tied") {
@@ -266,9 +325,11 @@ Status ImportHf(const std::string& config_json, const std::string& safetensors, 
   }
   for (const auto& [name, e] : by_name) {
     if (name == "lm_head.weight") {  // tied: must be the embedding
-      std::vector<char> head(e->end - e->begin);
+      std::vector<char> head;
       if (e->shape == std::vector<int64_t>{model.vocab_size(), model.n_embd()}) {
-        OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, *e, head.data()));
+        std::vector<char> raw(e->end - e->begin);
+        OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, *e, raw.data()));
+        OB_ASSIGN_OR_RETURN(head, AsFloat32(std::move(raw), e->dtype, safetensors + ": " + e->name));
       }
       if (head != wte) return Status::DataErr(safetensors + ": lm_head.weight is not the embedding (untied)");
       continue;
