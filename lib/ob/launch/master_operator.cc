@@ -62,6 +62,27 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
         }
         reason += " (" + x.reason + ")";
       }
+      // Never the last replica of a layer: the survivors could not go on,
+      // and the run would end (or roll back to its last checkpoint),
+      // losing the steps the operator meant to keep. `stop` ends a run.
+      // Hosts already lost whose recovery is still to come count as gone.
+      std::vector<int> gone = {a->node};
+      for (const auto& pipe : loaded_.instantiation.pipelines) {
+        for (int n : pipe.nodes) {
+          if (n != a->node && !agents_.at(n).connected()) gone.push_back(n);
+        }
+      }
+      const plan::Recovery without =
+          plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, gone, LiveIdle());
+      if (!without.lost_layers.empty()) {
+        const std::string why = "kept " + req.host() + ": without it " + without.reason +
+                                " (the run would stop; 'stop' ends it)";
+        events_.Write("keep", "host=" + req.host() + " " + why + "; " + reason);
+        OB_LOG(Warn) << why;
+        r.set_ok(false);
+        r.set_error(why);
+        return r;
+      }
       const char* verb = req.command() == pb::OPERATOR_DRAIN ? "drained" : "excluded";
       events_.Write("exclude", "host=" + req.host() + " " + reason);
       HostLost(*a, std::string("host ") + req.host() + " " + verb + ": " + reason, 0, Lost::kExcluded);
