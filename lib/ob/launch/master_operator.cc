@@ -76,7 +76,7 @@ pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
           plan::Reinstantiate(loaded_.problem, loaded_.templates, loaded_.instantiation, gone, LiveIdle());
       if (!without.lost_layers.empty()) {
         const std::string why = "kept " + req.host() + ": without it " + without.reason +
-                                " (the run would stop; 'stop' ends it)";
+                                " (the run would stop, or roll back to its last checkpoint; 'stop' ends it)";
         events_.Write("keep", "host=" + req.host() + " " + why + "; " + reason);
         OB_LOG(Warn) << why;
         r.set_ok(false);
