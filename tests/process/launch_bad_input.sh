@@ -35,6 +35,8 @@ expect 66 '/nonexistent/data.bin: No such file' -- run --data /nonexistent/data.
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 '--warmup-steps 10 is longer than --steps 3: the learning rate would never reach --lr' -- \
+  run --steps 3 --warmup-steps 10 "$WORK/plan.pb" "$WORK/hosts.txt"
 # Timeouts that never fire (NaN) or fire at once (inf, and 1e300 s, whose
 # milliseconds overflowed: "no agent authenticated within inf s").
 for o in --agent-timeout --master-timeout --start-timeout --hang-timeout --stop-grace; do

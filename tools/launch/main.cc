@@ -235,6 +235,10 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       return ob::Status::Usage("--lr " + Exact(w.lr) + ": the learning rate must be a positive number");
     }
     if (w.warmup_steps < 0) return ob::Status::Usage("--warmup-steps must not be negative");
+    if (w.steps > 0 && w.warmup_steps > w.steps) {
+      return ob::Status::Usage("--warmup-steps " + std::to_string(w.warmup_steps) + " is longer than --steps " +
+                               std::to_string(w.steps) + ": the learning rate would never reach --lr");
+    }
     if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr must be between 0 and --lr");
     if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
       return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
