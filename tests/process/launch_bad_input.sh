@@ -32,6 +32,18 @@ expect 78 '--bind 192.0.2.1: not an address of this machine' -- run --bind 192.0
 t0=$(now_ms)
 expect 66 '/nonexistent/data.bin: No such file' -- run --data /nonexistent/data.bin "$WORK/plan.pb" "$WORK/hosts.txt"
 [ $(( $(now_ms) - t0 )) -lt 5000 ] || fail "--data /nonexistent took $(( $(now_ms) - t0 )) ms"
+# A text file is read as bytes: legal for any model, and said when the
+# model's vocabulary is larger than a byte's (GPT-2 trained on byte ids).
+printf 'name: gpt-tiny-512\nn_layer: 2\nn_embd: 64\nn_head: 4\nn_positions: 64\nvocab_size: 512\n' > "$WORK/v512.yaml"
+"$OB_BIN/ob-profile" --model "$WORK/v512.yaml" --analytic --gpu h100 --dtype float32 --seq-len 64 -q -o "$WORK/v512.pb" \
+  && "$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 -o "$WORK/v512-plan.pb" "$WORK/v512.pb" \
+  || fail "the vocabulary-512 plan"
+bytes_run() { "$L" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run-bytes-$1" --steps 1 \
+  --data "$OB_SOURCE_DIR/README.md" "$2" "$WORK/hosts.txt"; }
+expect 0 "README.md: not a token file, so read as bytes \(ids 0-255\), while the plan's model has a vocabulary of 512" -- \
+  bytes_run 512 "$WORK/v512-plan.pb"
+expect 0 "" -- bytes_run 256 "$WORK/plan.pb"
+! grep -q "read as bytes" "$TMP/err" || fail "gpt-tiny (256 ids) was warned about bytes: $(grep "read as bytes" "$TMP/err")"
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"

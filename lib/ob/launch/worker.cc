@@ -96,6 +96,12 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
   Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
   if (!st.ok())
     return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
+  if (src.format() == model::TokenFormat::kText && pd.cfg.vocab_size > 256) {
+    // Legal, and seldom meant: GPT-2 trained (or fine-tuned) on byte ids.
+    OB_LOG(Warn) << data << ": not a token file, so read as bytes (ids 0-255), while the plan's model has a "
+                 << "vocabulary of " << pd.cfg.vocab_size
+                 << "; for its tokenizer's ids, make a token file with ob-data tokenize";
+  }
   return src.facts().Encode();
 }
 
