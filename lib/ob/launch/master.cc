@@ -308,10 +308,8 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
       ranks_[mx.rank()].have_metrics = true;
       metrics_.Step(mx);
       if (mx.rank() == 0 && mx.has_eval_loss()) {
-        char loss[32];
-        std::snprintf(loss, sizeof loss, "%.6f", mx.eval_loss());
         events_.Write("eval", "generation=" + std::to_string(generation_) + " step=" + std::to_string(mx.step()) +
-                                  " loss=" + loss);
+                                  " loss=" + Fixed(mx.eval_loss(), 6));
       }
       fruitless_ = 0;
       if (mx.process_start_unix_ms() > 0) {

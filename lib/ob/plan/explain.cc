@@ -1,7 +1,6 @@
 #include "ob/plan/explain.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 
 #include "ob/io/text.h"
@@ -53,46 +52,46 @@ std::string ExplainPlan(const pb::Plan& plan) {
   const auto& in = plan.instantiation();
   std::string out;
   out += Format("# ob plan: %s (%u blocks, hidden %u) on %u nodes x %u GPUs of %.1f GiB\n",
-             m.name().c_str(), m.n_layer(), m.n_embd(), plan.nodes(), plan.gpus_per_node(),
-             GiB(plan.gpu_memory_bytes()));
+                m.name().c_str(), m.n_layer(), m.n_embd(), plan.nodes(), plan.gpus_per_node(),
+                GiB(plan.gpu_memory_bytes()));
   out += Format("# global batch %u sequences = %u micro-batches of %u, sequence %u; f = %u\n",
-             plan.global_batch(), plan.microbatches(), plan.microbatch(), plan.sequence_length(),
-             plan.faults());
+                plan.global_batch(), plan.microbatches(), plan.microbatch(), plan.sequence_length(),
+                plan.faults());
   out += Format("# n0 = %u nodes; templates for %u..%u nodes\n", plan.min_nodes(), plan.min_nodes(),
-             plan.min_nodes() + plan.templates_size() - 1);
+                plan.min_nodes() + plan.templates_size() - 1);
 
   std::map<uint32_t, int> used;  // template nodes -> pipelines
   for (const auto& p : in.pipelines()) used[p.template_nodes()]++;
 
   out += "#\n# templates\n";
   out += Format("# %5s %6s %3s %3s %10s %10s %8s %9s %9s  %s\n", "nodes", "stages", "k", "tp",
-             "bottleneck", "fill+drain", "update", "mem peak", "capacity", "layers per stage");
+                "bottleneck", "fill+drain", "update", "mem peak", "capacity", "layers per stage");
   out += Format("# %5s %6s %3s %3s %10s %10s %8s %9s %9s\n", "", "", "", "", "(ms)", "(ms)", "(ms)", "(GiB)",
-             "(GiB)");
+                "(GiB)");
   for (const auto& t : plan.templates()) {
     // A mixed template (stages of several degrees) shows "mix" and each
     // stage's degree after its layers.
     const bool mixed = t.stages_per_node() == 0;
     out += Format("  %5u %6d %3s %3s %10.3f %10.3f %8.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
-               mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
-               mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(), t.bottleneck_seconds() * 1e3,
-               t.total_seconds() * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
-               Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
+                  mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
+                  mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(), t.bottleneck_seconds() * 1e3,
+                  t.total_seconds() * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
+                  Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
   }
 
   out += "#\n# stages of the templates in use\n";
   out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s\n", "tmpl", "stage", "node", "layers",
-             "tp", "compute", "with xfer", "memory", "capacity", "flight");
+                "tp", "compute", "with xfer", "memory", "capacity", "flight");
   out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s\n", "", "", "", "", "", "(ms)", "(ms)",
-             "(GiB)", "(GiB)", "");
+                "(GiB)", "(GiB)", "");
   for (const auto& t : plan.templates()) {
     if (!used.count(t.nodes())) continue;
     for (int i = 0; i < t.stages_size(); ++i) {
       const auto& s = t.stages(i);
       std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
       out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u\n", t.nodes(), i, s.node(),
-                 layers.c_str(), s.tensor_parallel(), s.compute_seconds() * 1e3, s.seconds() * 1e3,
-                 GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight());
+                    layers.c_str(), s.tensor_parallel(), s.compute_seconds() * 1e3, s.seconds() * 1e3,
+                    GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight());
     }
   }
 
@@ -110,10 +109,10 @@ std::string ExplainPlan(const pb::Plan& plan) {
       hosts += (hosts.empty() ? "" : " ") + h;
     }
     out += Format("  %8d %5u %13u %10.4f  %s\n", i, p.template_nodes(), p.microbatches(), p.seconds(),
-               hosts.c_str());
+                  hosts.c_str());
   }
   out += Format("# predicted iteration %.4f s, %.0f tokens/s, bubble (idle) fraction %.3f\n",
-             in.iteration_seconds(), in.tokens_per_second(), in.bubble_fraction());
+                in.iteration_seconds(), in.tokens_per_second(), in.bubble_fraction());
   // What the busiest worker of the templates in use is predicted to hold.
   const bool cpu = plan.profile().device().kind() == "cpu";
   uint64_t peak = 0;
@@ -124,14 +123,14 @@ std::string ExplainPlan(const pb::Plan& plan) {
     }
   }
   out += Format("# predicted peak memory per worker %.1f MiB%s\n", static_cast<double>(peak) / (1 << 20),
-             cpu ? " (its stage and its host snapshots)" : "");
+                cpu ? " (its stage and its host snapshots)" : "");
   if (in.placed_iteration_seconds() > 0)
     out += Format("# on the measured links: %.4f s placed vs %.4f s in hosts-file order (%.1f%% better)\n",
-               in.placed_iteration_seconds(), in.identity_iteration_seconds(),
-               100.0 * (1.0 - in.placed_iteration_seconds() / in.identity_iteration_seconds()));
+                  in.placed_iteration_seconds(), in.identity_iteration_seconds(),
+                  100.0 * (1.0 - in.placed_iteration_seconds() / in.identity_iteration_seconds()));
   out += Format("# survives any %u node failures: %d pipelines (>= f+1 = %u), each holding every layer;\n"
-             "# the survivors re-instantiate from the templates above\n",
-             plan.faults(), in.pipelines_size(), plan.faults() + 1);
+                "# the survivors re-instantiate from the templates above\n",
+                plan.faults(), in.pipelines_size(), plan.faults() + 1);
   return out;
 }
 
@@ -170,10 +169,10 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
 
   std::string out;
   out += Format("#\n# measured (%s: generation %llu, steps %llu-%llu, medians over the steps)\n", name.c_str(),
-             static_cast<unsigned long long>(generation), static_cast<unsigned long long>(first),
-             static_cast<unsigned long long>(last));
+                static_cast<unsigned long long>(generation), static_cast<unsigned long long>(first),
+                static_cast<unsigned long long>(last));
   out += Format("# %8s %5s %8s %10s %10s %6s %10s %10s %6s\n", "pipeline", "stage", "layers", "compute",
-             "measured", "ratio", "memory", "measured", "ratio");
+                "measured", "ratio", "memory", "measured", "ratio");
   out += Format("# %8s %5s %8s %10s %10s %6s %10s %10s %6s\n", "", "", "", "(ms)", "(ms)", "", "(MiB)", "(MiB)", "");
   for (int i = 0; i < in.pipelines_size(); ++i) {
     const auto& p = in.pipelines(i);
@@ -197,14 +196,14 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
       const double measured_mib = m == memory.end() ? 0 : static_cast<double>(m->second) / (1 << 20);
       auto ratio = [](double a, double b) { return b > 0 && a > 0 ? Format("%6.2f", a / b) : Format("%6s", "-"); };
       out += Format("  %8d %5d %8s %10.3f %10s %s %10.1f %10s %s\n", i, j, layers.c_str(), predicted,
-                 measured > 0 ? Format("%.3f", measured).c_str() : "-", ratio(measured, predicted).c_str(),
-                 predicted_mib, measured_mib > 0 ? Format("%.1f", measured_mib).c_str() : "-",
-                 ratio(measured_mib, predicted_mib).c_str());
+                    measured > 0 ? Format("%.3f", measured).c_str() : "-", ratio(measured, predicted).c_str(),
+                    predicted_mib, measured_mib > 0 ? Format("%.1f", measured_mib).c_str() : "-",
+                    ratio(measured_mib, predicted_mib).c_str());
     }
   }
   const double measured = watch::Median(iteration);
   out += Format("# iteration %.4f s measured vs %.4f s predicted (%.2fx)\n", measured, in.iteration_seconds(),
-             in.iteration_seconds() > 0 ? measured / in.iteration_seconds() : 0.0);
+                in.iteration_seconds() > 0 ? measured / in.iteration_seconds() : 0.0);
   return out;
 }
 

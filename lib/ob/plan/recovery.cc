@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "ob/io/text.h"
 
 namespace ob::plan {
 namespace {
@@ -645,11 +646,6 @@ Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instanti
     return x;
   }
   const Recovery r = Reinstantiate(p, ts, current, {node}, idle);
-  auto fmt = [](const char* f, double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, f, v);
-    return std::string(b);
-  };
   if (!r.ok) {
     x.reason = "no instantiation without it (" + r.reason + ")";
     return x;
@@ -664,8 +660,8 @@ Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instanti
     return x;
   }
   x.pays = x.without_seconds < x.slowed_seconds / 1.02;
-  x.reason = "an iteration takes " + fmt("%.3g s", x.slowed_seconds) + " at its slowdown " +
-             fmt("%.2fx", slowdown) + ", " + fmt("%.3g s", x.without_seconds) + " without it on " +
+  x.reason = "an iteration takes " + io::Format("%.3g s", x.slowed_seconds) + " at its slowdown " +
+             io::Format("%.2fx", slowdown) + ", " + io::Format("%.3g s", x.without_seconds) + " without it on " +
              std::to_string(r.next.nodes_used()) + " nodes";
   return x;
 }

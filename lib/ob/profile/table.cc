@@ -1,6 +1,5 @@
 #include "ob/profile/table.h"
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -17,9 +16,9 @@ double MiB(uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 std::string FormatLayers(const pb::Profile& p) {
   std::string out;
   out += Format("#\n# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "layer", "mb", "params",
-             "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce", "update");
+                "weights", "optimizer", "fwd", "bwd", "activ", "output", "allreduce", "update");
   out += Format("# %-9s %5s %12s %10s %10s %9s %9s %10s %10s %11s %9s\n", "", "", "", "(MiB)", "(MiB)",
-             "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)", "(ms)");
+                "(ms)", "(ms)", "(MiB)", "(MiB)", "(ms,max g)", "(ms)");
   double fwd = 0, bwd = 0, update = 0;
   uint64_t params = 0;
   const uint32_t first_mb = p.microbatch_sizes_size() > 0 ? p.microbatch_sizes(0) : 0;
@@ -31,11 +30,11 @@ std::string FormatLayers(const pb::Profile& p) {
       if (a.bytes() == l.gradient_bytes()) ar = a.seconds() * 1e3;
     for (const auto& c : l.costs()) {
       out += Format("  %-9s %5u %12llu %10.2f %10.2f %9.3f %9.3f %10.2f %10.3f %11.3f %9.3f\n",
-                 l.name().c_str(), c.microbatch(),
-                 static_cast<unsigned long long>(l.parameter_count()), MiB(l.parameter_bytes()),
-                 MiB(l.optimizer_state_bytes()), c.forward_seconds() * 1e3,
-                 c.backward_seconds() * 1e3, MiB(c.activation_bytes()), MiB(c.output_bytes()), ar,
-                 l.update_seconds() * 1e3);
+                    l.name().c_str(), c.microbatch(),
+                    static_cast<unsigned long long>(l.parameter_count()), MiB(l.parameter_bytes()),
+                    MiB(l.optimizer_state_bytes()), c.forward_seconds() * 1e3,
+                    c.backward_seconds() * 1e3, MiB(c.activation_bytes()), MiB(c.output_bytes()), ar,
+                    l.update_seconds() * 1e3);
       if (c.microbatch() == first_mb) {
         fwd += c.forward_seconds();
         bwd += c.backward_seconds();
@@ -43,16 +42,16 @@ std::string FormatLayers(const pb::Profile& p) {
     }
   }
   out += Format("# total parameters: %llu (tied embedding counted once)\n",
-             static_cast<unsigned long long>(params));
+                static_cast<unsigned long long>(params));
   out += Format("# one micro-batch of %u through all layers: forward %.3f ms, backward %.3f ms; "
-             "the update of all layers once a step: %.3f ms\n",
-             first_mb, fwd * 1e3, bwd * 1e3, update * 1e3);
+                "the update of all layers once a step: %.3f ms\n",
+                first_mb, fwd * 1e3, bwd * 1e3, update * 1e3);
   return out;
 }
 
 std::string FormatNetwork(const pb::NetworkMatrix& n) {
   std::string out = Format("#\n# bandwidth (MB/s), row = from, column = to; %u parallel rounds\n",
-                        n.rounds());
+                           n.rounds());
   out += Format("# %-14s", "");
   for (const auto& h : n.hosts()) out += Format(" %12.12s", h.c_str());
   out += "\n";
@@ -90,13 +89,13 @@ std::string FormatProfile(const pb::Profile& p) {
   out += Format("# ob profile (%s), format %u\n", mode, p.format_version());
   if (p.mode() == pb::PROFILE_NETWORK) return out + FormatNetwork(p.network());
   out += Format("# model %s: %u blocks, hidden %u, %u heads, context %u, vocabulary %u\n",
-             m.name().c_str(), m.n_layer(), m.n_embd(), m.n_head(), m.n_positions(),
-             m.vocab_size());
+                m.name().c_str(), m.n_layer(), m.n_embd(), m.n_head(), m.n_positions(),
+                m.vocab_size());
   out += Format("# device %s (%s), dtype %s, sequence %u", p.device().kind().c_str(),
-             p.device().name().c_str(), p.dtype().c_str(), p.sequence_length());
+                p.device().name().c_str(), p.dtype().c_str(), p.sequence_length());
   if (p.mode() == pb::PROFILE_MEASURED)
     out += Format(", %u warm-ups, %s of %u", p.warmup(), p.device().kind() == "cuda" ? "median" : "mean",
-               p.repeats());  // measured.cc keeps the mean on the CPU
+                  p.repeats());  // measured.cc keeps the mean on the CPU
   else
     out += Format(", %.0f TFLOP/s x %.2f", p.device().peak_tflops(), p.device().efficiency());
   out += "\n";
