@@ -127,6 +127,36 @@ TEST_CASE("RemoveTree removes a tree and does not follow its links") {
   }
 }
 
+TEST_CASE("RegularFileId and OutputKey: one file under every name, nothing for streams and devices") {
+  TempDir t;
+  std::ofstream(t / "a") << "a";
+  fs::create_directories(t / "sub");
+  fs::create_symlink("../a", t / "sub/link");
+  fs::create_hard_link(t / "a", t / "hard");
+  const auto a = ob::io::RegularFileId(t / "a");
+  REQUIRE(a);
+  CHECK(ob::io::RegularFileId(t / "sub/link") == a);
+  CHECK(ob::io::RegularFileId(t / "hard") == a);
+  CHECK_FALSE(ob::io::RegularFileId(t / "missing"));
+  CHECK_FALSE(ob::io::RegularFileId(t / "sub"));  // a directory
+  CHECK_FALSE(ob::io::RegularFileId("-"));
+  CHECK_FALSE(ob::io::RegularFileId(""));
+  CHECK_FALSE(ob::io::RegularFileId("/dev/null"));
+
+  CHECK(ob::io::OutputKey(t / "a") == ob::io::OutputKey(t / "sub/link"));
+  CHECK(ob::io::OutputKey(t / "a") == ob::io::OutputKey(t / "hard"));
+  // Not there yet: the real directory and the name, through a linked one.
+  fs::create_directory_symlink(t.path, t / "dirlink");
+  CHECK_FALSE(ob::io::OutputKey(t / "new").empty());
+  CHECK(ob::io::OutputKey(t / "new") == ob::io::OutputKey(t / "dirlink/./new"));
+  CHECK(ob::io::OutputKey(t / "new") != ob::io::OutputKey(t / "new2"));
+  fs::create_symlink("new", t / "dangling");  // the file it will create
+  CHECK(ob::io::OutputKey(t / "dangling") == ob::io::OutputKey(t / "new"));
+  CHECK(ob::io::OutputKey("-").empty());
+  CHECK(ob::io::OutputKey("/dev/null").empty());
+  CHECK(ob::io::OutputKey(t / "no-such-dir/x").empty());
+}
+
 TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
   CHECK(ob::io::Format("%s=%d", "a", 3) == "a=3");
   const std::string long_text(1000, 'x');  // past the stack buffer: the whole of it

@@ -104,5 +104,13 @@ void Setup(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ob::cli::Main(argc, argv, {"data", "Turn text into token files with GPT-2's BPE, and back.", Setup, Run});
+  return ob::cli::Main(
+      argc, argv,
+      {"data", "Turn text into token files with GPT-2's BPE, and back.", Setup, Run, nullptr,
+       [] {
+         std::vector<ob::cli::NamedFile> reads{{"--vocab", g.vocab}, {"--merges", g.merges}};
+         for (const std::string& in : g.inputs) reads.push_back({"an input", in});
+         return reads;
+       },
+       [] { return std::vector<ob::cli::NamedFile>{{"--val-output", g.val_output}}; }});
 }

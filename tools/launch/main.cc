@@ -372,8 +372,20 @@ void Setup(CLI::App& app) {
       "  echo status | socat - UNIX:ob-run-*/control.sock");
 }
 
+// The files a run reads, and --metrics, which it writes (truncated at the
+// start: over --data it would destroy the training set).
+std::vector<ob::cli::NamedFile> Reads() {
+  std::vector<ob::cli::NamedFile> reads{{"the plan", g.master.plan_path},
+                                        {"the hosts file", g.master.hosts_path},
+                                        {"--secret-file", g.master.secret_file}};
+  if (g.worker.data != "synthetic") reads.push_back({"--data", g.worker.data});
+  if (g.worker.eval_data != "synthetic") reads.push_back({"--eval-data", g.worker.eval_data});
+  return reads;
+}
+
 const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when hosts die.", Setup,
-                          Run, RuntimeDetails};
+                          Run, RuntimeDetails, Reads,
+                          [] { return std::vector<ob::cli::NamedFile>{{"--metrics", g.master.metrics}}; }};
 
 // `ob-launch --standby-worker`: started by an agent ahead of need, with
 // LibTorch already loaded by the time it waits, which it says with one

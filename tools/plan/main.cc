@@ -502,5 +502,13 @@ void Setup(CLI::App& app) {
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"plan", "Turn a profile and a cluster into a fault-tolerant pipeline plan.",
-                        Setup, Run});
+                        Setup, Run,
+                        nullptr,
+                        [] {
+                          return std::vector<ob::cli::NamedFile>{{"the profile", g.input},
+                                                                 {"--hosts", g.hosts},
+                                                                 {"--bandwidth", g.bandwidth},
+                                                                 {"--measured", g.measured}};
+                        },
+                        [] { return std::vector<ob::cli::NamedFile>{{"--schedule-svg", g.schedule_svg}}; }});
 }

@@ -213,5 +213,10 @@ void Setup(CLI::App& app) {
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"profile", "Measure or model a GPT's layers, or the links between hosts.",
-                        Setup, Run});
+                        Setup, Run,
+                        nullptr,
+                        [] {
+                          return std::vector<ob::cli::NamedFile>{
+                              {"the profile", g.input}, {"--model", g.model}, {"--net", g.net_hosts}};
+                        }});
 }

@@ -240,5 +240,11 @@ void Setup(CLI::App& app) {
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
                        {"sim", "Replay node failures against a plan through the master's own decisions.", Setup,
-                        Run});
+                        Run, nullptr,
+                        [] {
+                          std::vector<ob::cli::NamedFile> reads{{"the plan", g.plan}, {"--trace", g.trace}};
+                          for (const std::string& log : g.recovery_logs) reads.push_back({"--recovery-log", log});
+                          return reads;
+                        },
+                        [] { return std::vector<ob::cli::NamedFile>{{"--svg", g.svg}}; }});
 }

@@ -127,5 +127,7 @@ void Setup(CLI::App& app) {
 
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
-                       {"watch", "Detect anomalies in training metrics and act on them.", Setup, Run});
+                       {"watch", "Detect anomalies in training metrics and act on them.", Setup, Run, nullptr,
+                        [] { return std::vector<ob::cli::NamedFile>{{"the metrics", g.input}}; },
+                        [] { return std::vector<ob::cli::NamedFile>{{"--plot", g.plot}}; }});
 }

@@ -117,6 +117,17 @@ int Main(int argc, char** argv, const Tool& tool) {
     if (common.verbose > 0 && tool.version_details) std::cout << tool.version_details();
     return 0;
   }
+  {
+    std::vector<NamedFile> reads, writes;
+    if (tool.reads) reads = tool.reads();
+    if (tool.writes) writes = tool.writes();
+    writes.push_back({"-o", common.output});
+    writes.push_back({"--log-file", common.log_file});
+    if (Status st = CheckFiles(reads, writes); !st.ok()) {
+      UsageError(bin, st.message());
+      return static_cast<int>(Code::kUsage);
+    }
+  }
   log::Init(tool.name);
   log::SetLevel(common.quiet ? log::Level::kError
                              : (common.verbose > 0 ? log::Level::kDebug : log::Level::kInfo));
@@ -138,6 +149,30 @@ int Main(int argc, char** argv, const Tool& tool) {
     std::cerr << bin << ": " << st.message() << "\n";
   }
   return st.exit_code();
+}
+
+Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes) {
+  auto same = [](const NamedFile& a, const NamedFile& b) {
+    const auto x = io::RegularFileId(a.path);
+    return x && x == io::RegularFileId(b.path);
+  };
+  for (size_t i = 0; i < writes.size(); ++i) {
+    for (const NamedFile& r : reads) {
+      if (same(writes[i], r)) {
+        return Status::Usage("writing " + writes[i].what + " " + writes[i].path + " would destroy the input " +
+                             r.path + " (" + r.what + (r.path == writes[i].path ? "" : ": the same file") +
+                             "): name another file");
+      }
+    }
+    const std::string key = io::OutputKey(writes[i].path);
+    for (size_t j = 0; j < i && !key.empty(); ++j) {
+      if (key == io::OutputKey(writes[j].path)) {
+        return Status::Usage(writes[j].what + " " + writes[j].path + " and " + writes[i].what + " " +
+                             writes[i].path + " are one file: one would overwrite the other; name two files");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::string> InputPath(const std::string& given, const std::string& what) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,20 @@ struct CommonOptions {
   std::string log_file;       // --log-file FILE
 };
 
+// A file a command line names, for CheckFiles: `what` says which to the
+// user ("the profile", "--data", "-o").
+struct NamedFile {
+  std::string what;
+  std::string path;
+};
+
+// kUsage when a file written (`writes`) is a file read (`reads`) or another
+// file written, through symbolic and hard links: "writing -o prof.pb would
+// destroy the input prof.pb (the profile): name another file". Only
+// existing regular files can be one (io::RegularFileId): "-", "", devices
+// and pipes never match.
+Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes);
+
 struct Tool {
   std::string name;           // "profile" → binary ob-profile
   std::string description;    // one line for --help
@@ -32,6 +47,12 @@ struct Tool {
   // Optional: more lines for --version -v (after the build's), e.g. what the
   // tool would run on here with the options given.
   std::function<std::string()> version_details = nullptr;
+  // Optional: the files the parsed command line reads, and those it writes
+  // besides -o and --log-file. Main checks them with CheckFiles before any
+  // is opened (a plan written over its profile, metrics over the training
+  // data, a log appended to a plan: exit 64, nothing touched).
+  std::function<std::vector<NamedFile>()> reads = nullptr;
+  std::function<std::vector<NamedFile>()> writes = nullptr;
 };
 
 // Parses argv, handles help/version/usage errors, runs the tool, reports a

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 namespace ob::io {
@@ -131,6 +132,26 @@ Status WriteFile(const std::string& path, const std::string& data) {
     s = Status::IoErr(path + ": rename failed: " + Errno());
   if (!s.ok()) unlink(tmp.c_str());
   return s;
+}
+
+std::optional<FileId> RegularFileId(const std::string& path) {
+  if (path.empty() || path == "-") return std::nullopt;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string OutputKey(const std::string& path) {
+  if (path.empty() || path == "-") return "";
+  if (const auto id = RegularFileId(path)) {
+    return "inode " + std::to_string(id->device) + ":" + std::to_string(id->inode);
+  }
+  const Result<OutputTarget> target = ResolveOutput(path);
+  if (!target.ok() || !target->replace) return "";
+  const std::string& at = target->path;
+  char real[PATH_MAX];
+  if (realpath(DirName(at).c_str(), real) == nullptr) return "";
+  return JoinPath(real, at.substr(at.rfind('/') + 1));  // npos + 1: the whole name
 }
 
 bool IsTerminal(int fd) { return isatty(fd) == 1; }

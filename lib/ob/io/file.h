@@ -2,6 +2,8 @@
 // replacement of output files. Every failure names the file.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -55,6 +57,24 @@ bool RemoveTree(const std::string& path, std::error_code* ec = nullptr);
 
 // DIR/NAME, without doubling a slash DIR ends with.
 std::string JoinPath(const std::string& dir, const std::string& name);
+
+// The regular file `path` names, through symbolic links: its device and
+// inode, equal for two names of one file (hard links included). nullopt
+// for "-", "", a path that does not exist or cannot be inspected, and
+// anything but a regular file (a device or pipe is written through, never
+// replaced, so reading and writing one is no loss).
+struct FileId {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileId& o) const { return device == o.device && inode == o.inode; }
+};
+std::optional<FileId> RegularFileId(const std::string& path);
+// What an output path (as ResolveOutput takes it) would replace, as a key
+// equal for every name of that file: "" for "-", "" and write-through
+// targets (devices, pipes); the device and inode of an existing regular
+// file; else the real directory and the name of the file to be created
+// ("" when the directory cannot be resolved).
+std::string OutputKey(const std::string& path);
 
 bool IsTerminal(int fd);
 bool StdinIsTerminal();
