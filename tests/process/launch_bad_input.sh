@@ -49,6 +49,16 @@ expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--warmup-steps 10 is longer than --steps 3: the learning rate would never reach --lr' -- \
   run --steps 3 --warmup-steps 10 "$WORK/plan.pb" "$WORK/hosts.txt"
+# One directory for the run and the checkpoints: each is locked by its own
+# owner, and the second lock read "in use by another process" (exit 78),
+# the process being this one.
+rm -rf "$WORK/run"
+expect 64 "--ckpt-dir .*run/ is the run directory \(--run-dir .*run\): give the checkpoints a directory of their own" -- \
+  run --ckpt-dir "$WORK/run/" "$WORK/plan.pb" "$WORK/hosts.txt"
+[ ! -e "$WORK/run" ] && pass || fail "the refused run made its run directory"
+mkdir -p "$WORK/run" && ln -s run "$WORK/run-link"
+expect 64 "--ckpt-dir .*run-link is the run directory" -- run --ckpt-dir "$WORK/run-link" "$WORK/plan.pb" "$WORK/hosts.txt"
+rm -rf "$WORK/run" "$WORK/run-link"
 # Timeouts that never fire (NaN) or fire at once (inf, and 1e300 s, whose
 # milliseconds overflowed: "no agent authenticated within inf s").
 for o in --agent-timeout --master-timeout --start-timeout --hang-timeout --stop-grace; do

@@ -157,6 +157,18 @@ TEST_CASE("RegularFileId and OutputKey: one file under every name, nothing for s
   CHECK(ob::io::OutputKey(t / "no-such-dir/x").empty());
 }
 
+TEST_CASE("SameDirectory: through links when they exist, as text when they do not") {
+  TempDir t;
+  fs::create_directories(t / "d/e");
+  fs::create_directory_symlink("d", t / "link");
+  CHECK(ob::io::SameDirectory(t / "d", t / "link/"));
+  CHECK(ob::io::SameDirectory(t / "d", t / "d/e/.."));
+  CHECK_FALSE(ob::io::SameDirectory(t / "d", t / "d/e"));
+  CHECK(ob::io::SameDirectory(t / "new", t / "d/../new//"));
+  CHECK_FALSE(ob::io::SameDirectory(t / "new", t / "new2"));
+  CHECK_FALSE(ob::io::SameDirectory(t / "d", t / "new"));
+}
+
 TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
   CHECK(ob::io::Format("%s=%d", "a", 3) == "a=3");
   const std::string long_text(1000, 'x');  // past the stack buffer: the whole of it

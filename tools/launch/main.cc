@@ -15,6 +15,7 @@
 
 #include "ob/cli/cli.h"
 #include "ob/clock.h"
+#include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/control.pb.h"
@@ -229,6 +230,13 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     s.set_steps(w.steps);
   }
   if (g.worker.ckpt_every > 0 && o.ckpt_dir.empty()) return ob::Status::Usage("--ckpt-every needs --ckpt-dir");
+  // Each directory is locked by its own owner (the master, the checkpoint
+  // keeper): one directory for both read as "in use by another process".
+  if (!o.ckpt_dir.empty() && !o.run_dir.empty() && ob::io::SameDirectory(o.ckpt_dir, o.run_dir)) {
+    return ob::Status::Usage("--ckpt-dir " + g.worker.ckpt_dir + " is the run directory (--run-dir " + o.run_dir +
+                             "): give the checkpoints a directory of their own, e.g. " +
+                             ob::io::JoinPath(o.run_dir, "ckpt"));
+  }
   {
     const auto& w = g.worker;
     if (!(w.lr > 0) || !std::isfinite(w.lr)) {

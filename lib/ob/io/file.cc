@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 
 namespace ob::io {
 namespace {
@@ -152,6 +153,19 @@ std::string OutputKey(const std::string& path) {
   char real[PATH_MAX];
   if (realpath(DirName(at).c_str(), real) == nullptr) return "";
   return JoinPath(real, at.substr(at.rfind('/') + 1));  // npos + 1: the whole name
+}
+
+bool SameDirectory(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  const bool has_a = stat(a.c_str(), &sa) == 0, has_b = stat(b.c_str(), &sb) == 0;
+  if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (has_a || has_b) return false;
+  auto normal = [](const std::string& p) {
+    std::string n = std::filesystem::absolute(p).lexically_normal().string();
+    while (n.size() > 1 && n.back() == '/') n.pop_back();
+    return n;
+  };
+  return normal(a) == normal(b);
 }
 
 bool IsTerminal(int fd) { return isatty(fd) == 1; }

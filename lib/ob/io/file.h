@@ -76,6 +76,12 @@ std::optional<FileId> RegularFileId(const std::string& path);
 // ("" when the directory cannot be resolved).
 std::string OutputKey(const std::string& path);
 
+// Whether `a` and `b` name one directory: the same device and inode when
+// both exist; when neither does, the same absolute path once ".", ".." and
+// doubled or trailing slashes are resolved as text (one existing and one
+// not are two).
+bool SameDirectory(const std::string& a, const std::string& b);
+
 bool IsTerminal(int fd);
 bool StdinIsTerminal();
 bool StdoutIsTerminal();
