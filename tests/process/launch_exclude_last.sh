@@ -4,7 +4,8 @@
 # done (the other trains on alone), and then excluding or draining the
 # other, or both at once before the first recovery is decided, is refused
 # with a reason (ok false) and training goes on; before, the run ended at
-# once, exit 75, its steps lost. `stop` then ends the run with exit 0.
+# once, exit 75, its steps lost. `stop` then ends the run; without
+# --ckpt-dir its steps are not on disk, which it says with exit 75.
 NAME=launch_exclude_last
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3 for the control socket"
@@ -34,6 +35,8 @@ at=$(max_step "$WORK/both.pb")
 wait_step both $((at + 10)) || fail "training did not go on: $(tail -3 "$WORK/both.err")"
 control "$WORK/both/control.sock" stop > /dev/null || fail "no answer to stop"
 wait "$MASTER_PID"; rc=$?; MASTER_PID=""
-[ "$rc" = 0 ] || fail "stop: exit $rc: $(tail -3 "$WORK/both.err")"
+[ "$rc" = 75 ] || fail "stop: exit $rc, expected 75: $(tail -3 "$WORK/both.err")"
+grep -q "ob-launch: an operator asked to stop: stopped without saving: steps 0-[0-9]*, trained since the start, are not on disk (no --ckpt-dir)$" \
+  "$WORK/both.err" || fail "stop: no line naming the lost steps: $(tail -2 "$WORK/both.err")"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: ok"

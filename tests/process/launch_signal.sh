@@ -7,8 +7,10 @@
 #     a step >= 20, and is not the run's last (it stopped);
 #  2. --resume auto from it trains the rest with the uninterrupted run's
 #     losses exactly;
-#  3. a second signal stops at once (exit 0, nothing saved);
-#  4. without --ckpt-dir, SIGTERM stops at once, exit 0.
+#  3. a second signal stops at once, nothing saved: exit 75 naming the
+#     steps trained since the last checkpoint, which are lost;
+#  4. without --ckpt-dir, SIGTERM stops at once, exit 75 likewise (both
+#     exited 0, the work lost, before 2026-11-28).
 NAME=launch_signal
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -53,7 +55,9 @@ requested() { grep -q " checkpoint-request " "$WORK/twice/events.log"; }
 wait_for 5 requested || fail "no checkpoint request after SIGTERM: $(tail -3 "$WORK/twice.err")"
 kill -TERM "$m"
 run_wait
-[ "$RC" = 0 ] || fail "second signal: exit $RC: $(tail -3 "$WORK/twice.err")"
+[ "$RC" = 75 ] || fail "second signal: exit $RC, expected 75: $(tail -3 "$WORK/twice.err")"
+grep -q "ob-launch: got Terminated: stopped without saving: steps 0-[0-9]*, trained since the start, are not on disk$" \
+  "$WORK/twice.err" || fail "second signal: no line naming the lost steps: $(tail -3 "$WORK/twice.err")"
 [ "$(grep -c ' stop-request ' "$WORK/twice/events.log")" = 2 ] || fail "not two stop requests: $(grep stop "$WORK/twice/events.log")"
 ! grep -q " stop .*saved the checkpoint" "$WORK/twice/events.log" || fail "the second signal waited for the checkpoint"
 wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
@@ -62,7 +66,9 @@ run_start plain "$STEPS"
 wait_step plain 5 || fail "no step 5: $(tail -3 "$WORK/plain.err")"
 kill -TERM "$(master)"
 run_wait
-[ "$RC" = 0 ] || fail "SIGTERM without --ckpt-dir: exit $RC: $(tail -3 "$WORK/plain.err")"
+[ "$RC" = 75 ] || fail "SIGTERM without --ckpt-dir: exit $RC, expected 75: $(tail -3 "$WORK/plain.err")"
+grep -q "stopped without saving: steps 0-[0-9]*, trained since the start, are not on disk (no --ckpt-dir)$" \
+  "$WORK/plain.err" || fail "SIGTERM without --ckpt-dir: no line naming the lost steps: $(tail -3 "$WORK/plain.err")"
 [ "$(max_step "$WORK/plain.pb")" -lt $((STEPS - 1)) ] || fail "SIGTERM without --ckpt-dir: trained to the end"
 wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: ok"

@@ -628,12 +628,25 @@ void Master::RequestStop(const std::string& reason) {
   // Nothing to save before the run's first step: its weights are the
   // checkpoint it resumed from, or the seed's.
   if (stop_requested_ || state_ != State::kRunning || !ckpt_.enabled() || !metrics_.stepped()) {
-    return BeginStop(reason, Status::Ok());
+    return BeginStop(reason, StopWithoutSaving(reason));
   }
   stop_requested_ = true;
   stop_reason_ = reason;
   grace_deadline_ms_ = Now() + static_cast<int64_t>(opt_.stop_grace_s * 1e3);
   AskStopCheckpoint();
+}
+
+Status Master::StopWithoutSaving(const std::string& reason) const {
+  if (!metrics_.stepped()) return Status::Ok();
+  const int64_t saved = std::max(ckpt_.good_step(), ckpt_.resume().step);
+  const int64_t last = static_cast<int64_t>(metrics_.last_step());
+  if (last <= saved) return Status::Ok();
+  const bool one = saved + 1 == last;
+  const std::string steps =
+      one ? "step " + std::to_string(last) : "steps " + std::to_string(saved + 1) + "-" + std::to_string(last);
+  return Status::TempFail(reason + ": stopped without saving: " + steps + ", trained since " +
+                          (saved < 0 ? "the start" : "the checkpoint of step " + std::to_string(saved)) +
+                          (one ? ", is" : ", are") + " not on disk" + (ckpt_.enabled() ? "" : " (no --ckpt-dir)"));
 }
 
 Result<int64_t> Master::AskCheckpoint(const std::string& reason) {

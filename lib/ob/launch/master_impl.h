@@ -98,6 +98,11 @@ class Master {
   void Failure(const std::string& what, const std::string& lost_host, int64_t latency_ms);
   void Decide();
   void RequestStop(const std::string& reason);
+  // The outcome of a stop that saves nothing more (no --ckpt-dir, a second
+  // signal, a stop during a recovery): kTempFail naming the steps trained
+  // since the newest checkpoint, committed or resumed from, which are lost;
+  // Ok when there are none.
+  Status StopWithoutSaving(const std::string& reason) const;
   void BeginStop(const std::string& reason, Status outcome);
   void FinishStop();
   pb::OperatorResponse OnOperator(const pb::OperatorRequest& req);
