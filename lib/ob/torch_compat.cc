@@ -1,6 +1,7 @@
 // Version-dependent LibTorch calls (see torch_compat.h).
 #include "ob/torch_compat.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -186,10 +187,22 @@ int64_t CudaAllocatedBytes(int device) {
 }
 uint64_t CudaTotalMemory(int device) { return at::cuda::getDeviceProperties(device)->totalGlobalMem; }
 std::string CudaDeviceName(int device) { return at::cuda::getDeviceProperties(device)->name; }
+std::string CudaDeviceUuid(int device) {
+  const auto& u = at::cuda::getDeviceProperties(device)->uuid.bytes;
+  std::string s = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(u[i]));
+    s += hex;
+  }
+  return s;
+}
 #else
 int64_t CudaAllocatedBytes(int) { return 0; }
 uint64_t CudaTotalMemory(int) { return 0; }
 std::string CudaDeviceName(int) { return "none"; }
+std::string CudaDeviceUuid(int) { return ""; }
 #endif
 
 AutocastCacheScope::AutocastCacheScope(bool enable) : active_(enable) {

@@ -115,6 +115,9 @@ int CudaDeviceCount();                  // 0 in a CPU build
 int64_t CudaAllocatedBytes(int device); // live bytes of the caching allocator
 uint64_t CudaTotalMemory(int device);
 std::string CudaDeviceName(int device);
+// The GPU's UUID as nvidia-smi -L prints it ("GPU-1a2b3c4d-…"), the same in
+// every process and container that sees the GPU; "" without CUDA.
+std::string CudaDeviceUuid(int device);
 
 // Keeps autocast's casts of the weights (fp32 leaves to bf16) from one
 // AutocastGuard to the next while it lives, and drops them when it ends:

@@ -13,7 +13,13 @@
 #     so are the standbys'. (A BLAS pool following OMP_NUM_THREADS:
 #     devices_test.)
 #  4. in a cgroup whose CPU quota is one CPU, the agents share that one
-#     CPU, not the two of the affinity mask, and say so.
+#     CPU, not the two of the affinity mask, and say so;
+#  5. hosts that are one machine, through an --rsh that is not `local`
+#     (each agent's GPUs as $OB_TEST_GPU_IDS): two whose workers would use
+#     one GPU are refused before any worker starts, exit 78, one line
+#     naming both hosts and the GPU (the run started, its workers sharing
+#     GPUs, before 2026-11-28); with GPUs of their own each, the run goes
+#     on and says, in a warning and events.log, that they are one machine.
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -96,8 +102,16 @@ elif [ -f /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup
 fi
 if [ -n "$CG" ]; then
   echo $$ > "$CG/cgroup.procs" || fail "cannot move into $CG"
-  stand_in_start q
+  # Not stand_in_start: its wait for all four stand-ins up at once is not
+  # what this part checks, and on one throttled CPU a stand-in (which never
+  # beats) handed to a standby can be killed at its role deadline before the
+  # last one starts. The agents' line is written as they start their workers.
+  OB_TEST_WORKER_CMD="exec sleep 60" timeout 60 "$OB_BIN/ob-launch" --rsh local \
+    --secret-file "$WORK/secret" --run-dir "$WORK/q" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/q.err" &
+  MASTER_PID=$!
   echo $$ > "$CG_PARENT/cgroup.procs"
+  said() { [ "$(grep -c '1 worker(s) here' "$WORK/q.err")" -ge 4 ]; }
+  wait_for 30 said || fail "q: the agents did not start their workers: $(tail -3 "$WORK/q.err")"
   line=$(grep -m1 -o '1 worker(s) here.*' "$WORK/q.err")
   [[ "$line" == "1 worker(s) here, 4 sharing 1 core(s) (the CPU quota of its cgroup), cpu: "* ]] \
     || fail "quota of 1 CPU: $line"
@@ -107,4 +121,37 @@ if [ -n "$CG" ]; then
 else
   echo "$NAME: no cgroup CPU controller to set a quota in here: part 4 not run"
 fi
+
+# 5. Hosts that are one machine. The rsh runs the agent here, with the
+# GPUs its host is given.
+cat > "$WORK/rsh" <<'SH'
+#!/usr/bin/env bash
+host=$1; shift
+n=${host##*h}
+OB_TEST_GPU_IDS=$(printf "$GPU_IDS" "$n") exec "$@"
+SH
+chmod +x "$WORK/rsh"
+machine_run() {  # NAME: stand-in workers on 4 hosts through $WORK/rsh, --device cuda
+  OB_GPUS_PER_HOST=1 OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh "$WORK/rsh" \
+    --bind 127.0.0.1 --secret-file "$WORK/secret" --run-dir "$WORK/$1" --device cuda --precision fp32 \
+    "$WORK/plan.pb" "$WORK/hosts.txt" > /dev/null 2> "$WORK/$1.err" &
+  MASTER_PID=$!
+}
+export GPU_IDS="GPU-0000000%s"
+GPU_IDS="GPU-shared" machine_run same
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 78 ] || fail "two hosts on one GPU: exit $rc, expected 78: $(tail -3 "$WORK/same.err")"
+line=$(tail -1 "$WORK/same.err")
+[[ "$line" =~ ^ob-launch:\ hosts\ ${TAG}h[1-4]\ and\ ${TAG}h[1-4]\ would\ both\ run\ workers\ on\ GPU\ GPU-shared:\ list\ each\ machine\ once ]] \
+  || fail "two hosts on one GPU: last line: $line"
+! grep -q start-workers "$WORK/same/events.log" || fail "two hosts on one GPU: workers were started"
+wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: $line"
+machine_run own
+own_up() { grep -q start-workers "$WORK/own/events.log" 2> /dev/null && [ "$(count_workers)" -ge 4 ]; }
+wait_for 10 own_up || fail "GPUs of their own: workers did not start: $(tail -3 "$WORK/own.err")"
+grep -q "warning: hosts ${TAG}h1 and ${TAG}h2 run on one machine (kernel boot id $(cat /proc/sys/kernel/random/boot_id)): a failure of it takes both" \
+  "$WORK/own.err" || fail "GPUs of their own: no warning of one machine: $(grep -m2 warn "$WORK/own.err")"
+[ "$(grep -c ' one-machine ' "$WORK/own/events.log")" = 6 ] || fail "not 6 pairs in events.log: $(grep one-machine "$WORK/own/events.log")"
+stop_master own
 echo "$NAME: ok"

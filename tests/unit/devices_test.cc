@@ -48,6 +48,40 @@ TEST_CASE("more workers than GPUs on a host is refused with one line naming it")
   CHECK(CheckGpus("h2", 1, 0).message().rfind("host h2 has 0 GPU(s)", 0) == 0);
 }
 
+TEST_CASE("CheckMachines: a GPU two hosts would use is refused, one machine is said") {
+  // Two nodes of 8 GPUs each, and a third name for the first node.
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 8; ++i) {
+    a.push_back("GPU-a" + std::to_string(i));
+    b.push_back("GPU-b" + std::to_string(i));
+  }
+  auto ok = CheckMachines({{"n1", "boot1", a, 8}, {"n2", "boot2", b, 8}});
+  REQUIRE(ok.ok());
+  CHECK(ok->empty());
+  auto twice = CheckMachines({{"n1", "boot1", a, 8}, {"n2", "boot2", b, 8}, {"n1-ib", "boot1", a, 8}});
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.status().exit_code() == 78);
+  CHECK(twice.status().message() ==
+        "hosts n1 and n1-ib would both run workers on GPU GPU-a0: list each machine once, or give each host its "
+        "own GPUs (CUDA_VISIBLE_DEVICES)");
+  // Two containers of one node, 4 GPUs each: one machine, no GPU shared.
+  std::vector<std::string> lo(a.begin(), a.begin() + 4), hi(a.begin() + 4, a.end());
+  auto pods = CheckMachines({{"pod1", "boot1", lo, 4}, {"pod2", "boot1", hi, 4}, {"n2", "boot2", b, 8}});
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0] == "hosts pod1 and pod2 run on one machine (kernel boot id boot1): a failure of it takes both, "
+                      "which the plan counts as two");
+  // Only the GPUs the slots take: 2 slots each of a list of 8 in two orders.
+  std::vector<std::string> rev(a.rbegin(), a.rend());
+  CHECK(CheckMachines({{"x", "boot1", a, 2}, {"y", "boot1", rev, 2}}).ok());
+  CHECK_FALSE(CheckMachines({{"x", "boot1", a, 8}, {"y", "boot1", rev, 2}}).ok());
+  // The CPU: no GPUs, no boot id known: nothing to say.
+  auto cpu = CheckMachines({{"c1", "", {}, 1}, {"c2", "", {}, 1}});
+  REQUIRE(cpu.ok());
+  CHECK(cpu->empty());
+  CHECK_FALSE(BootId().empty());
+}
+
 TEST_CASE("threads per worker: the host's cores shared, at least one") {
   CHECK(ThreadsPerWorker(16, 4) == 4);
   CHECK(ThreadsPerWorker(16, 3) == 5);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <vector>
 
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "ob/launch/master_setup.h"
 #include "ob/launch/worker.h"
 #include "ob/log.h"
+#include "ob/torch_compat.h"
 
 namespace {
 
@@ -125,6 +127,20 @@ int AgentGpus(ob::launch::DeviceKind device) {
   return device == ob::launch::DeviceKind::kCpu ? 0 : ob::launch::VisibleGpus();
 }
 
+// Their UUIDs, slot i's at i: $OB_TEST_GPU_IDS (comma-separated) when set,
+// for tests, else what CUDA says; none on the CPU.
+std::vector<std::string> AgentGpuIds(ob::launch::DeviceKind device, int gpus) {
+  std::vector<std::string> ids;
+  if (const char* s = std::getenv("OB_TEST_GPU_IDS"); s != nullptr && *s != '\0') {
+    std::stringstream in(s);
+    for (std::string id; std::getline(in, id, ',');) ids.push_back(id);
+    return ids;
+  }
+  if (device == ob::launch::DeviceKind::kCpu || std::getenv("OB_GPUS_PER_HOST") != nullptr) return ids;
+  for (int i = 0; i < gpus; ++i) ids.push_back(ob::compat::CudaDeviceUuid(i));
+  return ids;
+}
+
 // --version -v: what a worker started here with these options runs on.
 std::string RuntimeDetails() {
   auto device = ob::launch::ParseDevice(g.worker.device);
@@ -155,6 +171,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
     o.device = g.worker.device;
     o.gpus = AgentGpus(device);
+    o.gpu_ids = AgentGpuIds(device, o.gpus);
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);

@@ -238,6 +238,8 @@ void Agent::Reconnect() {
   pb::Hello hello;
   hello.set_host(opt_.host);
   hello.set_pid(static_cast<uint32_t>(::getpid()));
+  hello.set_boot_id(BootId());
+  for (const std::string& id : opt_.gpu_ids) hello.add_gpus(id);
   Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }

@@ -76,6 +76,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ob::launch {
 
@@ -104,6 +105,10 @@ struct AgentOptions {
   // (a Refusal to the master, which stops the run with exit 78).
   std::string device = "cpu";
   int gpus = 0;
+  // The UUIDs of those GPUs, slot i's at i (main.cc: $OB_TEST_GPU_IDS,
+  // comma-separated, when set, for tests); told to the master, which
+  // refuses two hosts whose workers would share a GPU.
+  std::vector<std::string> gpu_ids;
   // Workers that share this machine's cores, when more than this agent's
   // own (--rsh local: every host's agent runs here; the master passes the
   // world size); 0: this agent's workers only.

@@ -47,6 +47,8 @@ struct AgentState {
   bool acking = false;       // silent, but its host's kernel still acknowledges
   std::vector<std::string> unreachable;  // peers its last heartbeat could not reach
   std::string excluded;      // why it was excluded for good ("" = it may come back)
+  std::string boot_id;       // its machine, and the UUIDs of its GPUs, as its Hello said
+  std::vector<std::string> gpus;
   bool connected() const { return state == State::kConnected; }
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,6 +63,38 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
   return Status::Config("host " + host + " has " + std::to_string(std::max(gpus, 0)) +
                         " GPU(s) and the plan puts " + std::to_string(workers) +
                         " worker(s) on it (--device cuda: one GPU per worker)");
+}
+
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return io::Trim(id);
+}
+
+Result<std::vector<std::string>> CheckMachines(const std::vector<MachineOf>& hosts) {
+  std::map<std::string, std::string> gpu_host;  // a GPU some host's slots use → that host
+  for (const MachineOf& h : hosts) {
+    const size_t used = std::min(h.gpus.size(), static_cast<size_t>(std::max(h.slots, 0)));
+    for (size_t i = 0; i < used; ++i) {
+      if (h.gpus[i].empty()) continue;
+      auto [it, fresh] = gpu_host.emplace(h.gpus[i], h.host);
+      if (!fresh && it->second != h.host) {
+        return Status::Config("hosts " + it->second + " and " + h.host + " would both run workers on GPU " +
+                              h.gpus[i] + ": list each machine once, or give each host its own GPUs " +
+                              "(CUDA_VISIBLE_DEVICES)");
+      }
+    }
+  }
+  std::vector<std::string> warnings;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    for (size_t j = i + 1; j < hosts.size(); ++j) {
+      if (hosts[i].boot_id.empty() || hosts[i].boot_id != hosts[j].boot_id) continue;
+      warnings.push_back("hosts " + hosts[i].host + " and " + hosts[j].host + " run on one machine (kernel boot id " +
+                         hosts[i].boot_id + "): a failure of it takes both, which the plan counts as two");
+    }
+  }
+  return warnings;
 }
 
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }

@@ -45,6 +45,29 @@ Result<std::string> VisibleDeviceFor(int slot, const std::string* inherited);
 // cuda)" when workers > gpus; Ok otherwise.
 Status CheckGpus(const std::string& host, int workers, int gpus);
 
+// This machine's kernel boot id (/proc/sys/kernel/random/boot_id): one for
+// every process of one machine, whatever container or network namespace it
+// runs in; "" where unreadable.
+std::string BootId();
+
+// What an agent said its machine is (control.proto's Hello): the boot id
+// and the UUIDs of its GPUs, slot i's at i; `slots`: the workers the host
+// may run (the hosts file's slots=).
+struct MachineOf {
+  std::string host;
+  std::string boot_id;
+  std::vector<std::string> gpus;
+  int slots = 1;
+};
+// Hosts of a run that are not the machines they seem. kConfig when the
+// workers of two hosts would share a GPU (one machine listed twice, or two
+// containers given the same GPUs): "hosts a and b would both run workers on
+// GPU GPU-…: list each machine once, or give each its own GPUs
+// (CUDA_VISIBLE_DEVICES)". Otherwise one warning a pair of hosts on one
+// machine (one boot id): a failure of it takes both, which a plan's f
+// counts as two.
+Result<std::vector<std::string>> CheckMachines(const std::vector<MachineOf>& hosts);
+
 // Threads per worker on a host of `cores` cores running `workers` workers.
 int ThreadsPerWorker(int cores, int workers);
 

@@ -11,6 +11,7 @@
 #include "ob/io/message.h"
 #include "ob/io/text.h"
 #include "ob/launch/agent.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
@@ -192,6 +193,8 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   }
   a->conn = std::move(conn);
   a->state = AgentState::State::kConnected;
+  a->boot_id = hello.boot_id();
+  a->gpus.assign(hello.gpus().begin(), hello.gpus().end());
   a->conn->SetHandlers([this, a](Connection&, pb::Control& m) { OnAgentMessage(*a, m); },
                        [this, a](Connection&, const std::string& r) { OnAgentClosed(*a, r); });
   const int64_t ms = Now() - start_ms_;
@@ -208,6 +211,20 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
 }
 
 void Master::StartWorkers() {
+  // Hosts that are one machine (a name listed twice under two spellings,
+  // containers of one node): workers sharing a GPU would fail in NCCL or
+  // run out of its memory, so that is refused; the rest is said. Every
+  // --rsh local host is this machine, by design.
+  if (opt_.rsh != "local") {
+    std::vector<MachineOf> machines;
+    for (const auto& a : agents_.all()) machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots});
+    Result<std::vector<std::string>> said = CheckMachines(machines);
+    if (!said.ok()) return BeginStop(said.status().message(), said.status());
+    for (const std::string& w : *said) {
+      OB_LOG(Warn) << w;
+      events_.Write("one-machine", w);
+    }
+  }
   state_ = State::kRunning;
   OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
                << layout_.ranks.size() << " worker(s)";
