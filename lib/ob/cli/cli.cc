@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "ob/build_info.h"
@@ -152,25 +153,26 @@ int Main(int argc, char** argv, const Tool& tool) {
 }
 
 Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes) {
-  auto same = [](const NamedFile& a, const NamedFile& b) {
-    const auto x = io::RegularFileId(a.path);
-    return x && x == io::RegularFileId(b.path);
-  };
-  for (size_t i = 0; i < writes.size(); ++i) {
-    for (const NamedFile& r : reads) {
-      if (same(writes[i], r)) {
-        return Status::Usage("writing " + writes[i].what + " " + writes[i].path + " would destroy the input " +
-                             r.path + " (" + r.what + (r.path == writes[i].path ? "" : ": the same file") +
-                             "): name another file");
+  std::vector<std::optional<io::FileId>> read_ids;
+  for (const NamedFile& r : reads) read_ids.push_back(io::RegularFileId(r.path));
+  std::vector<std::string> keys;  // each write's io::OutputKey, compared with those before it
+  for (const NamedFile& w : writes) {
+    if (const auto id = io::RegularFileId(w.path)) {
+      for (size_t k = 0; k < reads.size(); ++k) {
+        if (!read_ids[k] || !(*read_ids[k] == *id)) continue;
+        const NamedFile& r = reads[k];
+        return Status::Usage("writing " + w.what + " " + w.path + " would destroy the input " + r.path + " (" +
+                             r.what + (r.path == w.path ? "" : ": the same file") + "): name another file");
       }
     }
-    const std::string key = io::OutputKey(writes[i].path);
-    for (size_t j = 0; j < i && !key.empty(); ++j) {
-      if (key == io::OutputKey(writes[j].path)) {
-        return Status::Usage(writes[j].what + " " + writes[j].path + " and " + writes[i].what + " " +
-                             writes[i].path + " are one file: one would overwrite the other; name two files");
+    const std::string key = io::OutputKey(w.path);
+    for (size_t j = 0; j < keys.size() && !key.empty(); ++j) {
+      if (key == keys[j]) {
+        return Status::Usage(writes[j].what + " " + writes[j].path + " and " + w.what + " " + w.path +
+                             " are one file: one would overwrite the other; name two files");
       }
     }
+    keys.push_back(key);
   }
   return Status::Ok();
 }
