@@ -67,13 +67,21 @@ count_workers() {
 # directory $WORK/RUN, stderr $WORK/RUN.err; returns once every host's
 # worker runs. Sets MASTER_PID (the `timeout` wrapper; master_process is
 # ob-launch itself).
+# stand_in_launch RUN [FLAGS...]: the same, without waiting for the
+# workers; through --rsh $STAND_IN_RSH (default local), for at most
+# $STAND_IN_TIMEOUT s (default 30).
+stand_in_launch() {
+  local run=$1
+  shift
+  OB_TEST_WORKER_CMD="exec sleep 60" timeout "${STAND_IN_TIMEOUT:-30}" "$OB_BIN/ob-launch" \
+    --rsh "${STAND_IN_RSH:-local}" --secret-file "$WORK/secret" --run-dir "$WORK/$run" "$@" \
+    "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
+  MASTER_PID=$!
+}
 stand_in_start() {
   local run=$1
   shift
-  OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh local \
-    --secret-file "$WORK/secret" --run-dir "$WORK/$run" "$@" "$WORK/plan.pb" "$WORK/hosts.txt" \
-    2> "$WORK/$run.err" &
-  MASTER_PID=$!
+  stand_in_launch "$run" "$@"
   local hosts
   hosts=$(grep -c . "$WORK/hosts.txt")
   stand_ins_up() { grep -q start-workers "$WORK/$run/events.log" 2>/dev/null && [ "$(count_workers)" -ge "$hosts" ]; }

@@ -106,9 +106,7 @@ if [ -n "$CG" ]; then
   # what this part checks, and on one throttled CPU a stand-in (which never
   # beats) handed to a standby can be killed at its role deadline before the
   # last one starts. The agents' line is written as they start their workers.
-  OB_TEST_WORKER_CMD="exec sleep 60" timeout 60 "$OB_BIN/ob-launch" --rsh local \
-    --secret-file "$WORK/secret" --run-dir "$WORK/q" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/q.err" &
-  MASTER_PID=$!
+  STAND_IN_TIMEOUT=60 stand_in_launch q
   echo $$ > "$CG_PARENT/cgroup.procs"
   said() { [ "$(grep -c '1 worker(s) here' "$WORK/q.err")" -ge 4 ]; }
   wait_for 30 said || fail "q: the agents did not start their workers: $(tail -3 "$WORK/q.err")"
@@ -132,10 +130,7 @@ OB_TEST_GPU_IDS=$(printf "$GPU_IDS" "$n") exec "$@"
 SH
 chmod +x "$WORK/rsh"
 machine_run() {  # NAME: stand-in workers on 4 hosts through $WORK/rsh, --device cuda
-  OB_GPUS_PER_HOST=1 OB_TEST_WORKER_CMD="exec sleep 60" timeout 30 "$OB_BIN/ob-launch" --rsh "$WORK/rsh" \
-    --bind 127.0.0.1 --secret-file "$WORK/secret" --run-dir "$WORK/$1" --device cuda --precision fp32 \
-    "$WORK/plan.pb" "$WORK/hosts.txt" > /dev/null 2> "$WORK/$1.err" &
-  MASTER_PID=$!
+  OB_GPUS_PER_HOST=1 STAND_IN_RSH="$WORK/rsh" stand_in_launch "$1" --bind 127.0.0.1 --device cuda --precision fp32
 }
 export GPU_IDS="GPU-0000000%s"
 GPU_IDS="GPU-shared" machine_run same
