@@ -6,7 +6,9 @@
 #     checkpoint is committed, and exits 0; the checkpoint verifies, is of
 #     a step >= 20, and is not the run's last (it stopped);
 #  2. --resume auto from it trains the rest with the uninterrupted run's
-#     losses exactly;
+#     losses exactly, and ends with the checkpoint of its last step, which
+#     verifies (--ckpt-dir saves the last step without --ckpt-every: before
+#     2026-11-28 it exited 0 with nothing after the stop's checkpoint);
 #  3. a second signal stops at once, nothing saved: exit 75 naming the
 #     steps trained since the last checkpoint, which are lost;
 #  4. without --ckpt-dir, SIGTERM stops at once, exit 75 likewise (both
@@ -44,7 +46,11 @@ run_start resumed "$STEPS" --ckpt-dir "$WORK/ckpt-TERM" --resume auto
 run_wait
 [ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
 python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
-echo "$NAME: resumed: $(cat "$WORK/cmp")"
+[ "$(cat "$WORK/ckpt-TERM/latest" 2>/dev/null)" = "step-$(printf %012d $((STEPS - 1)))" ] ||
+  fail "resumed run: the latest checkpoint is '$(cat "$WORK/ckpt-TERM/latest")', not its last step's: $(grep -E ' checkpoint' "$WORK/resumed/events.log")"
+"$OB_BIN/ob-ckpt" verify "$WORK/ckpt-TERM/$(cat "$WORK/ckpt-TERM/latest")" > /dev/null ||
+  fail "resumed run: the last step's checkpoint does not verify"
+echo "$NAME: resumed: $(cat "$WORK/cmp"); its last step saved"
 
 # A second signal does not wait for the checkpoint.
 run_start twice "$STEPS" --ckpt-dir "$WORK/ckpt-twice"

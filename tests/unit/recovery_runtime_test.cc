@@ -851,6 +851,27 @@ TEST_CASE("a checkpoint saved by one layout loads bit for bit into others", "[re
   ob::io::RemoveTree(dir);
 }
 
+// Which steps a worker saves: the last one always (a run given --ckpt-dir
+// ends with its weights there, with or without --ckpt-every; before
+// 2026-11-28 --ckpt-every 0 saved none), and every N-th with N > 0.
+TEST_CASE("a checkpointer saves the last step whatever its interval", "[recovery][ckpt]") {
+  auto [ts, inst] = Plan({{{0, 5}}}, 1, 1, 4);
+  auto topo = ob::runtime::BuildTopology(ts, inst, kMicrobatch);
+  REQUIRE(topo.ok());
+  auto saved = [&](int64_t every) {
+    ob::runtime::Checkpointer saver("/nonexistent", every, *topo, 0);
+    std::vector<int64_t> steps;
+    for (int64_t step = 0; step < 10; ++step) {
+      if (saver.IsCheckpointStep(step, 9)) steps.push_back(step);
+    }
+    return steps;
+  };
+  CHECK(saved(0) == std::vector<int64_t>{9});
+  CHECK(saved(3) == std::vector<int64_t>{2, 5, 8, 9});
+  CHECK(saved(5) == std::vector<int64_t>{4, 9});
+  CHECK(saved(1).size() == 10);
+}
+
 TEST_CASE("the snapshot copier copies the state the update left, off the calling thread, on CPU and CUDA",
           "[runtime][snapshot]") {
   // On a GPU (the CUDA build on a lent machine) the copies are queued by

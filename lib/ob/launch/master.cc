@@ -148,6 +148,15 @@ Result<int> Master::Run() {
     outcome_ = ckpt_.Verdict();
     OB_LOG(Error) << outcome_.message();
   }
+  // With --ckpt-dir the workers save their last step: a run that trained
+  // to the end (every worker exited 0) without that checkpoint committed
+  // has not kept what it trained. (A stop keeps its own checkpoint's step.)
+  if (outcome_.ok() && ckpt_.enabled() && !ranks_.empty() && ranks_done_ == static_cast<int>(ranks_.size())) {
+    if (const std::string lost = Unsaved(); !lost.empty()) {
+      outcome_ = Status::IoErr("the run ended without its last checkpoint: " + lost + " (--ckpt-dir " + opt_.ckpt_dir + ")");
+      OB_LOG(Error) << outcome_.message();
+    }
+  }
   if (outcome_.ok() && !metrics_.LossVerdict().ok()) {  // never report success for unusable weights
     outcome_ = metrics_.LossVerdict();
     OB_LOG(Error) << outcome_.message();
@@ -653,17 +662,22 @@ void Master::RequestStop(const std::string& reason) {
   AskStopCheckpoint();
 }
 
-Status Master::StopWithoutSaving(const std::string& reason) const {
-  if (!metrics_.stepped()) return Status::Ok();
+std::string Master::Unsaved() const {
+  if (!metrics_.stepped()) return "";
   const int64_t saved = std::max(ckpt_.good_step(), ckpt_.resume().step);
   const int64_t last = static_cast<int64_t>(metrics_.last_step());
-  if (last <= saved) return Status::Ok();
+  if (last <= saved) return "";
   const bool one = saved + 1 == last;
   const std::string steps =
       one ? "step " + std::to_string(last) : "steps " + std::to_string(saved + 1) + "-" + std::to_string(last);
-  return Status::TempFail(reason + ": stopped without saving: " + steps + ", trained since " +
-                          (saved < 0 ? "the start" : "the checkpoint of step " + std::to_string(saved)) +
-                          (one ? ", is" : ", are") + " not on disk" + (ckpt_.enabled() ? "" : " (no --ckpt-dir)"));
+  return steps + ", trained since " + (saved < 0 ? "the start" : "the checkpoint of step " + std::to_string(saved)) +
+         (one ? ", is" : ", are") + " not on disk";
+}
+
+Status Master::StopWithoutSaving(const std::string& reason) const {
+  const std::string lost = Unsaved();
+  if (lost.empty()) return Status::Ok();
+  return Status::TempFail(reason + ": stopped without saving: " + lost + (ckpt_.enabled() ? "" : " (no --ckpt-dir)"));
 }
 
 Result<int64_t> Master::AskCheckpoint(const std::string& reason) {

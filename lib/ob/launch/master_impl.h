@@ -103,6 +103,9 @@ class Master {
   // since the newest checkpoint, committed or resumed from, which are lost;
   // Ok when there are none.
   Status StopWithoutSaving(const std::string& reason) const;
+  // The steps trained since the newest checkpoint, committed or resumed
+  // from: "steps A-B, trained since …, are not on disk"; "" when none.
+  std::string Unsaved() const;
   void BeginStop(const std::string& reason, Status outcome);
   void FinishStop();
   pb::OperatorResponse OnOperator(const pb::OperatorRequest& req);

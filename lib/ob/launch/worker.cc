@@ -555,7 +555,7 @@ Status RunWorker(const WorkerOptions& o) {
                << runtime;
 
   std::unique_ptr<runtime::Checkpointer> saver;
-  if (!o.ckpt_dir.empty()) {  // ckpt_every 0: only when the master asks
+  if (!o.ckpt_dir.empty()) {  // ckpt_every 0: the last step, and when the master asks
     c10::intrusive_ptr<compat::Backend> tp_group;
     const auto& me = topo.ranks[static_cast<size_t>(o.rank)];
     if (me.tp > 1) {  // the shards of a save go to TP rank 0 over a CPU group of their own

@@ -19,8 +19,9 @@
 // instead: each worker reads the layers of its stage, whatever layout saved
 // them, and trains from the step after.
 //
-// Checkpoints: with ckpt_dir and ckpt_every, the worker's snapshot of every
-// ckpt_every-th step is written in the background (runtime/checkpointer.h);
+// Checkpoints: with ckpt_dir, the worker's snapshot of the last step, of
+// every ckpt_every-th step (> 0) and of the step the master asks for is
+// written in the background (runtime/checkpointer.h);
 // each rank reports its finished part in its Metrics, and the master
 // commits the checkpoint when every rank's part is in.
 //
@@ -67,7 +68,7 @@ struct WorkerOptions {
   std::string host;            // for the Metrics records
   double timeout_s = 60;       // bound on rendezvous and every collective
   std::string ckpt_dir;        // checkpoints (runtime/checkpointer.h); "" = none
-  int64_t ckpt_every = 0;      // save after every that many steps (and the last)
+  int64_t ckpt_every = 0;      // save after every that many steps (0: the last only)
   // devices.h: "auto" (CUDA when this process sees a GPU), "cpu" or
   // "cuda" (then cuda:0: the agent made our GPU the only one visible); and
   // "fp32", "bf16" or "" (the device's default).

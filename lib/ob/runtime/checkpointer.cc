@@ -244,8 +244,9 @@ Checkpointer::~Checkpointer() {
 }
 
 bool Checkpointer::IsCheckpointStep(int64_t step, int64_t last_step) const {
-  if (every_ <= 0) return false;
-  return (step + 1) % every_ == 0 || step == last_step;
+  // The last step always: a run given a checkpoint directory ends with its
+  // weights there, whatever `every` says.
+  return step == last_step || (every_ > 0 && (step + 1) % every_ == 0);
 }
 
 bool Checkpointer::AfterStep(StageWorker& worker, int64_t step, int64_t last_step, Done* finished,

@@ -50,8 +50,8 @@ class Checkpointer {
     uint64_t bytes = 0;      // written by this rank
   };
 
-  // `every` > 0: save after steps every-1, 2·every-1, ... and the last;
-  // 0: only when AfterStep is forced. With tensor parallelism, `tp_group`
+  // Saves after the last step, and, for `every` > 0, after steps every-1,
+  // 2·every-1, ...; and whenever AfterStep is forced. With tensor parallelism, `tp_group`
   // is a CPU (Gloo) group of the rank's stage, TP rank order, used only
   // here, and `vocab_size` the model's (for the shapes of vocabulary
   // shards). REQUIRES: tp_group when topo.tp > 1.
