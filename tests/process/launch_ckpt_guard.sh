@@ -6,7 +6,8 @@
 #     and the first one's control socket still answers;
 #  2. --resume auto of another job's checkpoints (another seed) is refused
 #     (65) unless --resume-from-other; --resume of a step at or past
-#     --steps is refused (64);
+#     --steps is refused (64), and with another --eval-split (78);
+#     evaluating with one warns that the loss is not a held-out one;
 #  3. a FIFO as --data is refused (65) at once, not waited on;
 #  4. a "checkpoint" request too late to be honoured is refused;
 #  5. the final checkpoint fails (a full tmpfs): exit 74 naming the latest
@@ -54,6 +55,19 @@ grep -q " resume generation=1 from .*step-000000000009" "$WORK/other/events.log"
 launch past --steps 10 --seed 1 --ckpt-dir "$WORK/ck" --resume "$WORK/ck/step-000000000009"
 [ "$RC" = 64 ] || fail "resume at --steps: exit $RC, expected 64: $(cat "$WORK/past.err")"
 grep -q "nothing left to train" "$WORK/past.err" || fail "resume at --steps: $(cat "$WORK/past.err")"
+# Another --eval-split trains on other tokens (the held-out ones, or not
+# those): another job's checkpoint too (before 2026-11-28 it trained on).
+launch split --steps 12 --seed 1 --eval-split 0.1 --resume "$WORK/ck/step-000000000009"
+[ "$RC" = 78 ] || fail "resume with another --eval-split: exit $RC, expected 78: $(cat "$WORK/split.err")"
+grep -q "step-000000000009: saved by another job (--eval-split 0, this run's is 0.1: it would train on other tokens)" \
+  "$WORK/split.err" || fail "the refusal does not say why: $(cat "$WORK/split.err")"
+one_line split
+# Evaluating it (--steps 0) on a split is allowed, and says that the loss is
+# not a held-out one.
+launch evalsplit --steps 0 --seed 1 --eval-split 0.1 --resume "$WORK/ck/step-000000000009"
+[ "$RC" = 0 ] || fail "evaluating with --eval-split: exit $RC: $(tail -3 "$WORK/evalsplit.err")"
+grep -q "was trained with --eval-split 0: of the tokens --eval-split 0.1 evaluates, some were trained on" \
+  "$WORK/evalsplit.err" || fail "no warning that the evaluated tokens were trained on: $(tail -3 "$WORK/evalsplit.err")"
 
 # 3. A FIFO as data.
 mkfifo "$WORK/fifo"

@@ -230,6 +230,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.ckpt_dir = Absolute(g.worker.ckpt_dir);
   o.resume = o.resume == "auto" ? o.resume : Absolute(o.resume);
   o.seed = g.worker.seed;
+  o.eval_split = g.worker.eval_split;
   o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
   o.steps = g.worker.steps;
   {

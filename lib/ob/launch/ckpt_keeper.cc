@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "ob/clock.h"
 #include "ob/io/file.h"
@@ -11,6 +12,13 @@
 #include "ob/model/data.h"
 
 namespace ob::launch {
+namespace {
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
 
 Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events) {
   o_ = o;
@@ -19,6 +27,7 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
   job_.set_seed(o.seed);
   job_.set_data(o.data);
   job_.set_data_fingerprint(model::DataFingerprint(o.data));
+  job_.set_eval_split(o.eval_split);
   if (!o.dir.empty()) {
     // Two jobs saving into one directory overwrite each other's steps and
     // remove each other's unfinished saves.
@@ -66,6 +75,13 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                          ": nothing left to train (raise --steps)");
   }
   resume_ = {from, step};
+  if (o.steps == 0 && m.has_job() && m.job().has_eval_split() && o.eval_split > m.job().eval_split()) {
+    // Evaluated on the last eval_split of the tokens; trained on all but
+    // the checkpoint's own (smaller) split of them.
+    OB_LOG(Warn) << from << " was trained with --eval-split " << Number(m.job().eval_split())
+                 << ": of the tokens --eval-split " << Number(o.eval_split)
+                 << " evaluates, some were trained on, so this is not a held-out loss";
+  }
   if (m.has_optimizer()) {  // changes are allowed, and said
     const google::protobuf::Descriptor* d = pb::OptimizerSettings::descriptor();
     for (int i = 0; i < d->field_count(); ++i) {
@@ -89,6 +105,10 @@ std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {
              j.data_fingerprint() != job_.data_fingerprint()) {
     why = "data " + j.data() + " (" + j.data_fingerprint() + "), this run reads " + job_.data() + " (" +
           job_.data_fingerprint() + ")";
+  } else if (o_.steps > 0 && j.has_eval_split() && j.eval_split() != job_.eval_split()) {
+    // Another split trains on other tokens: what was held out, or not.
+    why = "--eval-split " + Number(j.eval_split()) + ", this run's is " + Number(job_.eval_split()) +
+          ": it would train on other tokens";
   }
   return why.empty() ? "" : "saved by another job (" + why + "); --resume-from-other takes it anyway";
 }

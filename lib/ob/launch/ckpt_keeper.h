@@ -6,9 +6,11 @@
 // One job per directory: Open locks the directory (io::DirLock; a second
 // master there gets kConfig naming the run that holds it, exit 78) and
 // removes the saves a killed run left half-written. Every manifest records
-// the job (seed, --data and its fingerprint); a checkpoint another job saved
-// is passed over (Newest) or refused (--resume PATH), unless
-// resume_from_other. Checkpoints that do not verify are passed over with a
+// the job (seed, --data and its fingerprint, --eval-split: what training
+// samples); a checkpoint another job saved is passed over (Newest) or
+// refused (--resume PATH), unless resume_from_other. Evaluating a checkpoint
+// (--steps 0) with another --eval-split is allowed, with a warning when the
+// tokens evaluated include some it trained on. Checkpoints that do not verify are passed over with a
 // *skip-checkpoint* line each.
 //
 // Never lie: a run asked to checkpoint whose newest save failed ends with
@@ -45,6 +47,7 @@ class CheckpointKeeper {
     int64_t steps = 0;           // the run's last step is steps - 1 (0: not checked)
     uint64_t seed = 0;
     std::string data;            // --data as the workers get it
+    double eval_split = 0;       // --eval-split: training samples the first 1 - eval_split of data
     std::string holder;          // who holds the lock, for a second master's message
     pb::OptimizerSettings optimizer;  // recorded in every manifest; compared on resume
   };

@@ -82,7 +82,8 @@ Status Master::Prepare() {
   OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
   OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
   OB_RETURN_IF_ERROR(ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, opt_.resume, opt_.resume_from_other, opt_.steps,
-                                 opt_.seed, opt_.data, "ob-launch, run directory " + run_dir_, opt_.optimizer},
+                                 opt_.seed, opt_.data, opt_.eval_split, "ob-launch, run directory " + run_dir_,
+                                 opt_.optimizer},
                                 &plan_, loaded_.problem.num_layers(), &events_));
   if (!ckpt_.resume().path.empty()) lineage_.RestoreNext(ckpt_.resume());
   for (const std::string& change : ckpt_.optimizer_changes()) {

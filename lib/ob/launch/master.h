@@ -129,6 +129,7 @@ struct MasterOptions {
   bool resume_from_other = false;
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (for the job identity)
+  double eval_split = 0;             // --eval-split (for the job identity: the tokens trained on)
   int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)
   pb::OptimizerSettings optimizer;   // the workers' (recorded in checkpoints)
 };
