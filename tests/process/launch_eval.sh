@@ -7,7 +7,8 @@
 #     line; the closing line names the last; one worker's evaluations
 #     are the same within 1e-5;
 #     --steps 0 --resume of its checkpoint of step 199 on one worker
-#     evaluates to the same loss within 1e-5 and trains nothing;
+#     evaluates to the same loss within 1e-5 and trains nothing; with
+#     --eval-data the training data, it warns that the loss is not held out;
 #  2. kill -9 of host 1 at step 120: the run recovers from snapshots and
 #     every evaluation equals the uninterrupted run's within 1e-4;
 #  3. bad flags exit 64 and a missing eval file 66 before any host starts,
@@ -58,6 +59,15 @@ PY
 grep -q "evaluated the weights after step 199: eval loss" "$WORK/ckeval.err" || fail "no closing line: $(tail -2 "$WORK/ckeval.err")"
 grep -q "trained" "$WORK/ckeval.err" && fail "--steps 0 trained: $(grep trained "$WORK/ckeval.err")"
 echo "$NAME: the checkpoint of step 199 evaluated alone: $(cat "$WORK/ckeval.evals")"
+# --eval-data naming the training data: evaluated, with a warning that the
+# loss is not a held-out one (a link to it too).
+ln -s "$OB_SOURCE_DIR/tests/data/corpus.txt" "$WORK/corpus-link.txt"
+RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start sameeval 0 --eval-data "$WORK/corpus-link.txt" \
+  --resume "$WORK/ck/step-000000000199"
+run_wait
+[ "$RC" = 0 ] || fail "--eval-data the training data: exit $RC: $(tail -3 "$WORK/sameeval.err")"
+grep -q "warn.*--eval-data $WORK/corpus-link.txt is the training data (--data .*corpus.txt): its loss is not a held-out one" \
+  "$WORK/sameeval.err" || fail "no warning for --eval-data the training data: $(head -3 "$WORK/sameeval.err")"
 
 run_start host 200 "${EVAL[@]}"
 kill_host_at host 120 "${TAG}h1"

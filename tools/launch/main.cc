@@ -222,6 +222,11 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
       OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(w.eval_data, Absolute(o.plan_path),
                                                       /*data_is_local=*/o.rsh == "local").status());
+      const auto eval_id = ob::io::RegularFileId(w.eval_data);
+      if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
+        OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data
+                     << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
+      }
     }
     OB_RETURN_IF_ERROR(ob::launch::CheckEvalSplit(Absolute(w.data), w.eval_split, Absolute(o.plan_path)));
   }
