@@ -19,7 +19,9 @@
 #     one GPU are refused before any worker starts, exit 78, one line
 #     naming both hosts and the GPU (the run started, its workers sharing
 #     GPUs, before 2026-11-28); with GPUs of their own each, the run goes
-#     on and says, in a warning and events.log, that they are one machine.
+#     on and says, in a warning and events.log, that they are one machine;
+#  6. --device auto where one host sees no GPU: refused before any worker
+#     starts, exit 78, one line naming the hosts on each device.
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -149,4 +151,24 @@ grep -q "warning: hosts ${TAG}h1 and ${TAG}h2 run on one machine (kernel boot id
   "$WORK/own.err" || fail "GPUs of their own: no warning of one machine: $(grep -m2 warn "$WORK/own.err")"
 [ "$(grep -c ' one-machine ' "$WORK/own/events.log")" = 6 ] || fail "not 6 pairs in events.log: $(grep one-machine "$WORK/own/events.log")"
 stop_master own
+
+# 6. --device auto on hosts of which one sees no GPU (a driver fault): the
+# job is refused before any worker starts, naming the host, where it ran
+# CUDA workers beside a CPU one (before 2026-11-28).
+cat > "$WORK/rsh-nogpu" <<'SH'
+#!/usr/bin/env bash
+host=$1; shift
+case $host in *h4) export OB_GPUS_PER_HOST=0 ;; *) export OB_GPUS_PER_HOST=1 ;; esac
+exec "$@"
+SH
+chmod +x "$WORK/rsh-nogpu"
+STAND_IN_RSH="$WORK/rsh-nogpu" stand_in_launch mixed --bind 127.0.0.1 --device auto --precision fp32
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 78 ] || fail "hosts with and without GPUs: exit $rc, expected 78: $(tail -3 "$WORK/mixed.err")"
+line=$(tail -1 "$WORK/mixed.err")
+[[ "$line" == "ob-launch: hosts run on different devices: cuda on ${TAG}h1, ${TAG}h2, ${TAG}h3; cpu on ${TAG}h4 (no GPU seen there: --device auto)."* ]] \
+  || fail "hosts with and without GPUs: last line: $line"
+! grep -q start-workers "$WORK/mixed/events.log" || fail "hosts with and without GPUs: workers were started"
+wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: $line"
 echo "$NAME: ok"

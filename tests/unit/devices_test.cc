@@ -162,3 +162,27 @@ TEST_CASE("CPU quota: the cgroup directories of /proc/self/cgroup under their mo
   // A cgroup outside what the mount shows is not ours to read.
   CHECK(CpuCgroupDirs("0::/other\n", "28 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n").empty());
 }
+
+// --device auto resolved per host: a host whose GPUs are not seen (a driver
+// fault) would run Gloo/CPU workers beside NCCL/CUDA ones (before
+// 2026-11-28 it did, and the job hung in its first collective).
+TEST_CASE("one job runs on one kind of device: hosts that differ are refused, naming them") {
+  using ob::launch::CheckOneDevice;
+  using ob::launch::MachineOf;
+  auto host = [](const std::string& name, const std::string& device) {
+    MachineOf m;
+    m.host = name;
+    m.device = device;
+    return m;
+  };
+  CHECK(CheckOneDevice({}).ok());
+  CHECK(CheckOneDevice({host("a", "cuda"), host("b", "cuda"), host("c", "cuda")}).ok());
+  CHECK(CheckOneDevice({host("a", "cpu"), host("b", "cpu")}).ok());
+  CHECK(CheckOneDevice({host("a", "cuda"), host("b", "")}).ok());  // an agent that did not say
+  const ob::Status st = CheckOneDevice({host("a", "cuda"), host("c", "cpu"), host("b", "cuda")});
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.message() ==
+        "hosts run on different devices: cuda on a, b; cpu on c (no GPU seen there: --device auto). Mend their "
+        "GPUs or leave those hosts out of the hosts file, or give --device cpu");
+}

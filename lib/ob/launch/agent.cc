@@ -240,6 +240,7 @@ void Agent::Reconnect() {
   hello.set_pid(static_cast<uint32_t>(::getpid()));
   hello.set_boot_id(BootId());
   for (const std::string& id : opt_.gpu_ids) hello.add_gpus(id);
+  hello.set_device(cuda() ? "cuda" : "cpu");
   Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }

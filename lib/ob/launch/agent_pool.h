@@ -49,6 +49,7 @@ struct AgentState {
   std::string excluded;      // why it was excluded for good ("" = it may come back)
   std::string boot_id;       // its machine, and the UUIDs of its GPUs, as its Hello said
   std::vector<std::string> gpus;
+  std::string device;        // "cuda" or "cpu", as its Hello said
   bool connected() const { return state == State::kConnected; }
 };
 

@@ -97,6 +97,26 @@ Result<std::vector<std::string>> CheckMachines(const std::vector<MachineOf>& hos
   return warnings;
 }
 
+Status CheckOneDevice(const std::vector<MachineOf>& hosts) {
+  std::map<std::string, std::vector<std::string>> on;  // device → hosts, in the given order
+  for (const MachineOf& h : hosts) {
+    if (!h.device.empty()) on[h.device].push_back(h.host);
+  }
+  if (on.size() <= 1) return Status::Ok();
+  std::string said;  // the CPU hosts last: they are the ones the note after them is about
+  const bool some_cpu = on.count("cpu") > 0;
+  std::vector<std::pair<std::string, std::vector<std::string>>> order(on.begin(), on.end());
+  std::stable_partition(order.begin(), order.end(), [](const auto& d) { return d.first != "cpu"; });
+  for (const auto& [device, names] : order) {
+    said += (said.empty() ? "" : "; ") + device + " on ";
+    for (size_t i = 0; i < names.size(); ++i) said += (i > 0 ? ", " : "") + names[i];
+  }
+  return Status::Config("hosts run on different devices: " + said +
+                        (some_cpu ? " (no GPU seen there: --device auto). Mend their GPUs or leave those "
+                                    "hosts out of the hosts file, or give --device cpu"
+                                  : ""));
+}
+
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }
 
 namespace {

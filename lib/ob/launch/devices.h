@@ -58,7 +58,15 @@ struct MachineOf {
   std::string boot_id;
   std::vector<std::string> gpus;
   int slots = 1;
+  std::string device;  // what its workers run on: "cuda", "cpu" ("": not said)
 };
+// One job runs on one kind of device: NCCL groups cannot take Gloo ranks,
+// and bf16 on some pipelines and fp32 on others would not be one model.
+// kConfig when the hosts' workers would run on different devices (--device
+// auto on a host whose GPUs are not seen, say after a driver fault):
+// "hosts run on different devices: cuda on a, b; cpu on c: …". Hosts that
+// did not say are left out.
+Status CheckOneDevice(const std::vector<MachineOf>& hosts);
 // Hosts of a run that are not the machines they seem. kConfig when the
 // workers of two hosts would share a GPU (one machine listed twice, or two
 // containers given the same GPUs): "hosts a and b would both run workers on

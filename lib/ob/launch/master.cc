@@ -188,7 +188,16 @@ std::string Master::Admit(const pb::Hello& hello) {
   AgentState* a = agents_.Find(hello.host());
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
   if (!a->excluded.empty()) return "host '" + hello.host() + "' was excluded: " + a->excluded;
-  if (state_ == State::kRunning && a->state == AgentState::State::kLost) return "";  // rejoin
+  if (state_ == State::kRunning && a->state == AgentState::State::kLost) {  // rejoin
+    // on the job's kind of device (a host back from a GPU fault without its GPUs is not)
+    std::vector<MachineOf> machines;
+    for (const auto& other : agents_.all()) {
+      if (other.get() != a) machines.push_back({other->host.name, "", {}, 0, other->device});
+    }
+    machines.push_back({hello.host(), "", {}, 0, hello.device()});
+    const Status one = CheckOneDevice(machines);
+    return one.ok() ? "" : "host '" + hello.host() + "' may not rejoin: " + one.message();
+  }
   if (a->state != AgentState::State::kStarting) return "host '" + hello.host() + "' already connected";
   if (state_ != State::kStarting) return "the run is not accepting agents now";
   return "";
@@ -205,6 +214,7 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   a->state = AgentState::State::kConnected;
   a->boot_id = hello.boot_id();
   a->gpus.assign(hello.gpus().begin(), hello.gpus().end());
+  a->device = hello.device();
   a->conn->SetHandlers([this, a](Connection&, pb::Control& m) { OnAgentMessage(*a, m); },
                        [this, a](Connection&, const std::string& r) { OnAgentClosed(*a, r); });
   const int64_t ms = Now() - start_ms_;
@@ -221,13 +231,16 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
 }
 
 void Master::StartWorkers() {
+  std::vector<MachineOf> machines;
+  for (const auto& a : agents_.all()) {
+    machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots, a->device});
+  }
+  if (Status one = CheckOneDevice(machines); !one.ok()) return BeginStop(one.message(), one);
   // Hosts that are one machine (a name listed twice under two spellings,
   // containers of one node): workers sharing a GPU would fail in NCCL or
   // run out of its memory, so that is refused; the rest is said. Every
   // --rsh local host is this machine, by design.
   if (opt_.rsh != "local") {
-    std::vector<MachineOf> machines;
-    for (const auto& a : agents_.all()) machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots});
     Result<std::vector<std::string>> said = CheckMachines(machines);
     if (!said.ok()) return BeginStop(said.status().message(), said.status());
     for (const std::string& w : *said) {
