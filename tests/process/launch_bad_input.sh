@@ -63,10 +63,11 @@ rm -rf "$WORK/run" "$WORK/run-link"
 # milliseconds overflowed: "no agent authenticated within inf s").
 for o in --agent-timeout --master-timeout --start-timeout --hang-timeout --stop-grace; do
   for v in 0 -1 inf nan; do
-    expect 64 "$o: '$v' (must be a positive number|is not a finite number)" -- \
+    expect 64 "$o: '$v' (must be a positive number of seconds|is not a finite number)" -- \
       run "$o" "$v" "$WORK/plan.pb" "$WORK/hosts.txt"
   done
-  expect 64 'timeouts must be positive, at most 1000000 s' -- run "$o" 1e300 "$WORK/plan.pb" "$WORK/hosts.txt"
+  expect 64 "$o: '1e300' must be a positive number of seconds, at most 1000000" -- \
+    run "$o" 1e300 "$WORK/plan.pb" "$WORK/hosts.txt"
 done
 expect 64 'steps 0 evaluates a checkpoint: give --resume' -- run --steps 0 "$WORK/plan.pb" "$WORK/hosts.txt"
 ! grep -qs agent-start "$WORK/run/events.log" || fail "hosts were started for a bad flag: $(cat "$WORK/run/events.log")"

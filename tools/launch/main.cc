@@ -184,13 +184,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   }
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
-  // Positive, and short enough that milliseconds of it fit a 64-bit count.
-  constexpr double kMaxTimeoutS = 1e6;
-  auto bad = [&](double s) { return !(s > 0 && s <= kMaxTimeoutS); };
-  if (bad(o.master_timeout_s) || bad(o.start_timeout_s) || bad(o.agent_timeout_s) || bad(o.hang_timeout_s) ||
-      bad(o.stop_grace_s)) {
-    return ob::Status::Usage("timeouts must be positive, at most 1000000 s");
-  }
   ob::log::Init("master");
   // The precision the workers train in (the device's default unless given;
   // with --device auto, as this machine sees it), which the plan must have
@@ -358,20 +351,20 @@ void Setup(CLI::App& app) {
   app.add_option("--agent-timeout", g.master.agent_timeout_s,
                  "Seconds of silence after which an agent counts as lost (default 1; up to 3x that "
                  "while its host still acknowledges)")
-      ->option_text("SECONDS")->check(ob::cli::Positive());
+      ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--master-timeout", g.master.master_timeout_s,
                  "Agents kill their workers after a silent master (default 3 s)")
-      ->option_text("SECONDS")->check(ob::cli::Positive());
+      ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
-      ->option_text("SECONDS")->check(ob::cli::Positive());
+      ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--hang-timeout", g.master.hang_timeout_s,
                  "A rank whose training loop made no progress for this long is hung; its "
                  "generation is restarted (default 3 s; at least 30 s before a generation's first step)")
-      ->option_text("SECONDS")->check(ob::cli::Positive());
+      ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--stop-grace", g.master.stop_grace_s,
                  "On SIGTERM, SIGINT or SIGUSR1 with --ckpt-dir: time for the checkpoint taken before "
                  "stopping (default 120 s)")
-      ->option_text("SECONDS")->check(ob::cli::Positive());
+      ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--ckpt-dir", g.worker.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
   app.add_option("--ckpt-every", g.worker.ckpt_every, "Save a checkpoint every N steps, in the background")
       ->option_text("N")->check(ob::cli::NonNegative());

@@ -54,6 +54,16 @@ CLI::Validator Positive() {
       "POSITIVE");
 }
 
+CLI::Validator Seconds() {
+  return CLI::Validator(
+      [](std::string& v) {
+        const double x = Number(v);
+        if (x > 0 && x <= 1e6) return std::string();
+        return "'" + v + (std::isnan(x) ? "' is not a finite number" : "' must be a positive number of seconds, at most 1000000");
+      },
+      "SECONDS");
+}
+
 CLI::Validator NonNegative() {
   return CLI::Validator(
       [](std::string& v) {

@@ -79,5 +79,9 @@ CLI::App* AddCommand(CLI::App& app, const std::string& name, const std::string& 
 // CLI11's ("Value -3 not in range 0 to 1.797…e308").
 CLI::Validator Positive();
 CLI::Validator NonNegative();
+// A timeout: positive and at most 1,000,000 s, so that its milliseconds fit
+// a 64-bit count ("'1e300' must be a positive number of seconds, at most
+// 1000000").
+CLI::Validator Seconds();
 
 }  // namespace ob::cli
