@@ -196,7 +196,10 @@ std::string Master::Admit(const pb::Hello& hello) {
     }
     machines.push_back({hello.host(), "", {}, 0, hello.device()});
     const Status one = CheckOneDevice(machines);
-    return one.ok() ? "" : "host '" + hello.host() + "' may not rejoin: " + one.message();
+    if (one.ok()) return "";
+    const std::string why = "host '" + hello.host() + "' may not rejoin: " + one.message();
+    events_.Write("refused-rejoin", why);
+    return why;
   }
   if (a->state != AgentState::State::kStarting) return "host '" + hello.host() + "' already connected";
   if (state_ != State::kStarting) return "the run is not accepting agents now";
