@@ -16,6 +16,9 @@ std::string Trim(const std::string& s);
 // `v` with `decimals` digits after the point ("%.*f").
 std::string Fixed(double v, int decimals);
 
+// Shortest decimal that reads back as `v` ("0.1", "1e-05"); "nan", "inf", "-inf".
+std::string FormatDouble(double v);
+
 // `s` as XML text or attribute value: & < > " ' escaped, control characters
 // other than tab dropped (XML 1.0 has no place for them), other bytes, UTF-8
 // included, as they are.

@@ -3,22 +3,15 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/text.h"
 #include "ob/log.h"
 #include "ob/model/data.h"
 
 namespace ob::launch {
-namespace {
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-}  // namespace
 
 Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events) {
   o_ = o;
@@ -78,8 +71,8 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
   if (o.steps == 0 && m.has_job() && m.job().has_eval_split() && o.eval_split > m.job().eval_split()) {
     // Evaluated on the last eval_split of the tokens; trained on all but
     // the checkpoint's own (smaller) split of them.
-    OB_LOG(Warn) << from << " was trained with --eval-split " << Number(m.job().eval_split())
-                 << ": of the tokens --eval-split " << Number(o.eval_split)
+    OB_LOG(Warn) << from << " was trained with --eval-split " << io::FormatDouble(m.job().eval_split())
+                 << ": of the tokens --eval-split " << io::FormatDouble(o.eval_split)
                  << " evaluates, some were trained on, so this is not a held-out loss";
   }
   if (m.has_optimizer()) {  // changes are allowed, and said
@@ -107,8 +100,8 @@ std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {
           job_.data_fingerprint() + ")";
   } else if (o_.steps > 0 && j.has_eval_split() && j.eval_split() != job_.eval_split()) {
     // Another split trains on other tokens: what was held out, or not.
-    why = "--eval-split " + Number(j.eval_split()) + ", this run's is " + Number(job_.eval_split()) +
-          ": it would train on other tokens";
+    why = "--eval-split " + io::FormatDouble(j.eval_split()) + ", this run's is " +
+          io::FormatDouble(job_.eval_split()) + ": it would train on other tokens";
   }
   return why.empty() ? "" : "saved by another job (" + why + "); --resume-from-other takes it anyway";
 }

@@ -110,17 +110,6 @@ std::string EventJson(const pb::Event& e) {
   return o;
 }
 
-std::string FormatDouble(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
 std::string EventLine(const pb::Event& e) {
   std::string o;
   if (e.unix_ms() != 0) o = FormatUnixMs(e.unix_ms()) + " ";

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ob/clock.h"  // FormatUnixMs, for event lines
+#include "ob/io/text.h"
 #include "ob/metrics.pb.h"
 
 namespace ob::watch {
@@ -38,7 +39,7 @@ std::string EventJson(const pb::Event& e);
 // unix_ms is 0). Every message names its host, rank and step.
 std::string EventLine(const pb::Event& e);
 
-// Shortest decimal that reads back as `v` ("0.1", "1e-05"); "nan", "inf", "-inf".
-std::string FormatDouble(double v);
+// Shortest decimal that reads back as `v` (io/text.h), as events print numbers.
+using io::FormatDouble;
 
 }  // namespace ob::watch
