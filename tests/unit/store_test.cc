@@ -7,14 +7,19 @@
 
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ob/launch/channel.h"
+#include "ob/launch/inputs.h"
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_server.h"
+#include "ob/model/data.h"
 #include "store_testing.h"
 
 using namespace ob::launch;
@@ -474,4 +479,79 @@ TEST_CASE("store client: the agent going away fails calls at once", "[store]") {
   CHECK(StoreClient::FromFd(-1).status().code() == Code::kConfig);
   ::unsetenv("OB_STORE_FD");
   CHECK(StoreClient::FromEnvironment().status().code() == Code::kConfig);
+}
+
+// --- the job's files and permanent failures (inputs.h, store_keys.h) ----------
+
+namespace {
+
+struct TempFiles {
+  std::string dir;
+  TempFiles() {
+    char t[] = "/tmp/ob-inputs-XXXXXX";
+    dir = mkdtemp(t);
+  }
+  ~TempFiles() { (void)std::system(("rm -rf '" + dir + "'").c_str()); }
+  std::string Write(const std::string& name, const std::string& bytes) const {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("inputs: the first reader's file is the job's, and another is refused, naming both", "[store]",
+                   InMemory, Relayed) {
+  TestType s;
+  TempFiles t;
+  const std::string a = t.Write("a.txt", std::string(5000, 'a'));
+  const std::string a2 = t.Write("a2.txt", std::string(5000, 'a'));  // a copy: the same tokens
+  const std::string b = t.Write("b.txt", std::string(4999, 'a') + "b");
+  REQUIRE(AgreeOnInput(*s.a, "--data", a, "h1", "rank 0 on host h1").ok());
+  CHECK(Value(s.b->Get(InputKey("--data"), milliseconds(1000))) ==
+        ob::model::DataFingerprint(a) + "\nrank 0 on host h1");
+  CHECK(AgreeOnInput(*s.b, "--data", a2, "h2", "rank 1 on host h2").ok());
+  CHECK(AgreeOnInput(*s.a, "--data", a, "h1", "rank 0 on host h1").ok());  // a restarted worker
+  const ob::Status other = AgreeOnInput(*s.b, "--data", b, "h3", "rank 2 on host h3");
+  CHECK(other.code() == Code::kDataErr);
+  CHECK(other.message() == "--data " + b + " on host h3 is not the file the job reads: " +
+                               ob::model::DataFingerprint(b) + " here, " + ob::model::DataFingerprint(a) +
+                               " as rank 0 on host h1 read it (every host must read the same tokens: give "
+                               "each the same file, or put it on a shared file system)");
+  // The job's value is kept: a later reader of the first file still agrees.
+  CHECK(AgreeOnInput(*s.b, "--data", a2, "h4", "rank 3 on host h4").ok());
+  // Each flag is a file of its own.
+  CHECK(AgreeOnInput(*s.a, "--eval-data", b, "h1", "rank 0 on host h1").ok());
+  CHECK(AgreeOnInput(*s.b, "--eval-data", a, "h2", "rank 1 on host h2").code() == Code::kDataErr);
+  // Synthetic data and files this host cannot read take no part.
+  CHECK(AgreeOnInput(*s.a, "--data", "synthetic", "h1", "x").ok());
+  CHECK(AgreeOnInput(*s.a, "--data", t.dir + "/missing", "h1", "x").ok());
+  CHECK_FALSE(Value(s.a->Check({InputKey("synthetic")})));
+}
+
+TEST_CASE("inputs: the master's value, as it sets it, names the master", "[store]") {
+  StoreServer server;
+  REQUIRE(server.Set(InputKey("--data"), InputValue("bytes=5 xxh3=0000000000000001", "the master")).ok());
+  CHECK(InputMismatch("--data", "/d", "h2", "bytes=5 xxh3=0000000000000002",
+                      *server.Get(InputKey("--data"))) ==
+        "--data /d on host h2 is not the file the job reads: bytes=5 xxh3=0000000000000002 here, bytes=5 "
+        "xxh3=0000000000000001 as the master read it (every host must read the same tokens: give each the "
+        "same file, or put it on a shared file system)");
+  CHECK(InputMismatch("--data", "/d", "h2", "bytes=5 xxh3=0000000000000001", *server.Get(InputKey("--data"))) ==
+        "");
+  CHECK_FALSE(server.Get("absent").has_value());
+}
+
+TEST_CASE("fatal: a permanent failure's value reads back, and nothing else does", "[store]") {
+  CHECK(FatalKey(3, 7) == "ob/gen/3/fatal/7");
+  auto f = ParseFatal(FatalValue(65, "--data /d: size 3 bytes is not a multiple of 2"));
+  REQUIRE(f.has_value());
+  CHECK(f->first == 65);
+  CHECK(f->second == "--data /d: size 3 bytes is not a multiple of 2");
+  CHECK(ParseFatal("66 ")->second.empty());
+  for (const char* bad : {"", "65", " 65 x", "0 x", "256 x", "1000 x", "6a x", "-1 x"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseFatal(bad).has_value());
+  }
 }

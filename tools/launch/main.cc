@@ -230,6 +230,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.seed = g.worker.seed;
   o.eval_split = g.worker.eval_split;
   o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
+  o.eval_data = g.worker.eval_data;
   o.steps = g.worker.steps;
   {
     const auto& w = g.worker;

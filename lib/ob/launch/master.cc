@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <ctime>
+#include <optional>
+#include <utility>
 
 #include "ob/clock.h"
 #include "ob/io/file.h"
@@ -14,6 +16,7 @@
 #include "ob/launch/devices.h"
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_relay.h"
+#include "ob/model/data.h"
 #include "ob/log.h"
 #include "ob/runtime/topology.h"
 
@@ -251,6 +254,15 @@ void Master::StartWorkers() {
       events_.Write("one-machine", w);
     }
   }
+  // The files the job reads, as this machine reads them (inputs.h): every
+  // worker compares its own.
+  for (const auto& [flag, spec] : {std::pair<std::string, std::string>{"--data", opt_.data},
+                                   {"--eval-data", opt_.eval_data}}) {
+    if (spec.empty() || spec == "synthetic") continue;
+    const std::string fp = model::DataFingerprint(spec);
+    if (fp.empty()) continue;
+    if (Status st = store_.Set(InputKey(flag), InputValue(fp, "the master")); !st.ok()) return BeginStop(st.message(), st);
+  }
   state_ = State::kRunning;
   OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
                << layout_.ranks.size() << " worker(s)";
@@ -392,6 +404,22 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
         BeginStop("training finished: every worker exited 0", Status::Ok());
       }
       return;
+    }
+    // A worker that knew its failure permanent said so before it exited
+    // (its data not the job's, or malformed: store_keys.h FatalKey), with
+    // the code it exits with.
+    if (x.signal() == 0) {
+      const uint64_t g = x.generation() != 0 ? x.generation() : generation_;
+      if (std::optional<std::string> v = store_.Get(FatalKey(g, static_cast<int>(x.rank())))) {
+        if (auto f = ParseFatal(*v); f && f->first == x.exit_status()) {
+          const std::string msg = "worker rank " + std::to_string(x.rank()) + " on host " + a.host.name +
+                                  " " + x.description() + ": " + log::Printable(f->second, 1024) +
+                                  "; not restarting what fails the same way again";
+          events_.Write("detect", msg);
+          OB_LOG(Error) << msg;
+          return BeginStop(msg, Status(static_cast<Code>(f->first), msg));
+        }
+      }
     }
     // A worker that met a permanent mistake (a bad flag, its input missing
     // on its host: EX_USAGE, EX_NOINPUT) meets it again on every restart.

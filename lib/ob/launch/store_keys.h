@@ -9,6 +9,16 @@
 //                                 through a c10d::PrefixStore: their groups,
 //                                 held/<R> (the snapshots rank R holds)
 //   ob/gen/<G>/checkpoint-now     the step after which every worker saves
+//   ob/gen/<G>/fatal/<R>          rank R's permanent failure, "<exit code> <one
+//                                 line>", written before it exits with that
+//                                 code: the master ends the run with it
+//                                 instead of restarting what fails again
+//   ob/input/<flag>               the file the job reads as --data (or
+//                                 --eval-data): "<model::DataFingerprint>\n<who
+//                                 read it>", set by the master when it can
+//                                 read the file, else by the first worker;
+//                                 every worker compares its own (worker.h
+//                                 AgreeOnInput). Kept for the whole job.
 //
 // The master erases ob/gen/<G - 2>/... when it publishes generation G: no
 // worker of that generation is left to read it.
@@ -17,7 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace ob::launch {
 
@@ -33,6 +45,29 @@ inline std::string GenerationKeysPrefix(uint64_t generation) { return Generation
 inline std::string HeldKey(int rank) { return "held/" + std::to_string(rank); }
 inline std::string CheckpointNowKey(uint64_t generation) {
   return GenerationKeysPrefix(generation) + "checkpoint-now";
+}
+
+// Rank R's permanent failure (FatalValue), and its parse: the exit code
+// (1-255) and the line; nullopt for a value that is not one.
+inline std::string FatalKey(uint64_t generation, int rank) {
+  return GenerationKeysPrefix(generation) + "fatal/" + std::to_string(rank);
+}
+inline std::string FatalValue(int code, const std::string& line) { return std::to_string(code) + " " + line; }
+inline std::optional<std::pair<int, std::string>> ParseFatal(const std::string& value) {
+  const size_t sp = value.find(' ');
+  if (sp == 0 || sp == std::string::npos || sp > 3) return std::nullopt;
+  int code = 0;
+  for (size_t i = 0; i < sp; ++i) {
+    if (value[i] < '0' || value[i] > '9') return std::nullopt;
+    code = code * 10 + (value[i] - '0');
+  }
+  if (code == 0 || code > 255) return std::nullopt;
+  return std::make_pair(code, value.substr(sp + 1));
+}
+// The job's --data (flag "--data") or --eval-data (inputs.h).
+inline std::string InputKey(const std::string& flag) { return "ob/input/" + flag; }
+inline std::string InputValue(const std::string& fingerprint, const std::string& who) {
+  return fingerprint + "\n" + who;
 }
 
 }  // namespace ob::launch

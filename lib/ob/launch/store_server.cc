@@ -248,6 +248,12 @@ Status StoreServer::Set(const std::string& key, const std::string& value) {
   return result;
 }
 
+std::optional<std::string> StoreServer::Get(const std::string& key) const {
+  auto it = data_.find(key);
+  if (it == data_.end()) return std::nullopt;
+  return it->second;
+}
+
 size_t StoreServer::ErasePrefix(const std::string& prefix) {
   size_t n = 0;
   auto it = data_.lower_bound(prefix);

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ class StoreServer {
   // The master's own writes (it publishes generations so): a SET, with the
   // same limits. kDataErr when refused.
   Status Set(const std::string& key, const std::string& value);
+  // The master's own reads: the value of `key`, nullopt when absent.
+  std::optional<std::string> Get(const std::string& key) const;
   // Removes every key that starts with `prefix` (a finished generation's);
   // returns how many.
   size_t ErasePrefix(const std::string& prefix);

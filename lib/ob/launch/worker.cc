@@ -32,6 +32,7 @@
 #include "ob/launch/decision.h"
 #include "ob/launch/devices.h"
 #include "ob/launch/inject.h"
+#include "ob/launch/inputs.h"
 #include "ob/profile/gpus.h"
 #include "ob/launch/relay_store.h"
 #include "ob/launch/store_client.h"
@@ -349,22 +350,41 @@ Status RunWorker(const WorkerOptions& o) {
                           std::to_string(topo.world_size()) + " ranks");
   if (o.rank < 0 || o.rank >= topo.world_size())
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
-  OB_ASSIGN_OR_RETURN(model::TokenSource data, OpenData(o.data, cfg, o.seed, o.data_facts));
-  // Evaluation data: a file of its own, or the held-out end of `data`.
-  std::optional<model::TokenSource> eval;
+  // The data: the file every host reads (inputs.h). A mistake here (the
+  // file missing, malformed, not the job's) meets every restart again, so
+  // the master is told it is permanent (store_keys.h FatalKey) and ends the
+  // run with it rather than recovering into it.
+  std::optional<model::TokenSource> train, eval;
   {
-    const int seq = SequenceLength(gen.plan(), cfg);
-    if (!o.eval_data.empty()) {
-      OB_ASSIGN_OR_RETURN(model::TokenSource e, OpenData(o.eval_data, cfg, o.seed + 1, ""));
-      OB_RETURN_IF_ERROR(e.Check(seq, cfg.vocab_size));
-      eval = std::move(e);
-    } else if (o.eval_split > 0) {
-      model::TokenSource train = data, held = data;
-      OB_RETURN_IF_ERROR(model::SplitForEval(data, o.eval_split, seq, &train, &held));
-      data = train;
-      eval = held;
+    const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
+    Status st = [&]() -> Status {
+      OB_ASSIGN_OR_RETURN(model::TokenSource d, OpenData(o.data, cfg, o.seed, o.data_facts));
+      OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--data", o.data, o.host, who));
+      // Evaluation data: a file of its own, or the held-out end of `data`.
+      const int seq = SequenceLength(gen.plan(), cfg);
+      OB_RETURN_IF_ERROR(d.Check(seq, cfg.vocab_size));
+      if (!o.eval_data.empty()) {
+        OB_ASSIGN_OR_RETURN(model::TokenSource e, OpenData(o.eval_data, cfg, o.seed + 1, ""));
+        OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--eval-data", o.eval_data, o.host, who));
+        OB_RETURN_IF_ERROR(e.Check(seq, cfg.vocab_size));
+        eval = std::move(e);
+      } else if (o.eval_split > 0) {
+        model::TokenSource kept = d, held = d;
+        OB_RETURN_IF_ERROR(model::SplitForEval(d, o.eval_split, seq, &kept, &held));
+        d = kept;
+        eval = held;
+      }
+      train = std::move(d);
+      return Status::Ok();
+    }();
+    if (!st.ok()) {
+      if (st.code() == Code::kDataErr || st.code() == Code::kNoInput || st.code() == Code::kUsage) {
+        (void)client->Set(FatalKey(o.generation, o.rank), FatalValue(static_cast<int>(st.code()), st.message()));
+      }
+      return st;
     }
   }
+  model::TokenSource data = std::move(*train);
 
   // The device and precision (devices.h), and our share of the host's
   // cores: the agent sets OMP_NUM_THREADS, which a standby that already

@@ -1,0 +1,39 @@
+// One job reads one set of tokens (design §2): every host's workers read
+// --data (and --eval-data) from files of their own, and a pipeline's first
+// stage samples its inputs from its host's file while its last stage
+// samples the targets from its own. Two hosts holding different files (a
+// stale copy, a re-tokenized one) would train inputs against another
+// file's targets, and data-parallel pipelines on other samples than the
+// job's (seed, step) names, with nothing failing. So the job's store holds
+// the fingerprint (model::DataFingerprint: size and the first and last MiB)
+// of the file it reads, set by the master when it can read the file (main:
+// --rsh local, or a shared file system) and otherwise by the first worker
+// to get there, and every worker compares its own before it trains. A file
+// replaced during the run is caught by the next worker that starts.
+//
+// Thread-safety: as the Store given.
+#pragma once
+
+#include <string>
+
+#include "ob/launch/store.h"
+#include "ob/status.h"
+
+namespace ob::launch {
+
+// Compares `spec`'s fingerprint with the job's under InputKey(flag)
+// (store_keys.h), setting it when it is not yet there; `who` names this
+// reader ("rank 3 on host h1") for the message another gets. Ok for
+// "synthetic" and for a file that cannot be read here (opening it reports
+// that). kDataErr when the files differ: "--data PATH on host H is not the
+// file the job reads: bytes=… xxh3=… here, bytes=… xxh3=… as WHO read it
+// (…)"; the store's own errors as they are.
+Status AgreeOnInput(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
+                    const std::string& who);
+
+// The message above, from the two fingerprints and the store's value
+// (InputValue); "" when they agree. For tests.
+std::string InputMismatch(const std::string& flag, const std::string& spec, const std::string& host,
+                          const std::string& mine, const std::string& stored);
+
+}  // namespace ob::launch

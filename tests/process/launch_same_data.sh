@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Every host reads the same tokens (lib/ob/launch/inputs.h): gpt-tiny on 4
+# hosts (2 pipelines x 2 stages) whose agents run through an --rsh that
+# gives host 4 a file of its own at the --data path (a bind mount in a
+# mount namespace of its own: what a stale copy on one node looks like).
+#  1. host 4's copy differs from the others' in 16 bytes, with the same
+#     size and modification time: the run ends at once with exit 65,
+#     naming host 4, the file and both fingerprints, without a recovery.
+#     Before 2026-11-28 it trained host 4's stage on other targets than
+#     its pipeline's inputs and exited 0.
+#  2. host 4's copy is malformed (an odd size for uint16 tokens): exit 65
+#     with the file's own error, without a recovery (before: three
+#     recoveries that completed no step, and exit 75, as if a later attempt
+#     might not meet it).
+#  3. the master cannot read the file (it exists only on the hosts): the
+#     first worker's copy is the job's; with host 4's different, exit 65
+#     naming a worker as the reader whose copy the job took; with every
+#     host's the same, the run trains to the end.
+NAME=launch_same_data
+source "$(dirname "$0")/../lib/launch.sh"
+command -v python3 >/dev/null || skip "no python3"
+[ "$(id -u)" = 0 ] || skip "not root: no mount namespaces for per-host files"
+unshare -m true 2>/dev/null || skip "unshare -m does not work here"
+make_two_by_two
+
+DATA="$WORK/data"
+mkdir -p "$DATA"
+cp "$OB_SOURCE_DIR/tests/data/corpus.txt" "$DATA/train.txt"
+# Same size, same mtime, 16 bytes changed in the middle.
+python3 - "$DATA/train.txt" "$DATA/other.txt" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+m = len(b) // 2
+b[m:m + 16] = bytes((x + 1) % 256 for x in b[m:m + 16])
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+touch -r "$DATA/train.txt" "$DATA/other.txt"
+# uint16 token files: the corpus's bytes as ids, and one with an odd size.
+python3 - "$DATA/train.txt" "$DATA/good.bin" "$DATA/odd.bin" <<'PY'
+import struct, sys
+ids = open(sys.argv[1], "rb").read()[:20000]
+open(sys.argv[2], "wb").write(struct.pack("<%dH" % len(ids), *ids))
+open(sys.argv[3], "wb").write(struct.pack("<%dH" % len(ids), *ids) + b"\0")
+PY
+
+# The rsh: host 4's agent (and so its workers) sees $OTHER at $AT; the
+# others see this test's file system. SELF_NS: this shell's mount
+# namespace, for a master started in one of its own (part 3).
+cat > "$WORK/rsh" <<'SH'
+#!/usr/bin/env bash
+host=$1; shift
+enter=()
+[ -n "${SELF_NS:-}" ] && enter=(nsenter "--mount=$SELF_NS")
+case $host in
+  *h4) exec "${enter[@]}" unshare -m bash -c 'mount --bind "$OTHER" "$AT" && exec "$@"' rsh "$@" ;;
+  *) exec "${enter[@]}" "$@" ;;
+esac
+SH
+chmod +x "$WORK/rsh"
+
+# launch RUN DATA STEPS [PREFIX...]: ob-launch through the rsh, in the
+# background (MASTER_PID).
+launch() {
+  local run=$1 data=$2 steps=$3
+  shift 3
+  rm -rf "${WORK:?}/$run"
+  timeout 120 "$@" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind 127.0.0.1 --secret-file "$WORK/secret" \
+    --run-dir "$WORK/$run" --steps "$steps" --data "$data" "$WORK/plan.pb" "$WORK/hosts.txt" \
+    2> "$WORK/$run.err" &
+  MASTER_PID=$!
+}
+# refused RUN WHAT PATTERN: the run exited 65 with a last line matching
+# PATTERN, recovered nothing, and left no process.
+refused() {
+  local run=$1 what=$2 pattern=$3
+  run_wait
+  [ "$RC" = 65 ] || fail "$what: exit $RC, expected 65: $(grep -E 'error|ob-launch:' "$WORK/$run.err" | tail -3)"
+  local line
+  line=$(tail -1 "$WORK/$run.err")
+  [[ "$line" =~ $pattern ]] || fail "$what: last line: $line"
+  [ "$(grep -c ' start-workers ' "$WORK/$run/events.log")" = 1 ] \
+    || fail "$what: workers were restarted: $(grep -E ' (decide|start-workers) ' "$WORK/$run/events.log")"
+  wait_for 5 no_tagged || fail "$what: processes left: $(tagged | xargs -r ps -o pid,args -p)"
+  echo "$NAME: $what: $line"
+}
+
+# 1. Another copy on host 4.
+OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch copy "$DATA/train.txt" 30
+refused copy "another copy on host 4" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/train.txt on host ${TAG}h4 is not the file the job reads: bytes=[0-9]+ xxh3=[0-9a-f]{16} here, bytes=[0-9]+ xxh3=[0-9a-f]{16} as the master read it \(every host must read the same tokens"
+
+# 2. A malformed copy on host 4.
+OTHER="$DATA/odd.bin" AT="$DATA/good.bin" launch odd "$DATA/good.bin" 30
+refused odd "a malformed copy on host 4" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: $DATA/good.bin: size [0-9]+ bytes is not a multiple of 2.*; not restarting what fails the same way again$"
+
+# 3. The master cannot read the file: it runs where $DATA is an empty
+# directory, and its agents in this shell's mount namespace.
+export SELF_NS="/proc/$$/ns/mnt"
+OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch hosts "$DATA/train.txt" 30 \
+  unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA"
+refused hosts "the master without the file, another copy on host 4" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/train.txt on host ${TAG}h[1-4] is not the file the job reads: .* as rank [0-9] on host ${TAG}h[1-4] read it"
+OTHER="$DATA/train.txt" AT="$DATA/train.txt" launch same "$DATA/train.txt" 5 \
+  unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA"
+run_wait
+[ "$RC" = 0 ] || fail "the master without the file, the same on every host: exit $RC: $(tail -3 "$WORK/same.err")"
+grep -q "trained 5 steps" "$WORK/same.err" || fail "the same file everywhere: $(tail -2 "$WORK/same.err")"
+wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: ok"
