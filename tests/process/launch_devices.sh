@@ -21,7 +21,11 @@
 #     GPUs, before 2026-11-28); with GPUs of their own each, the run goes
 #     on and says, in a warning and events.log, that they are one machine;
 #  6. --device auto where one host sees no GPU: refused before any worker
-#     starts, exit 78, one line naming the hosts on each device.
+#     starts, exit 78, one line naming the hosts on each device;
+#  7. one host whose ob-launch is another build ($OB_TEST_BUILD through the
+#     rsh: a node left with an older install): refused before any worker
+#     starts, exit 78, one line naming it and both builds (before
+#     2026-11-28 it trained beside the others).
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -169,6 +173,24 @@ line=$(tail -1 "$WORK/mixed.err")
 [[ "$line" == "ob-launch: hosts run on different devices: cuda on ${TAG}h1, ${TAG}h2, ${TAG}h3; cpu on ${TAG}h4 (no GPU seen there: --device auto)."* ]] \
   || fail "hosts with and without GPUs: last line: $line"
 ! grep -q start-workers "$WORK/mixed/events.log" || fail "hosts with and without GPUs: workers were started"
+wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: $line"
+
+# 7. Another build on one host.
+cat > "$WORK/rsh-build" <<'SH'
+#!/usr/bin/env bash
+host=$1; shift
+case $host in *h3) export OB_TEST_BUILD="ob-launch 0.0.9 (old), LibTorch 1.13.0" ;; esac
+exec "$@"
+SH
+chmod +x "$WORK/rsh-build"
+STAND_IN_RSH="$WORK/rsh-build" stand_in_launch build --bind 127.0.0.1 --device cpu
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 78 ] || fail "another build on one host: exit $rc, expected 78: $(tail -3 "$WORK/build.err")"
+line=$(tail -1 "$WORK/build.err")
+[[ "$line" =~ ^ob-launch:\ hosts\ run\ another\ build\ of\ ob-launch\ than\ this\ master\ \(ob-launch\ [^\)]+\),\ LibTorch\ [0-9.a-z+]+\):\ ob-launch\ 0\.0\.9\ \(old\),\ LibTorch\ 1\.13\.0\ on\ ${TAG}h3\.\ Install\ this\ one\ on\ every\ host ]] \
+  || fail "another build on one host: last line: $line"
+! grep -q start-workers "$WORK/build/events.log" || fail "another build on one host: workers were started"
 wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: $line"
 echo "$NAME: ok"

@@ -186,3 +186,25 @@ TEST_CASE("one job runs on one kind of device: hosts that differ are refused, na
         "hosts run on different devices: cuda on a, b; cpu on c (no GPU seen there: --device auto). Mend their "
         "GPUs or leave those hosts out of the hosts file, or give --device cpu");
 }
+
+TEST_CASE("one build: hosts whose ob-launch is not the master's are named, by build", "[devices]") {
+  using ob::launch::CheckOneBuild;
+  using ob::launch::MachineOf;
+  auto host = [](const std::string& name, const std::string& build) {
+    MachineOf m;
+    m.host = name;
+    m.build = build;
+    return m;
+  };
+  const std::string mine = "ob-launch 0.1.0 (da0f788), LibTorch 1.13.0";
+  CHECK(CheckOneBuild({}, mine).ok());
+  CHECK(CheckOneBuild({host("a", mine), host("b", mine)}, mine).ok());
+  CHECK(CheckOneBuild({host("a", mine), host("b", "")}, mine).ok());  // an agent that did not say
+  CHECK(CheckOneBuild({host("a", "x"), host("b", "y")}, "").ok());    // a master that does not know
+  const ob::Status st = CheckOneBuild({host("a", mine), host("b", "old"), host("c", "older"), host("d", "old")}, mine);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.message() == "hosts run another build of ob-launch than this master (" + mine +
+                            "): old on b, d; older on c. Install this one on every host (the path --agent-exe "
+                            "names)");
+}

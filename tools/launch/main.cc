@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "ob/build_info.h"
 #include "ob/cli/cli.h"
 #include "ob/clock.h"
 #include "ob/io/file.h"
@@ -154,6 +155,13 @@ std::string RuntimeDetails() {
          "worker: " + ob::launch::DescribeRuntime(ob::launch::DeviceName(here), *precision) + "\n";
 }
 
+// Which build agents and the master are (Hello.build): the version line
+// and the LibTorch it was built with; $OB_TEST_BUILD instead, for tests.
+std::string BuildId() {
+  if (const char* b = std::getenv("OB_TEST_BUILD"); b != nullptr && *b != '\0') return b;
+  return ob::cli::VersionLine("launch") + ", LibTorch " OB_TORCH_VERSION;
+}
+
 std::string SelfExe() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -172,6 +180,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.device = g.worker.device;
     o.gpus = AgentGpus(device);
     o.gpu_ids = AgentGpuIds(device, o.gpus);
+    o.build = BuildId();
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);
@@ -276,6 +285,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
   o.self_exe = g.agent_exe.empty() ? SelfExe() : g.agent_exe;
+  o.build = BuildId();
   if (common.verbose > 0) g.log_flags.push_back("-v");
   if (common.quiet) g.log_flags.push_back("-q");
   o.agent_flags.insert(o.agent_flags.end(), g.log_flags.begin(), g.log_flags.end());

@@ -241,6 +241,7 @@ void Agent::Reconnect() {
   hello.set_boot_id(BootId());
   for (const std::string& id : opt_.gpu_ids) hello.add_gpus(id);
   hello.set_device(cuda() ? "cuda" : "cpu");
+  hello.set_build(opt_.build);
   Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }

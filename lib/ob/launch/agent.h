@@ -113,6 +113,9 @@ struct AgentOptions {
   // own (--rsh local: every host's agent runs here; the master passes the
   // world size); 0: this agent's workers only.
   int cpu_share = 0;
+  // Which build this is (Hello.build; main.cc: cli::VersionLine and the
+  // LibTorch version).
+  std::string build;
 };
 
 // Exit status: 0 when stopped by the master (or its stdin closed after a

@@ -50,6 +50,7 @@ struct AgentState {
   std::string boot_id;       // its machine, and the UUIDs of its GPUs, as its Hello said
   std::vector<std::string> gpus;
   std::string device;        // "cuda" or "cpu", as its Hello said
+  std::string build;         // its ob-launch, as its Hello said
   bool connected() const { return state == State::kConnected; }
 };
 

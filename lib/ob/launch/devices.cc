@@ -117,6 +117,25 @@ Status CheckOneDevice(const std::vector<MachineOf>& hosts) {
                                   : ""));
 }
 
+Status CheckOneBuild(const std::vector<MachineOf>& hosts, const std::string& master_build) {
+  if (master_build.empty()) return Status::Ok();
+  std::vector<std::pair<std::string, std::vector<std::string>>> other;  // build → hosts, first seen first
+  for (const MachineOf& h : hosts) {
+    if (h.build.empty() || h.build == master_build) continue;
+    auto it = std::find_if(other.begin(), other.end(), [&](const auto& b) { return b.first == h.build; });
+    if (it == other.end()) it = other.insert(other.end(), {h.build, {}});
+    it->second.push_back(h.host);
+  }
+  if (other.empty()) return Status::Ok();
+  std::string said;
+  for (const auto& [build, names] : other) {
+    said += (said.empty() ? "" : "; ") + build + " on ";
+    for (size_t i = 0; i < names.size(); ++i) said += (i > 0 ? ", " : "") + names[i];
+  }
+  return Status::Config("hosts run another build of ob-launch than this master (" + master_build + "): " + said +
+                        ". Install this one on every host (the path --agent-exe names)");
+}
+
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }
 
 namespace {

@@ -59,6 +59,7 @@ struct MachineOf {
   std::vector<std::string> gpus;
   int slots = 1;
   std::string device;  // what its workers run on: "cuda", "cpu" ("": not said)
+  std::string build;   // its ob-launch (Hello.build; "": not said)
 };
 // One job runs on one kind of device: NCCL groups cannot take Gloo ranks,
 // and bf16 on some pipelines and fp32 on others would not be one model.
@@ -67,6 +68,14 @@ struct MachineOf {
 // "hosts run on different devices: cuda on a, b; cpu on c: …". Hosts that
 // did not say are left out.
 Status CheckOneDevice(const std::vector<MachineOf>& hosts);
+// One job runs one build of ob (Hello.build): a host left with an older
+// install would train with other arithmetic, and snapshots and recovery
+// transfers between builds need not read back. kConfig when a host's build
+// is not `master_build`: "hosts run another build of ob-launch than this
+// master (…): … on h3, h4. Install this one on every host (the path
+// --agent-exe names)". Hosts that did not say, and an empty
+// `master_build`, are left out.
+Status CheckOneBuild(const std::vector<MachineOf>& hosts, const std::string& master_build);
 // Hosts of a run that are not the machines they seem. kConfig when the
 // workers of two hosts would share a GPU (one machine listed twice, or two
 // containers given the same GPUs): "hosts a and b would both run workers on

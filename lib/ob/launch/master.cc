@@ -192,13 +192,15 @@ std::string Master::Admit(const pb::Hello& hello) {
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
   if (!a->excluded.empty()) return "host '" + hello.host() + "' was excluded: " + a->excluded;
   if (state_ == State::kRunning && a->state == AgentState::State::kLost) {  // rejoin
-    // on the job's kind of device (a host back from a GPU fault without its GPUs is not)
+    // on the job's kind of device (a host back from a GPU fault without its
+    // GPUs is not), and with this build (a node reinstalled is not)
     std::vector<MachineOf> machines;
     for (const auto& other : agents_.all()) {
-      if (other.get() != a) machines.push_back({other->host.name, "", {}, 0, other->device});
+      if (other.get() != a) machines.push_back({other->host.name, "", {}, 0, other->device, ""});
     }
-    machines.push_back({hello.host(), "", {}, 0, hello.device()});
-    const Status one = CheckOneDevice(machines);
+    machines.push_back({hello.host(), "", {}, 0, hello.device(), hello.build()});
+    Status one = CheckOneDevice(machines);
+    if (one.ok()) one = CheckOneBuild(machines, opt_.build);
     if (one.ok()) return "";
     const std::string why = "host '" + hello.host() + "' may not rejoin: " + one.message();
     events_.Write("refused-rejoin", why);
@@ -221,6 +223,7 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   a->boot_id = hello.boot_id();
   a->gpus.assign(hello.gpus().begin(), hello.gpus().end());
   a->device = hello.device();
+  a->build = hello.build();
   a->conn->SetHandlers([this, a](Connection&, pb::Control& m) { OnAgentMessage(*a, m); },
                        [this, a](Connection&, const std::string& r) { OnAgentClosed(*a, r); });
   const int64_t ms = Now() - start_ms_;
@@ -239,8 +242,9 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
 void Master::StartWorkers() {
   std::vector<MachineOf> machines;
   for (const auto& a : agents_.all()) {
-    machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots, a->device});
+    machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots, a->device, a->build});
   }
+  if (Status one = CheckOneBuild(machines, opt_.build); !one.ok()) return BeginStop(one.message(), one);
   if (Status one = CheckOneDevice(machines); !one.ok()) return BeginStop(one.message(), one);
   // Hosts that are one machine (a name listed twice under two spellings,
   // containers of one node): workers sharing a GPU would fail in NCCL or

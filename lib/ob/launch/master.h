@@ -115,6 +115,9 @@ struct MasterOptions {
   double stop_grace_s = 120.0;       // for the checkpoint a stop request writes
   std::string self_exe;              // the ob-launch binary agents run; "" = /proc/self/exe
   std::vector<std::string> agent_flags;  // extra flags for agents (e.g. "-v")
+  // This build (agent.h AgentOptions::build): hosts whose agents say
+  // another are refused (devices.h CheckOneBuild). "": not checked.
+  std::string build;
   WorkerCommand worker_command;      // REQUIRES: set
   // Checkpoints (ckpt/checkpoint.h): the directory workers save into (""
   // = none); the master commits each step once every rank's part is in,
