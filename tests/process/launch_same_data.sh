@@ -15,7 +15,13 @@
 #  3. the master cannot read the file (it exists only on the hosts): the
 #     first worker's copy is the job's; with host 4's different, exit 65
 #     naming a worker as the reader whose copy the job took; with every
-#     host's the same, the run trains to the end.
+#     host's the same, the run trains to the end, and its checkpoint
+#     records the workers' fingerprint of the file;
+#  4. a resume of that checkpoint, the master still without the file, on
+#     hosts that all hold another file now: exit 65, naming the job that
+#     saved the checkpoint as the reader (before 2026-11-28 the job's
+#     identity was not checked without the master's own reading, and it
+#     trained on).
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -52,21 +58,22 @@ host=$1; shift
 enter=()
 [ -n "${SELF_NS:-}" ] && enter=(nsenter "--mount=$SELF_NS")
 case $host in
-  *h4) exec "${enter[@]}" unshare -m bash -c 'mount --bind "$OTHER" "$AT" && exec "$@"' rsh "$@" ;;
+  *h4|${ALL:-none}) exec "${enter[@]}" unshare -m bash -c 'mount --bind "$OTHER" "$AT" && exec "$@"' rsh "$@" ;;
   *) exec "${enter[@]}" "$@" ;;
 esac
 SH
 chmod +x "$WORK/rsh"
 
-# launch RUN DATA STEPS [PREFIX...]: ob-launch through the rsh, in the
-# background (MASTER_PID).
+# launch RUN DATA STEPS [FLAGS...]: ob-launch through the rsh, in the
+# background (MASTER_PID), run by the command in PREFIX (none by default).
+PREFIX=()
 launch() {
   local run=$1 data=$2 steps=$3
   shift 3
   rm -rf "${WORK:?}/$run"
-  timeout 120 "$@" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind 127.0.0.1 --secret-file "$WORK/secret" \
-    --run-dir "$WORK/$run" --steps "$steps" --data "$data" "$WORK/plan.pb" "$WORK/hosts.txt" \
-    2> "$WORK/$run.err" &
+  timeout 120 "${PREFIX[@]}" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind 127.0.0.1 \
+    --secret-file "$WORK/secret" --run-dir "$WORK/$run" --steps "$steps" --data "$data" "$@" \
+    "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
   MASTER_PID=$!
 }
 # refused RUN WHAT PATTERN: the run exited 65 with a last line matching
@@ -97,14 +104,19 @@ refused odd "a malformed copy on host 4" \
 # 3. The master cannot read the file: it runs where $DATA is an empty
 # directory, and its agents in this shell's mount namespace.
 export SELF_NS="/proc/$$/ns/mnt"
-OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch hosts "$DATA/train.txt" 30 \
-  unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA"
+PREFIX=(unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA")
+OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch hosts "$DATA/train.txt" 30
 refused hosts "the master without the file, another copy on host 4" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/train.txt on host ${TAG}h[1-4] is not the file the job reads: .* as rank [0-9] on host ${TAG}h[1-4] read it"
-OTHER="$DATA/train.txt" AT="$DATA/train.txt" launch same "$DATA/train.txt" 5 \
-  unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA"
+OTHER="$DATA/train.txt" AT="$DATA/train.txt" launch same "$DATA/train.txt" 5 --ckpt-dir "$WORK/ck"
 run_wait
 [ "$RC" = 0 ] || fail "the master without the file, the same on every host: exit $RC: $(tail -3 "$WORK/same.err")"
 grep -q "trained 5 steps" "$WORK/same.err" || fail "the same file everywhere: $(tail -2 "$WORK/same.err")"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+
+# 4. Its checkpoint resumed, every host now holding another file.
+ALL="*" OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch resumed "$DATA/train.txt" 10 --ckpt-dir "$WORK/ck" \
+  --resume auto
+refused resumed "a resume on hosts that all hold another file" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/train.txt on host ${TAG}h[1-4] is not the file the job reads: .* as the job that saved $WORK/ck/step-000000000004 read it"
 echo "$NAME: ok"

@@ -19,7 +19,8 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
   events_ = events;
   job_.set_seed(o.seed);
   job_.set_data(o.data);
-  job_.set_data_fingerprint(model::DataFingerprint(o.data));
+  own_data_fingerprint_ = model::DataFingerprint(o.data);
+  job_.set_data_fingerprint(own_data_fingerprint_);
   job_.set_eval_split(o.eval_split);
   if (!o.dir.empty()) {
     // Two jobs saving into one directory overwrite each other's steps and
@@ -68,6 +69,7 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                          ": nothing left to train (raise --steps)");
   }
   resume_ = {from, step};
+  if (!o.resume_from_other && m.has_job()) resume_data_fingerprint_ = m.job().data_fingerprint();
   if (o.steps == 0 && m.has_job() && m.job().has_eval_split() && o.eval_split > m.job().eval_split()) {
     // Evaluated on the last eval_split of the tokens; trained on all but
     // the checkpoint's own (smaller) split of them.
@@ -86,6 +88,15 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
     }
   }
   return Status::Ok();
+}
+
+std::pair<std::string, std::string> CheckpointKeeper::ExpectedData() const {
+  if (o_.data == "synthetic") return {"", ""};
+  if (!own_data_fingerprint_.empty()) return {own_data_fingerprint_, "the master"};
+  if (!resume_data_fingerprint_.empty()) {
+    return {resume_data_fingerprint_, "the job that saved " + resume_.path};
+  }
+  return {"", ""};
 }
 
 std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {

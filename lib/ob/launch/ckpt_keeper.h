@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "ob/ckpt/checkpoint.h"
 #include "ob/io/dir_lock.h"
@@ -66,6 +67,17 @@ class CheckpointKeeper {
   // How this run's optimizer settings differ from the resumed checkpoint's,
   // one "name A -> B" each ("" when the same, or none recorded).
   const std::vector<std::string>& optimizer_changes() const { return optimizer_changes_; }
+  // The fingerprint (model::DataFingerprint) every worker's --data must
+  // have (inputs.h), and whose reading it is: this machine's ("the
+  // master"); where this machine cannot read the file, resuming a
+  // checkpoint (not --resume-from-other), the one that checkpoint's job
+  // recorded ("the job that saved DIR/step-…"); otherwise {"", ""}.
+  std::pair<std::string, std::string> ExpectedData() const;
+  // The workers' reading of --data (inputs.h), recorded in the manifests
+  // of a job whose master cannot read the file (its own reading first).
+  void LearnDataFingerprint(const std::string& fingerprint) {
+    if (job_.data_fingerprint().empty()) job_.set_data_fingerprint(fingerprint);
+  }
   // The newest checkpoint of the directory that verifies and is this job's.
   Result<CheckpointRef> Newest();
   // A rank's report of its part of a save (Metrics.checkpoint) of a world of `world`.
@@ -98,6 +110,8 @@ class CheckpointKeeper {
   io::DirLock lock_;
   std::unique_ptr<CommitQueue> commits_;
   CheckpointRef resume_;
+  std::string own_data_fingerprint_;     // this machine's reading of --data ("": none)
+  std::string resume_data_fingerprint_;  // the resumed checkpoint's record of it
   int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed
   std::string failure_;
   std::vector<std::string> optimizer_changes_;

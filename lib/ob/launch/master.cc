@@ -258,14 +258,18 @@ void Master::StartWorkers() {
       events_.Write("one-machine", w);
     }
   }
-  // The files the job reads, as this machine reads them (inputs.h): every
-  // worker compares its own.
-  for (const auto& [flag, spec] : {std::pair<std::string, std::string>{"--data", opt_.data},
-                                   {"--eval-data", opt_.eval_data}}) {
-    if (spec.empty() || spec == "synthetic") continue;
-    const std::string fp = model::DataFingerprint(spec);
-    if (fp.empty()) continue;
-    if (Status st = store_.Set(InputKey(flag), InputValue(fp, "the master")); !st.ok()) return BeginStop(st.message(), st);
+  // The files the job reads, as this machine reads them, or, for --data
+  // it cannot read, as the checkpoint resumed from recorded it (inputs.h):
+  // every worker compares its own.
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> inputs = {
+      {"--data", ckpt_.ExpectedData()}};
+  if (!opt_.eval_data.empty() && opt_.eval_data != "synthetic") {
+    inputs.push_back({"--eval-data", {model::DataFingerprint(opt_.eval_data), "the master"}});
+  }
+  for (const auto& [flag, expected] : inputs) {
+    if (expected.first.empty()) continue;
+    Status st = store_.Set(InputKey(flag), InputValue(expected.first, expected.second));
+    if (!st.ok()) return BeginStop(st.message(), st);
   }
   state_ = State::kRunning;
   OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
@@ -508,6 +512,9 @@ void Master::Tick() {
   last_tick_ms_ = now;
   ReapAgents();
   store_.Sweep(now);  // held GET/WAIT requests past their deadline
+  if (std::optional<std::string> data = store_.Get(InputKey("--data"))) {  // for the manifests
+    ckpt_.LearnDataFingerprint(data->substr(0, data->find('\n')));
+  }
   ckpt_.Poll();
   if (state_ == State::kStopping) {
     if (agents_.AllExited()) return FinishStop();
