@@ -50,13 +50,15 @@ open(sys.argv[3], "wb").write(struct.pack("<%dH" % len(ids), *ids) + b"\0")
 PY
 
 # The rsh: host 4's agent (and so its workers) sees $OTHER at $AT; the
-# others see this test's file system. SELF_NS: this shell's mount
-# namespace, for a master started in one of its own (part 3).
+# others see this test's file system. SELF_PID: this shell, whose mount
+# namespace, root and directory the agents of a master started in a
+# namespace of its own (part 3) enter (its root: in a chroot, as
+# check-libtorch2 runs this, entering the namespace alone would leave it).
 cat > "$WORK/rsh" <<'SH'
 #!/usr/bin/env bash
 host=$1; shift
 enter=()
-[ -n "${SELF_NS:-}" ] && enter=(nsenter "--mount=$SELF_NS")
+[ -n "${SELF_PID:-}" ] && enter=(nsenter -t "$SELF_PID" -m -r -w)
 case $host in
   *h4|${ALL:-none}) exec "${enter[@]}" unshare -m bash -c 'mount --bind "$OTHER" "$AT" && exec "$@"' rsh "$@" ;;
   *) exec "${enter[@]}" "$@" ;;
@@ -103,7 +105,7 @@ refused odd "a malformed copy on host 4" \
 
 # 3. The master cannot read the file: it runs where $DATA is an empty
 # directory, and its agents in this shell's mount namespace.
-export SELF_NS="/proc/$$/ns/mnt"
+export SELF_PID=$$
 PREFIX=(unshare -m bash -c 'mount -t tmpfs none "$0" && exec "$@"' "$DATA")
 OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch hosts "$DATA/train.txt" 30
 refused hosts "the master without the file, another copy on host 4" \
