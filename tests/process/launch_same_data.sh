@@ -21,7 +21,13 @@
 #     hosts that all hold another file now: exit 65, naming the job that
 #     saved the checkpoint as the reader (before 2026-11-28 the job's
 #     identity was not checked without the master's own reading, and it
-#     trained on).
+#     trained on);
+#  5. a --ckpt-dir that host 4 holds on a disk of its own (an empty tmpfs
+#     there): exit 78 before any step, naming host 4 and the directory.
+#     Before 2026-11-28 the run trained and exited 0: its checkpoint was
+#     complete only because this layout has the first pipeline (hosts 1
+#     and 2) write every layer, and a recovery on host 4 from it would have
+#     found nothing there.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -60,7 +66,10 @@ host=$1; shift
 enter=()
 [ -n "${SELF_PID:-}" ] && enter=(nsenter -t "$SELF_PID" -m -r -w)
 case $host in
-  *h4|${ALL:-none}) exec "${enter[@]}" unshare -m bash -c 'mount --bind "$OTHER" "$AT" && exec "$@"' rsh "$@" ;;
+  *h4|${ALL:-none})
+    exec "${enter[@]}" unshare -m bash -c \
+      'if [ "$OTHER" = tmpfs ]; then mount -t tmpfs none "$AT"; else mount --bind "$OTHER" "$AT"; fi && exec "$@"' \
+      rsh "$@" ;;
   *) exec "${enter[@]}" "$@" ;;
 esac
 SH
@@ -121,4 +130,17 @@ ALL="*" OTHER="$DATA/other.txt" AT="$DATA/train.txt" launch resumed "$DATA/train
   --resume auto
 refused resumed "a resume on hosts that all hold another file" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/train.txt on host ${TAG}h[1-4] is not the file the job reads: .* as the job that saved $WORK/ck/step-000000000004 read it"
+
+# 5. A checkpoint directory host 4 holds on its own disk.
+PREFIX=()
+mkdir -p "$WORK/ck5"
+OTHER=tmpfs AT="$WORK/ck5" launch local "$DATA/train.txt" 30 --ckpt-dir "$WORK/ck5"
+run_wait
+[ "$RC" = 78 ] || fail "a checkpoint directory of host 4's own: exit $RC, expected 78: $(grep -E 'ob-launch:' "$WORK/local.err" | tail -2)"
+line=$(grep "^ob-launch: " "$WORK/local.err" | tail -1)
+[[ "$line" =~ ^ob-launch:\ worker\ rank\ [0-9]\ on\ host\ ${TAG}h4\ exit\ status\ 78:\ --ckpt-dir\ $WORK/ck5\ on\ host\ ${TAG}h4\ is\ not\ the\ directory\ the\ master\ saves\ into:\ no\ \.lock\ of\ the\ master\'s\ there ]] \
+  || fail "a checkpoint directory of host 4's own: $line"
+[ "$(grep -c ' start-workers ' "$WORK/local/events.log")" = 1 ] || fail "a checkpoint directory of host 4's own: restarted"
+wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: a checkpoint directory of host 4's own: $line"
 echo "$NAME: ok"

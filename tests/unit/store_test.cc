@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "ob/io/dir_lock.h"
+#include "ob/io/file.h"
 #include "ob/launch/channel.h"
 #include "ob/launch/inputs.h"
 #include "ob/launch/store_keys.h"
@@ -554,4 +556,33 @@ TEST_CASE("fatal: a permanent failure's value reads back, and nothing else does"
     INFO(bad);
     CHECK_FALSE(ParseFatal(bad).has_value());
   }
+}
+
+TEST_CASE("checkpoint directory: a worker must read the master's lock line there", "[store]") {
+  InMemory s;
+  TempFiles t;
+  const std::string dir = t.dir;
+  CHECK(SameCheckpointDir(*s.a, dir, "h1", 0).ok());  // nothing published: nothing to compare
+  CHECK(SameCheckpointDir(*s.a, "", "h1", 0).ok());   // no --ckpt-dir
+  ob::Result<ob::io::DirLock> lock = ob::io::DirLock::Acquire(dir, "ob-launch, run directory /r");
+  REQUIRE(lock.ok());
+  REQUIRE_FALSE(lock->line().empty());
+  CHECK(lock->line().find(": ob-launch, run directory /r") != std::string::npos);
+  REQUIRE(s.a->Set(CheckpointDirKey(), lock->line()).ok());
+  CHECK(SameCheckpointDir(*s.b, dir, "h1", 0).ok());
+  // A directory of the host's own: no lock there, or another run's.
+  const std::string own = t.dir + "/own";
+  REQUIRE(ob::io::MakeDirs(own, "test").ok());
+  const ob::Status none = SameCheckpointDir(*s.b, own, "h2", 0);
+  CHECK(none.code() == Code::kConfig);
+  CHECK(none.message().rfind("--ckpt-dir " + own + " on host h2 is not the directory the master saves into: no "
+                             ".lock of the master's there (", 0) == 0);
+  t.Write("own/.lock", "host x pid 1: ob-launch, run directory /old\n");
+  const ob::Status other = SameCheckpointDir(*s.b, own, "h2", 0);
+  CHECK(other.code() == Code::kConfig);
+  CHECK(other.message() == "--ckpt-dir " + own + " on host h2 is not the directory the master saves into: its "
+                           ".lock says \"host x pid 1: ob-launch, run directory /old\", the master's \"" +
+                               lock->line() +
+                               "\" (checkpoints need one directory that every host and the master share: NFS, "
+                               "Lustre, ...)");
 }

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace ob::io {
 
@@ -36,11 +37,12 @@ Result<DirLock> DirLock::Acquire(const std::string& dir, const std::string& what
   ::gethostname(host, sizeof host - 1);
   const std::string line = "host " + std::string(host) + " pid " + std::to_string(::getpid()) +
                            ": " + what + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) < 0) {
-    // The lock holds all the same; only the next contender's message is poorer.
-  }
   DirLock lock;
   lock.fd_ = fd;
+  if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size()) &&
+      ::fsync(fd) == 0) {
+    lock.line_ = line.substr(0, line.size() - 1);
+  }  // else the lock holds all the same; only the next contender's message is poorer
   return lock;
 }
 
@@ -48,12 +50,13 @@ DirLock::~DirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
-DirLock::DirLock(DirLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+DirLock::DirLock(DirLock&& other) noexcept : fd_(other.fd_), line_(std::move(other.line_)) { other.fd_ = -1; }
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
+    line_ = std::move(other.line_);
     other.fd_ = -1;
   }
   return *this;

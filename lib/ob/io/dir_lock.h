@@ -8,7 +8,9 @@
 // lock behind. The file holds "host pid what" for the message the next
 // contender prints. Works on local file systems and on NFSv4 (POSIX byte-
 // range locks); the file itself is never removed, so two contenders always
-// lock the same inode.
+// lock the same inode. The line is synced to disk, so that another host
+// sharing the directory reads it (a check that a directory is shared:
+// launch/inputs.h).
 //
 // Thread-safety: none needed (no shared state). Failure: kConfig "DIR is in
 // use by <what> (pid P on host H)" when another process holds it; kIoErr
@@ -33,9 +35,13 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
 
   bool held() const { return fd_ >= 0; }
+  // What the lock file says of this holder ("host H pid P: what"); "" when
+  // it could not be written.
+  const std::string& line() const { return line_; }
 
  private:
   int fd_ = -1;
+  std::string line_;
 };
 
 }  // namespace ob::io

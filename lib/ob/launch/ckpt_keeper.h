@@ -62,6 +62,9 @@ class CheckpointKeeper {
   Status Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events);
 
   bool enabled() const { return commits_ != nullptr; }
+  // What this run's lock of the directory wrote in DIR/.lock ("" without
+  // a directory): every worker must read the same there (inputs.h).
+  const std::string& lock_line() const { return lock_.line(); }
   // The checkpoint to resume from ("" path: start afresh).
   const CheckpointRef& resume() const { return resume_; }
   // How this run's optimizer settings differ from the resumed checkpoint's,

@@ -1,6 +1,11 @@
 #include "ob/launch/inputs.h"
 
+#include <chrono>
+#include <thread>
+
+#include "ob/io/file.h"
 #include "ob/launch/store_keys.h"
+#include "ob/log.h"
 #include "ob/model/data.h"
 
 namespace ob::launch {
@@ -24,6 +29,30 @@ Status AgreeOnInput(Store& store, const std::string& flag, const std::string& sp
   OB_ASSIGN_OR_RETURN(std::string stored, store.CompareSet(InputKey(flag), "", InputValue(mine, who)));
   const std::string why = InputMismatch(flag, spec, host, mine, stored);
   return why.empty() ? Status::Ok() : Status::DataErr(why);
+}
+
+Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms) {
+  if (dir.empty()) return Status::Ok();
+  OB_ASSIGN_OR_RETURN(bool published, store.Check({CheckpointDirKey()}));
+  if (!published) return Status::Ok();
+  OB_ASSIGN_OR_RETURN(std::string want, store.Get(CheckpointDirKey(), std::chrono::milliseconds(10000)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(patience_ms);
+  for (;;) {
+    Result<std::string> read = io::ReadFile(dir + "/.lock");
+    std::string seen = read.ok() ? *read : "";
+    while (!seen.empty() && (seen.back() == '\n' || seen.back() == ' ')) seen.pop_back();
+    if (read.ok() && seen == want) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline) {
+      const std::string what =
+          read.ok() ? "its .lock says \"" + log::Printable(seen, 200) + "\", the master's \"" + want + "\""
+                    : "no .lock of the master's there (" + read.status().message() + ")";
+      return Status::Config("--ckpt-dir " + dir + " on host " + host +
+                            " is not the directory the master saves into: " + what +
+                            " (checkpoints need one directory that every host and the master share: NFS, "
+                            "Lustre, ...)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
 }
 
 }  // namespace ob::launch

@@ -11,6 +11,13 @@
 // to get there, and every worker compares its own before it trains. A file
 // replaced during the run is caught by the next worker that starts.
 //
+// The checkpoint directory is the other path every host must see as the
+// master does: workers write their parts of a checkpoint there and the
+// master commits them from its own view. A --ckpt-dir on each node's local
+// disk would save nothing for the whole run, found out at the first
+// commit (hours in); so each worker reads the line the master's lock wrote
+// in DIR/.lock (io/dir_lock.h) before it trains.
+//
 // Thread-safety: as the Store given.
 #pragma once
 
@@ -30,6 +37,15 @@ namespace ob::launch {
 // (…)"; the store's own errors as they are.
 Status AgreeOnInput(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
                     const std::string& who);
+
+// Whether `dir` on this host is the master's --ckpt-dir: its .lock holds
+// the line the store has under CheckpointDirKey (not there: nothing to
+// compare, Ok). Read again for up to `patience_ms` while it differs (a
+// network file system's attribute cache). kConfig otherwise: "--ckpt-dir
+// DIR on host H is not the directory the master saves into: …
+// (checkpoints need one directory that every host and the master share:
+// NFS, Lustre, ...)".
+Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms = 3000);
 
 // The message above, from the two fingerprints and the store's value
 // (InputValue); "" when they agree. For tests.

@@ -271,6 +271,10 @@ void Master::StartWorkers() {
     Status st = store_.Set(InputKey(flag), InputValue(expected.first, expected.second));
     if (!st.ok()) return BeginStop(st.message(), st);
   }
+  // And the checkpoint directory, as its lock file says (inputs.h).
+  if (!ckpt_.lock_line().empty()) {
+    if (Status st = store_.Set(CheckpointDirKey(), ckpt_.lock_line()); !st.ok()) return BeginStop(st.message(), st);
+  }
   state_ = State::kRunning;
   OB_LOG(Info) << "every agent authenticated in " << Now() - start_ms_ << " ms; starting "
                << layout_.ranks.size() << " worker(s)";

@@ -19,6 +19,9 @@
 //                                 read the file, else by the first worker;
 //                                 every worker compares its own (worker.h
 //                                 AgreeOnInput). Kept for the whole job.
+//   ob/ckpt-dir                   the line the master's lock wrote in
+//                                 --ckpt-dir/.lock, which every worker must
+//                                 read there (inputs.h SameCheckpointDir)
 //
 // The master erases ob/gen/<G - 2>/... when it publishes generation G: no
 // worker of that generation is left to read it.
@@ -66,6 +69,7 @@ inline std::optional<std::pair<int, std::string>> ParseFatal(const std::string& 
 }
 // The job's --data (flag "--data") or --eval-data (inputs.h).
 inline std::string InputKey(const std::string& flag) { return "ob/input/" + flag; }
+inline std::string CheckpointDirKey() { return "ob/ckpt-dir"; }
 inline std::string InputValue(const std::string& fingerprint, const std::string& who) {
   return fingerprint + "\n" + who;
 }

@@ -350,10 +350,15 @@ Status RunWorker(const WorkerOptions& o) {
                           std::to_string(topo.world_size()) + " ranks");
   if (o.rank < 0 || o.rank >= topo.world_size())
     return Status::Config("rank " + std::to_string(o.rank) + " out of range");
-  // The data: the file every host reads (inputs.h). A mistake here (the
-  // file missing, malformed, not the job's) meets every restart again, so
-  // the master is told it is permanent (store_keys.h FatalKey) and ends the
-  // run with it rather than recovering into it.
+  // The data: the file every host reads, and the checkpoint directory
+  // every host shares (inputs.h). A mistake here (the file missing,
+  // malformed, not the job's; the directory not the master's) meets every
+  // restart again, so the master is told it is permanent (store_keys.h
+  // FatalKey) and ends the run with it rather than recovering into it.
+  auto permanent = [&](const Status& st) {
+    (void)client->Set(FatalKey(o.generation, o.rank), FatalValue(static_cast<int>(st.code()), st.message()));
+    return st;
+  };
   std::optional<model::TokenSource> train, eval;
   {
     const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
@@ -378,11 +383,11 @@ Status RunWorker(const WorkerOptions& o) {
       return Status::Ok();
     }();
     if (!st.ok()) {
-      if (st.code() == Code::kDataErr || st.code() == Code::kNoInput || st.code() == Code::kUsage) {
-        (void)client->Set(FatalKey(o.generation, o.rank), FatalValue(static_cast<int>(st.code()), st.message()));
-      }
-      return st;
+      const bool lasting = st.code() == Code::kDataErr || st.code() == Code::kNoInput || st.code() == Code::kUsage;
+      return lasting ? permanent(st) : st;
     }
+    st = SameCheckpointDir(*client, o.ckpt_dir, o.host);
+    if (!st.ok()) return st.code() == Code::kConfig ? permanent(st) : st;
   }
   model::TokenSource data = std::move(*train);
 
