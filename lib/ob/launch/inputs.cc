@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "ob/io/file.h"
+#include "ob/io/text.h"
 #include "ob/launch/store_keys.h"
 #include "ob/log.h"
 #include "ob/model/data.h"
@@ -39,8 +40,7 @@ Status SameCheckpointDir(Store& store, const std::string& dir, const std::string
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(patience_ms);
   for (;;) {
     Result<std::string> read = io::ReadFile(dir + "/.lock");
-    std::string seen = read.ok() ? *read : "";
-    while (!seen.empty() && (seen.back() == '\n' || seen.back() == ' ')) seen.pop_back();
+    const std::string seen = read.ok() ? io::Trim(*read) : "";
     if (read.ok() && seen == want) return Status::Ok();
     if (std::chrono::steady_clock::now() >= deadline) {
       const std::string what =
