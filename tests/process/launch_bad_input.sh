@@ -111,5 +111,14 @@ rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents 
 rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -q "^ob-launch: the agents on 2 hosts exited before they connected: .*(exit status 127: no /nonexistent/ob-launch there; see --agent-exe)" \
   && pass || fail "--agent-exe missing: exit $rc: $(cat "$WORK/err")"
 
+# ob-launch without ob-launch-worker beside it on the hosts: each agent
+# says so, naming the path, and exits 78; the master names every host.
+mkdir -p "$WORK/alone" && cp "$L" "$WORK/alone/ob-launch"
+"$L" --rsh "env OB_RSH_HOST={host}" --agent-exe "$WORK/alone/ob-launch" --secret-file "$WORK/secret" \
+  --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12] \(exit status 78\), ${TAG}h[12] \(exit status 78\)$" \
+  && [ "$(grep -c "$WORK/alone/ob-launch-worker: No such file or directory (ob-launch runs its workers with ob-launch-worker, installed beside it on every host)" "$WORK/err")" = 2 ] \
+  && pass || fail "ob-launch-worker missing: exit $rc: $(cat "$WORK/err")"
+
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 finish

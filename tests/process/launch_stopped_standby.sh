@@ -21,7 +21,8 @@ standby_of() {
   local p
   for p in $(pgrep -f -- "--standby-worker"); do
     grep -qsa "OB_HOST=$1\b" "/proc/$p/environ" || continue
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ob-launch ] && { echo "$p"; return; }
+    # Not one that became a worker (named ob-worker-R); comm is 15 bytes.
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ob-launch-worke ] && { echo "$p"; return; }
   done
 }
 run_start stb "$STEPS"

@@ -38,6 +38,33 @@ TEST_CASE("gpu per worker: the slot, or the slot's entry of the agent's own list
   CHECK(r.status().code() == ob::Code::kConfig);
 }
 
+TEST_CASE("the worker program's device report reads back, and anything else is refused naming it") {
+  ProbeResult p;
+  p.gpus = 2;
+  p.gpu_ids = {"GPU-aaaa", ""};
+  p.runtime = "device cuda (NVIDIA H100), backend nccl, precision bf16, 16 threads, LibTorch 2.11.0";
+  CHECK(FormatProbe(p) == "gpus 2\ngpu GPU-aaaa\ngpu -\nruntime " + p.runtime + "\n");
+  auto back = ParseProbe(FormatProbe(p), "w --probe");
+  REQUIRE(back.ok());
+  CHECK(back->gpus == 2);
+  CHECK(back->gpu_ids == std::vector<std::string>{"GPU-aaaa", ""});
+  CHECK(back->runtime == p.runtime);
+  auto cpu = ParseProbe("gpus 0\n", "w --probe");
+  REQUIRE(cpu.ok());
+  CHECK(cpu->gpus == 0);
+  CHECK(cpu->gpu_ids.empty());
+  CHECK(cpu->runtime.empty());
+  CHECK(ParseProbe("", "w --probe").status().message() == "w --probe: no device report (want 'gpus N')");
+  CHECK(ParseProbe("gpus -1\n", "w --probe").status().code() == ob::Code::kDataErr);
+  CHECK(ParseProbe("gpus 2x\n", "w --probe").status().code() == ob::Code::kDataErr);
+  CHECK(ParseProbe("gpus 1\ngpu a\ngpu b\n", "w --probe").status().message() ==
+        "w --probe: not a device report: 'gpu b'");
+  CHECK(ParseProbe("gpus 2\ngpu a\n", "w --probe").status().message() ==
+        "w --probe: reported 2 GPU(s) and 1 UUID(s)");
+  CHECK(ParseProbe("Segmentation fault\n", "w --probe").status().message() ==
+        "w --probe: not a device report: 'Segmentation fault'");
+}
+
 TEST_CASE("more workers than GPUs on a host is refused with one line naming it") {
   CHECK(CheckGpus("h1", 2, 2).ok());
   CHECK(CheckGpus("h1", 1, 8).ok());

@@ -1,7 +1,8 @@
 // ob-launch: train across hosts, and keep training when hosts die.
 // The master by default; the same binary runs as an agent (--agent, started
-// by the master through --rsh) and as a worker (--worker, started by an
-// agent). Everything real is in lib/ob/launch/.
+// by the master through --rsh). Workers are ob-launch-worker
+// (worker_main.cc), started by the agents: the one program of the three
+// that loads LibTorch. Everything real is in lib/ob/launch/.
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -12,11 +13,13 @@
 #include <sstream>
 #include <vector>
 
+#include <poll.h>
 #include <unistd.h>
 
 #include "ob/build_info.h"
 #include "ob/cli/cli.h"
 #include "ob/clock.h"
+#include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
@@ -26,44 +29,13 @@
 #include "ob/launch/inject.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
-#include "ob/launch/worker.h"
+#include "ob/launch/run_checks.h"
 #include "ob/log.h"
-#include "ob/torch_compat.h"
+#include "options.h"
 
 namespace {
 
-// The flags bind straight into the options of the role that uses them; the
-// master passes the workers' own to them on their command lines.
-struct Options {
-  ob::launch::MasterOptions master;
-  ob::launch::WorkerOptions worker;  // steps, data, lr, warm-up, seed, checkpoints
-  ob::launch::AgentOptions agent;
-  std::vector<std::string> inject;
-  std::string agent_exe;  // ob-launch's path on the hosts (default: this one's)
-  std::vector<std::string> log_flags;  // -v or -q, passed on to agents and workers
-  bool as_agent = false, as_worker = false;  // hidden: the roles ob-launch starts itself
-  Options() {
-    worker.steps = 100;
-    worker.rank = -1;
-  }
-};
-
-Options g;
-
-std::string Absolute(const std::string& path) {
-  if (path.empty() || path == "-" || path[0] == '/') return path;
-  char buf[PATH_MAX];
-  if (realpath(path.c_str(), buf) != nullptr) return buf;
-  return path;
-}
-
-// A double as text that reads back to the same value (std::to_string
-// writes 6 decimals: --lr 3e-7 became 0).
-std::string Exact(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using namespace ob::launch_tool;
 
 // The command each agent runs for a worker. OB_TEST_WORKER_CMD (tests only)
 // replaces the real worker with `sh -c CMD`, given OB_RANK, OB_WORLD_SIZE,
@@ -120,76 +92,124 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
   return spec;
 }
 
-// The GPUs of this host, as an agent counts them: $OB_GPUS_PER_HOST when set
-// (tests: a GPU count without GPUs), else what LibTorch sees (none asked
-// for --device cpu: no CUDA start-up).
-int AgentGpus(ob::launch::DeviceKind device) {
-  if (const char* n = std::getenv("OB_GPUS_PER_HOST"); n != nullptr && *n != '\0') return std::atoi(n);
-  return device == ob::launch::DeviceKind::kCpu ? 0 : ob::launch::VisibleGpus();
+// The path this ob-launch was started by: the master's own, or on a host
+// the one the master named (--agent-exe), symbolic links kept, so that
+// ob-launch-worker is looked for where the master's worker commands name
+// it; /proc/self/exe when it was not absolute.
+std::string g_argv0;
+std::string LaunchPath() { return !g_argv0.empty() && g_argv0[0] == '/' ? g_argv0 : SelfExe(); }
+
+// kConfig naming `exe` when the worker program is not there to run.
+ob::Status CheckWorkerExe(const std::string& exe) {
+  if (access(exe.c_str(), X_OK) == 0) return ob::Status::Ok();
+  return ob::Status::Config(exe + ": " + std::strerror(errno) + " (ob-launch runs its workers with " +
+                            kWorkerExeName + ", installed beside it on every host)");
 }
 
-// Their UUIDs, slot i's at i: $OB_TEST_GPU_IDS (comma-separated) when set,
-// for tests, else what CUDA says; none on the CPU.
-std::vector<std::string> AgentGpuIds(ob::launch::DeviceKind device, int gpus) {
-  std::vector<std::string> ids;
-  if (const char* s = std::getenv("OB_TEST_GPU_IDS"); s != nullptr && *s != '\0') {
-    std::stringstream in(s);
-    for (std::string id; std::getline(in, id, ',');) ids.push_back(id);
-    return ids;
+// What a worker here would see (devices.h ProbeResult): nothing for
+// --device cpu or on a machine with no NVIDIA driver, where no process sees a
+// GPU; else ob-launch-worker --probe says, the program that loads LibTorch
+// and CUDA (ob-launch itself does neither). `runtime`: also its
+// DescribeRuntime line for --version -v (the device resolved as a worker
+// would, the precision as given). kConfig when the worker program is
+// missing (and needed); kUnavailable when it fails or says nothing within 120 s.
+ob::Result<ob::launch::ProbeResult> ProbeWorker(ob::launch::DeviceKind device, bool runtime) {
+  ob::launch::ProbeResult none;
+  if (!runtime && (device == ob::launch::DeviceKind::kCpu || !ob::launch::MayHaveGpus())) return none;
+  const std::string exe = WorkerExe(LaunchPath());
+  OB_RETURN_IF_ERROR(CheckWorkerExe(exe));
+  std::vector<std::string> argv{exe, "--probe", "--device", ob::launch::DeviceName(device)};
+  if (!g.worker.precision.empty()) {
+    argv.push_back("--precision");
+    argv.push_back(g.worker.precision);
   }
-  if (device == ob::launch::DeviceKind::kCpu || std::getenv("OB_GPUS_PER_HOST") != nullptr) return ids;
-  for (int i = 0; i < gpus; ++i) ids.push_back(ob::compat::CudaDeviceUuid(i));
-  return ids;
+  OB_ASSIGN_OR_RETURN(ob::cluster::ChildProcess child, ob::cluster::SpawnWithPipes(argv));
+  child.CloseStdin();
+  std::string out;
+  const int64_t deadline = ob::SteadyMs() + 120000;
+  char buf[4096];
+  for (;;) {
+    const int64_t left = deadline - ob::SteadyMs();
+    if (left <= 0) {
+      child.Kill();
+      child.Wait();
+      return ob::Status::Unavailable(exe + " --probe said nothing in 120 s (a GPU or driver that hangs?)");
+    }
+    pollfd p{child.stdout_fd(), POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    const ssize_t n = read(child.stdout_fd(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > (1u << 20)) break;
+  }
+  child.Wait();
+  if (child.DescribeExit() != "exit status 0") {
+    return ob::Status::Unavailable(exe + " --probe: " + child.DescribeExit());
+  }
+  return ob::launch::ParseProbe(out, exe + " --probe");
+}
+
+// The GPUs of this host, as an agent counts them, and their UUIDs, slot
+// i's at i: $OB_GPUS_PER_HOST when set (tests: a GPU count without GPUs,
+// and no UUIDs) and $OB_TEST_GPU_IDS (comma-separated), else the probe's.
+ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device) {
+  ob::launch::ProbeResult p;
+  const char* n = std::getenv("OB_GPUS_PER_HOST");
+  if (n != nullptr && *n != '\0') {
+    p.gpus = std::atoi(n);
+  } else {
+    OB_ASSIGN_OR_RETURN(p, ProbeWorker(device, /*runtime=*/false));
+  }
+  if (const char* s = std::getenv("OB_TEST_GPU_IDS"); s != nullptr && *s != '\0') {
+    p.gpu_ids.clear();
+    std::stringstream in(s);
+    for (std::string id; std::getline(in, id, ',');) p.gpu_ids.push_back(id);
+  } else if (n != nullptr && *n != '\0') {
+    p.gpu_ids.clear();
+  }
+  return p;
 }
 
 // --version -v: what a worker started here with these options runs on.
 std::string RuntimeDetails() {
   auto device = ob::launch::ParseDevice(g.worker.device);
   if (!device.ok()) return "";
-  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, AgentGpus(*device));
+  auto seen = AgentGpus(*device);
+  if (!seen.ok()) return "worker: " + seen.status().message() + "\n";
+  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, seen->gpus);
   auto precision = ob::launch::ResolvePrecision(g.worker.precision, here);
   if (!precision.ok()) return "";
+  auto probe = ProbeWorker(here, /*runtime=*/true);
   return std::string("device: ") + g.worker.device + " (here: " + ob::launch::DeviceName(here) + ", " +
-         std::to_string(AgentGpus(*device)) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
+         std::to_string(seen->gpus) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
          "\n" + "precision: " + *precision + (g.worker.precision.empty() ? " (the default here)" : "") + "\n" +
-         "worker: " + ob::launch::DescribeRuntime(ob::launch::DeviceName(here), *precision) + "\n";
-}
-
-// Which build agents and the master are (Hello.build): the version line
-// and the LibTorch it was built with; $OB_TEST_BUILD instead, for tests.
-std::string BuildId() {
-  if (const char* b = std::getenv("OB_TEST_BUILD"); b != nullptr && *b != '\0') return b;
-  return ob::cli::VersionLine("launch") + ", LibTorch " OB_TORCH_VERSION;
-}
-
-std::string SelfExe() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("ob-launch");
+         "worker: " + (probe.ok() ? probe->runtime : probe.status().message()) + "\n";
 }
 
 ob::Status Run(const ob::cli::CommonOptions& common) {
-  if (g.as_agent && g.as_worker) return ob::Status::Usage("--agent and --worker exclude each other");
+  if (g.as_worker || g.probe) {
+    return ob::Status::Usage(std::string("--worker and --probe are ") + kWorkerExeName + "'s (started by agents)");
+  }
   if (g.as_agent) {
     ob::launch::AgentOptions& o = g.agent;
     if (o.master.empty() || o.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
     ob::log::Init("agent", -1, o.host);
     o.master_timeout_s = g.master.master_timeout_s;
-    o.standby_exe = SelfExe();
+    o.standby_exe = WorkerExe(LaunchPath());
+    OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
     OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
     o.device = g.worker.device;
-    o.gpus = AgentGpus(device);
-    o.gpu_ids = AgentGpuIds(device, o.gpus);
+    OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, AgentGpus(device));
+    o.gpus = seen.gpus;
+    o.gpu_ids = std::move(seen.gpu_ids);
     o.build = BuildId();
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.
     if (rc != 0) std::exit(rc);
     return ob::Status::Ok();
-  }
-  if (g.as_worker) {
-    ob::log::Init("worker", g.worker.rank);
-    if (const char* host = std::getenv("OB_HOST")) g.worker.host = host;
-    return ob::launch::RunWorker(g.worker);
   }
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
@@ -199,8 +219,12 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   // been profiled for.
   {
     OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
-    const ob::launch::DeviceKind here = ob::launch::ResolveDevice(
-        device, device == ob::launch::DeviceKind::kAuto ? ob::launch::VisibleGpus() : 0);
+    int gpus = 0;
+    if (device == ob::launch::DeviceKind::kAuto) {
+      OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, ProbeWorker(device, /*runtime=*/false));
+      gpus = seen.gpus;
+    }
+    const ob::launch::DeviceKind here = ob::launch::ResolveDevice(device, gpus);
     OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
     OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(Absolute(o.plan_path), g.worker.precision));
     o.agent_flags.push_back("--device");
@@ -285,11 +309,14 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
   o.self_exe = g.agent_exe.empty() ? SelfExe() : g.agent_exe;
+  // Local hosts run this machine's programs: a missing worker program is
+  // said now, not by every agent.
+  if (o.rsh == "local") OB_RETURN_IF_ERROR(CheckWorkerExe(WorkerExe(o.self_exe)));
   o.build = BuildId();
   if (common.verbose > 0) g.log_flags.push_back("-v");
   if (common.quiet) g.log_flags.push_back("-q");
   o.agent_flags.insert(o.agent_flags.end(), g.log_flags.begin(), g.log_flags.end());
-  const std::string self = o.self_exe;
+  const std::string self = WorkerExe(o.self_exe);
   o.worker_command = [self](const ob::launch::WorkerContext& c) { return WorkerCommand(c, self); };
   ob::Result<int> rc = ob::launch::RunMaster(o);
   if (!rc.ok()) return rc.status();
@@ -297,178 +324,17 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   return ob::Status::Ok();
 }
 
-void Setup(CLI::App& app) {
-  app.add_option("PLAN", g.master.plan_path, "The plan to run (from ob-plan)")->option_text("PLAN");
-  app.add_option("HOSTS", g.master.hosts_path, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
-      ->option_text("HOSTS");
-  app.add_option("--rsh", g.master.rsh, "How agents are started: ssh, local, slurm (srun steps of this job), or a prefix command (default ssh)")
-      ->option_text("CMD");
-  app.add_option("--agent-exe", g.agent_exe, "Path of ob-launch on the hosts (default: this one's)")
-      ->option_text("PATH");
-  app.add_option("--steps", g.worker.steps,
-                 "Training steps (default 100); 0 with --resume and evaluation data: evaluate the checkpoint")
-      ->option_text("N")
-      ->check(ob::cli::NonNegative());
-  app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")
-      ->option_text("SPEC");
-  app.add_option("--eval-data", g.worker.eval_data,
-                 "Held-out token file (or 'synthetic') whose loss is evaluated, forward only")
-      ->option_text("SPEC");
-  app.add_option("--eval-split", g.worker.eval_split,
-                 "Hold out the last fraction X of --data's tokens for evaluation; training samples the rest")
-      ->option_text("X");
-  app.add_option("--eval-every", g.worker.eval_every,
-                 "Evaluate after every N steps and the last (default 0: after the last only)")
-      ->option_text("N")->check(ob::cli::NonNegative());
-  app.add_option("--eval-batches", g.worker.eval_batches,
-                 "Global batches of evaluation data per evaluation, the same ones each time (default 1)")
-      ->option_text("N")->check(ob::cli::Positive());
-  app.add_option("--lr", g.worker.lr, "Peak learning rate (default 1e-3)")->option_text("X");
-  app.add_option("--warmup-steps", g.worker.warmup_steps, "Linear warm-up steps before cosine decay (default 0)")
-      ->option_text("N");
-  app.add_option("--min-lr", g.worker.min_lr, "Floor of the cosine decay (default 0)")->option_text("X");
-  app.add_option("--lr-schedule", g.worker.lr_schedule,
-                 "After the warm-up: 'cosine' decay to --min-lr at the last step, or 'constant' (default cosine)")
-      ->option_text("cosine|constant");
-  app.add_option("--weight-decay", g.worker.weight_decay,
-                 "AdamW weight decay of the matrices, embeddings included; none on biases and LayerNorms "
-                 "(default 0.1)")
-      ->option_text("X");
-  app.add_option("--beta1", g.worker.beta1, "AdamW beta1 (default 0.9)")->option_text("X");
-  app.add_option("--beta2", g.worker.beta2, "AdamW beta2 (default 0.95)")->option_text("X");
-  app.add_option("--eps", g.worker.eps, "AdamW epsilon (default 1e-8)")->option_text("X");
-  app.add_option("--clip-norm", g.worker.clip_norm, "Clip the global gradient norm to X; 0: no clipping (default 1)")
-      ->option_text("X");
-  app.add_option("--seed", g.worker.seed, "Seed of the weights and of data sampling (default 1234)")
-      ->option_text("N");
-  app.add_option("--device", g.worker.device,
-                 "auto (CUDA where a worker sees a GPU; the default), cpu or cuda (one GPU per worker)")
-      ->option_text("DEVICE")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--precision", g.worker.precision,
-                 "fp32 or bf16 (default: bf16 on CUDA, fp32 on CPU); the plan's profile must match")
-      ->option_text("P")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--secret-file", g.master.secret_file, "Shared secret for agents (mode 600; else $OB_SECRET)")
-      ->option_text("FILE");
-  app.add_option("--bind", g.master.bind,
-                 "Control channel address, ADDR[:PORT], or 'auto' (the default: this machine's address on "
-                 "the route to the first remote host; 127.0.0.1 when all hosts are local)")
-      ->option_text("ADDR");
-  app.add_option("--metrics", g.master.metrics, "Write delimited Metrics records to FILE ('-' stdout)")
-      ->option_text("FILE");
-  app.add_option("--run-dir", g.master.run_dir, "Logs, events and control socket (default ./ob-run-TIME)")
-      ->option_text("DIR");
-  app.add_option("--agent-timeout", g.master.agent_timeout_s,
-                 "Seconds of silence after which an agent counts as lost (default 1; up to 3x that "
-                 "while its host still acknowledges)")
-      ->option_text("SECONDS")->check(ob::cli::Seconds());
-  app.add_option("--master-timeout", g.master.master_timeout_s,
-                 "Agents kill their workers after a silent master (default 3 s)")
-      ->option_text("SECONDS")->check(ob::cli::Seconds());
-  app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
-      ->option_text("SECONDS")->check(ob::cli::Seconds());
-  app.add_option("--hang-timeout", g.master.hang_timeout_s,
-                 "A rank whose training loop made no progress for this long is hung; its "
-                 "generation is restarted (default 3 s; at least 30 s before a generation's first step)")
-      ->option_text("SECONDS")->check(ob::cli::Seconds());
-  app.add_option("--stop-grace", g.master.stop_grace_s,
-                 "On SIGTERM, SIGINT or SIGUSR1 with --ckpt-dir: time for the checkpoint taken before "
-                 "stopping (default 120 s)")
-      ->option_text("SECONDS")->check(ob::cli::Seconds());
-  app.add_option("--ckpt-dir", g.worker.ckpt_dir, "Checkpoint directory (see ob-ckpt(1))")->option_text("DIR");
-  app.add_option("--ckpt-every", g.worker.ckpt_every, "Save a checkpoint every N steps, in the background")
-      ->option_text("N")->check(ob::cli::NonNegative());
-  app.add_option("--ckpt-keep", g.master.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
-      ->option_text("N")->check(ob::cli::NonNegative());
-  app.add_option("--inject", g.inject,
-                 "Fault injection for tests: RANK:slow=F, RANK:hang=STEP, RANK:stall=STEP or RANK:nan=STEP")
-      ->option_text("SPEC")
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--resume", g.master.resume, "Start from a checkpoint: 'auto' (the latest in --ckpt-dir) or DIR")
-      ->option_text("WHAT");
-  app.add_flag("--resume-from-other", g.master.resume_from_other,
-               "Resume from a checkpoint another job saved (another seed or data)");
-  // Roles started by ob-launch itself; not for people.
-  app.add_flag("--agent", g.as_agent)->group("");
-  app.add_option("--master", g.agent.master)->group("");
-  app.add_option("--host", g.agent.host)->group("");
-  app.add_option("--cpu-share", g.agent.cpu_share)->group("");
-  app.add_flag("--worker", g.as_worker)->group("");
-  app.add_option("--rank", g.worker.rank)->group("");
-  app.add_option("--world", g.worker.world)->group("");
-  app.add_option("--data-facts", g.worker.data_facts)->group("");
-  app.add_option("--generation", g.worker.generation)->group("");
-  app.footer(
-      "Examples:\n"
-      "  ob-launch --rsh local --steps 200 --secret-file secret plan.pb hosts.txt\n"
-      "  ob-launch --bind 10.0.0.1 --metrics run.metrics plan.pb hosts.txt\n"
-      "  echo status | socat - UNIX:ob-run-*/control.sock");
-}
-
-// The files a run reads, and --metrics, which it writes (truncated at the
-// start: over --data it would destroy the training set).
-std::vector<ob::cli::NamedFile> Reads() {
-  std::vector<ob::cli::NamedFile> reads{{"the plan", g.master.plan_path},
-                                        {"the hosts file", g.master.hosts_path},
-                                        {"--secret-file", g.master.secret_file}};
-  if (g.worker.data != "synthetic") reads.push_back({"--data", g.worker.data});
-  if (g.worker.eval_data != "synthetic") reads.push_back({"--eval-data", g.worker.eval_data});
-  return reads;
-}
-
 const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when hosts die.", Setup,
                           Run, RuntimeDetails, Reads,
                           [] { return std::vector<ob::cli::NamedFile>{{"--metrics", g.master.metrics}}; }};
 
-// `ob-launch --standby-worker`: started by an agent ahead of need, with
-// LibTorch already loaded by the time it waits, which it says with one
-// heartbeat record on stdout (its agent reads it when it hands the role:
-// a standby that said so must start within kRoleAckMs). Its stdin brings a
-// WorkerSpec (then end of file): it takes the spec's environment and
-// becomes that worker, in this process when the spec runs ob-launch,
-// else by exec. End of file alone: it was not needed.
-int RunStandby() {
-  const char* device = std::getenv("OB_DEVICE");  // the agent's choice for this host (agent.h)
-  ob::launch::WarmUpLibTorch(device != nullptr && std::strcmp(device, "cuda") == 0);
-  {
-    ob::pb::Metrics ready;
-    ready.set_format_version(ob::io::kMetricsFormatVersion);
-    ready.set_heartbeat(true);
-    ready.set_unix_ms(ob::UnixMs());
-    (void)ob::io::RecordWriter(STDOUT_FILENO, "<stdout>").Write(ready);
-  }
-  std::string bytes;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  if (bytes.empty()) return 0;
-  ob::pb::WorkerSpec spec;
-  if (!spec.ParseFromString(bytes) || spec.argv_size() == 0) {
-    std::fprintf(stderr, "ob-launch: standby worker: stdin is not a worker spec\n");
-    return static_cast<int>(ob::Code::kDataErr);
-  }
-  for (const auto& [k, v] : spec.env()) setenv(k.c_str(), v.c_str(), 1);
-  std::vector<std::string> args(spec.argv().begin(), spec.argv().end());
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  if (args[0] != SelfExe()) {
-    execvp(cargs[0], cargs.data());
-    std::fprintf(stderr, "ob-launch: standby worker: cannot run '%s': %s\n", cargs[0], std::strerror(errno));
-    return 127;
-  }
-  return ob::cli::Main(static_cast<int>(args.size()), cargs.data(), kTool);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) return RunStandby();
+  if (argc > 0) g_argv0 = argv[0];
+  if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) {
+    std::fprintf(stderr, "ob-launch: --standby-worker is %s's (started by agents)\n", kWorkerExeName);
+    return static_cast<int>(ob::Code::kUsage);
+  }
   return ob::cli::Main(argc, argv, kTool);
 }

@@ -93,7 +93,8 @@ struct AgentOptions {
   double master_timeout_s = 3.0; // silence after which the master counts as lost
   int connect_timeout_ms = 10000;
   int secret_fd = 0;             // secret: its first line; its end of file means "stop"
-  // Keep one standby worker per worker slot: `standby_exe --standby-worker`,
+  // Keep one standby worker per worker slot: `standby_exe --standby-worker`
+  // (main.cc: ob-launch-worker beside ob-launch),
   // started ahead of need so a (re)started worker skips loading its
   // libraries; it reads its WorkerSpec on stdin and becomes that worker.
   // "" = none: workers are started from scratch.

@@ -1,6 +1,9 @@
 #include "ob/launch/devices.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -63,6 +66,47 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
   return Status::Config("host " + host + " has " + std::to_string(std::max(gpus, 0)) +
                         " GPU(s) and the plan puts " + std::to_string(workers) +
                         " worker(s) on it (--device cuda: one GPU per worker)");
+}
+
+std::string FormatProbe(const ProbeResult& p) {
+  std::string out = "gpus " + std::to_string(p.gpus) + "\n";
+  for (const std::string& id : p.gpu_ids) out += "gpu " + (id.empty() ? "-" : id) + "\n";  // "-": unknown
+  if (!p.runtime.empty()) out += "runtime " + p.runtime + "\n";
+  return out;
+}
+
+Result<ProbeResult> ParseProbe(const std::string& text, const std::string& what) {
+  ProbeResult p;
+  bool counted = false;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t sp = line.find(' ');
+    const std::string key = line.substr(0, sp), value = sp == std::string::npos ? "" : line.substr(sp + 1);
+    if (key == "gpus" && !counted) {
+      char* end = nullptr;
+      const long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 0 || n > 4096) break;
+      p.gpus = static_cast<int>(n);
+      counted = true;
+    } else if (key == "gpu" && counted && !value.empty() && p.gpu_ids.size() < static_cast<size_t>(p.gpus)) {
+      p.gpu_ids.push_back(value == "-" ? "" : value);
+    } else if (key == "runtime" && counted && p.runtime.empty()) {
+      p.runtime = value;
+    } else {
+      return Status::DataErr(what + ": not a device report: '" + line.substr(0, 80) + "'");
+    }
+  }
+  if (!counted) return Status::DataErr(what + ": no device report (want 'gpus N')");
+  if (!p.gpu_ids.empty() && p.gpu_ids.size() != static_cast<size_t>(p.gpus)) {
+    return Status::DataErr(what + ": reported " + std::to_string(p.gpus) + " GPU(s) and " +
+                           std::to_string(p.gpu_ids.size()) + " UUID(s)");
+  }
+  return p;
+}
+
+bool MayHaveGpus() {
+  struct stat st;
+  return stat("/proc/driver/nvidia/version", &st) == 0 || stat("/dev/nvidiactl", &st) == 0;
 }
 
 std::string BootId() {

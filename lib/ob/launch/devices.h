@@ -45,6 +45,24 @@ Result<std::string> VisibleDeviceFor(int slot, const std::string* inherited);
 // cuda)" when workers > gpus; Ok otherwise.
 Status CheckGpus(const std::string& host, int workers, int gpus);
 
+// What ob-launch-worker --probe reports of this machine, as its workers
+// would see it: the GPUs (their UUIDs, slot i's at i) and, for --version
+// -v, one DescribeRuntime line. ob-launch (the master and the agents) does
+// not load LibTorch; it asks the worker binary, which does. Its stdout, a
+// line each: "gpus N", N lines "gpu UUID" ("-": unknown), then "runtime TEXT" (optional).
+struct ProbeResult {
+  int gpus = 0;
+  std::vector<std::string> gpu_ids;
+  std::string runtime;
+};
+std::string FormatProbe(const ProbeResult& p);
+// kDataErr naming `what` (the program that printed it) for anything else.
+Result<ProbeResult> ParseProbe(const std::string& text, const std::string& what);
+// Whether this machine could have a GPU for CUDA: the NVIDIA driver's
+// /proc/driver/nvidia/version or /dev/nvidiactl exists. Without either no
+// process here sees one, and ob-launch need not ask (no LibTorch loaded).
+bool MayHaveGpus();
+
 // This machine's kernel boot id (/proc/sys/kernel/random/boot_id): one for
 // every process of one machine, whatever container or network namespace it
 // runs in; "" where unreadable.

@@ -1,5 +1,5 @@
 // The worker role of ob-launch (design §5): one process per pipeline stage,
-// started by an agent as `ob-launch --worker --rank R --generation G ...`.
+// started by an agent as `ob-launch-worker --worker --rank R --generation G ...`.
 // It reaches the job's rendezvous store through the socket its agent
 // passes as $OB_STORE_FD (store_client.h; the agent relays to the master,
 // store_relay.h), reads generation G there (control.proto's Generation
@@ -76,11 +76,6 @@ struct WorkerOptions {
   std::string precision;
 };
 
-// The plan was profiled for one precision (Profile.dtype, "float32" or
-// "bfloat16"); a run in another is refused: kConfig naming the plan file
-// and both (kConfig, exit 78). `precision` as ob-launch --precision takes it.
-Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision);
-
 // One line for logs and --version -v: "device cpu, backend gloo, precision
 // fp32, 2 threads, LibTorch 1.13.0" (with the GPU's name and CUDA/NCCL versions on CUDA).
 // `device` and `precision` resolved (devices.h).
@@ -97,18 +92,5 @@ Status RunWorker(const WorkerOptions& opts);
 // `cuda` and a GPU visible, also on cuda:0: the CUDA context is created and
 // a first kernel run.
 void WarmUpLibTorch(bool cuda = false);
-
-// The checks the master makes before any worker starts: the data exists (when
-// readable here), is a regular file, and fits the plan's model (vocabulary,
-// sequence length). kDataErr naming the file and the mismatch. Returns the
-// file's model::TokenFileFacts, encoded for WorkerOptions::data_facts (""
-// for synthetic data or a file only the hosts can read). With
-// `data_is_local` (every worker runs on this machine), a file this process
-// cannot read is kNoInput naming it.
-// With `split` > 0 and `data` readable here: kDataErr when either part of
-// the split (model::SplitForEval) is too short for the plan's sequence.
-Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path);
-Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path,
-                                     bool data_is_local = false);
 
 }  // namespace ob::launch

@@ -205,4 +205,16 @@ int64_t FormulaParams(const GptConfig& c) {
 
 int64_t ExactParams(const GptConfig& c) { return FormulaParams(c) + HeadOwnParams(c); }
 
+const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+const char* PrecisionDtype(Precision p) {
+  return p == Precision::kBf16 ? "bfloat16" : "float32";
+}
+
+Result<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32" || name == "float32") return Precision::kFp32;
+  if (name == "bf16" || name == "bfloat16") return Precision::kBf16;
+  return Status::Usage("precision '" + name + "': expected fp32 or bf16");
+}
+
 }  // namespace ob::model

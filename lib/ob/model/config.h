@@ -64,4 +64,18 @@ int64_t FormulaParams(const GptConfig& c);
 // the final LayerNorm; the tied embedding is counted once.
 int64_t ExactParams(const GptConfig& c);
 
+// The arithmetic of a run. kBf16: bf16 autocast for forward and backward
+// (matmuls, attention, the residual stream and the layer norms in bf16,
+// the norms' statistics, other reductions and the loss in fp32) over fp32
+// master weights; gradients are accumulated and all-reduced in fp32; AdamW
+// state stays fp32; activations and their gradients cross stage boundaries
+// in bf16. kFp32: everything fp32.
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" / "bf16"; the profile's dtype names ("float32", "bfloat16") too.
+const char* PrecisionName(Precision p);        // "fp32" or "bf16"
+const char* PrecisionDtype(Precision p);       // "float32" or "bfloat16" (Profile.dtype)
+// Parses "fp32", "float32", "bf16" or "bfloat16"; kUsage otherwise.
+Result<Precision> ParsePrecision(const std::string& name);
+
 }  // namespace ob::model

@@ -9,18 +9,6 @@
 
 namespace ob::model {
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
-const char* PrecisionDtype(Precision p) {
-  return p == Precision::kBf16 ? "bfloat16" : "float32";
-}
-
-Result<Precision> ParsePrecision(const std::string& name) {
-  if (name == "fp32" || name == "float32") return Precision::kFp32;
-  if (name == "bf16" || name == "bfloat16") return Precision::kBf16;
-  return Status::Usage("precision '" + name + "': expected fp32 or bf16");
-}
-
 double LearningRate(const TrainOptions& opts, int64_t step) {
   if (step < opts.warmup_steps) {
     return opts.lr * static_cast<double>(step + 1) / static_cast<double>(opts.warmup_steps);

@@ -33,19 +33,7 @@ struct StepRecord {
   double seconds = 0;    // wall time of the step
 };
 
-// The arithmetic of a run. kBf16: bf16 autocast for forward and backward
-// (matmuls, attention, the residual stream and the layer norms in bf16,
-// the norms' statistics, other reductions and the loss in fp32) over fp32
-// master weights; gradients are accumulated and all-reduced in fp32; AdamW
-// state stays fp32; activations and their gradients cross stage boundaries
-// in bf16. kFp32: everything fp32.
-enum class Precision { kFp32, kBf16 };
-
-// "fp32" / "bf16"; the profile's dtype names ("float32", "bfloat16") too.
-const char* PrecisionName(Precision p);        // "fp32" or "bf16"
-const char* PrecisionDtype(Precision p);       // "float32" or "bfloat16" (Profile.dtype)
-// Parses "fp32", "float32", "bf16" or "bfloat16"; kUsage otherwise.
-Result<Precision> ParsePrecision(const std::string& name);
+// Precision (the arithmetic of a run): config.h.
 
 struct TrainOptions {
   int64_t steps = 10;

@@ -1,0 +1,79 @@
+#include "ob/launch/run_checks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+#include "ob/log.h"
+#include "ob/model/data.h"
+
+namespace ob::launch {
+
+int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
+  const int seq = static_cast<int>(plan.sequence_length());
+  return seq > 0 ? seq : cfg.n_positions;
+}
+
+Result<PlanData> LoadPlanData(const std::string& path) {
+  PlanData out;
+  OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &out.plan));
+  auto loaded = plan::FromProto(out.plan);
+  if (!loaded.ok()) return loaded.status().WithContext(path);
+  out.loaded = std::move(loaded).value();
+  out.cfg = model::GptConfig::FromProto(out.plan.model());
+  OB_RETURN_IF_ERROR(out.cfg.Validate().WithContext(path));
+  return out;
+}
+
+Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path, bool data_is_local) {
+  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
+  if (data == "synthetic") return std::string();
+  if (access(data.c_str(), R_OK) != 0) {
+    if (!data_is_local) return std::string();  // only on the hosts: they check
+    return Status::NoInput(data + ": " + std::strerror(errno));
+  }
+  OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
+  Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
+  if (!st.ok())
+    return Status::DataErr(st.message() + " (the plan's model is " + pd.cfg.name + ")");
+  if (src.format() == model::TokenFormat::kText && pd.cfg.vocab_size > 256) {
+    // Legal, and seldom meant: GPT-2 trained (or fine-tuned) on byte ids.
+    OB_LOG(Warn) << data << ": not a token file, so read as bytes (ids 0-255), while the plan's model has a "
+                 << "vocabulary of " << pd.cfg.vocab_size
+                 << "; for its tokenizer's ids, make a token file with ob-data tokenize";
+  }
+  return src.facts().Encode();
+}
+
+Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path) {
+  if (split <= 0) return Status::Ok();
+  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
+  model::TokenSource all = model::TokenSource::Synthetic(pd.cfg.vocab_size, 0);
+  if (data != "synthetic") {
+    if (access(data.c_str(), R_OK) != 0) return Status::Ok();  // only on the hosts: they check
+    OB_ASSIGN_OR_RETURN(all, model::TokenSource::Open(data));
+  }
+  model::TokenSource train = all, eval = all;
+  return model::SplitForEval(all, split, SequenceLength(pd.plan, pd.cfg), &train, &eval);
+}
+
+Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision) {
+  pb::Plan plan;
+  OB_RETURN_IF_ERROR(io::LoadMessage(plan_path, io::kPlanFormatVersion, &plan));
+  OB_ASSIGN_OR_RETURN(model::Precision want, model::ParsePrecision(precision));
+  const std::string& dtype = plan.profile().dtype();
+  if (dtype.empty()) return Status::Ok();  // a profile that does not say
+  auto planned = model::ParsePrecision(dtype);
+  if (planned.ok() && *planned == want) return Status::Ok();
+  return Status::Config(io::DisplayName(plan_path) + ": the plan was made for " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : "'" + dtype + "'") +
+                         " (its profile's dtype " + dtype + "), the run asks for " + model::PrecisionName(want) +
+                         ": profile and plan again with --dtype " + model::PrecisionDtype(want) +
+                         ", or give --precision " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : dtype));
+}
+
+}  // namespace ob::launch
