@@ -69,8 +69,9 @@ const ob::cli::Tool kTool{"launch", "The worker of ob-launch (started by its age
 // heartbeat record on stdout (its agent reads it when it hands the role:
 // a standby that said so must start within kRoleAckMs). Its stdin brings a
 // WorkerSpec (then end of file): it takes the spec's environment and
-// becomes that worker, in this process when the spec runs ob-launch,
-// else by exec. End of file alone: it was not needed.
+// becomes that worker, in this process when the spec runs this program
+// (through a link or not), else by exec (OB_TEST_WORKER_CMD's shell). End
+// of file alone: it was not needed.
 int RunStandby() {
   const char* device = std::getenv("OB_DEVICE");  // the agent's choice for this host (agent.h)
   ob::launch::WarmUpLibTorch(device != nullptr && std::strcmp(device, "cuda") == 0);
