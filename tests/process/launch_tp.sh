@@ -8,14 +8,14 @@
 #     4 slots, tp 4: each run's losses equal the one-worker run's within
 #     1e-5 relative;
 #  2. 3 hosts x 4 slots, f = 1, tp 2 and 2 stages a node: kill -9 of host
-#     h2 (its agent, its 4 workers, its standbys) after step 15 of 60:
-#     training reaches step 60 from the survivors' snapshots (no
+#     h2 (its agent, its 4 workers, its standbys) after step 15 of 40:
+#     training reaches step 40 from the survivors' snapshots (no
 #     checkpoint), every loss equal to the one-worker run's within 1e-4,
 #     no process left behind;
 #  2b. (acceptance 1 and 3, re-sharding) 3 hosts x 4 slots, f = 1, -B 3:
 #     ob-plan --tp 2 --template-tp 1=4 instantiates a 2-node pipeline (tp
 #     2, 2 stages a node) beside a 1-node one (tp 4): 20 steps give the
-#     one-worker run's losses within 1e-5; kill -9 of h2 at step 15 of 60
+#     one-worker run's losses within 1e-5; kill -9 of h2 at step 15 of 40
 #     moves h1 onto the 1-node template (tp 4): its ranks re-cut their own
 #     tp-2 state and take the rest from h3; every loss equal to the
 #     one-worker run's within 1e-4, no checkpoint read, no orphans;
@@ -85,16 +85,16 @@ p, tag = json.load(open(sys.argv[1])), sys.argv[2]
 assert all(t["stages_per_node"] == 2 for t in p["templates"]), p["templates"]
 assert tag + "h2" in p["instantiation"]["pipelines"][0]["nodes"], p["instantiation"]
 PY
-# The reference is the one-worker run of 60 steps (part 1 showed the tp
+# The reference is the one-worker run of 40 steps (part 1 showed the tp
 # layouts equal to it): a 12-rank reference would cost a third of this
 # test's time on two cores and check nothing more.
-RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" reference_run 60
+RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" reference_run 40
 export RUN_PLAN="$WORK/p-r.pb" RUN_HOSTS="$WORK/p-r.hosts"
-run_start host 60
+run_start host 40
 kill_host_at host 15 "${TAG}h2"
 grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated" "$WORK/host/events.log" \
   || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/host/events.log")"
-check_recovered host 60 "kill -9 of ${TAG}h2 (4 TP ranks)"
+check_recovered host 40 "kill -9 of ${TAG}h2 (4 TP ranks)"
 
 # 2b. Replicas of degrees 2 and 4; a recovery from one to the other.
 PLAN_B=3 plan p-one3 h0 -- -g 1 -f 0
@@ -117,14 +117,14 @@ run_wait
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/mixed.pb" 1e-5 > "$WORK/mixed.cmp" \
   || fail "mixed degrees: $(cat "$WORK/mixed.cmp")"
 echo "$NAME: tp 2 + tp 4 replicas against one worker: $(cat "$WORK/mixed.cmp")"
-RUN_PLAN="$WORK/p-one3.pb" RUN_HOSTS="$WORK/p-one3.hosts" reference_run 60  # the schedule spans --steps
-run_start reshard 60
+RUN_PLAN="$WORK/p-one3.pb" RUN_HOSTS="$WORK/p-one3.hosts" reference_run 40  # the schedule spans --steps
+run_start reshard 40
 kill_host_at reshard 15 "${TAG}h2"
 # Both pipelines now on the 1-node template: h1's at tp 4, re-cut.
 grep -q "decide generation=2 lost hosts ${TAG}h2; re-instantiated as pipelines of 1+1 nodes" \
   "$WORK/reshard/events.log" \
   || fail "no re-instantiation: $(grep -E 'decide|done' "$WORK/reshard/events.log")"
-check_recovered reshard 60 "kill -9 of ${TAG}h2, h1 re-cut from tp 2 to tp 4"
+check_recovered reshard 40 "kill -9 of ${TAG}h2, h1 re-cut from tp 2 to tp 4"
 unset RUN_PLAN RUN_HOSTS
 
 # 3. Checkpoints across tensor-parallel degrees.
