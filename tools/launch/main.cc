@@ -143,12 +143,13 @@ ob::Result<ob::launch::ProbeResult> ProbeWorker(ob::launch::DeviceKind device, b
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (1u << 20)) break;
+    if (out.size() > (1u << 20)) {  // not a report; and waiting on it could block on a full pipe
+      child.Kill();
+      child.Wait();
+      return ob::Status::DataErr(exe + " --probe: printed more than 1 MiB; not a device report");
+    }
   }
-  child.Wait();
-  if (child.DescribeExit() != "exit status 0") {
-    return ob::Status::Unavailable(exe + " --probe: " + child.DescribeExit());
-  }
+  if (child.Wait() != 0) return ob::Status::Unavailable(exe + " --probe: " + child.DescribeExit());
   return ob::launch::ParseProbe(out, exe + " --probe");
 }
 
