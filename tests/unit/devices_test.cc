@@ -75,6 +75,17 @@ TEST_CASE("more workers than GPUs on a host is refused with one line naming it")
   CHECK(CheckGpus("h2", 1, 0).message().rfind("host h2 has 0 GPU(s)", 0) == 0);
 }
 
+namespace {
+MachineOf M(std::string host, std::string boot_id, std::vector<std::string> gpus, int slots) {
+  MachineOf m;
+  m.host = std::move(host);
+  m.boot_id = std::move(boot_id);
+  m.gpus = std::move(gpus);
+  m.slots = slots;
+  return m;
+}
+}  // namespace
+
 TEST_CASE("CheckMachines: a GPU two hosts would use is refused, one machine is said") {
   // Two nodes of 8 GPUs each, and a third name for the first node.
   std::vector<std::string> a, b;
@@ -82,10 +93,10 @@ TEST_CASE("CheckMachines: a GPU two hosts would use is refused, one machine is s
     a.push_back("GPU-a" + std::to_string(i));
     b.push_back("GPU-b" + std::to_string(i));
   }
-  auto ok = CheckMachines({{"n1", "boot1", a, 8}, {"n2", "boot2", b, 8}});
+  auto ok = CheckMachines({M("n1", "boot1", a, 8), M("n2", "boot2", b, 8)});
   REQUIRE(ok.ok());
   CHECK(ok->empty());
-  auto twice = CheckMachines({{"n1", "boot1", a, 8}, {"n2", "boot2", b, 8}, {"n1-ib", "boot1", a, 8}});
+  auto twice = CheckMachines({M("n1", "boot1", a, 8), M("n2", "boot2", b, 8), M("n1-ib", "boot1", a, 8)});
   REQUIRE_FALSE(twice.ok());
   CHECK(twice.status().exit_code() == 78);
   CHECK(twice.status().message() ==
@@ -93,17 +104,17 @@ TEST_CASE("CheckMachines: a GPU two hosts would use is refused, one machine is s
         "own GPUs (CUDA_VISIBLE_DEVICES)");
   // Two containers of one node, 4 GPUs each: one machine, no GPU shared.
   std::vector<std::string> lo(a.begin(), a.begin() + 4), hi(a.begin() + 4, a.end());
-  auto pods = CheckMachines({{"pod1", "boot1", lo, 4}, {"pod2", "boot1", hi, 4}, {"n2", "boot2", b, 8}});
+  auto pods = CheckMachines({M("pod1", "boot1", lo, 4), M("pod2", "boot1", hi, 4), M("n2", "boot2", b, 8)});
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);
   CHECK((*pods)[0] == "hosts pod1 and pod2 run on one machine (kernel boot id boot1): a failure of it takes both, "
                       "which the plan counts as two");
   // Only the GPUs the slots take: 2 slots each of a list of 8 in two orders.
   std::vector<std::string> rev(a.rbegin(), a.rend());
-  CHECK(CheckMachines({{"x", "boot1", a, 2}, {"y", "boot1", rev, 2}}).ok());
-  CHECK_FALSE(CheckMachines({{"x", "boot1", a, 8}, {"y", "boot1", rev, 2}}).ok());
+  CHECK(CheckMachines({M("x", "boot1", a, 2), M("y", "boot1", rev, 2)}).ok());
+  CHECK_FALSE(CheckMachines({M("x", "boot1", a, 8), M("y", "boot1", rev, 2)}).ok());
   // The CPU: no GPUs, no boot id known: nothing to say.
-  auto cpu = CheckMachines({{"c1", "", {}, 1}, {"c2", "", {}, 1}});
+  auto cpu = CheckMachines({M("c1", "", {}, 1), M("c2", "", {}, 1)});
   REQUIRE(cpu.ok());
   CHECK(cpu->empty());
   CHECK_FALSE(BootId().empty());

@@ -1,9 +1,5 @@
 // The GPT's planner layers, stages, tied embedding and the reference trainer.
-// LibTorch first: Debian's build pulls in glog, whose CHECK would otherwise
-// replace Catch's.
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "torch_catch.h"
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>

@@ -4,11 +4,7 @@
 // would), the survivors fail their next step, rebuild themselves from their
 // snapshots on the plan's re-instantiation and go on; every step's loss must
 // be the uninterrupted single-process reference's.
-// LibTorch first: Debian's build pulls in glog, whose CHECK would otherwise
-// replace Catch's.
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "torch_catch.h"
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <signal.h>

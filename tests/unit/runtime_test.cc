@@ -1,11 +1,7 @@
 // The worker runtime against the single-process reference (issue 4,
 // acceptance 2): pipelines of StageWorkers, one thread per rank sharing an
 // in-memory store, must train like ob::model::train_steps.
-// LibTorch first: Debian's build pulls in glog, whose CHECK would otherwise
-// replace Catch's.
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "torch_catch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,4 @@
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "torch_catch.h"
 
 #include "runtime_testing.h"
 

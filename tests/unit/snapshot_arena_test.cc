@@ -1,9 +1,7 @@
 // SnapshotArena (runtime/snapshot_arena.h): snapshots in a memfd that a
 // later process maps again and finds intact, and a slot caught mid-write
 // that reads as incomplete.
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "torch_catch.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -19,6 +19,7 @@
 #include "ob/build_info.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/text.h"
 #include "ob/log.h"
 
 namespace ob::ckpt {
@@ -36,12 +37,9 @@ constexpr char kLatestName[] = "latest";
 // Reads while hashing and exporting go in pieces of this size.
 constexpr size_t kChunk = size_t{4} << 20;
 
-std::string Errno() { return std::strerror(errno); }
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
-
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
+using io::EndsWith;
+using io::Errno;
+using io::Quote;
 
 // "step-<digits>" (partial=false) or "step-<digits>.partial" (partial=true).
 bool ParseStepName(const std::string& name, int64_t* step, bool* partial) {

@@ -14,6 +14,7 @@
 
 #include "ob/io/file.h"
 #include "ob/io/json.h"
+#include "ob/io/text.h"
 
 namespace ob::ckpt {
 namespace {
@@ -37,9 +38,8 @@ constexpr uint64_t kDataAlign = 8;
 // Largest single write(2)/pread(2); Linux moves at most ~2 GiB per call.
 constexpr size_t kMaxIo = size_t{1} << 30;
 
-std::string Errno() { return std::strerror(errno); }
-
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
+using io::Errno;
+using io::Quote;
 
 std::string ShapeText(DType dtype, const std::vector<int64_t>& shape) {
   std::string out = std::string(DTypeName(dtype)) + "[";

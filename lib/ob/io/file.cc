@@ -11,9 +11,10 @@
 #include <filesystem>
 
 namespace ob::io {
-namespace {
 
 std::string Errno() { return std::strerror(errno); }
+
+namespace {
 
 Status WriteAll(int fd, const std::string& data, const std::string& name) {
   size_t off = 0;

@@ -11,6 +11,9 @@
 
 namespace ob::io {
 
+// strerror(errno): the text of the last system call's error, for messages.
+std::string Errno();
+
 // Reads all of `path`; "-" reads stdin. Missing/unreadable → kNoInput.
 Result<std::string> ReadFile(const std::string& path);
 

@@ -7,6 +7,12 @@
 
 namespace ob::io {
 
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
 std::string Format(const char* fmt, ...) {
   char buf[256];
   va_list ap;

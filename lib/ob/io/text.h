@@ -10,6 +10,12 @@ namespace ob::io {
 // printf's formatting into a string, of any length.
 std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// Whether `s` ends with `suffix`.
+bool EndsWith(const std::string& s, const std::string& suffix);
+
+// `s` in single quotes, for messages: 'name'.
+std::string Quote(const std::string& s);
+
 // `s` without the spaces, tabs, carriage returns and newlines around it.
 std::string Trim(const std::string& s);
 

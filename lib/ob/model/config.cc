@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ob/io/file.h"
+#include "ob/io/text.h"
 
 namespace ob::model {
 namespace {
@@ -51,10 +52,7 @@ GptConfig FromShape(const PresetShape& p) {
   return c;
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using io::EndsWith;
 
 // Reads one positive integer field; `keys` are accepted spellings, first wins.
 Status ReadField(const YAML::Node& root, const std::string& path,

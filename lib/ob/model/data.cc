@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ob/io/text.h"
+
 namespace ob::model {
 namespace {
 
@@ -27,10 +29,7 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using io::EndsWith;
 
 int TokenBytes(TokenFormat f) {
   switch (f) {

@@ -22,12 +22,6 @@ std::vector<double> OffDiagonal(const std::vector<double>& m, int n) {
   return v;
 }
 
-const Template* FindTemplate(const TemplateSet& ts, int nodes) {
-  for (const auto& t : ts.templates)
-    if (t.nodes == nodes) return &t;
-  return nullptr;
-}
-
 // The placement problem flattened into slots: slot s is position q of
 // pipeline j, and assign[s] is the node sitting there. Evaluates the cost of
 // header placement.h from scratch, and again after a swap touching only what
@@ -40,7 +34,7 @@ class Evaluator {
     const int L = p.num_layers();
     for (size_t j = 0; j < inst.pipelines.size(); ++j) {
       const auto& pi = inst.pipelines[j];
-      const Template* t = FindTemplate(ts, pi.template_nodes);
+      const Template* t = ts.ForNodes(pi.template_nodes);
       assert(t && static_cast<int>(pi.nodes.size()) == t->nodes && !t->stages.empty());
       Pipe pipe;
       pipe.first_slot = static_cast<int>(assign_.size());
@@ -206,7 +200,7 @@ std::vector<int> GreedyAssignment(const Problem& p, const TemplateSet& ts, const
            bw.Latency(b, a);
   };
   for (const auto& pi : inst.pipelines) {
-    const Template* t = FindTemplate(ts, pi.template_nodes);
+    const Template* t = ts.ForNodes(pi.template_nodes);
     std::vector<double> bytes;  // boundary after each node but the last
     for (int q = 0; q + 1 < t->nodes; ++q)
       bytes.push_back(static_cast<double>(p.layers[t->stages[t->LastStageOn(q)].last].output_bytes));
@@ -249,7 +243,7 @@ std::vector<int> RingAssignment(const Problem& p, const TemplateSet& ts, const I
   std::vector<int> pool;
   std::vector<double> mid;  // per slot: the middle of its layer range
   for (const auto& pi : inst.pipelines) {
-    const Template* t = FindTemplate(ts, pi.template_nodes);
+    const Template* t = ts.ForNodes(pi.template_nodes);
     pool.insert(pool.end(), pi.nodes.begin(), pi.nodes.end());
     for (int q = 0; q < t->nodes; ++q)
       mid.push_back((t->stages[t->FirstStageOn(q)].first + t->stages[t->LastStageOn(q)].last + 1) /

@@ -27,12 +27,6 @@ std::pair<double, double> StageOpSeconds(const Problem& p, const StageShape& st)
   return {fwd / tp + extra / 2, bwd / tp + extra / 2};
 }
 
-const Template* FindTemplate(const TemplateSet& ts, int nodes) {
-  for (const auto& t : ts.templates)
-    if (t.nodes == nodes) return &t;
-  return nullptr;
-}
-
 // One pipeline's op durations per stage and the one-way transfer after each
 // stage, each way (see Simulate1F1B).
 struct PipelineCosts {
@@ -295,7 +289,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
   int microbatches = 0;
   for (const auto& pi : inst.pipelines) {
     Lanes lanes;
-    lanes.t = FindTemplate(ts, pi.template_nodes);
+    lanes.t = ts.ForNodes(pi.template_nodes);
     if (lanes.t) lanes.ops = Simulate1F1B(p, *lanes.t, pi.microbatches, pi.nodes, bw);
     for (const auto& op : lanes.ops) lanes.makespan = std::max(lanes.makespan, op.end);
     horizon = std::max(horizon, lanes.makespan);

@@ -506,8 +506,12 @@ double StepTailSeconds(const Problem& p, const Template& t) {
 }
 
 const Template* TemplateSet::ForNodes(int n) const {
-  if (n < min_nodes || n > max_nodes() || templates.empty()) return nullptr;
-  return &templates[n - min_nodes];
+  // By each template's own count, not its index: a set read from a plan
+  // file need not be the contiguous run that Generate makes.
+  for (const Template& t : templates) {
+    if (t.nodes == n) return &t;
+  }
+  return nullptr;
 }
 
 std::optional<Template> BestTemplate(const Problem& p, int nodes) {

@@ -44,10 +44,6 @@ namespace {
 using Work = c10::intrusive_ptr<c10d::Work>;
 using Clock = std::chrono::steady_clock;
 
-void Wait(const Work& work) {
-  if (!work->wait()) throw std::runtime_error("c10d operation was aborted");
-}
-
 bool Holds(const RankInfo& r, int layer) { return r.first_layer <= layer && layer <= r.last_layer; }
 
 bool HoldsTied(const RankInfo& r, int num_layers) {
@@ -449,7 +445,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
         }
       }
     }
-    for (const auto& work : works) Wait(work);
+    for (const auto& work : works) WaitWork(work);
     w->restore_times_.transfers = SecondsSince(t_phase);
     t_phase = Clock::now();
     for (auto& r : receives) {

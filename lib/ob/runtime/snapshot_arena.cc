@@ -14,14 +14,9 @@
 
 namespace ob::runtime {
 
-namespace {
-
-constexpr uint64_t kMagic = 0x6f622d736e617031ull;  // "ob-snap1"
-constexpr uint32_t kVersion = 3;  // 2: slots carry their lineage; 3: and their shard
-constexpr uint64_t kHeaderBytes = 4096;
-constexpr uint64_t kReserveBytes = uint64_t{1} << 38;  // virtual only: 256 GiB
-constexpr int kMaxDims = 6;
-constexpr size_t kKeyBytes = 96;
+// A slot's header (named, not anonymous: SnapshotArena::Header holds
+// them, and a type with external linkage may not hold an anonymous one).
+namespace arena_layout {
 
 enum SlotState : uint32_t { kEmpty = 0, kWriting = 1, kComplete = 2 };
 
@@ -37,6 +32,19 @@ struct SlotHeader {
   int32_t tp;           // shard tp_rank of tp of the layers
   int32_t tp_rank;
 };
+
+}  // namespace arena_layout
+
+namespace {
+
+using namespace arena_layout;
+
+constexpr uint64_t kMagic = 0x6f622d736e617031ull;  // "ob-snap1"
+constexpr uint32_t kVersion = 3;  // 2: slots carry their lineage; 3: and their shard
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kReserveBytes = uint64_t{1} << 38;  // virtual only: 256 GiB
+constexpr int kMaxDims = 6;
+constexpr size_t kKeyBytes = 96;
 
 struct Entry {
   char key[kKeyBytes];

@@ -41,11 +41,11 @@ int LocalRank(const std::vector<int>& ranks, int rank) {
   return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
 }
 
-void Wait(const Work& work) {
+}  // namespace
+
+void WaitWork(const c10::intrusive_ptr<c10d::Work>& work) {
   if (!work->wait()) throw std::runtime_error("c10d operation was aborted");
 }
-
-}  // namespace
 
 // The c10d groups this rank belongs to. Groups of one rank are not created
 // (null): their all-reduce is the identity.
@@ -465,7 +465,7 @@ void StageWorker::BuildBuckets() {
 void StageWorker::WaitAll(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
   Waiting(true);
   for (const auto& w : works) {
-    Wait(w);
+    WaitWork(w);
     Tick();
   }
   Waiting(false);

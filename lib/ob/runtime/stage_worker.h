@@ -114,6 +114,10 @@ struct StepResult {
   int64_t peak_memory_bytes = 0;  // peak allocated device bytes during the step (0 on CPU)
 };
 
+// Waits for `work`; throws std::runtime_error when it was aborted (Create,
+// Step and recovery catch it and return kUnavailable).
+void WaitWork(const c10::intrusive_ptr<c10d::Work>& work);
+
 class StageWorker {
  public:
   // Builds rank `rank`'s stage on opts.device and joins its groups (blocks
