@@ -139,9 +139,10 @@ run_start() {
 }
 # reference_run STEPS: an uninterrupted run "ref" of STEPS steps that must
 # succeed, to compare others with ($WORK/ref.pb); RUN_RANKS: its ranks
-# (default: one a host).
+# (default: one a host). Nothing fails in it, so it keeps no standby
+# workers (half of the processes that load LibTorch, on two busy cores).
 reference_run() {
-  run_start ref "$1"
+  run_start ref "$1" --standby off
   run_wait
   [ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
   python3 "$METRICS_PY" check "$WORK/ref.pb" "$1" "${RUN_RANKS:-$(grep -c . "${RUN_HOSTS:-$WORK/hosts.txt}")}" \

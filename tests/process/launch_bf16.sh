@@ -22,7 +22,7 @@ cp "$WORK/plan.pb" "$WORK/plan-bf16.pb"
 # compute copies, made anew after the update).
 EVAL=(--eval-split 0.1 --eval-every 50 --eval-batches 2)
 for p in fp32 bf16; do
-  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p" -v "${EVAL[@]}"
+  RUN_PLAN="$WORK/plan-$p.pb" run_start "$p" "$STEPS" --device cpu --precision "$p" -v "${EVAL[@]}" --standby off
   run_wait
   [ "$RC" = 0 ] || fail "$p: ob-launch exited $RC: $(tail -3 "$WORK/$p.err")"
   python3 "$METRICS_PY" check "$WORK/$p.pb" "$STEPS" 4 > "$WORK/$p.losses" ||

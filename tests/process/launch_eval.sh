@@ -19,7 +19,7 @@ command -v python3 >/dev/null || skip "no python3"
 make_two_by_two
 EVAL=(--eval-split 0.1 --eval-every 50 --eval-batches 2)
 
-run_start ref 200 "${EVAL[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 100
+run_start ref 200 "${EVAL[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 100 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
 python3 "$METRICS_PY" check "$WORK/ref.pb" 200 4 > /dev/null || fail "uninterrupted run's metrics"
@@ -38,7 +38,7 @@ echo "$NAME: evaluations $(tr '\n' ' ' < "$WORK/ref.evals")"
 echo "${TAG}h0" > "$WORK/one.hosts"
 "$OB_BIN/ob-plan" --hosts "$WORK/one.hosts" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
   -o "$WORK/one.plan" "$WORK/tiny.pb" || fail "ob-plan for one worker"
-RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start one 200 "${EVAL[@]}"
+RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start one 200 "${EVAL[@]}" --standby off
 run_wait
 [ "$RC" = 0 ] || fail "one worker: exit $RC: $(tail -3 "$WORK/one.err")"
 python3 "$METRICS_PY" compare-evals "$WORK/one.pb" "$WORK/ref.pb" 1e-5 > "$WORK/one.cmp" \

@@ -4,7 +4,9 @@
 # local hosts (slots = g), f = 1: whatever layout it picks (stages a node,
 # tensor parallelism), ob-launch trains it for 3 steps and exits 0 with
 # every rank's metrics (once per distinct layout: ranks, templates used). Not hand-written plans: the ones the planner
-# chooses, so a planner choice the runtime cannot run fails here.
+# chooses, so a planner choice the runtime cannot run fails here. Nothing
+# fails in these runs: --standby off (no standby process is seen once a
+# step is done; with standbys, each run would start twice the processes).
 NAME=launch_every_plan
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -49,7 +51,11 @@ PY
       # the planner picks one already trained, a second run would only
       # repeat it (on two cores, half of this test's time).
       case " $layouts " in *":$ranks:$layout:$stages "*) skipped+=" $run"; continue ;; esac
-      RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/$run.hosts" run_start "$run" "$STEPS"
+      RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/$run.hosts" run_start "$run" "$STEPS" --standby off
+      wait_step "$run" 1 || fail "$run: no step: $(tail -3 "$WORK/$run.err")"
+      for p in $(pgrep -f -- "--standby-worker"); do
+        ! grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" || fail "$run: a standby worker with --standby off: pid $p"
+      done
       run_wait
       [ "$RC" = 0 ] || fail "$run ($layout, stages $stages): exit $RC: $(tail -3 "$WORK/$run.err")"
       python3 "$METRICS_PY" check "$WORK/$run.pb" "$STEPS" "$ranks" > /dev/null \

@@ -68,7 +68,7 @@ t = {x["nodes"]: x for x in p["templates"]}
 assert len(pipes) == 2 and all(len(t[q["template_nodes"]]["stages"]) == 2 for q in pipes), (pipes, t)
 PY
 for run in a b c; do
-  RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/p-$run.hosts" run_start "$run" 20
+  RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/p-$run.hosts" run_start "$run" 20 --standby off
   run_wait
   [ "$RC" = 0 ] || fail "$run: exit $RC: $(tail -3 "$WORK/$run.err")"
   python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/$run.pb" 1e-5 > "$WORK/$run.cmp" \
@@ -111,7 +111,7 @@ assert tag + "h2" in pipes[0]["nodes"], pipes
 PY
 RUN_PLAN="$WORK/p-one3.pb" RUN_HOSTS="$WORK/p-one3.hosts" reference_run 20
 export RUN_PLAN="$WORK/p-m.pb" RUN_HOSTS="$WORK/p-m.hosts"
-run_start mixed 20
+run_start mixed 20 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "mixed: exit $RC: $(tail -3 "$WORK/mixed.err")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/mixed.pb" 1e-5 > "$WORK/mixed.cmp" \
@@ -129,14 +129,15 @@ unset RUN_PLAN RUN_HOSTS
 
 # 3. Checkpoints across tensor-parallel degrees.
 export RUN_PLAN="$WORK/p-r.pb" RUN_HOSTS="$WORK/p-r.hosts"
-run_start saved 20 --ckpt-dir "$WORK/ck" --ckpt-every 10
+# Runs in which nothing fails: --standby off (tests/lib/launch.sh).
+run_start saved 20 --ckpt-dir "$WORK/ck" --ckpt-every 10 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "saving run: exit $RC: $(tail -3 "$WORK/saved.err")"
 [ -f "$WORK/ck/step-000000000009/manifest.pb" ] || fail "no checkpoint of step 9: $(ls "$WORK/ck")"
 "$OB_BIN/ob-ckpt" verify "$WORK/ck/step-000000000009" > /dev/null || fail "ob-ckpt verify step 9"
 unset RUN_PLAN RUN_HOSTS
 for to in p-one p-c; do
-  RUN_PLAN="$WORK/$to.pb" RUN_HOSTS="$WORK/$to.hosts" run_start "resume-$to" 20 --resume "$WORK/ck/step-000000000009"
+  RUN_PLAN="$WORK/$to.pb" RUN_HOSTS="$WORK/$to.hosts" run_start "resume-$to" 20 --resume "$WORK/ck/step-000000000009" --standby off
   run_wait
   [ "$RC" = 0 ] || fail "resumed on $to: exit $RC: $(tail -3 "$WORK/resume-$to.err")"
   python3 "$METRICS_PY" compare "$WORK/resume-$to.pb" "$WORK/saved.pb" 1e-5 > "$WORK/resume-$to.cmp" \

@@ -201,6 +201,10 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.master_timeout_s = g.master.master_timeout_s;
     o.standby_exe = WorkerExe(LaunchPath());
     OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
+    if (g.standby == "off") {
+      o.standby_exe.clear();
+      OB_LOG(Info) << "no standby workers (--standby off): each worker loads LibTorch when it starts";
+    }
     OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
     o.device = g.worker.device;
     OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, AgentGpus(device));
@@ -230,6 +234,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(Absolute(o.plan_path), g.worker.precision));
     o.agent_flags.push_back("--device");
     o.agent_flags.push_back(g.worker.device);
+    o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
   }
   // Refuse a plan whose model cannot take the data before any host is touched.
   OB_ASSIGN_OR_RETURN(g.worker.data_facts,

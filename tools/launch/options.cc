@@ -95,6 +95,11 @@ void Setup(CLI::App& app) {
                  "auto (CUDA where a worker sees a GPU; the default), cpu or cuda (one GPU per worker)")
       ->option_text("DEVICE")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--standby", g.standby,
+                 "on (the default): each agent keeps a standby worker per slot, LibTorch loaded (and a CUDA "
+                 "context made), for fast restarts; off: none")
+      ->option_text("on|off")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--precision", g.worker.precision,
                  "fp32 or bf16 (default: bf16 on CUDA, fp32 on CPU); the plan's profile must match")
       ->option_text("P")
