@@ -110,7 +110,7 @@ rm -rf "$WORK/hub" "$WORK/imported" "$WORK/out"
 
 # 2. ob -> HF -> ob, from a trained gpt-tiny checkpoint.
 make_cluster 2
-run_start tiny 4 --ckpt-dir "$WORK/ck" --ckpt-every 2
+run_start tiny 4 --ckpt-dir "$WORK/ck" --ckpt-every 2 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "training gpt-tiny: exit $RC: $(tail -3 "$WORK/tiny.err")"
 "$CKPT" export --format hf "$WORK/ck/step-000000000001" -o "$WORK/tiny-hf" || fail "export of gpt-tiny"
@@ -129,10 +129,10 @@ PY
 echo "$NAME: gpt-tiny -> HF -> ob: bit for bit"
 
 # 3. Training resumes from the import; its first loss is the original's.
-run_start orig 6 --ckpt-dir "$WORK/ck-orig" --resume "$WORK/ck/step-000000000001"
+run_start orig 6 --ckpt-dir "$WORK/ck-orig" --resume "$WORK/ck/step-000000000001" --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resume from the original: exit $RC: $(tail -3 "$WORK/orig.err")"
-run_start fromhf 6 --ckpt-dir "$WORK/ck2" --resume auto
+run_start fromhf 6 --ckpt-dir "$WORK/ck2" --resume auto --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resume from the import: exit $RC: $(tail -3 "$WORK/fromhf.err")"
 python3 - "$METRICS_PY" "$WORK/orig.pb" "$WORK/fromhf.pb" <<'PY' || fail "the import does not train from the same weights"

@@ -31,7 +31,7 @@ latest=$(readlink -f "$WORK/ckpt/$(cat "$WORK/ckpt/latest")")
 cp -r "$latest" "$WORK/step19"  # kept aside: --ckpt-keep below prunes the original
 latest="$WORK/step19"
 
-run_start resumed "$STEPS" "${CKPT[@]}" --ckpt-keep 2 --resume auto
+run_start resumed "$STEPS" "${CKPT[@]}" --ckpt-keep 2 --resume auto --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
 grep -q " resume generation=1 from .*step-0*19$" "$WORK/resumed/events.log" \
@@ -59,7 +59,7 @@ grep -q "layer-0002.safetensors" "$WORK/damaged.err" || fail "the damaged file i
 
 # "checkpoint" on the control socket: a save at the next step, whatever
 # --ckpt-every says (0 here).
-run_start now "$STEPS" --ckpt-dir "$WORK/ckpt-now"
+run_start now "$STEPS" --ckpt-dir "$WORK/ckpt-now" --standby off
 wait_step now 5 || fail "no step 5: $(tail -3 "$WORK/now.err")"
 control "$WORK/now/control.sock" "checkpoint from the test" | grep -q '"ok":true' \
   || fail "checkpoint request refused"
@@ -77,7 +77,7 @@ for layout in three:3:0.008 one:1:1; do
   for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts-$name.txt"; done
   "$OB_BIN/ob-plan" --hosts "$WORK/hosts-$name.txt" -g 1 -f 0 -B 8 --gpu-memory "$mem" \
     --overhead-gib 0 -o "$WORK/plan-$name.pb" "$WORK/tiny.pb" || fail "ob-plan ($name)"
-  RUN_PLAN="$WORK/plan-$name.pb" RUN_HOSTS="$WORK/hosts-$name.txt" run_start "$name" "$STEPS" --resume "$latest"
+  RUN_PLAN="$WORK/plan-$name.pb" RUN_HOSTS="$WORK/hosts-$name.txt" run_start "$name" "$STEPS" --resume "$latest" --standby off
   run_wait
   [ "$RC" = 0 ] || fail "resumed as $name: exit $RC: $(tail -3 "$WORK/$name.err")"
   python3 "$METRICS_PY" compare "$WORK/$name.pb" "$WORK/ref.pb" 1e-4 > "$WORK/cmp" \

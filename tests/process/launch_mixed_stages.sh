@@ -70,14 +70,14 @@ is_mixed p-mix
 "$OB_BIN/ob-plan" --explain "$WORK/p-mix.pb" | grep -q "mix mix .*/1 .*/1 5/2  \*$" \
   || fail "--explain does not show the mixed stages: $("$OB_BIN/ob-plan" --explain "$WORK/p-mix.pb" | head -20)"
 export RUN_PLAN="$WORK/p-mix.pb" RUN_HOSTS="$WORK/p-mix.hosts"
-run_start mix 20 --ckpt-dir "$WORK/ck" --ckpt-every 10
+run_start mix 20 --ckpt-dir "$WORK/ck" --ckpt-every 10 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "mixed: exit $RC: $(tail -3 "$WORK/mix.err")"
 python3 "$METRICS_PY" compare "$WORK/ref20.pb" "$WORK/mix.pb" 1e-5 > "$WORK/mix.cmp" \
   || fail "mixed pipeline against one worker: $(cat "$WORK/mix.cmp")"
 echo "$NAME: degrees 1,1 | 2 against one worker: $(cat "$WORK/mix.cmp")"
 [ -f "$WORK/ck/step-000000000009/manifest.pb" ] || fail "no checkpoint of step 9: $(ls "$WORK/ck")"
-RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" run_start resume 20 --resume "$WORK/ck/step-000000000009"
+RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" run_start resume 20 --resume "$WORK/ck/step-000000000009" --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resumed on one worker: exit $RC: $(tail -3 "$WORK/resume.err")"
 python3 "$METRICS_PY" compare "$WORK/resume.pb" "$WORK/mix.pb" 1e-5 > "$WORK/resume.cmp" \

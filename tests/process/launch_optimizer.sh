@@ -15,7 +15,7 @@ STEPS=12
 reference_run "$STEPS"
 
 KNOBS=(--lr-schedule constant --min-lr 0 --weight-decay 0 --beta1 0.8 --beta2 0.99 --eps 1e-6 --clip-norm 0.05)
-run_start knobs "$STEPS" "${KNOBS[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 6
+run_start knobs "$STEPS" "${KNOBS[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 6 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "run with optimizer flags: exit $RC: $(tail -3 "$WORK/knobs.err")"
 python3 - "$METRICS_PY" "$WORK/ref.pb" "$WORK/knobs.pb" <<'PY' || fail "the flags did not change training"
@@ -38,7 +38,7 @@ assert o.get("weightDecay", o.get("weight_decay", 0)) == 0
 PY
 
 # A resume with another weight decay and clip norm: allowed, and said.
-run_start resumed 18 "${KNOBS[@]/0.05/0.5}" --ckpt-dir "$WORK/ck" --resume "$WORK/ck/step-000000000005"
+run_start resumed 18 "${KNOBS[@]/0.05/0.5}" --ckpt-dir "$WORK/ck" --resume "$WORK/ck/step-000000000005" --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resume with other settings: exit $RC: $(tail -3 "$WORK/resumed.err")"
 grep -q " resume-change clip_norm 0.05 -> 0.5$" "$WORK/resumed/events.log" \
@@ -50,7 +50,7 @@ grep -q " resume-change steps 12 -> 18$" "$WORK/resumed/events.log" \
 grep -q "warning: resuming with another optimizer setting than the checkpoint's: clip_norm" "$WORK/resumed.err" \
   || fail "no warning on stderr: $(grep -i resum "$WORK/resumed.err")"
 
-run_start tiny 3 --lr 3e-7
+run_start tiny 3 --lr 3e-7 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "--lr 3e-7: exit $RC: $(tail -3 "$WORK/tiny.err")"
 grep -q "worker\[0\]: info: optimizer: AdamW lr 3e-07 (0 warm-up steps, then cosine to 0 at step 3), weight decay 0.1, betas 0.9/0.95, eps 1e-08, clip norm 1$" \

@@ -42,7 +42,7 @@ for sig in TERM USR1; do
   echo "$NAME: SIG$sig at step >= 20: exit 0, $latest verifies, stopped after step $last"
 done
 
-run_start resumed "$STEPS" --ckpt-dir "$WORK/ckpt-TERM" --resume auto
+run_start resumed "$STEPS" --ckpt-dir "$WORK/ckpt-TERM" --resume auto --standby off
 run_wait
 [ "$RC" = 0 ] || fail "resumed run: exit $RC: $(tail -3 "$WORK/resumed.err")"
 python3 "$METRICS_PY" compare "$WORK/resumed.pb" "$WORK/ref.pb" 0 > "$WORK/cmp" || fail "resumed: $(cat "$WORK/cmp")"
@@ -68,7 +68,7 @@ grep -q "ob-launch: got Terminated: stopped without saving: steps 0-[0-9]*, trai
 ! grep -q " stop .*saved the checkpoint" "$WORK/twice/events.log" || fail "the second signal waited for the checkpoint"
 wait_for 5 no_tagged || fail "processes left behind: $(tagged)"
 
-run_start plain "$STEPS"
+run_start plain "$STEPS" --standby off
 wait_step plain 5 || fail "no step 5: $(tail -3 "$WORK/plain.err")"
 kill -TERM "$(master)"
 run_wait
