@@ -82,3 +82,21 @@ expect 64 "--threads: '0' must be a positive number" -- "$P" --model gpt-tiny --
 [ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"
 ls "$TMP" | grep -q '\.tmp\.' && fail "temporary files left behind"
 finish
+
+# Two programs: ob-profile does not load LibTorch; to measure layers it runs
+# ob-profile-measure from beside it (through a link too), and without it
+# says so (78) rather than measuring nothing.
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+if needed "$P" | grep -Eq '^lib(torch|c10)'; then
+  fail "ob-profile links LibTorch: $(needed "$P" | grep -E '^lib(torch|c10)' | tr '\n' ' ')"
+fi
+needed "$OB_BIN/ob-profile-measure" | grep -q '^libtorch' || fail "ob-profile-measure does not link LibTorch"
+mkdir -p "$TMP/alone" "$TMP/linked"
+cp "$P" "$TMP/alone/ob-profile"
+expect 78 "^ob-profile: cannot run $TMP/alone/ob-profile-measure: No such file or directory \(ob-profile-measure measures layers; it is installed beside ob-profile\)$" -- \
+  "$TMP/alone/ob-profile" --model gpt-tiny --threads 1 --warmup 0 -k 1 -q --json
+"$TMP/alone/ob-profile" --model gpt-tiny --analytic --gpu h100 --json | grep -q '"mode": "PROFILE_ANALYTIC"' \
+  || fail "ob-profile alone does not model"
+ln -s "$P" "$TMP/linked/ob-profile"
+"$TMP/linked/ob-profile" --model gpt-tiny --threads 1 --warmup 0 -k 1 -q --json | grep -q '"mode": "PROFILE_MEASURED"' \
+  || fail "ob-profile through a link does not measure"

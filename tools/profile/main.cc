@@ -1,6 +1,17 @@
 // ob-profile: measure or model a GPT's layers, or the links between hosts.
+//
+// Two programs from this file. ob-profile (no LibTorch) models, measures
+// links, prints, and serves --net; to measure layers it runs
+// ob-profile-measure, installed beside it, with its own arguments (exec:
+// its output and exit status are ob-profile's). ob-profile-measure
+// (OB_PROFILE_MEASURE, LibTorch) is the same tool that measures itself.
+// Loading Debian's LibTorch costs 0.65 s of CPU, which --analytic, --net
+// and printing a profile no longer pay.
+#include <limits.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "ob/cli/cli.h"
@@ -9,7 +20,6 @@
 #include "ob/io/message.h"
 #include "ob/log.h"
 #include "ob/model/config.h"
-#include "ob/model/train.h"
 #include "ob/profile/analytic.h"
 #include "ob/profile/measured.h"
 #include "ob/profile/network.h"
@@ -44,6 +54,7 @@ struct Options {
 };
 
 Options g;
+char** g_argv = nullptr;  // ours, for ob-profile-measure
 
 // Whether to profile in bf16: as given (ob-launch's fp32|bf16, or the
 // profile's own float32|bfloat16), else as ob-launch would train on the
@@ -91,6 +102,33 @@ ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
   return ob::profile::AnalyticProfile(cfg, o);
 }
 
+#ifndef OB_PROFILE_MEASURE
+constexpr char kMeasureExeName[] = "ob-profile-measure";
+
+// ob-profile-measure beside this program (the real path: a link to
+// ob-profile finds it beside its target).
+std::string MeasureExe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return kMeasureExeName;
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/') + 1) + kMeasureExeName;
+}
+
+// Measuring needs LibTorch: ob-profile-measure does it, with our arguments,
+// in this process. Returns only when it cannot be run.
+ob::Status Measured(const ob::model::GptConfig&) {
+  const std::string exe = MeasureExe();
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (char** a = g_argv + 1; *a != nullptr; ++a) argv.push_back(*a);
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execv(exe.c_str(), argv.data());
+  return ob::Status::Config("cannot run " + exe + ": " + std::strerror(errno) + " (" + kMeasureExeName +
+                            " measures layers; it is installed beside ob-profile)");
+}
+#else
 ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   ob::profile::MeasureOptions o;
   o.device = g.device;
@@ -106,6 +144,7 @@ ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   o.progress = Progress;
   return ob::profile::MeasureProfile(cfg, o);
 }
+#endif
 
 ob::Result<ob::pb::Profile> Network() {
   OB_ASSIGN_OR_RETURN(auto hosts, ob::cluster::LoadHosts(g.net_hosts));
@@ -142,7 +181,11 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     if (g.analytic) {
       OB_ASSIGN_OR_RETURN(p, Analytic(cfg));
     } else {
+#ifdef OB_PROFILE_MEASURE
       OB_ASSIGN_OR_RETURN(p, Measured(cfg));
+#else
+      return Measured(cfg);
+#endif
     }
   }
   return ob::io::WriteMessage(common.output, p, ob::io::kProfileFormatVersion, common.json);
@@ -211,6 +254,7 @@ void Setup(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_argv = argv;
   return ob::cli::Main(argc, argv,
                        {"profile", "Measure or model a GPT's layers, or the links between hosts.",
                         Setup, Run,
