@@ -6,13 +6,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ob-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 FAILS=0
 PASSES=0
-# python3 runs often (every 50 ms while a test waits for a step): resolved
-# once to the interpreter itself, not a version manager's shim (pyenv's
-# shell scripts cost 0.1 s of CPU a call on a 2-core machine, taken from
-# the workers under test).
-if OB_PYTHON=$(command python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$OB_PYTHON" ]; then
-  python3() { "$OB_PYTHON" "$@"; }
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh"
 
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 pass() { PASSES=$((PASSES + 1)); }

@@ -9,13 +9,7 @@ fail() { echo "$NAME: FAIL: $*" >&2; exit 1; }
 [ -x "$OB_BIN/ob-launch" ] || fail "no $OB_BIN/ob-launch"
 [ -x "$OB_BIN/ob-plan" ] || skip "no $OB_BIN/ob-plan to make a plan"
 command -v pgrep >/dev/null || skip "no pgrep"
-# python3 runs often (every 50 ms while a test waits for a step): resolved
-# once to the interpreter itself, not a version manager's shim (pyenv's
-# shell scripts cost 0.1 s of CPU a call on a 2-core machine, taken from
-# the workers under test).
-if OB_PYTHON=$(command python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$OB_PYTHON" ]; then
-  python3() { "$OB_PYTHON" "$@"; }
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh"
 
 TAG="t$$x$RANDOM"                 # in host names and worker commands
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ob-$NAME.XXXXXX")
