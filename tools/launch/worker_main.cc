@@ -21,6 +21,7 @@
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/launch/devices.h"
+#include "ob/launch/standby_seed.h"
 #include "ob/launch/worker.h"
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
@@ -110,9 +111,37 @@ int RunStandby() {
   return ob::cli::Main(static_cast<int>(args.size()), cargs.data(), kTool);
 }
 
+// `ob-launch-worker --seed-standby-workers`: the agent's standby seed
+// (lib/ob/launch/standby_seed.h). It serves fork requests until its agent
+// closes the socket; each forked process comes back here and becomes a
+// standby, its pools sized from the environment it was given (the seed's
+// were loaded at one thread each).
+int RunSeed() {
+  ob::launch::SeedRequest request;
+  ob::Result<bool> forked = ob::launch::ServeSeed(ob::cluster::kPassedFd, &request);
+  if (!forked.ok()) {
+    std::fprintf(stderr, "ob-launch-worker: standby seed: %s\n", forked.status().message().c_str());
+    return forked.status().exit_code();
+  }
+  if (!*forked) return 0;
+  ob::Status st = ob::launch::BecomeStandby(request);
+  if (!st.ok()) {
+    std::fprintf(stderr, "ob-launch-worker: forked standby: %s\n", st.message().c_str());
+    return st.exit_code();
+  }
+  auto count = [](const char* var) {
+    const char* v = std::getenv(var);
+    return v != nullptr ? std::atoi(v) : 0;
+  };
+  if (int n = count("OMP_NUM_THREADS"); n > 0) at::set_num_threads(n);
+  ob::launch::SetBlasThreads(count("OPENBLAS_NUM_THREADS"), count("MKL_NUM_THREADS"));
+  return RunStandby();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) return RunStandby();
+  if (argc == 2 && std::strcmp(argv[1], ob::launch::kSeedFlag) == 0) return RunSeed();
   return ob::cli::Main(argc, argv, kTool);
 }

@@ -186,6 +186,14 @@ std::string ChildProcess::DescribeExit() const {
   return "stopped";
 }
 
+ChildProcess ChildProcess::Adopt(pid_t pid, int stdin_fd, int stdout_fd) {
+  ChildProcess child;
+  child.pid_ = pid;
+  child.stdin_fd_ = stdin_fd;
+  child.stdout_fd_ = stdout_fd;
+  return child;
+}
+
 Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
                                     const std::vector<std::string>* env,
                                     const std::vector<int>& pass_fds) {

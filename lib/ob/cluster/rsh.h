@@ -66,6 +66,12 @@ class ChildProcess {
   // After a successful Wait/WaitFor: "exit status 255", "killed by signal 9".
   std::string DescribeExit() const;
 
+  // Takes on a child not spawned by SpawnWithPipes (launch/standby_seed.h:
+  // a grandchild reparented to us as subreaper), with the write end of its
+  // stdin and the read end of its stdout, which it now owns.
+  // REQUIRES: `pid` is our child and leads its own process group.
+  static ChildProcess Adopt(pid_t pid, int stdin_fd, int stdout_fd);
+
  private:
   friend Result<ChildProcess> SpawnWithPipes(const std::vector<std::string>& argv,
                                              const std::vector<std::string>* env,

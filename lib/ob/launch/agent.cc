@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "ob/launch/channel.h"
 #include "ob/launch/devices.h"
 #include "ob/launch/peer_probe.h"
+#include "ob/launch/standby_seed.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
 
@@ -37,6 +39,10 @@ constexpr int kDrainMs = 300;            // the most time spent flushing on the 
 // no longer holds its slot's successor back.
 constexpr int kRetireWaitMs = 10000;
 // Where a worker finds what its agent passes it (cluster::SpawnWithPipes).
+// The longest the loop waits for the standby seed's answer to a fork
+// (milliseconds of work, but on a loaded machine); past it the seed counts
+// as failed.
+constexpr int kSeedAnswerMs = 2000;
 constexpr int kSnapshotFd = cluster::kPassedFd;  // $OB_SNAPSHOT_FD
 constexpr int kStoreFd = cluster::kPassedFd + 1;  // $OB_STORE_FD
 
@@ -139,6 +145,14 @@ class Agent {
                                       const pb::WorkerSpec* spec, uint32_t slot,
                                       uint64_t* store_client);
   void SpawnStandby(uint32_t slot);
+  // The standby seed (standby_seed.h): started with the first standby;
+  // OnSeedOutput sees it loaded (or dead); SeedFailed gives it up for
+  // good, and standbys start by exec from then on. SeedSettled starts
+  // what waited for it (never from inside StartPending: it calls it).
+  void StartSeed();
+  void OnSeedOutput();
+  void SeedFailed(const std::string& why);
+  void SeedSettled();
   void Shutdown(int code, const std::string& why);
   void Send(const pb::Control& m) {
     if (conn_) conn_->Send(m);
@@ -160,6 +174,12 @@ class Agent {
   // one finds its predecessor's state; it dies with the agent.
   std::map<uint32_t, int> arenas_;
   std::map<uint32_t, Standby> standby_;  // per slot, waiting for a role
+  enum class Seed { kNone, kLoading, kReady, kFailed };
+  Seed seed_state_ = Seed::kNone;
+  std::unique_ptr<StandbySeed> seed_;
+  uv_poll_t seed_poll_{};         // on the seed's stdout, while it lives
+  int64_t seed_started_ms_ = 0;   // on the loop's clock
+  std::vector<uint32_t> seed_wanted_;  // slots whose standby waits for the seed
   // How many workers shared the cores at the last start (a standby starts
   // with the threads it would get: LibTorch's and BLAS's pools are sized
   // when they first run, and a pool sized for the whole machine makes the
@@ -193,6 +213,12 @@ int Agent::Run() {
   }
   ::unsetenv("OB_SECRET");  // workers never see a secret
   ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not take us with it
+  // Standbys forked from the seed are its grandchildren; its middle
+  // process exits at once, and they become ours to reap.
+  if (!opt_.standby_exe.empty() && ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    OB_LOG(Warn) << "not a child subreaper (" << io::Errno() << "): standbys start by exec";
+    seed_state_ = Seed::kFailed;
+  }
 
   // Signals before anything can fork, so no exit goes unseen.
   uv_signal_init(&loop_, &sigchld_);
@@ -304,6 +330,11 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   uv_timer_start(&watchdog_, [](uv_timer_t* t) {
     auto* a = static_cast<Agent*>(t->data);
     a->ReapWorkers();  // a backstop for a coalesced SIGCHLD
+    if (a->seed_state_ == Seed::kLoading &&
+        static_cast<int64_t>(uv_now(&a->loop_)) - a->seed_started_ms_ > kColdStartMs) {
+      a->SeedFailed("not loaded after " + std::to_string(kColdStartMs / 1000) + " s");
+      a->SeedSettled();
+    }
     a->StartPending();  // a replaced worker past kRetireWaitMs
     a->CheckDeadlines();
     if (!a->conn_) return;
@@ -464,6 +495,10 @@ void Agent::StartPending() {
       still.push_back(std::move(spec));
       continue;
     }
+    if (seed_state_ == Seed::kLoading && standby_.count(spec.local_rank()) == 0) {
+      still.push_back(std::move(spec));  // the seed's fork is nearer than a load of its own
+      continue;
+    }
     if (old != nullptr) {
       OB_LOG(Warn) << "generation " << old->generation << "'s worker rank " << old->rank << " (pid "
                    << old->proc.pid() << ") has not died " << now - old->killed_ms
@@ -523,8 +558,12 @@ Result<cluster::ChildProcess> Agent::Spawn(const std::vector<std::string>& argv,
                                            uint64_t* store_client) {
   OB_ASSIGN_OR_RETURN(StoreRelay::Endpoint ep, relay_->Open());
   std::vector<std::string> env = WorkerEnv(spec, slot);
-  Result<cluster::ChildProcess> child =
-      cluster::SpawnWithPipes(argv, &env, {ArenaFd(slot), ep.child_fd});
+  Result<cluster::ChildProcess> child = Status::Unavailable("no seed");
+  if (spec == nullptr && seed_state_ == Seed::kReady) {  // a standby
+    child = seed_->Fork(env, {ArenaFd(slot), ep.child_fd}, kSeedAnswerMs);
+    if (!child.ok()) SeedFailed(child.status().message());
+  }
+  if (!child.ok()) child = cluster::SpawnWithPipes(argv, &env, {ArenaFd(slot), ep.child_fd});
   if (!child.ok()) {
     relay_->Close(ep.client);
     return child;
@@ -543,6 +582,13 @@ void Agent::SpawnStandby(uint32_t slot) {
     relay_->Close(it->second.store_client);
     standby_.erase(it);
   }
+  if (seed_state_ == Seed::kNone) StartSeed();
+  if (seed_state_ == Seed::kLoading) {
+    if (std::find(seed_wanted_.begin(), seed_wanted_.end(), slot) == seed_wanted_.end()) {
+      seed_wanted_.push_back(slot);
+    }
+    return;
+  }
   Standby s;
   Result<cluster::ChildProcess> child =
       Spawn({opt_.standby_exe, "--standby-worker"}, nullptr, slot, &s.store_client);
@@ -553,6 +599,62 @@ void Agent::SpawnStandby(uint32_t slot) {
   s.proc = std::move(child).value();
   s.spawned_ms = static_cast<int64_t>(uv_now(&loop_));
   standby_.emplace(slot, std::move(s));
+}
+
+void Agent::StartSeed() {
+  Result<StandbySeed> seed = StandbySeed::Start(opt_.standby_exe, WorkerEnv(nullptr, 0));
+  if (!seed.ok()) {
+    SeedFailed(seed.status().message());
+    return;
+  }
+  seed_ = std::make_unique<StandbySeed>(std::move(seed).value());
+  seed_state_ = Seed::kLoading;
+  seed_started_ms_ = static_cast<int64_t>(uv_now(&loop_));
+  uv_poll_init(&loop_, &seed_poll_, seed_->ready_fd());
+  seed_poll_.data = this;
+  uv_poll_start(&seed_poll_, UV_READABLE, [](uv_poll_t* p, int, int) {
+    static_cast<Agent*>(p->data)->OnSeedOutput();
+  });
+}
+
+void Agent::OnSeedOutput() {
+  char c;
+  ssize_t n = ::read(seed_->ready_fd(), &c, 1);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n == 1 && seed_state_ == Seed::kLoading) {
+    seed_state_ = Seed::kReady;
+    OB_LOG(Info) << "standby seed loaded in " << static_cast<int64_t>(uv_now(&loop_)) - seed_started_ms_
+                 << " ms, pid " << seed_->pid() << ": standbys fork from it";
+    SeedSettled();
+    return;
+  }
+  if (n == 1) return;  // it says nothing more; only its end matters
+  std::string exited = seed_->Exited();
+  SeedFailed("it exited (" + (exited.empty() ? std::string("closed its stdout") : exited) + ")");
+  SeedSettled();
+}
+
+void Agent::SeedFailed(const std::string& why) {
+  if (seed_state_ == Seed::kFailed) return;
+  const bool had = seed_ != nullptr;
+  if (had) {
+    OB_LOG(Warn) << "standby seed: " << why << "; standbys start by exec";
+    uv_poll_stop(&seed_poll_);
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&seed_poll_))) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&seed_poll_), nullptr);
+    }
+    seed_->Stop();
+  } else {
+    OB_LOG(Warn) << "no standby seed: " << why << "; standbys start by exec";
+  }
+  seed_state_ = Seed::kFailed;
+}
+
+void Agent::SeedSettled() {
+  std::vector<uint32_t> wanted = std::move(seed_wanted_);
+  seed_wanted_.clear();
+  for (uint32_t slot : wanted) SpawnStandby(slot);
+  StartPending();
 }
 
 int Agent::ArenaFd(uint32_t local_rank) {
@@ -587,6 +689,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   Result<cluster::ChildProcess> child = Status::Config("empty worker command");
   const int64_t now = static_cast<int64_t>(uv_now(&loop_));
   w->deadline_ms = now + kColdStartMs;
+  if (seed_state_ == Seed::kReady && standby_.count(spec.local_rank()) == 0) SpawnStandby(spec.local_rank());
   auto standby = standby_.find(spec.local_rank());
   if (standby != standby_.end()) {  // hand the spec to the waiting process
     cluster::ChildProcess proc = std::move(standby->second.proc);
@@ -798,6 +901,14 @@ void Agent::Shutdown(int code, const std::string& why) {
   CloseOutputs();
   for (auto& [slot, s] : standby_) relay_->Close(s.store_client);
   standby_.clear();  // killed and reaped
+  if (seed_ != nullptr) {
+    uv_poll_stop(&seed_poll_);
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&seed_poll_))) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&seed_poll_), nullptr);
+    }
+    seed_->Stop();
+  }
+  seed_wanted_.clear();
   uv_timer_stop(&heartbeat_);
   uv_timer_stop(&watchdog_);
   uv_timer_stop(&retry_);

@@ -20,7 +20,13 @@
 // worker slot (local rank) has a shared-memory snapshot arena (a memfd made
 // once, passed to every worker of that slot as fd 3, $OB_SNAPSHOT_FD), so a
 // new worker finds its predecessor's snapshots; and, with standby_exe, a
-// standby process per slot that has already loaded LibTorch.
+// standby process per slot that has already loaded LibTorch. Standbys are
+// forked from a standby seed (standby_seed.h: one process that loads the
+// worker program once; the agent is a child subreaper so that it reaps
+// them), and started by exec when there is no seed or it fails. A worker
+// whose slot has no standby while the seed loads waits for it (at most
+// kColdStartMs); once it has loaded, every worker starts as a standby
+// forked for it and handed its spec.
 //
 // The store: every worker (and standby) process gets one end of a
 // socketpair of its own as fd 4, $OB_STORE_FD; the agent relays the store

@@ -1,5 +1,6 @@
 #include "ob/launch/devices.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -304,6 +305,14 @@ std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const ch
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void SetBlasThreads(int openblas, int mkl) {
+  using SetThreads = void (*)(int);
+  for (auto [name, n] : {std::pair{"openblas_set_num_threads", openblas}, std::pair{"mkl_set_num_threads", mkl}}) {
+    if (n <= 0) continue;
+    if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name))) f(n);
+  }
 }
 
 }  // namespace ob::launch

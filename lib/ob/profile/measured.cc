@@ -3,7 +3,6 @@
 // and gives the scalar mean cross-entropy loss.
 #include "ob/profile/measured.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
@@ -24,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "ob/build_info.h"
+#include "ob/launch/devices.h"
 #include "ob/model/gpt.h"
 #include "ob/model/train.h"
 #include "ob/profile/analytic.h"
@@ -253,19 +253,6 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
   return state;
 }
 
-// --threads for the BLAS too: OpenBLAS (which Debian's LibTorch calls for
-// matrix products) keeps a pool of its own, sized by OPENBLAS_NUM_THREADS
-// when it loads and deaf to torch::set_num_threads, so a profile "with one
-// thread" ran its products on every core (seen: 20-30% faster than the
-// one-thread workers it was to predict, and a --concurrency load twice
-// too heavy). ob-launch's agents set both for their workers.
-void SetBlasThreads(int n) {
-  using SetThreads = void (*)(int);
-  for (const char* name : {"openblas_set_num_threads", "mkl_set_num_threads"}) {
-    if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name))) f(n);
-  }
-}
-
 // VmRSS of this process, bytes (0 when unreadable).
 uint64_t ResidentBytes() {
   std::ifstream in("/proc/self/status");
@@ -363,7 +350,7 @@ class BackgroundLoad {
     try {
       if (o.threads > 0) {
         torch::set_num_threads(o.threads);
-        SetBlasThreads(o.threads);
+        launch::SetBlasThreads(o.threads, o.threads);
       }
       torch::manual_seed(o.seed + static_cast<uint64_t>(which));
       const torch::Device dev(torch::kCPU);
@@ -463,9 +450,13 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     OB_RETURN_IF_ERROR(load.Start(c, o, s, o.concurrency));
     load.Run(o.concurrency - 1);
   }
+  // --threads for the BLAS too: a profile "with one thread" whose OpenBLAS
+  // kept a pool of every core ran its products 20-30% faster than the
+  // one-thread workers it was to predict, and made a --concurrency load
+  // twice too heavy.
   if (o.threads > 0) {
     torch::set_num_threads(o.threads);
-    SetBlasThreads(o.threads);
+    launch::SetBlasThreads(o.threads, o.threads);
   }
   torch::manual_seed(o.seed);
   uint64_t process_bytes = 0;
