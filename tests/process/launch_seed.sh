@@ -11,7 +11,9 @@
 #  2. kill -9 of h1's seed, then of the worker on h1 after step 15: the
 #     agent says the seed is gone and starts standbys by exec; training
 #     recovers from the snapshots with the uninterrupted run's losses, and
-#     nothing is left behind.
+#     nothing is left behind;
+#  3. --standby exec: no seed; the standbys are started by exec (children
+#     of their agent all the same) and the run trains to its end.
 NAME=launch_seed
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -64,4 +66,18 @@ victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
 kill -9 "$victim"
 run_wait
 check_recovered seed "$STEPS" "kill -9 of h1's seed, then of its worker"
+
+run_start exec 10 --standby exec
+wait_step exec 3 || fail "--standby exec: did not reach step 3: $(tail -3 "$WORK/exec.err")"
+[ -z "$(of_host "--seed-standby-workers" "${TAG}h1")" ] || fail "--standby exec: a seed runs"
+sb=""
+for p in $(of_host "--standby-worker" "${TAG}h1"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ob-launch-worke ] && sb=$p
+done
+[ -n "$sb" ] || fail "--standby exec: no standby on h1"
+run_wait
+[ "$RC" = 0 ] || fail "--standby exec: exit $RC: $(tail -3 "$WORK/exec.err")"
+grep -q "${TAG}h1:.*no standby seed (--standby exec)" "$WORK/exec.err" || fail "--standby exec: the agent did not say it"
+! grep -q "standby seed loaded" "$WORK/exec.err" || fail "--standby exec: a seed loaded"
+wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: ok"

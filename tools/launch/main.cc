@@ -204,6 +204,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     if (g.standby == "off") {
       o.standby_exe.clear();
       OB_LOG(Info) << "no standby workers (--standby off): each worker loads LibTorch when it starts";
+    } else if (g.standby == "exec") {
+      o.standby_seed = false;
+      OB_LOG(Info) << "no standby seed (--standby exec): each standby loads LibTorch itself";
     }
     OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
     o.device = g.worker.device;

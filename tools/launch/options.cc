@@ -97,9 +97,10 @@ void Setup(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--standby", g.standby,
                  "on (the default): each agent keeps a standby worker per slot, LibTorch loaded (and a CUDA "
-                 "context made), for fast restarts; off: none")
-      ->option_text("on|off")
-      ->check(CLI::IsMember({"on", "off"}));
+                 "context made), for fast restarts, forked from one process per agent that loads LibTorch once; "
+                 "exec: the same standbys, each loading LibTorch itself; off: none")
+      ->option_text("on|exec|off")
+      ->check(CLI::IsMember({"on", "exec", "off"}));
   app.add_option("--precision", g.worker.precision,
                  "fp32 or bf16 (default: bf16 on CUDA, fp32 on CPU); the plan's profile must match")
       ->option_text("P")

@@ -38,11 +38,11 @@ constexpr int kDrainMs = 300;            // the most time spent flushing on the 
 // process tearing its context down, a process in uninterruptible sleep)
 // no longer holds its slot's successor back.
 constexpr int kRetireWaitMs = 10000;
-// Where a worker finds what its agent passes it (cluster::SpawnWithPipes).
 // The longest the loop waits for the standby seed's answer to a fork
 // (milliseconds of work, but on a loaded machine); past it the seed counts
 // as failed.
 constexpr int kSeedAnswerMs = 2000;
+// Where a worker finds what its agent passes it (cluster::SpawnWithPipes).
 constexpr int kSnapshotFd = cluster::kPassedFd;  // $OB_SNAPSHOT_FD
 constexpr int kStoreFd = cluster::kPassedFd + 1;  // $OB_STORE_FD
 
@@ -215,7 +215,9 @@ int Agent::Run() {
   ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not take us with it
   // Standbys forked from the seed are its grandchildren; its middle
   // process exits at once, and they become ours to reap.
-  if (!opt_.standby_exe.empty() && ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+  if (opt_.standby_exe.empty() || !opt_.standby_seed) {
+    seed_state_ = Seed::kFailed;  // none to fork from
+  } else if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     OB_LOG(Warn) << "not a child subreaper (" << io::Errno() << "): standbys start by exec";
     seed_state_ = Seed::kFailed;
   }

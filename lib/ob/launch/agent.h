@@ -105,6 +105,9 @@ struct AgentOptions {
   // libraries; it reads its WorkerSpec on stdin and becomes that worker.
   // "" = none: workers are started from scratch.
   std::string standby_exe;
+  // Fork the standbys from a standby seed (standby_seed.h); false: each
+  // starts by exec (ob-launch --standby exec).
+  bool standby_seed = true;
   // --device (devices.h): "auto", "cpu" or "cuda", and the GPUs this host
   // has (main.cc: $OB_GPUS_PER_HOST when set, for tests, else what LibTorch
   // sees). On CUDA every worker and standby gets CUDA_VISIBLE_DEVICES for
