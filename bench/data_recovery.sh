@@ -18,9 +18,7 @@ runs=${1:-3}
 steps=${STEPS:-60}
 kill_step=${KILL_STEP:-30}
 big_gib=${BIG_GIB:-4}
-for t in ob-profile ob-plan ob-launch; do
-  [ -x "$bin/$t" ] || { echo "data_recovery.sh: $bin/$t: not found (build first)" >&2; exit 1; }
-done
+bench_need ob-profile ob-plan ob-launch
 
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -o tiny.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 8 --gpu-memory 0.012 --overhead-gib 0 -o plan.pb tiny.pb

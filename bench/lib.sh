@@ -16,6 +16,15 @@ bench_cluster() {
   (umask 077; echo "bench-secret" > secret)
 }
 
+# bench_need TOOL...: exits 1 unless each of ob's TOOLs is built in $bin
+# (the message names the calling script).
+bench_need() {
+  local t
+  for t in "$@"; do
+    [ -x "$bin/$t" ] || { echo "$(basename "$0"): $bin/$t: not found (build first, or set OB_BIN)" >&2; exit 1; }
+  done
+}
+
 # closing_tokens ERR_FILE: the tokens/s of ob-launch's closing line
 # ("trained N steps: final loss X, Y tokens/s").
 closing_tokens() {

@@ -22,9 +22,7 @@ bench_cluster standby "$TAG"
 rounds=${1:-3}
 steps=${STEPS:-30}
 kill_step=${KILL_STEP:-10}
-for t in ob-profile ob-plan ob-launch; do
-  [ -x "$bin/$t" ] || { echo "standby.sh: $bin/$t: not found (build first)" >&2; exit 1; }
-done
+bench_need ob-profile ob-plan ob-launch
 [ -x /usr/bin/time ] || { echo "standby.sh: needs /usr/bin/time" >&2; exit 1; }
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 8 --gpu-memory 0.1 --overhead-gib 0 -o plan.pb tiny.pb

@@ -23,9 +23,7 @@ printf '%s1 slots=4\n%s2 slots=4\n%s3 slots=4\n' "$TAG" "$TAG" "$TAG" > hosts.tx
 runs=${1:-5}
 steps=${STEPS:-40}
 kill_step=${KILL_STEP:-15}
-for t in ob-profile ob-plan ob-launch; do
-  [ -x "$bin/$t" ] || { echo "tp_recovery.sh: $bin/$t: not found (build first)" >&2; exit 1; }
-done
+bench_need ob-profile ob-plan ob-launch
 
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb
 what="tp 2 and 2 stages a node"
