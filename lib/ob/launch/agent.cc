@@ -631,7 +631,7 @@ void Agent::OnSeedOutput() {
     return;
   }
   if (n == 1) return;  // it says nothing more; only its end matters
-  std::string exited = seed_->Exited();
+  std::string exited = seed_->Exited(0.2);  // at end of file it is exiting
   SeedFailed("it exited (" + (exited.empty() ? std::string("closed its stdout") : exited) + ")");
   SeedSettled();
 }

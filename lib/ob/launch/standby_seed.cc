@@ -17,8 +17,6 @@
 
 #include "ob/io/file.h"
 
-extern char** environ;
-
 namespace ob::launch {
 namespace {
 
@@ -100,16 +98,19 @@ Result<StandbySeed> StandbySeed::Start(const std::string& exe, std::vector<std::
   }
   for (const char* v : {"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "MKL_NUM_THREADS=1"}) seed_env.emplace_back(v);
   seed_env.push_back(std::string(kSeedRoomVar) + "=" + std::string(kRoomBytes, '.'));
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) return Status::Unavailable("/dev/null: " + io::Errno());
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    return Status::Unavailable(std::string("cannot create the seed's socket: ") + std::strerror(errno));
+    const std::string e = io::Errno();
+    ::close(null);
+    return Status::Unavailable("cannot create the seed's socket: " + e);
   }
-  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   std::vector<int> pass(cluster::kMaxPassedFds, null);
   pass[0] = sv[1];
   Result<cluster::ChildProcess> child = cluster::SpawnWithPipes({exe, kSeedFlag}, &seed_env, pass);
   ::close(sv[1]);
-  if (null >= 0) ::close(null);
+  ::close(null);
   if (!child.ok()) {
     ::close(sv[0]);
     return child.status();
@@ -141,9 +142,9 @@ void StandbySeed::Stop() {
   proc_.Wait();
 }
 
-std::string StandbySeed::Exited() {
+std::string StandbySeed::Exited(double wait_s) {
   if (proc_.pid() <= 0) return "";
-  proc_.WaitFor(0);
+  proc_.WaitFor(wait_s);
   return proc_.running() ? "" : proc_.DescribeExit();
 }
 
@@ -383,9 +384,11 @@ Status BecomeStandby(const SeedRequest& r) {
   const std::vector<std::string> f = StatFields("self");
   const uint64_t arg_start = StatField(f, 48), arg_end = StatField(f, 49);
   const uint64_t env_start = StatField(f, 50), env_end = StatField(f, 51);
-  const std::string argv0 = reinterpret_cast<const char*>(arg_start);
-  Overwrite(arg_start, arg_end, {argv0, kStandbyFlag});
-  Overwrite(env_start, env_end, r.env);
+  if (arg_end > arg_start && env_end > env_start) {  // as the seed saw them before the fork
+    const std::string argv0 = reinterpret_cast<const char*>(arg_start);
+    Overwrite(arg_start, arg_end, {argv0, kStandbyFlag});
+    Overwrite(env_start, env_end, r.env);
+  }
   return Status::Ok();
 }
 

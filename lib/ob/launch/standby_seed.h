@@ -68,8 +68,10 @@ class StandbySeed {
                                      int timeout_ms);
   // SIGKILL to the seed and reaped; a later Fork fails.
   void Stop();
-  // "exit status 1", "killed by signal 9" once it has exited, else "".
-  std::string Exited();
+  // "exit status 1", "killed by signal 9" once it has exited (waiting up
+  // to `wait_s` for that: its stdout closes a moment before it can be
+  // reaped), else "".
+  std::string Exited(double wait_s);
 
  private:
   cluster::ChildProcess proc_;
