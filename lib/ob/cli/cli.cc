@@ -1,6 +1,7 @@
 #include "ob/cli/cli.h"
 
 #include <google/protobuf/stubs/common.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -25,8 +26,22 @@ std::string ProtobufVersion() {
          std::to_string(v % 1000);
 }
 
+// One line on stderr in one write(2): several processes that fail at once
+// into one pipe (every agent of a job, say) leave whole lines, where
+// std::cerr's piece-by-piece writes interleaved them mid-line.
+void ErrorLine(const std::string& line) {
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
 void UsageError(const std::string& bin, const std::string& message) {
-  std::cerr << bin << ": " << message << " (try '" << bin << " --help')\n";
+  ErrorLine(bin + ": " + message + " (try '" + bin + " --help')");
 }
 
 }  // namespace
@@ -143,7 +158,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   log::SetLevel(common.quiet ? log::Level::kError
                              : (common.verbose > 0 ? log::Level::kDebug : log::Level::kInfo));
   if (!log::SetFile(common.log_file)) {
-    std::cerr << bin << ": " << common.log_file << ": cannot open log file\n";
+    ErrorLine(bin + ": " + common.log_file + ": cannot open log file");
     return static_cast<int>(Code::kIoErr);
   }
 
@@ -157,7 +172,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   if (st.code() == Code::kUsage) {
     UsageError(bin, st.message());
   } else {
-    std::cerr << bin << ": " << st.message() << "\n";
+    ErrorLine(bin + ": " + st.message());
   }
   return st.exit_code();
 }
