@@ -152,6 +152,7 @@ class Agent {
   void StartSeed();
   void OnSeedOutput();
   void SeedFailed(const std::string& why);
+  void StopSeed();  // its poll closed, it killed and reaped
   void SeedSettled();
   void Shutdown(int code, const std::string& why);
   void Send(const pb::Control& m) {
@@ -641,15 +642,19 @@ void Agent::SeedFailed(const std::string& why) {
   const bool had = seed_ != nullptr;
   if (had) {
     OB_LOG(Warn) << "standby seed: " << why << "; standbys start by exec";
-    uv_poll_stop(&seed_poll_);
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&seed_poll_))) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&seed_poll_), nullptr);
-    }
-    seed_->Stop();
+    StopSeed();
   } else {
     OB_LOG(Warn) << "no standby seed: " << why << "; standbys start by exec";
   }
   seed_state_ = Seed::kFailed;
+}
+
+void Agent::StopSeed() {
+  uv_poll_stop(&seed_poll_);
+  if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&seed_poll_))) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&seed_poll_), nullptr);
+  }
+  seed_->Stop();
 }
 
 void Agent::SeedSettled() {
@@ -904,11 +909,7 @@ void Agent::Shutdown(int code, const std::string& why) {
   for (auto& [slot, s] : standby_) relay_->Close(s.store_client);
   standby_.clear();  // killed and reaped
   if (seed_ != nullptr) {
-    uv_poll_stop(&seed_poll_);
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&seed_poll_))) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&seed_poll_), nullptr);
-    }
-    seed_->Stop();
+    StopSeed();
   }
   seed_wanted_.clear();
   uv_timer_stop(&heartbeat_);

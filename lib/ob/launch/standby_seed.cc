@@ -115,10 +115,15 @@ Result<StandbySeed> StandbySeed::Start(const std::string& exe, std::vector<std::
     ::close(sv[0]);
     return child.status();
   }
+  cluster::ChildProcess proc = std::move(child).value();
+  proc.CloseStdin();
+  return Adopt(std::move(proc), sv[0]);
+}
+
+StandbySeed StandbySeed::Adopt(cluster::ChildProcess proc, int sock) {
   StandbySeed s;
-  s.proc_ = std::move(child).value();
-  s.proc_.CloseStdin();
-  s.sock_ = sv[0];
+  s.proc_ = std::move(proc);
+  s.sock_ = sock;
   return s;
 }
 
@@ -213,19 +218,22 @@ Result<cluster::ChildProcess> StandbySeed::Fork(const std::vector<std::string>& 
 
 namespace {
 
+StringBlocks OwnBlocks() {
+  const std::vector<std::string> f = StatFields("self");
+  return {StatField(f, 48), StatField(f, 49), StatField(f, 50), StatField(f, 51)};
+}
+
 // Why a request cannot be forked now, or "".
 std::string Unforkable(const SeedRequest& r) {
   const int threads = Threads();
   if (threads != 1) return "the seed runs " + std::to_string(threads) + " threads: forking it is unsafe";
-  const std::vector<std::string> f = StatFields("self");
-  const uint64_t arg_start = StatField(f, 48), arg_end = StatField(f, 49);
-  const uint64_t env_start = StatField(f, 50), env_end = StatField(f, 51);
-  if (arg_end <= arg_start || env_end <= env_start) return "/proc/self/stat shows no argument or environment block";
-  const size_t argv0 = std::strlen(reinterpret_cast<const char*>(arg_start)) + 1;
-  if (argv0 + sizeof kStandbyFlag > arg_end - arg_start) return "no room for the standby's command line";
-  if (Bytes(r.env) > env_end - env_start) {
+  const StringBlocks& b = r.blocks;
+  if (!b.ok()) return "/proc/self/stat shows no argument or environment block";
+  const size_t argv0 = std::strlen(reinterpret_cast<const char*>(b.arg_start)) + 1;
+  if (argv0 + sizeof kStandbyFlag > b.arg_end - b.arg_start) return "no room for the standby's command line";
+  if (Bytes(r.env) > b.env_end - b.env_start) {
     return "the standby's environment (" + std::to_string(Bytes(r.env)) + " bytes) outgrows the seed's (" +
-           std::to_string(env_end - env_start) + ")";
+           std::to_string(b.env_end - b.env_start) + ")";
   }
   return "";
 }
@@ -260,8 +268,9 @@ std::string Parse(const char* data, size_t n, std::vector<int> fds, SeedRequest*
 
 }  // namespace
 
-Result<bool> ServeSeed(int sock, SeedRequest* request) {
+Result<bool> ServeSeed(int sock, SeedRequest* request, const StringBlocks* given) {
   const pid_t agent = ::getppid();
+  const StringBlocks blocks = given != nullptr ? *given : OwnBlocks();
   if (::write(STDOUT_FILENO, "R", 1) != 1) return Status::IoErr("<stdout>: " + io::Errno());
   std::vector<char> buf(kMaxRequestBytes);
   for (;;) {
@@ -287,6 +296,7 @@ Result<bool> ServeSeed(int sock, SeedRequest* request) {
     }
     if (n == 0 && fds.empty()) return false;  // the agent is done with us
     SeedRequest r;
+    r.blocks = blocks;
     std::string why = (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ? "a request too large"
                                                                    : Parse(buf.data(), static_cast<size_t>(n), fds, &r);
     if (why.empty()) why = Unforkable(r);
@@ -381,13 +391,11 @@ Status BecomeStandby(const SeedRequest& r) {
   // environment where the seed's were (Unforkable checked the room).
   ::clearenv();
   for (const auto& kv : r.env) ::putenv(::strdup(kv.c_str()));
-  const std::vector<std::string> f = StatFields("self");
-  const uint64_t arg_start = StatField(f, 48), arg_end = StatField(f, 49);
-  const uint64_t env_start = StatField(f, 50), env_end = StatField(f, 51);
-  if (arg_end > arg_start && env_end > env_start) {  // as the seed saw them before the fork
-    const std::string argv0 = reinterpret_cast<const char*>(arg_start);
-    Overwrite(arg_start, arg_end, {argv0, kStandbyFlag});
-    Overwrite(env_start, env_end, r.env);
+  const StringBlocks& b = r.blocks;  // the seed's, ours since the fork
+  if (b.ok()) {
+    const std::string argv0 = reinterpret_cast<const char*>(b.arg_start);
+    Overwrite(b.arg_start, b.arg_end, {argv0, kStandbyFlag});
+    Overwrite(b.env_start, b.env_end, r.env);
   }
   return Status::Ok();
 }

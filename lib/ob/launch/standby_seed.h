@@ -29,6 +29,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <string>
 #include <vector>
 
@@ -50,6 +52,10 @@ class StandbySeed {
   // descriptor kPassedFd and /dev/null holding the numbers after it, so
   // that nothing the seed loads opens one a standby's descriptor takes.
   static Result<StandbySeed> Start(const std::string& exe, std::vector<std::string> env);
+
+  // A seed its caller started (a test's forked process in ServeSeed):
+  // `proc` with its stdout, `sock` our end of its socket; both now ours.
+  static StandbySeed Adopt(cluster::ChildProcess proc, int sock);
 
   StandbySeed() = default;
   StandbySeed(StandbySeed&& o) noexcept;
@@ -78,20 +84,31 @@ class StandbySeed {
   int sock_ = -1;
 };
 
-// The seed's end. What a forked standby gets from its request.
+// The seed's end. Where the kernel keeps a process's argument and
+// environment strings (fields 48-51 of /proc/PID/stat): /proc/PID/cmdline
+// and environ read them there. Fixed for the life of the process.
+struct StringBlocks {
+  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
+  bool ok() const { return arg_end > arg_start && env_end > env_start; }
+};
+
+// What a forked standby gets from its request.
 struct SeedRequest {
   std::vector<std::string> env;
   int stdin_fd = -1, stdout_fd = -1;
   std::vector<int> pass_fds;  // -1: that number stays unused
   int seed_sock = -1;         // the seed's socket, closed in the standby
   pid_t agent = -1;           // the seed's parent, the standby's to be
+  StringBlocks blocks;        // the seed's, so the standby's after the fork
 };
 
 // Serves requests on `sock` (the seed's descriptor 3) after writing the
 // ready byte to stdout. Returns true in a forked standby, with *request
 // filled; false in the seed when the agent closed the socket (the seed
-// exits 0); an error when the socket fails.
-Result<bool> ServeSeed(int sock, SeedRequest* request);
+// exits 0); an error when the socket fails. The standbys' command lines
+// and environments go where `blocks` says; nullptr: where /proc shows
+// this process's (a test gives memory of its own).
+Result<bool> ServeSeed(int sock, SeedRequest* request, const StringBlocks* blocks = nullptr);
 
 // In the forked standby: waits until the agent has adopted it (and dies
 // with it from then on), installs its descriptors and environment, and
