@@ -71,11 +71,12 @@ count_workers() {
 # ob-launch itself).
 # stand_in_launch RUN [FLAGS...]: the same, without waiting for the
 # workers; through --rsh $STAND_IN_RSH (default local), for at most
-# $STAND_IN_TIMEOUT s (default 30).
+# $STAND_IN_TIMEOUT s (default 30). $STAND_IN_CMD replaces the stand-ins'
+# shell command.
 stand_in_launch() {
   local run=$1
   shift
-  OB_TEST_WORKER_CMD="exec sleep 60" timeout "${STAND_IN_TIMEOUT:-30}" "$OB_BIN/ob-launch" \
+  OB_TEST_WORKER_CMD="${STAND_IN_CMD:-exec sleep 60}" timeout "${STAND_IN_TIMEOUT:-30}" "$OB_BIN/ob-launch" \
     --rsh "${STAND_IN_RSH:-local}" --secret-file "$WORK/secret" --run-dir "$WORK/$run" "$@" \
     "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
   MASTER_PID=$!

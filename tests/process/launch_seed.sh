@@ -13,7 +13,9 @@
 #     recovers from the snapshots with the uninterrupted run's losses, and
 #     nothing is left behind;
 #  3. --standby exec: no seed; the standbys are started by exec (children
-#     of their agent all the same) and the run trains to its end.
+#     of their agent all the same) and the run trains to its end;
+#  4. a worker command leaves an orphan that dies 0.3 s later: the agent,
+#     its subreaper, reaps it and says so; no zombie stays.
 NAME=launch_seed
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -80,4 +82,14 @@ run_wait
 grep -q "${TAG}h1:.*no standby seed (--standby exec)" "$WORK/exec.err" || fail "--standby exec: the agent did not say it"
 ! grep -q "standby seed loaded" "$WORK/exec.err" || fail "--standby exec: a seed loaded"
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
+
+STAND_IN_CMD="(sleep 0.3 &); exec sleep 60" stand_in_start orphan
+agents=$(pgrep -f -- "--agent .*--host ${TAG}h")
+[ "$(grep -c . <<< "$agents")" = 2 ] || fail "orphan: not 2 agents: '$agents'"
+zombies() { for a in $agents; do ps -o pid=,stat=,args= --ppid "$a"; done | awk '$2 ~ /^Z/'; }
+reaped() { [ "$(grep -c "reaped pid [0-9]* (sleep), a process this agent adopted as subreaper (exit status 0)" \
+  "$WORK/orphan.err")" -ge 2 ]; }
+wait_for 5 reaped || fail "orphan: the agents did not reap their orphans: $(zombies)"
+[ -z "$(zombies)" ] || fail "orphan: zombies: $(zombies)"
+stop_master orphan
 echo "$NAME: ok"

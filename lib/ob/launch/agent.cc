@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
 #include "ob/io/records.h"
+#include "ob/io/text.h"
 #include "ob/launch/channel.h"
 #include "ob/launch/devices.h"
 #include "ob/launch/peer_probe.h"
@@ -122,6 +124,12 @@ class Agent {
   // Starts the pending workers whose slot no replaced worker still holds.
   void StartPending();
   void ReapWorkers();
+  // As a child subreaper the agent inherits every orphan below it: a
+  // standby whose fork answer came too late, a daemon a worker command
+  // left. Reaps those that died and are none of its known children; stops
+  // at a known one (waitid shows one zombie at a time), which its owner
+  // reaps.
+  void ReapStrangers();
   void CheckDeadlines();
   void OnWorkerOutput(Worker* w, const char* data, size_t n);
   void KillWorkers();
@@ -179,6 +187,7 @@ class Agent {
   Seed seed_state_ = Seed::kNone;
   std::unique_ptr<StandbySeed> seed_;
   uv_poll_t seed_poll_{};         // on the seed's stdout, while it lives
+  bool subreaper_ = false;        // PR_SET_CHILD_SUBREAPER, for the seed's standbys
   int64_t seed_started_ms_ = 0;   // on the loop's clock
   std::vector<uint32_t> seed_wanted_;  // slots whose standby waits for the seed
   // How many workers shared the cores at the last start (a standby starts
@@ -221,6 +230,8 @@ int Agent::Run() {
   } else if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     OB_LOG(Warn) << "not a child subreaper (" << io::Errno() << "): standbys start by exec";
     seed_state_ = Seed::kFailed;
+  } else {
+    subreaper_ = true;
   }
 
   // Signals before anything can fork, so no exit goes unseen.
@@ -832,6 +843,12 @@ void Agent::ReapWorkers() {
     it = dying_.erase(it);
   }
   if (dying_.size() != dying) StartPending();
+  for (auto& [slot, s] : standby_) {  // none should die; one that did is replaced when its slot needs it
+    if (!s.proc.running()) continue;
+    s.proc.WaitFor(0);
+    if (!s.proc.running()) OB_LOG(Warn) << "standby worker for slot " << slot << " exited: " << s.proc.DescribeExit();
+  }
+  ReapStrangers();
   for (auto& w : workers_) {
     if (w->exited) continue;
     int status = w->proc.WaitFor(0);
@@ -851,6 +868,28 @@ void Agent::ReapWorkers() {
     x->set_unix_ms(UnixMs());
     x->set_description(desc);
     Send(m);
+  }
+}
+
+void Agent::ReapStrangers() {
+  if (!subreaper_) return;  // then every child is one it spawned
+  for (int i = 0; i < 64; ++i) {
+    siginfo_t si{};
+    if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid <= 0) return;
+    const pid_t pid = si.si_pid;
+    auto is = [pid](const cluster::ChildProcess& p) { return p.running() && p.pid() == pid; };
+    bool ours = seed_ != nullptr && is(seed_->proc());
+    for (const auto& [slot, s] : standby_) ours = ours || is(s.proc);
+    for (const auto& w : workers_) ours = ours || is(w->proc);
+    for (const auto& w : dying_) ours = ours || is(w->proc);
+    if (ours) return;  // its owner reaps it (the seed's at its end of file)
+    auto comm = io::ReadFile("/proc/" + std::to_string(pid) + "/comm");  // a zombie keeps its name
+    ::waitpid(pid, nullptr, WNOHANG);
+    OB_LOG(Info) << "reaped pid " << pid << " (" << (comm.ok() ? io::Trim(*comm) : "?")
+                 << "), a process this agent adopted as subreaper ("
+                 << (si.si_code == CLD_EXITED ? "exit status " + std::to_string(si.si_status)
+                                              : "killed by signal " + std::to_string(si.si_status))
+                 << ")";
   }
 }
 

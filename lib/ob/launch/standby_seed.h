@@ -63,6 +63,7 @@ class StandbySeed {
   ~StandbySeed();
 
   pid_t pid() const { return proc_.pid(); }
+  const cluster::ChildProcess& proc() const { return proc_; }
   // Readable with one byte once the seed has loaded; end of file when it
   // died.
   int ready_fd() const { return proc_.stdout_fd(); }
