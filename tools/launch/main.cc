@@ -175,17 +175,27 @@ ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device) {
 }
 
 // --version -v: what a worker started here with these options runs on.
+// One probe says both the GPUs and the runtime line (it resolves --device
+// auto as a worker would), unless $OB_GPUS_PER_HOST says the GPUs.
 std::string RuntimeDetails() {
   auto device = ob::launch::ParseDevice(g.worker.device);
   if (!device.ok()) return "";
-  auto seen = AgentGpus(*device);
-  if (!seen.ok()) return "worker: " + seen.status().message() + "\n";
-  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, seen->gpus);
+  const char* given = std::getenv("OB_GPUS_PER_HOST");
+  ob::Result<ob::launch::ProbeResult> probe = ob::launch::ProbeResult{};
+  int gpus = 0;
+  if (given != nullptr && *given != '\0') {
+    gpus = std::atoi(given);
+    probe = ProbeWorker(ob::launch::ResolveDevice(*device, gpus), /*runtime=*/true);
+  } else {
+    probe = ProbeWorker(*device, /*runtime=*/true);
+    if (!probe.ok()) return "worker: " + probe.status().message() + "\n";
+    gpus = probe->gpus;
+  }
+  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, gpus);
   auto precision = ob::launch::ResolvePrecision(g.worker.precision, here);
   if (!precision.ok()) return "";
-  auto probe = ProbeWorker(here, /*runtime=*/true);
   return std::string("device: ") + g.worker.device + " (here: " + ob::launch::DeviceName(here) + ", " +
-         std::to_string(seen->gpus) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
+         std::to_string(gpus) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
          "\n" + "precision: " + *precision + (g.worker.precision.empty() ? " (the default here)" : "") + "\n" +
          "worker: " + (probe.ok() ? probe->runtime : probe.status().message()) + "\n";
 }
