@@ -189,3 +189,13 @@ TEST_CASE("text: Trim") {
   CHECK(ob::io::Trim(" \t\n") == "");
   CHECK(ob::io::Trim("x") == "x");
 }
+
+TEST_CASE("Beside and SelfExe: a program's sibling by its real path") {
+  CHECK(ob::io::Beside("/opt/ob/bin/ob-launch", "ob-launch-worker") == "/opt/ob/bin/ob-launch-worker");
+  CHECK(ob::io::Beside("/ob-launch", "w") == "/w");
+  CHECK(ob::io::Beside("ob-launch", "w") == "w");  // found on PATH, as the program was
+  const std::string self = ob::io::SelfExe("none");
+  REQUIRE(self.size() > 1);
+  CHECK(self[0] == '/');
+  CHECK(self.substr(self.rfind('/') + 1) == "core_test");
+}

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ob/build_info.h"
+#include "ob/io/file.h"
 
 namespace ob::launch_tool {
 
@@ -34,17 +35,9 @@ std::string BuildId() {
   return ob::cli::VersionLine("launch") + ", LibTorch " OB_TORCH_VERSION;
 }
 
-std::string SelfExe() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("ob-launch");
-}
+std::string SelfExe() { return ob::io::SelfExe("ob-launch"); }
 
-std::string WorkerExe(const std::string& launch_exe) {
-  const size_t slash = launch_exe.rfind('/');
-  return slash == std::string::npos ? std::string(kWorkerExeName)
-                                    : launch_exe.substr(0, slash + 1) + kWorkerExeName;
-}
+std::string WorkerExe(const std::string& launch_exe) { return ob::io::Beside(launch_exe, kWorkerExeName); }
 
 void Setup(CLI::App& app) {
   app.add_option("PLAN", g.master.plan_path, "The plan to run (from ob-plan)")->option_text("PLAN");

@@ -107,13 +107,7 @@ constexpr char kMeasureExeName[] = "ob-profile-measure";
 
 // ob-profile-measure beside this program (the real path: a link to
 // ob-profile finds it beside its target).
-std::string MeasureExe() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return kMeasureExeName;
-  std::string self(buf, static_cast<size_t>(n));
-  return self.substr(0, self.rfind('/') + 1) + kMeasureExeName;
-}
+std::string MeasureExe() { return ob::io::Beside(ob::io::SelfExe(kMeasureExeName), kMeasureExeName); }
 
 // Measuring needs LibTorch: ob-profile-measure does it, with our arguments,
 // in this process. Returns only when it cannot be run.

@@ -177,6 +177,17 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+std::string Beside(const std::string& path, const std::string& name) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? name : path.substr(0, slash + 1) + name;
+}
+
+std::string SelfExe(const std::string& fallback) {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : fallback;
+}
+
 namespace {
 thread_local int remove_tree_errno = 0;
 int RemoveOne(const char* path, const struct stat*, int type, struct FTW*) {

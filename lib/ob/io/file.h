@@ -60,6 +60,12 @@ bool RemoveTree(const std::string& path, std::error_code* ec = nullptr);
 
 // DIR/NAME, without doubling a slash DIR ends with.
 std::string JoinPath(const std::string& dir, const std::string& name);
+// `name` in the directory of the file `path` ("/opt/ob/bin/x" ->
+// "/opt/ob/bin/name"); `name` alone when `path` has no slash.
+std::string Beside(const std::string& path, const std::string& name);
+// This process's executable as /proc/self/exe names it (its real path: a
+// link to it finds what lies beside its target); `fallback` when unreadable.
+std::string SelfExe(const std::string& fallback);
 
 // The regular file `path` names, through symbolic links: its device and
 // inode, equal for two names of one file (hard links included). nullopt

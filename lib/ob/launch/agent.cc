@@ -846,7 +846,9 @@ void Agent::ReapWorkers() {
   for (auto& [slot, s] : standby_) {  // none should die; one that did is replaced when its slot needs it
     if (!s.proc.running()) continue;
     s.proc.WaitFor(0);
-    if (!s.proc.running()) OB_LOG(Warn) << "standby worker for slot " << slot << " exited: " << s.proc.DescribeExit();
+    if (!s.proc.running()) {
+      OB_LOG(Warn) << "standby worker for slot " << slot << " exited: " << s.proc.DescribeExit();
+    }
   }
   ReapStrangers();
   for (auto& w : workers_) {
