@@ -199,3 +199,23 @@ TEST_CASE("Beside and SelfExe: a program's sibling by its real path") {
   CHECK(self[0] == '/');
   CHECK(self.substr(self.rfind('/') + 1) == "core_test");
 }
+
+TEST_CASE("ReadFor: until done, end of file, the deadline or too many bytes") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  std::string out;
+  REQUIRE(::write(p[1], "ab\ncd", 5) == 5);
+  auto line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
+  CHECK(ob::io::ReadFor(p[0], 1000, 100, &out, line) == ob::io::ReadEnd::kDone);
+  CHECK(out == "ab\ncd");
+  out.clear();
+  CHECK(ob::io::ReadFor(p[0], 50, 100, &out) == ob::io::ReadEnd::kTimeout);
+  REQUIRE(::write(p[1], "0123456789", 10) == 10);
+  CHECK(ob::io::ReadFor(p[0], 1000, 5, &out) == ob::io::ReadEnd::kTooLong);
+  CHECK(out == "0123456789");
+  ::close(p[1]);
+  out.clear();
+  CHECK(ob::io::ReadFor(p[0], 1000, 100, &out) == ob::io::ReadEnd::kEof);
+  CHECK(out.empty());
+  ::close(p[0]);
+}

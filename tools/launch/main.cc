@@ -13,12 +13,10 @@
 #include <sstream>
 #include <vector>
 
-#include <poll.h>
 #include <unistd.h>
 
 #include "ob/build_info.h"
 #include "ob/cli/cli.h"
-#include "ob/clock.h"
 #include "ob/cluster/rsh.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -126,28 +124,19 @@ ob::Result<ob::launch::ProbeResult> ProbeWorker(ob::launch::DeviceKind device, b
   OB_ASSIGN_OR_RETURN(ob::cluster::ChildProcess child, ob::cluster::SpawnWithPipes(argv));
   child.CloseStdin();
   std::string out;
-  const int64_t deadline = ob::SteadyMs() + 120000;
-  char buf[4096];
-  for (;;) {
-    const int64_t left = deadline - ob::SteadyMs();
-    if (left <= 0) {
-      child.Kill();
-      child.Wait();
+  // Not a report past 1 MiB; and waiting on it could block on a full pipe.
+  const ob::io::ReadEnd end = ob::io::ReadFor(child.stdout_fd(), 120000, 1u << 20, &out);
+  if (end != ob::io::ReadEnd::kEof) {
+    const std::string e = ob::io::Errno();
+    child.Kill();
+    child.Wait();
+    if (end == ob::io::ReadEnd::kTimeout) {
       return ob::Status::Unavailable(exe + " --probe said nothing in 120 s (a GPU or driver that hangs?)");
     }
-    pollfd p{child.stdout_fd(), POLLIN, 0};
-    const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    const ssize_t n = read(child.stdout_fd(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (1u << 20)) {  // not a report; and waiting on it could block on a full pipe
-      child.Kill();
-      child.Wait();
+    if (end == ob::io::ReadEnd::kTooLong) {
       return ob::Status::DataErr(exe + " --probe: printed more than 1 MiB; not a device report");
     }
+    return ob::Status::Unavailable(exe + " --probe: cannot read its output: " + e);
   }
   if (child.Wait() != 0) return ob::Status::Unavailable(exe + " --probe: " + child.DescribeExit());
   return ob::launch::ParseProbe(out, exe + " --probe");

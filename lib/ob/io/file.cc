@@ -1,14 +1,18 @@
 #include "ob/io/file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <filesystem>
+
+#include "ob/clock.h"
 
 namespace ob::io {
 
@@ -225,6 +229,27 @@ Status MakeDirs(const std::string& path, const std::string& what, unsigned mode)
     }
   }
   return Status::Ok();
+}
+
+ReadEnd ReadFor(int fd, int64_t timeout_ms, size_t max_bytes, std::string* out,
+                bool (*done)(const std::string&)) {
+  const int64_t deadline = SteadyMs() + timeout_ms;
+  char buf[4096];
+  while (done == nullptr || !done(*out)) {
+    const int64_t left = deadline - SteadyMs();
+    if (left <= 0) return ReadEnd::kTimeout;
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (r < 0 && errno != EINTR) return ReadEnd::kError;
+    if (r <= 0) continue;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ReadEnd::kError;
+    if (n == 0) return ReadEnd::kEof;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > max_bytes) return ReadEnd::kTooLong;
+  }
+  return ReadEnd::kDone;
 }
 
 }  // namespace ob::io

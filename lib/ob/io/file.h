@@ -98,4 +98,13 @@ bool StdoutIsTerminal();
 // The display name of a path in messages: "<stdin>"/"<stdout>" for "-".
 std::string DisplayName(const std::string& path, bool output = false);
 
+// How ReadFor ended.
+enum class ReadEnd { kDone, kEof, kTimeout, kTooLong, kError };
+// Appends what `fd` (a pipe or stream socket) gives to *out until
+// `done(*out)` holds (nullptr: never), end of file, `timeout_ms` pass, or
+// *out outgrows `max_bytes`; interrupted calls are retried. kError leaves
+// errno set.
+ReadEnd ReadFor(int fd, int64_t timeout_ms, size_t max_bytes, std::string* out,
+                bool (*done)(const std::string&) = nullptr);
+
 }  // namespace ob::io

@@ -1,18 +1,17 @@
 #include "ob/watch/actions.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "ob/control.pb.h"
+#include "ob/io/file.h"
 #include "ob/watch/events.h"
 
 namespace ob::watch {
@@ -141,24 +140,20 @@ Result<ActionAnswer> SendControlRequest(const std::string& path, const std::stri
     if (n < 0) return fail(std::string("cannot send: ") + std::strerror(errno));
     off += static_cast<size_t>(n);
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   std::string in;
-  while (in.find('\n') == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return fail("no answer within " + FormatDouble(timeout_s) + " s");
-    pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(left));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) continue;
-    char buf[4096];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail(std::string("cannot read the answer: ") + std::strerror(errno));
-    if (n == 0) return fail("closed without answering");
-    in.append(buf, static_cast<size_t>(n));
-    if (in.size() > (1 << 20)) return fail("answer line too long");
+  const io::ReadEnd end = io::ReadFor(fd, static_cast<int64_t>(timeout_s * 1000), 1 << 20, &in,
+                                      [](const std::string& s) { return s.find('\n') != std::string::npos; });
+  switch (end) {
+    case io::ReadEnd::kDone:
+      break;
+    case io::ReadEnd::kTimeout:
+      return fail("no answer within " + FormatDouble(timeout_s) + " s");
+    case io::ReadEnd::kEof:
+      return fail("closed without answering");
+    case io::ReadEnd::kTooLong:
+      return fail("answer line too long");
+    case io::ReadEnd::kError:
+      return fail(std::string("cannot read the answer: ") + std::strerror(errno));
   }
   ::close(fd);
   ActionAnswer a;
