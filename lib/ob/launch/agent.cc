@@ -850,7 +850,6 @@ void Agent::ReapWorkers() {
       OB_LOG(Warn) << "standby worker for slot " << slot << " exited: " << s.proc.DescribeExit();
     }
   }
-  ReapStrangers();
   for (auto& w : workers_) {
     if (w->exited) continue;
     int status = w->proc.WaitFor(0);
@@ -871,6 +870,7 @@ void Agent::ReapWorkers() {
     x->set_description(desc);
     Send(m);
   }
+  ReapStrangers();  // last: a zombie the loops above reap would hide the rest
 }
 
 void Agent::ReapStrangers() {
