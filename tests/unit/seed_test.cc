@@ -165,28 +165,25 @@ TEST_CASE("the standby seed answers what is not a request with why, and keeps se
   CHECK(f.seed.Exited(0).empty());
 }
 
-TEST_CASE("a standby seed whose command line has no room for the standby's refuses to fork") {
+namespace {
+
+// Why a seed (with a second thread when `thread`) refuses a small request.
+std::string Refusal(bool thread, ob::launch::StringBlocks blocks = Blocks()) {
   ForkedSeed f;
-  ForkSeed(&f, false, NoStandby, Blocks(std::string("ob\0-x", 5)));
+  ForkSeed(&f, thread, NoStandby, blocks);
   auto child = f.seed.Fork({"A=b"}, {}, 5000);
   REQUIRE_FALSE(child.ok());
-  CHECK_THAT(child.status().message(), Catch::Contains("no room for the standby's command line"));
+  return child.status().message();
 }
 
-TEST_CASE("a standby seed with a second thread refuses to fork") {
-  ForkedSeed f;
-  ForkSeed(&f, true, NoStandby);
-  auto child = f.seed.Fork({"A=b"}, {}, 5000);
-  REQUIRE_FALSE(child.ok());
-  CHECK_THAT(child.status().message(), Catch::Contains("the seed runs 2 threads: forking it is unsafe"));
-}
+}  // namespace
 
-TEST_CASE("a standby seed whose parent is no subreaper kills its standby and says so") {
-  ForkedSeed f;
-  ForkSeed(&f, false, NoStandby);
-  auto child = f.seed.Fork({"A=b"}, {}, 5000);
-  REQUIRE_FALSE(child.ok());
-  CHECK_THAT(child.status().message(), Catch::Contains("the agent is not a child subreaper"));
+TEST_CASE("a standby seed refuses to fork with a second thread, without room, or with no subreaper above") {
+  CHECK_THAT(Refusal(true), Catch::Contains("the seed runs 2 threads: forking it is unsafe"));
+  CHECK_THAT(Refusal(false, Blocks(std::string("ob\0-x", 5))), Catch::Contains("no room for the standby's command line"));
+  // This test is no subreaper: the standby went to another process, and
+  // the seed killed it.
+  CHECK_THAT(Refusal(false), Catch::Contains("the agent is not a child subreaper"));
 }
 
 TEST_CASE("a standby forked from the seed has its environment, descriptors and command line") {
