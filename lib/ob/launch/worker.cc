@@ -33,7 +33,7 @@
 #include "ob/launch/devices.h"
 #include "ob/launch/inject.h"
 #include "ob/launch/inputs.h"
-#include "ob/profile/gpus.h"
+#include "ob/io/text.h"
 #include "ob/launch/relay_store.h"
 #include "ob/launch/run_checks.h"
 #include "ob/launch/store_client.h"
@@ -390,14 +390,16 @@ Status RunWorker(const WorkerOptions& o) {
   OB_LOG(Info) << "host snapshots: "
                << (t.async_snapshot ? "copied in the background" : "copied on the training thread")
                << " (" << at::get_num_threads() << " intra-op threads)";
-  // The device's dense peak for the run's precision, for MFU: the plan's
-  // profile when it was measured or modelled for a GPU, else none (CPU).
+  // The dense peak MFU is over: this GPU's, not the one the plan was
+  // priced for (devices.h MfuPeakFlops); none on the CPU.
   double peak_flops = 0;
   if (t.device.is_cuda()) {
-    peak_flops = gen.plan().profile().device().peak_tflops() * 1e12;
-    if (peak_flops <= 0 && t.precision == model::Precision::kBf16) {  // gpus.h: bf16 peaks
-      auto gpu = profile::GpuForDevice(compat::CudaDeviceName(t.device.index()));
-      if (gpu.ok()) peak_flops = gpu->peak_tflops * 1e12;
+    std::string from;
+    peak_flops = MfuPeakFlops(compat::CudaDeviceName(t.device.index()), precision_name,
+                              gen.plan().profile().device().peak_tflops(), gen.plan().profile().dtype(), &from);
+    if (o.rank == 0 || peak_flops <= 0) {
+      OB_LOG(Info) << "MFU over " << (peak_flops > 0 ? io::FormatDouble(peak_flops / 1e12) + " TFLOP/s, " : "")
+                   << from;
     }
   }
 
