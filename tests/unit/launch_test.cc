@@ -554,3 +554,20 @@ TEST_CASE("the closing line puts the measured step beside the plan's prediction"
   CHECK_THAT(line, Catch::StartsWith("trained 30 steps: final loss 3.0000, "));
   CHECK_THAT(line, Catch::Contains("; a step 0.1000 s measured (median of the last 20) vs 0.0800 s predicted by ob-plan (1.25x)"));
 }
+
+TEST_CASE("a resumed run's closing line says how many of its steps this run trained") {
+  ob::launch::MetricsSink sink(nullptr);
+  sink.set_total_steps(35);
+  for (uint64_t s = 25; s < 35; ++s) {  // resumed after step 24
+    ob::pb::Metrics m;
+    m.set_rank(0);
+    m.set_step(s);
+    m.set_loss(3.0);
+    m.set_tokens_per_second(1000);
+    m.set_step_seconds(0.1);
+    sink.Step(m);
+  }
+  CHECK(sink.Summary() ==
+        "trained 35 steps: final loss 3.0000, 1000 tokens/s over the 10 steps of this run (resumed after step 24)");
+}
+

@@ -95,6 +95,7 @@ void MetricsSink::Step(const pb::Metrics& m) {
   fresh_ = true;
   if (m.rank() == 0) {
     steps_done_ = std::max<uint64_t>(steps_done_, m.step() + 1);
+    first_step_ = first_step_ < 0 ? static_cast<int64_t>(m.step()) : std::min<int64_t>(first_step_, m.step());
     step_seconds_sum_ += m.step_seconds();
     recent_step_seconds_.push_back(m.step_seconds());
     if (recent_step_seconds_.size() > kEtaSteps) recent_step_seconds_.pop_front();
@@ -191,7 +192,11 @@ std::string MetricsSink::Summary(double predicted) const {
   if (steps_done_ == 0 || step_seconds_sum_ <= 0) return "";
   return "trained " + std::to_string(steps_done_) + " steps: final loss " + Fixed(last_loss_, 4) +
          (have_eval_ ? ", eval loss " + Fixed(eval_loss_, 4) : std::string()) + ", " +
-         Fixed(tokens_sum_ / step_seconds_sum_, 0) + " tokens/s" + Compared(predicted);
+         Fixed(tokens_sum_ / step_seconds_sum_, 0) + " tokens/s" +
+         (first_step_ > 0 ? " over the " + std::to_string(steps_done_ - static_cast<uint64_t>(first_step_)) +
+                                " steps of this run (resumed after step " + std::to_string(first_step_ - 1) + ")"
+                          : std::string()) +
+         Compared(predicted);
 }
 
 std::string MetricsSink::Compared(double predicted) const {

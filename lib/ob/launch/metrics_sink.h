@@ -58,7 +58,9 @@ class MetricsSink {
   // report one; "-" on a device without a known peak), the ETA from the
   // mean of rank 0's last step times.
   std::string Progress();
-  // "trained N steps: final loss L[, eval loss E], T tokens/s"; with a
+  // "trained N steps: final loss L[, eval loss E], T tokens/s" (N the
+  // steps the weights have had; a resumed run adds " over the K steps of
+  // this run (resumed after step R)"); with a
   // prediction (> 0, ob-plan's iteration time for the layout that ran
   // last), then "; a step X s measured (median of rank 0's last steps) vs Y s
   // predicted (R x)"; with --steps 0, "evaluated the weights after step S:
@@ -87,6 +89,7 @@ class MetricsSink {
   // global loss and throughput).
   uint64_t steps_done_ = 0;
   double step_seconds_sum_ = 0, tokens_sum_ = 0, last_loss_ = 0;
+  int64_t first_step_ = -1;        // rank 0's first step: > 0 when the run resumed
   int64_t last_finite_step_ = -1;  // rank 0's newest step with a finite loss
   int64_t nonfinite_since_ = -1;   // the first step of rank 0's current run of non-finite losses
 };
