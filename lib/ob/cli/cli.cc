@@ -29,16 +29,7 @@ std::string ProtobufVersion() {
 // One line on stderr in one write(2): several processes that fail at once
 // into one pipe (every agent of a job, say) leave whole lines, where
 // std::cerr's piece-by-piece writes interleaved them mid-line.
-void ErrorLine(const std::string& line) {
-  const std::string text = line + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
+void ErrorLine(const std::string& line) { (void)io::WriteAll(STDERR_FILENO, line + "\n", "<stderr>"); }
 
 void UsageError(const std::string& bin, const std::string& message) {
   ErrorLine(bin + ": " + message + " (try '" + bin + " --help')");

@@ -18,8 +18,6 @@ namespace ob::io {
 
 std::string Errno() { return std::strerror(errno); }
 
-namespace {
-
 Status WriteAll(int fd, const std::string& data, const std::string& name) {
   size_t off = 0;
   while (off < data.size()) {
@@ -30,8 +28,6 @@ Status WriteAll(int fd, const std::string& data, const std::string& name) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 std::string DisplayName(const std::string& path, bool output) {
   if (path == "-" || path.empty()) return output ? "<stdout>" : "<stdin>";

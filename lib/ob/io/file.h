@@ -14,6 +14,11 @@ namespace ob::io {
 // strerror(errno): the text of the last system call's error, for messages.
 std::string Errno();
 
+// All of `data` to `fd` (in one write(2) where the descriptor takes it
+// whole: a pipe keeps up to PIPE_BUF bytes from interleaving with other
+// writers'), retrying interrupted calls; kIoErr naming `name`.
+Status WriteAll(int fd, const std::string& data, const std::string& name);
+
 // Reads all of `path`; "-" reads stdin. Missing/unreadable → kNoInput.
 Result<std::string> ReadFile(const std::string& path);
 

@@ -108,17 +108,6 @@ Result<int> ConnectAndWatch(const std::string& path) {
   return fd;
 }
 
-Status WriteAll(int fd, const std::string& data, const std::string& name) {
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IoErr(name + ": write failed: " + std::strerror(errno));
-    off += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 bool IsAnomaly(const pb::Event& e) {
   return e.kind() != pb::EVENT_ACTION && e.kind() != pb::EVENT_RECOVERY &&
          e.severity() >= pb::SEVERITY_WARNING;
@@ -189,7 +178,7 @@ Status RunSession(const SessionOptions& o) {
     auto queue = std::make_shared<Queue>();
     std::thread(ReadLoop, in_fd, owned, attached, name, queue).detach();
     Status written = o.records == "csv"
-                         ? WriteAll(out_fd, RecordCsvHeader(*pb::Metrics::descriptor()) + "\n", out_name)
+                         ? io::WriteAll(out_fd, RecordCsvHeader(*pb::Metrics::descriptor()) + "\n", out_name)
                          : Status::Ok();
     for (;;) {
       std::deque<pb::Metrics> batch;
@@ -197,7 +186,7 @@ Status RunSession(const SessionOptions& o) {
       const bool done = NextBatch(*queue, &batch, &stream);
       std::string text;
       for (const auto& m : batch) text += (o.records == "csv" ? RecordCsvRow(m) : RecordJson(m)) + "\n";
-      if (written.ok() && !text.empty()) written = WriteAll(out_fd, text, out_name);
+      if (written.ok() && !text.empty()) written = io::WriteAll(out_fd, text, out_name);
       if (done) return stream.ok() ? written : stream;
       if (g_stop || !written.ok()) return written;
     }
@@ -235,7 +224,7 @@ Status RunSession(const SessionOptions& o) {
     else if (o.json) bytes = EventJson(e) + "\n";
     else AppendEventRecord(e, &bytes);
     if (human && clock == Clock::kWall) return;  // the live summary shows it
-    if (out_status.ok()) out_status = WriteAll(out_fd, bytes, out_name);
+    if (out_status.ok()) out_status = io::WriteAll(out_fd, bytes, out_name);
   };
   auto act = [&](const pb::Event& e) {
     std::optional<ActionRequest> req = policy.Consider(e, watcher.state().now_ms);
@@ -276,7 +265,7 @@ Status RunSession(const SessionOptions& o) {
       std::lock_guard<std::mutex> lock(state_mu);
       text = SummaryTable(watcher.state(), o.detectors, name, kSummaryEvents);
     }
-    (void)WriteAll(STDOUT_FILENO, "\033[H\033[2J" + text, "<stdout>");
+    (void)io::WriteAll(STDOUT_FILENO, "\033[H\033[2J" + text, "<stdout>");
   };
 
   Status stream_status;
@@ -310,7 +299,7 @@ Status RunSession(const SessionOptions& o) {
   if (human) {
     std::string text = SummaryTable(watcher.state(), o.detectors, name, kSummaryEvents);
     if (clock == Clock::kWall) text = "\033[H\033[2J" + text;
-    (void)WriteAll(STDOUT_FILENO, text, "<stdout>");
+    (void)io::WriteAll(STDOUT_FILENO, text, "<stdout>");
   }
   if (!o.plot.empty()) {
     const std::string title = "ob-watch: " + (attached ? o.attach_dir : io::DisplayName(o.input));
