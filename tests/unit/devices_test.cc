@@ -251,16 +251,16 @@ TEST_CASE("MFU is over the dense peak of the GPU the worker runs on, not the one
   std::string from;
   // A plan made with --analytic --gpu a100 (312 TFLOP/s), run on an H100:
   // over the A100's peak, MFU would read 3.2 times too high.
-  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", "bf16", 312, "bfloat16", &from) == 989e12);
+  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", ob::model::Precision::kBf16, 312, "bfloat16", &from) == 989e12);
   CHECK(from == "NVIDIA H100 80GB HBM3's dense bf16 peak");
-  CHECK(MfuPeakFlops("NVIDIA A100-SXM4-80GB", "bf16", 989, "bfloat16", &from) == 312e12);
-  CHECK(MfuPeakFlops("NVIDIA H200", "bf16", 0, "", &from) == 989e12);
+  CHECK(MfuPeakFlops("NVIDIA A100-SXM4-80GB", ob::model::Precision::kBf16, 989, "bfloat16", &from) == 312e12);
+  CHECK(MfuPeakFlops("NVIDIA H200", ob::model::Precision::kBf16, 0, "", &from) == 989e12);
   // The table's peaks are bf16's: an fp32 run has none.
-  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", "fp32", 989, "float32", &from) == 0);
+  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", ob::model::Precision::kFp32, 989, "float32", &from) == 0);
   CHECK_THAT(from, Catch::StartsWith("none"));
   // A GPU the table lacks: the profile's peak, in the run's precision only.
-  CHECK(MfuPeakFlops("NVIDIA GeForce RTX 4090", "bf16", 165, "bfloat16", &from) == 165e12);
+  CHECK(MfuPeakFlops("NVIDIA GeForce RTX 4090", ob::model::Precision::kBf16, 165, "bfloat16", &from) == 165e12);
   CHECK_THAT(from, Catch::StartsWith("the plan's profile's peak"));
-  CHECK(MfuPeakFlops("NVIDIA GeForce RTX 4090", "bf16", 165, "float32", &from) == 0);
-  CHECK(MfuPeakFlops("NVIDIA H100 PCIe", "bf16", 0, "bfloat16", &from) == 0);  // not the SXM part
+  CHECK(MfuPeakFlops("NVIDIA GeForce RTX 4090", ob::model::Precision::kBf16, 165, "float32", &from) == 0);
+  CHECK(MfuPeakFlops("NVIDIA H100 PCIe", ob::model::Precision::kBf16, 0, "bfloat16", &from) == 0);  // not the SXM part
 }

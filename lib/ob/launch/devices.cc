@@ -46,23 +46,21 @@ Result<std::string> ResolvePrecision(const std::string& given, DeviceKind resolv
 
 const char* BackendName(DeviceKind resolved) { return resolved == DeviceKind::kCuda ? "nccl" : "gloo"; }
 
-double MfuPeakFlops(const std::string& cuda_name, const std::string& precision, double profile_peak_tflops,
+double MfuPeakFlops(const std::string& cuda_name, model::Precision precision, double profile_peak_tflops,
                     const std::string& profile_dtype, std::string* from) {
-  const bool bf16 = precision == "bf16";
   if (Result<profile::GpuSpec> gpu = profile::GpuForDevice(cuda_name); gpu.ok()) {
-    if (!bf16) {
-      *from = "none: no published " + precision + " peak for " + cuda_name;
+    if (precision != model::Precision::kBf16) {
+      *from = std::string("none: no published ") + model::PrecisionName(precision) + " peak for " + cuda_name;
       return 0;
     }
     *from = cuda_name + "'s dense bf16 peak";
     return gpu->peak_tflops * 1e12;
   }
-  const std::string dtype = bf16 ? "bfloat16" : "float32";
-  if (profile_peak_tflops > 0 && profile_dtype == dtype) {
+  if (profile_peak_tflops > 0 && profile_dtype == model::PrecisionDtype(precision)) {
     *from = "the plan's profile's peak (" + cuda_name + " has none published here)";
     return profile_peak_tflops * 1e12;
   }
-  *from = "none: no published peak for " + cuda_name + ", nor a profile's in " + precision;
+  *from = "none: no published peak for " + cuda_name + ", nor a profile's in " + model::PrecisionName(precision);
   return 0;
 }
 

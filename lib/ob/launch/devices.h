@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ob/model/config.h"
 #include "ob/status.h"
 
 namespace ob::launch {
@@ -37,12 +38,12 @@ Result<std::string> ResolvePrecision(const std::string& given, DeviceKind resolv
 const char* BackendName(DeviceKind resolved);
 
 // The dense peak MFU is taken over, in FLOP/s, for a worker on the GPU
-// CUDA names `cuda_name` training in `precision` ("fp32", "bf16"): that
+// CUDA names `cuda_name` training in `precision`: that
 // GPU's own published bf16 peak (profile/gpus.h), whatever GPU the plan
 // was priced for; for a GPU the table lacks, the plan's profile's peak when
 // the profile was made in the run's precision (measured on it, or given
 // with --peak-tflops); else 0 (no MFU). *from says which, for the log.
-double MfuPeakFlops(const std::string& cuda_name, const std::string& precision, double profile_peak_tflops,
+double MfuPeakFlops(const std::string& cuda_name, model::Precision precision, double profile_peak_tflops,
                     const std::string& profile_dtype, std::string* from);
 
 // CUDA_VISIBLE_DEVICES for the worker in `slot`: the slot's entry of

@@ -395,7 +395,7 @@ Status RunWorker(const WorkerOptions& o) {
   double peak_flops = 0;
   if (t.device.is_cuda()) {
     std::string from;
-    peak_flops = MfuPeakFlops(compat::CudaDeviceName(t.device.index()), precision_name,
+    peak_flops = MfuPeakFlops(compat::CudaDeviceName(t.device.index()), precision,
                               gen.plan().profile().device().peak_tflops(), gen.plan().profile().dtype(), &from);
     if (o.rank == 0 || peak_flops <= 0) {
       OB_LOG(Info) << "MFU over " << (peak_flops > 0 ? io::FormatDouble(peak_flops / 1e12) + " TFLOP/s, " : "")
