@@ -144,14 +144,15 @@ ob::Result<ob::launch::ProbeResult> ProbeWorker(ob::launch::DeviceKind device, b
 
 // The GPUs of this host, as an agent counts them, and their UUIDs, slot
 // i's at i: $OB_GPUS_PER_HOST when set (tests: a GPU count without GPUs,
-// and no UUIDs) and $OB_TEST_GPU_IDS (comma-separated), else the probe's.
-ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device) {
+// and no UUIDs) and $OB_TEST_GPU_IDS (comma-separated), else the probe's
+// (with `runtime`, its runtime line too; none when the count was given).
+ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device, bool runtime = false) {
   ob::launch::ProbeResult p;
   const char* n = std::getenv("OB_GPUS_PER_HOST");
   if (n != nullptr && *n != '\0') {
     p.gpus = std::atoi(n);
   } else {
-    OB_ASSIGN_OR_RETURN(p, ProbeWorker(device, /*runtime=*/false));
+    OB_ASSIGN_OR_RETURN(p, ProbeWorker(device, runtime));
   }
   if (const char* s = std::getenv("OB_TEST_GPU_IDS"); s != nullptr && *s != '\0') {
     p.gpu_ids.clear();
@@ -165,28 +166,25 @@ ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device) {
 
 // --version -v: what a worker started here with these options runs on.
 // One probe says both the GPUs and the runtime line (it resolves --device
-// auto as a worker would), unless $OB_GPUS_PER_HOST says the GPUs.
+// auto as a worker would); a second only when $OB_GPUS_PER_HOST gave the
+// GPUs, for the device they resolve to.
 std::string RuntimeDetails() {
   auto device = ob::launch::ParseDevice(g.worker.device);
   if (!device.ok()) return "";
-  const char* given = std::getenv("OB_GPUS_PER_HOST");
-  ob::Result<ob::launch::ProbeResult> probe = ob::launch::ProbeResult{};
-  int gpus = 0;
-  if (given != nullptr && *given != '\0') {
-    gpus = std::atoi(given);
-    probe = ProbeWorker(ob::launch::ResolveDevice(*device, gpus), /*runtime=*/true);
-  } else {
-    probe = ProbeWorker(*device, /*runtime=*/true);
-    if (!probe.ok()) return "worker: " + probe.status().message() + "\n";
-    gpus = probe->gpus;
-  }
-  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, gpus);
+  auto seen = AgentGpus(*device, /*runtime=*/true);
+  if (!seen.ok()) return "worker: " + seen.status().message() + "\n";
+  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(*device, seen->gpus);
   auto precision = ob::launch::ResolvePrecision(g.worker.precision, here);
   if (!precision.ok()) return "";
+  std::string runtime = seen->runtime;
+  if (runtime.empty()) {
+    auto probe = ProbeWorker(here, /*runtime=*/true);
+    runtime = probe.ok() ? probe->runtime : probe.status().message();
+  }
   return std::string("device: ") + g.worker.device + " (here: " + ob::launch::DeviceName(here) + ", " +
-         std::to_string(gpus) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
+         std::to_string(seen->gpus) + " GPU(s))\n" + "backend: " + ob::launch::BackendName(here) +
          "\n" + "precision: " + *precision + (g.worker.precision.empty() ? " (the default here)" : "") + "\n" +
-         "worker: " + (probe.ok() ? probe->runtime : probe.status().message()) + "\n";
+         "worker: " + runtime + "\n";
 }
 
 ob::Status Run(const ob::cli::CommonOptions& common) {
