@@ -30,14 +30,7 @@ namespace {
 // Everything readable from `fd` until end of file, within `ms`.
 std::string ReadAll(int fd, int ms) {
   std::string s;
-  for (int waited = 0; waited < ms; waited += 50) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    char buf[4096];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    s.append(buf, static_cast<size_t>(n));
-  }
+  (void)ob::io::ReadFor(fd, ms, 1 << 20, &s);
   return s;
 }
 
