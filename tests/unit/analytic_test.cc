@@ -118,6 +118,38 @@ TEST_CASE("fused attention drops the 5as/h term, and fp32 doubles activations") 
   CHECK(fp32->layers(1).gradient_bytes() == 4 * fp32->layers(1).parameter_count());
 }
 
+TEST_CASE("fp32 is priced at the CUDA cores' fp32 peak, not the tensor cores' bf16 peak") {
+  // ob trains fp32 without TF32: an H100's products run at 67 TFLOP/s, not
+  // 989, and a plan priced at 989 predicted fp32 steps 15 times too fast.
+  auto c = ob::model::Preset("gpt2");
+  REQUIRE(c.ok());
+  const double h = 768, s = 1024;
+  const double block_train = s * (6 * (12 * h * h + 13 * h) + 12 * h * s);
+  auto o = Options("h100");
+  auto bf16 = ob::profile::AnalyticProfile(*c, o);
+  o.fp32 = true;
+  auto fp32 = ob::profile::AnalyticProfile(*c, o);
+  REQUIRE(bf16.ok());
+  REQUIRE(fp32.ok());
+  CHECK(bf16->device().peak_tflops() == 989);
+  CHECK(fp32->device().peak_tflops() == 67);  // the peak of the profile's dtype (profile.proto)
+  CHECK(bf16->layers(1).costs(0).backward_seconds() == Approx(block_train * 2 / 3 / (989e12 * 0.40)));
+  CHECK(fp32->layers(1).costs(0).backward_seconds() == Approx(block_train * 2 / 3 / (67e12 * 0.40)));
+  // Every GPU of the table has both peaks, fp32's below bf16's.
+  for (const auto& name : ob::profile::GpuNames()) {
+    auto g = ob::profile::FindGpu(name);
+    REQUIRE(g.ok());
+    INFO(name);
+    CHECK(g->fp32_tflops > 0);
+    CHECK(g->fp32_tflops < g->peak_tflops / 3);
+  }
+  // A GPU given by its figures has only the peak it was given.
+  o.gpu.fp32_tflops = 0;
+  auto none = ob::profile::AnalyticProfile(*c, o);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().message() == "--peak-tflops must be positive (fp32 peak of GPU 'h100')");
+}
+
 TEST_CASE("named GPUs and overrides") {
   for (const char* g : {"a100-40gb", "a100-80gb", "h100", "h200", "a100", "H100"}) {
     INFO(g);

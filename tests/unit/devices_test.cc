@@ -255,9 +255,11 @@ TEST_CASE("MFU is over the dense peak of the GPU the worker runs on, not the one
   CHECK(from == "NVIDIA H100 80GB HBM3's dense bf16 peak");
   CHECK(MfuPeakFlops("NVIDIA A100-SXM4-80GB", ob::model::Precision::kBf16, 989, "bfloat16", &from) == 312e12);
   CHECK(MfuPeakFlops("NVIDIA H200", ob::model::Precision::kBf16, 0, "", &from) == 989e12);
-  // The table's peaks are bf16's: an fp32 run has none.
-  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", ob::model::Precision::kFp32, 989, "float32", &from) == 0);
-  CHECK_THAT(from, Catch::StartsWith("none"));
+  // An fp32 run is over the CUDA cores' fp32 peak (ob does not enable
+  // TF32), not the tensor cores' bf16 peak, 15 times higher.
+  CHECK(MfuPeakFlops("NVIDIA H100 80GB HBM3", ob::model::Precision::kFp32, 989, "bfloat16", &from) == 67e12);
+  CHECK(from == "NVIDIA H100 80GB HBM3's dense fp32 peak");
+  CHECK(MfuPeakFlops("NVIDIA A100-SXM4-40GB", ob::model::Precision::kFp32, 0, "", &from) == 19.5e12);
   // A GPU the table lacks: the profile's peak, in the run's precision only.
   CHECK(MfuPeakFlops("NVIDIA GeForce RTX 4090", ob::model::Precision::kBf16, 165, "bfloat16", &from) == 165e12);
   CHECK_THAT(from, Catch::StartsWith("the plan's profile's peak"));

@@ -88,7 +88,8 @@ ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
   } else {
     return ob::Status::Usage("--analytic needs --gpu NAME, or --peak-tflops and --mem-gib");
   }
-  if (g.peak_tflops > 0) gpu.peak_tflops = g.peak_tflops;
+  const bool fp32 = !Bf16(/*analytic=*/true);
+  if (g.peak_tflops > 0) (fp32 ? gpu.fp32_tflops : gpu.peak_tflops) = g.peak_tflops;
   if (g.mem_gib > 0) gpu.memory_bytes = static_cast<uint64_t>(g.mem_gib * (1ull << 30));
   if (g.efficiency > 0) gpu.efficiency = g.efficiency;
   if (g.allreduce_gbps > 0) gpu.allreduce_gbps = g.allreduce_gbps;
@@ -98,7 +99,7 @@ ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
   OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
   o.seq_len = g.seq_len;
   o.fused_attention = g.fused_attention;
-  o.fp32 = !Bf16(/*analytic=*/true);
+  o.fp32 = fp32;
   return ob::profile::AnalyticProfile(cfg, o);
 }
 
@@ -224,7 +225,7 @@ void Setup(CLI::App& app) {
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
   app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design.md §8)");
   app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");
-  app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense bf16 peak")->check(ob::cli::Positive());
+  app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense peak (TFLOP/s) in the profile's precision")->check(ob::cli::Positive());
   app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)")->check(ob::cli::Positive());
   app.add_option("--efficiency", g.efficiency, "Fraction of peak reached, at most 1 (default: per GPU)")
       ->check(ob::cli::Positive())

@@ -49,12 +49,9 @@ const char* BackendName(DeviceKind resolved) { return resolved == DeviceKind::kC
 double MfuPeakFlops(const std::string& cuda_name, model::Precision precision, double profile_peak_tflops,
                     const std::string& profile_dtype, std::string* from) {
   if (Result<profile::GpuSpec> gpu = profile::GpuForDevice(cuda_name); gpu.ok()) {
-    if (precision != model::Precision::kBf16) {
-      *from = std::string("none: no published ") + model::PrecisionName(precision) + " peak for " + cuda_name;
-      return 0;
-    }
-    *from = cuda_name + "'s dense bf16 peak";
-    return gpu->peak_tflops * 1e12;
+    const bool fp32 = precision != model::Precision::kBf16;
+    *from = cuda_name + "'s dense " + model::PrecisionName(precision) + " peak";
+    return profile::DensePeakTflops(*gpu, fp32) * 1e12;
   }
   if (profile_peak_tflops > 0 && profile_dtype == model::PrecisionDtype(precision)) {
     *from = "the plan's profile's peak (" + cuda_name + " has none published here)";

@@ -39,7 +39,8 @@ const char* BackendName(DeviceKind resolved);
 
 // The dense peak MFU is taken over, in FLOP/s, for a worker on the GPU
 // CUDA names `cuda_name` training in `precision`: that
-// GPU's own published bf16 peak (profile/gpus.h), whatever GPU the plan
+// GPU's own published peak in that precision (profile/gpus.h: bf16's on the
+// tensor cores, fp32's on the CUDA cores), whatever GPU the plan
 // was priced for; for a GPU the table lacks, the plan's profile's peak when
 // the profile was made in the run's precision (measured on it, or given
 // with --peak-tflops); else 0 (no MFU). *from says which, for the log.

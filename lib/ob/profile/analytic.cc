@@ -54,7 +54,12 @@ double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps) {
 
 Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOptions& o) {
   const GpuSpec& g = o.gpu;
-  if (!(g.peak_tflops > 0)) return Status::Config("--peak-tflops must be positive");
+  // fp32 products run on the CUDA cores, bf16's on the tensor cores: an
+  // H100 is 15 times slower in fp32, and a plan priced at bf16's peak
+  // would predict fp32 steps 15 times too fast.
+  const double peak_tflops = DensePeakTflops(g, o.fp32);
+  if (!(peak_tflops > 0))
+    return Status::Config(std::string("--peak-tflops must be positive (") + (o.fp32 ? "fp32" : "bf16") + " peak of GPU '" + g.name + "')");
   if (g.memory_bytes == 0) return Status::Config("--mem-gib must be positive");
   if (!(g.efficiency > 0 && g.efficiency <= 1)) return Status::Config("--efficiency must be in (0, 1]");
   if (!(g.memory_gbps > 0) || !(g.allreduce_gbps > 0))
@@ -71,13 +76,13 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
   const int grad_bytes_per_param = 4;
   const int opt_bytes_per_param = 8;
   const int max_group = o.max_group > 0 ? o.max_group : g.gpus_per_node;
-  const double flops_per_s = g.peak_tflops * 1e12 * g.efficiency;
+  const double flops_per_s = peak_tflops * 1e12 * g.efficiency;
   const double bytes_per_s = g.memory_gbps * 1e9;
 
   auto* dev = p.mutable_device();
   dev->set_kind(g.name);
   dev->set_name(g.description);
-  dev->set_peak_tflops(g.peak_tflops);
+  dev->set_peak_tflops(peak_tflops);  // the peak of the profile's dtype
   dev->set_memory_bytes(g.memory_bytes);
   dev->set_efficiency(g.efficiency);
   dev->set_devices_per_node(g.gpus_per_node);

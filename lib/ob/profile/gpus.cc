@@ -8,17 +8,18 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-// Peak and bandwidth figures are the vendors' published dense numbers;
+// Peak and bandwidth figures are the vendors' published dense numbers (the
+// B200's those of the 1,000 W HGX part);
 // all-reduce bus bandwidths are what nccl-tests reach on 8-GPU NVLink nodes.
 const std::vector<GpuSpec>& Table() {
   static const std::vector<GpuSpec> kGpus = {
-      {"v100", "NVIDIA V100 SXM2 32GB", 125, 32768 * kMiB, 900, 130, 0.40, 8},
-      {"a100-40gb", "NVIDIA A100 SXM4 40GB", 312, 40960 * kMiB, 1555, 230, 0.45, 8},
-      {"a100-80gb", "NVIDIA A100 SXM4 80GB", 312, 81920 * kMiB, 2039, 230, 0.45, 8},
-      {"l40s", "NVIDIA L40S 48GB", 362, 46068 * kMiB, 864, 24, 0.40, 8},
-      {"h100", "NVIDIA H100 SXM5 80GB", 989, 81559 * kMiB, 3350, 370, 0.40, 8},
-      {"h200", "NVIDIA H200 SXM 141GB", 989, 143771 * kMiB, 4800, 370, 0.40, 8},
-      {"b200", "NVIDIA B200 180GB", 2250, 183359 * kMiB, 8000, 700, 0.40, 8},
+      {"v100", "NVIDIA V100 SXM2 32GB", 125, 15.7, 32768 * kMiB, 900, 130, 0.40, 8},
+      {"a100-40gb", "NVIDIA A100 SXM4 40GB", 312, 19.5, 40960 * kMiB, 1555, 230, 0.45, 8},
+      {"a100-80gb", "NVIDIA A100 SXM4 80GB", 312, 19.5, 81920 * kMiB, 2039, 230, 0.45, 8},
+      {"l40s", "NVIDIA L40S 48GB", 362, 91.6, 46068 * kMiB, 864, 24, 0.40, 8},
+      {"h100", "NVIDIA H100 SXM5 80GB", 989, 67, 81559 * kMiB, 3350, 370, 0.40, 8},
+      {"h200", "NVIDIA H200 SXM 141GB", 989, 67, 143771 * kMiB, 4800, 370, 0.40, 8},
+      {"b200", "NVIDIA B200 180GB", 2250, 75, 183359 * kMiB, 8000, 700, 0.40, 8},
   };
   return kGpus;
 }

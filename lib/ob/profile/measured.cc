@@ -482,8 +482,9 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   d->set_devices_per_node(dev.is_cuda() ? compat::CudaDeviceCount() : 1);
   if (dev.is_cuda()) d->set_memory_bytes(compat::CudaTotalMemory(dev.index()));
   else d->set_memory_bytes(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
-  // The dense bf16 peak, for MFU, where the GPU's is published (gpus.h).
-  if (auto gpu = GpuForDevice(d->name()); dev.is_cuda() && o.bf16 && gpu.ok()) d->set_peak_tflops(gpu->peak_tflops);
+  // The dense peak of the profile's dtype, for MFU, where the GPU's is
+  // published (gpus.h).
+  if (auto gpu = GpuForDevice(d->name()); dev.is_cuda() && gpu.ok()) d->set_peak_tflops(DensePeakTflops(*gpu, !o.bf16));
   p.set_warmup(o.warmup);
   p.set_repeats(o.repeats);
   p.set_torch_version(compat::TorchVersion());
