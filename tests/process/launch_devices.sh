@@ -26,6 +26,12 @@
 #     rsh: a node left with an older install): refused before any worker
 #     starts, exit 78, one line naming it and both builds (before
 #     2026-11-28 it trained beside the others).
+#  8. a host whose GPU has less memory than the plan's stages need (each
+#     agent's GPU memory as $OB_TEST_GPU_MEMORY: h2's 4 MiB, the others'
+#     an H100's): refused before any worker starts, exit 78, one line
+#     naming that host alone, both sizes and what to give ob-plan (before
+#     2026-11-29 every generation ran out of memory at its first step,
+#     until 3 recoveries in a row had completed no step).
 NAME=launch_devices
 source "$(dirname "$0")/../lib/launch.sh"
 make_pipelines 4 1
@@ -191,6 +197,27 @@ line=$(tail -1 "$WORK/build.err")
 [[ "$line" =~ ^ob-launch:\ hosts\ run\ another\ build\ of\ ob-launch\ than\ this\ master\ \(ob-launch\ [^\)]+\),\ LibTorch\ [0-9.a-z+]+\):\ ob-launch\ 0\.0\.9\ \(old\),\ LibTorch\ 1\.13\.0\ on\ ${TAG}h3\.\ Install\ this\ one\ on\ every\ host ]] \
   || fail "another build on one host: last line: $line"
 ! grep -q start-workers "$WORK/build/events.log" || fail "another build on one host: workers were started"
+wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: $line"
+
+# 8. GPUs smaller than the plan's stages on one host.
+cat > "$WORK/rsh-mem" <<'SH'
+#!/usr/bin/env bash
+host=$1; shift
+case $host in *h2) export OB_TEST_GPU_MEMORY=4194304 ;; *) export OB_TEST_GPU_MEMORY=85520809984 ;; esac
+exec "$@"
+SH
+chmod +x "$WORK/rsh-mem"
+OB_GPUS_PER_HOST=1 STAND_IN_RSH="$WORK/rsh-mem" stand_in_launch mem --bind 127.0.0.1 --device cuda --precision fp32
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 78 ] || fail "a GPU too small for the plan: exit $rc, expected 78: $(tail -3 "$WORK/mem.err")"
+line=$(tail -1 "$WORK/mem.err")
+want="^ob-launch: the plan's stages need up to [0-9.]+ MiB of GPU memory \(it was made for GPUs of 12\.3 MiB\), more"
+want+=" than host ${TAG}h2's GPU 0 has 4\.0 MiB: make the plan for these GPUs \(ob-plan --gpu-memory 0\.003, or a"
+want+=" profile measured on one\)\.?$"
+[[ "$line" =~ $want ]] \
+  || fail "a GPU too small for the plan: last line: $line"
+! grep -q start-workers "$WORK/mem/events.log" || fail "a GPU too small for the plan: workers were started"
 wait_for 3 no_tagged || fail "processes left after the refusal: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: $line"
 echo "$NAME: ok"

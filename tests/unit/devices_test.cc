@@ -65,6 +65,63 @@ TEST_CASE("the worker program's device report reads back, and anything else is r
         "w --probe: not a device report: 'Segmentation fault'");
 }
 
+TEST_CASE("the device report carries each GPU's memory and name, and refuses a bad size") {
+  ProbeResult p;
+  p.gpus = 3;
+  p.gpu_ids = {"GPU-aaaa", "", "GPU-cccc"};
+  p.gpu_memory = {85520809984ull, 42505273344ull, 0};
+  p.gpu_names = {"NVIDIA H100 80GB HBM3", "", ""};
+  CHECK(FormatProbe(p) ==
+        "gpus 3\ngpu GPU-aaaa 85520809984 NVIDIA H100 80GB HBM3\ngpu - 42505273344\ngpu GPU-cccc\n");
+  auto back = ParseProbe(FormatProbe(p), "w --probe");
+  REQUIRE(back.ok());
+  CHECK(back->gpu_ids == p.gpu_ids);
+  CHECK(back->gpu_memory == p.gpu_memory);
+  CHECK(back->gpu_names == p.gpu_names);
+  for (const char* bad : {"gpus 1\ngpu a 12x\n", "gpus 1\ngpu a -5\n", "gpus 1\ngpu a  NAME\n",
+                          "gpus 1\ngpu a 99999999999999999999999 N\n", "gpus 1\ngpu  5\n"}) {
+    INFO(bad);
+    CHECK(ParseProbe(bad, "w --probe").status().code() == ob::Code::kDataErr);
+  }
+}
+
+TEST_CASE("a plan whose stages need more memory than a host's GPUs have is refused, naming the host") {
+  constexpr uint64_t kGiB = 1ull << 30;
+  auto gpu_host = [](std::string name, std::vector<uint64_t> memory, int slots, std::string device = "cuda") {
+    MachineOf m;
+    m.host = std::move(name);
+    m.device = std::move(device);
+    m.slots = slots;
+    m.gpu_memory = std::move(memory);
+    m.gpu_names.assign(m.gpu_memory.size(), "NVIDIA A100-SXM4-40GB");
+    return m;
+  };
+  const uint64_t a100_40 = 42505273344ull, h100 = 85520809984ull;
+  // Fits: every GPU holds the largest stage, or its memory is not known.
+  CHECK(CheckGpuMemory({gpu_host("a", {h100}, 1), gpu_host("b", {}, 1)}, 60 * kGiB, 80 * kGiB).ok());
+  CHECK(CheckGpuMemory({gpu_host("a", {a100_40}, 1, "cpu")}, 60 * kGiB, 80 * kGiB).ok());  // the CPU's memory is not this
+  CHECK(CheckGpuMemory({gpu_host("a", {h100, 0}, 2)}, 60 * kGiB, 80 * kGiB).ok());
+  // Only the GPUs of the host's slots count.
+  CHECK(CheckGpuMemory({gpu_host("a", {h100, a100_40}, 1)}, 60 * kGiB, 80 * kGiB).ok());
+  // A stage needing exactly a GPU's memory fits, by ob-plan's rule.
+  CHECK(CheckGpuMemory({gpu_host("a", {a100_40}, 1)}, a100_40, 80 * kGiB).ok());
+  const ob::Status st =
+      CheckGpuMemory({gpu_host("a", {h100, a100_40}, 2), gpu_host("b", {h100}, 1), gpu_host("c", {a100_40}, 1)},
+                     60 * kGiB + kGiB / 4, 81559ull << 20);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == ob::Code::kConfig);
+  CHECK(st.exit_code() == 78);
+  CHECK(st.message() ==
+        "the plan's stages need up to 60.2 GiB of GPU memory (it was made for GPUs of 79.6 GiB), more than host "
+        "a's GPU 1 (NVIDIA A100-SXM4-40GB) has 39.6 GiB, and host c's GPU 0 (NVIDIA A100-SXM4-40GB) has 39.6 GiB: "
+        "make the plan for these GPUs (ob-plan --gpu-memory 39.586, or a profile measured on one)");
+  // Sizes under a GiB in MiB; the size for ob-plan never above the GPU's.
+  CHECK_THAT(CheckGpuMemory({gpu_host("a", {4ull << 20}, 1)}, 10ull << 20, 0).message(),
+             Catch::StartsWith("the plan's stages need up to 10.0 MiB of GPU memory, more than host a's GPU 0 "
+                               "(NVIDIA A100-SXM4-40GB) has 4.0 MiB: make the plan for these GPUs (ob-plan "
+                               "--gpu-memory 0.003,"));
+}
+
 TEST_CASE("more workers than GPUs on a host is refused with one line naming it") {
   CHECK(CheckGpus("h1", 2, 2).ok());
   CHECK(CheckGpus("h1", 1, 8).ok());

@@ -142,10 +142,11 @@ ob::Result<ob::launch::ProbeResult> ProbeWorker(ob::launch::DeviceKind device, b
   return ob::launch::ParseProbe(out, exe + " --probe");
 }
 
-// The GPUs of this host, as an agent counts them, and their UUIDs, slot
-// i's at i: $OB_GPUS_PER_HOST when set (tests: a GPU count without GPUs,
-// and no UUIDs) and $OB_TEST_GPU_IDS (comma-separated), else the probe's
-// (with `runtime`, its runtime line too; none when the count was given).
+// The GPUs of this host, as an agent counts them, and their UUIDs, memory
+// and names, slot i's at i: $OB_GPUS_PER_HOST when set (tests: a GPU count
+// without GPUs, and no UUIDs), $OB_TEST_GPU_IDS and $OB_TEST_GPU_MEMORY
+// (bytes; comma-separated), else the probe's (with `runtime`, its runtime
+// line too; none when the count was given).
 ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device, bool runtime = false) {
   ob::launch::ProbeResult p;
   const char* n = std::getenv("OB_GPUS_PER_HOST");
@@ -160,6 +161,14 @@ ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device, boo
     for (std::string id; std::getline(in, id, ',');) p.gpu_ids.push_back(id);
   } else if (n != nullptr && *n != '\0') {
     p.gpu_ids.clear();
+  }
+  if (n != nullptr && *n != '\0') {
+    p.gpu_memory.clear();
+    p.gpu_names.clear();
+  }
+  if (const char* s = std::getenv("OB_TEST_GPU_MEMORY"); s != nullptr && *s != '\0') {
+    std::stringstream in(s);
+    for (std::string bytes; std::getline(in, bytes, ',');) p.gpu_memory.push_back(std::strtoull(bytes.c_str(), nullptr, 10));
   }
   return p;
 }
@@ -210,6 +219,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, AgentGpus(device));
     o.gpus = seen.gpus;
     o.gpu_ids = std::move(seen.gpu_ids);
+    o.gpu_memory = std::move(seen.gpu_memory);
+    o.gpu_names = std::move(seen.gpu_names);
     o.build = BuildId();
     int rc = ob::launch::RunAgent(o);
     // The agent has logged why it stopped; exit with its status, no summary line.

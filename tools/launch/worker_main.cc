@@ -39,7 +39,11 @@ ob::Status Probe() {
   ob::launch::ProbeResult p;
   if (device != ob::launch::DeviceKind::kCpu) {
     p.gpus = ob::launch::VisibleGpus();
-    for (int i = 0; i < p.gpus; ++i) p.gpu_ids.push_back(ob::compat::CudaDeviceUuid(i));
+    for (int i = 0; i < p.gpus; ++i) {
+      p.gpu_ids.push_back(ob::compat::CudaDeviceUuid(i));
+      p.gpu_memory.push_back(ob::compat::CudaTotalMemory(i));
+      p.gpu_names.push_back(ob::compat::CudaDeviceName(i));
+    }
   }
   const ob::launch::DeviceKind here = ob::launch::ResolveDevice(device, p.gpus);
   auto precision = ob::launch::ResolvePrecision(g.worker.precision, here);

@@ -280,6 +280,8 @@ void Agent::Reconnect() {
   hello.set_pid(static_cast<uint32_t>(::getpid()));
   hello.set_boot_id(BootId());
   for (const std::string& id : opt_.gpu_ids) hello.add_gpus(id);
+  for (uint64_t bytes : opt_.gpu_memory) hello.add_gpu_memory_bytes(bytes);
+  for (const std::string& name : opt_.gpu_names) hello.add_gpu_names(name);
   hello.set_device(cuda() ? "cuda" : "cpu");
   hello.set_build(opt_.build);
   Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,

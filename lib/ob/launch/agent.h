@@ -119,6 +119,11 @@ struct AgentOptions {
   // comma-separated, when set, for tests); told to the master, which
   // refuses two hosts whose workers would share a GPU.
   std::vector<std::string> gpu_ids;
+  // Their total memory and names, as gpu_ids (main.cc: $OB_TEST_GPU_MEMORY,
+  // bytes, comma-separated, for tests); told to the master, which refuses a
+  // plan whose stages need more.
+  std::vector<uint64_t> gpu_memory;
+  std::vector<std::string> gpu_names;
   // Workers that share this machine's cores, when more than this agent's
   // own (--rsh local: every host's agent runs here; the master passes the
   // world size); 0: this agent's workers only.

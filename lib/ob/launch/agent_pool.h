@@ -49,6 +49,8 @@ struct AgentState {
   std::string excluded;      // why it was excluded for good ("" = it may come back)
   std::string boot_id;       // its machine, and the UUIDs of its GPUs, as its Hello said
   std::vector<std::string> gpus;
+  std::vector<uint64_t> gpu_memory;    // and their total memory and names
+  std::vector<std::string> gpu_names;
   std::string device;        // "cuda" or "cpu", as its Hello said
   std::string build;         // its ob-launch, as its Hello said
   bool connected() const { return state == State::kConnected; }

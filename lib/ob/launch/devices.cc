@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstdint>
 #include <fstream>
@@ -87,7 +89,14 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
 
 std::string FormatProbe(const ProbeResult& p) {
   std::string out = "gpus " + std::to_string(p.gpus) + "\n";
-  for (const std::string& id : p.gpu_ids) out += "gpu " + (id.empty() ? "-" : id) + "\n";  // "-": unknown
+  for (size_t i = 0; i < p.gpu_ids.size(); ++i) {
+    out += "gpu " + (p.gpu_ids[i].empty() ? "-" : p.gpu_ids[i]);  // "-": unknown
+    const uint64_t bytes = i < p.gpu_memory.size() ? p.gpu_memory[i] : 0;
+    const std::string name = i < p.gpu_names.size() ? p.gpu_names[i] : "";
+    if (bytes > 0 || !name.empty()) out += " " + std::to_string(bytes);
+    if (!name.empty()) out += " " + name;
+    out += "\n";
+  }
   if (!p.runtime.empty()) out += "runtime " + p.runtime + "\n";
   return out;
 }
@@ -105,8 +114,28 @@ Result<ProbeResult> ParseProbe(const std::string& text, const std::string& what)
       if (value.empty() || *end != '\0' || n < 0 || n > 4096) break;
       p.gpus = static_cast<int>(n);
       counted = true;
-    } else if (key == "gpu" && counted && !value.empty() && p.gpu_ids.size() < static_cast<size_t>(p.gpus)) {
-      p.gpu_ids.push_back(value == "-" ? "" : value);
+    } else if (key == "gpu" && counted && !value.empty() && value[0] != ' ' &&
+               p.gpu_ids.size() < static_cast<size_t>(p.gpus)) {
+      // UUID [BYTES [NAME]]
+      const size_t a = value.find(' ');
+      const std::string id = value.substr(0, a);
+      uint64_t bytes = 0;
+      std::string name;
+      if (a != std::string::npos) {
+        const size_t b = value.find(' ', a + 1);
+        const std::string digits = value.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long n = std::strtoull(digits.c_str(), &end, 10);
+        if (digits.empty() || digits[0] == '-' || *end != '\0' || errno != 0) {
+          return Status::DataErr(what + ": not a device report: '" + line.substr(0, 80) + "'");
+        }
+        bytes = n;
+        if (b != std::string::npos) name = value.substr(b + 1);
+      }
+      p.gpu_ids.push_back(id == "-" ? "" : id);
+      p.gpu_memory.push_back(bytes);
+      p.gpu_names.push_back(name);
     } else if (key == "runtime" && counted && p.runtime.empty()) {
       p.runtime = value;
     } else {
@@ -131,6 +160,38 @@ std::string BootId() {
   std::string id;
   std::getline(in, id);
   return io::Trim(id);
+}
+
+Status CheckGpuMemory(const std::vector<MachineOf>& hosts, uint64_t stage_bytes, uint64_t plan_gpu_bytes) {
+  auto size = [](uint64_t b) {
+    return b >= (1ull << 30) ? io::Format("%.1f GiB", static_cast<double>(b) / (1ull << 30))
+                             : io::Format("%.1f MiB", static_cast<double>(b) / (1ull << 20));
+  };
+  // What to give ob-plan (GiB): rounded down, never more than the GPU has.
+  auto gib_down = [](uint64_t b) {
+    return io::Format("%g", std::floor(static_cast<double>(b) / (1ull << 30) * 1000) / 1000);
+  };
+  std::string small;
+  uint64_t least = 0;
+  for (const MachineOf& h : hosts) {
+    if (h.device != "cuda") continue;
+    const size_t used = h.slots > 0 ? std::min<size_t>(h.gpu_memory.size(), static_cast<size_t>(h.slots))
+                                    : h.gpu_memory.size();
+    for (size_t i = 0; i < used; ++i) {
+      const uint64_t have = h.gpu_memory[i];
+      if (have == 0 || have >= stage_bytes) continue;
+      const std::string name = i < h.gpu_names.size() && !h.gpu_names[i].empty() ? " (" + h.gpu_names[i] + ")" : "";
+      small += std::string(small.empty() ? "" : ", and ") + "host " + h.host + "'s GPU " + std::to_string(i) +
+               name + " has " + size(have);
+      least = least == 0 ? have : std::min(least, have);
+      break;  // one GPU a host says enough
+    }
+  }
+  if (small.empty()) return Status::Ok();
+  return Status::Config("the plan's stages need up to " + size(stage_bytes) + " of GPU memory" +
+                        (plan_gpu_bytes > 0 ? " (it was made for GPUs of " + size(plan_gpu_bytes) + ")" : "") +
+                        ", more than " + small + ": make the plan for these GPUs (ob-plan --gpu-memory " +
+                        gib_down(least) + ", or a profile measured on one)");
 }
 
 Result<std::vector<std::string>> CheckMachines(const std::vector<MachineOf>& hosts) {

@@ -15,6 +15,7 @@
 // a BLAS pool the environment leaves unsized follows its OMP_NUM_THREADS.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,13 +58,17 @@ Result<std::string> VisibleDeviceFor(int slot, const std::string* inherited);
 Status CheckGpus(const std::string& host, int workers, int gpus);
 
 // What ob-launch-worker --probe reports of this machine, as its workers
-// would see it: the GPUs (their UUIDs, slot i's at i) and, for --version
-// -v, one DescribeRuntime line. ob-launch (the master and the agents) does
-// not load LibTorch; it asks the worker binary, which does. Its stdout, a
-// line each: "gpus N", N lines "gpu UUID" ("-": unknown), then "runtime TEXT" (optional).
+// would see it: the GPUs (their UUIDs, memory and names, slot i's at i)
+// and, for --version -v, one DescribeRuntime line. ob-launch (the master
+// and the agents) does not load LibTorch; it asks the worker binary, which
+// does. Its stdout, a line each: "gpus N", N lines "gpu UUID [BYTES [NAME]]"
+// ("-": unknown UUID; BYTES the GPU's total memory), then "runtime TEXT"
+// (optional).
 struct ProbeResult {
   int gpus = 0;
   std::vector<std::string> gpu_ids;
+  std::vector<uint64_t> gpu_memory;     // as gpu_ids; 0: unknown
+  std::vector<std::string> gpu_names;   // as gpu_ids; "": unknown
   std::string runtime;
 };
 std::string FormatProbe(const ProbeResult& p);
@@ -89,6 +94,8 @@ struct MachineOf {
   int slots = 1;
   std::string device;  // what its workers run on: "cuda", "cpu" ("": not said)
   std::string build;   // its ob-launch (Hello.build; "": not said)
+  std::vector<uint64_t> gpu_memory;    // as gpus: total bytes (0 or none: not said)
+  std::vector<std::string> gpu_names;  // as gpus
 };
 // One job runs on one kind of device: NCCL groups cannot take Gloo ranks,
 // and bf16 on some pipelines and fp32 on others would not be one model.
@@ -105,6 +112,19 @@ Status CheckOneDevice(const std::vector<MachineOf>& hosts);
 // --agent-exe names)". Hosts that did not say, and an empty
 // `master_build`, are left out.
 Status CheckOneBuild(const std::vector<MachineOf>& hosts, const std::string& master_build);
+// A plan fits the GPUs it runs on: its largest stage (`stage_bytes`, the
+// most any template's stage needs on one GPU, since a recovery may put any
+// stage on any host) within the memory of every GPU a host's workers use
+// (its first `slots`), by ob-plan's own rule (stage memory at most the
+// GPU's). A plan made for 80 GiB GPUs and run on 40 GiB ones would run out
+// of memory at the first step, at every restart. kConfig: "the plan's
+// stages need up to X GiB of GPU memory (it was made for GPUs of Y GiB),
+// more than host a's GPU 0 (NAME) has Z GiB[, and …]: make the plan for
+// these GPUs (ob-plan --gpu-memory Z, or a profile measured on one)"; one
+// GPU a host, Z in GiB rounded down to 0.001 for ob-plan. Hosts that
+// run on the CPU or did not say their GPUs' memory are left out.
+Status CheckGpuMemory(const std::vector<MachineOf>& hosts, uint64_t stage_bytes, uint64_t plan_gpu_bytes);
+
 // Hosts of a run that are not the machines they seem. kConfig when the
 // workers of two hosts would share a GPU (one machine listed twice, or two
 // containers given the same GPUs): "hosts a and b would both run workers on

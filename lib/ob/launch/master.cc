@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <optional>
@@ -32,6 +33,16 @@ std::string FormatTime(int64_t unix_ms, const char* fmt) {
   char buf[64];
   strftime(buf, sizeof buf, fmt, &tm);
   return buf;
+}
+
+// The most GPU memory a stage of any of the plan's templates needs (what
+// a host may be given after a recovery).
+uint64_t LargestStageBytes(const pb::Plan& plan) {
+  uint64_t most = 0;
+  for (const auto& t : plan.templates()) {
+    for (const auto& s : t.stages()) most = std::max(most, s.memory_bytes());
+  }
+  return most;
 }
 
 }  // namespace
@@ -196,11 +207,14 @@ std::string Master::Admit(const pb::Hello& hello) {
     // GPUs is not), and with this build (a node reinstalled is not)
     std::vector<MachineOf> machines;
     for (const auto& other : agents_.all()) {
-      if (other.get() != a) machines.push_back({other->host.name, "", {}, 0, other->device, ""});
+      if (other.get() != a) machines.push_back({other->host.name, "", {}, 0, other->device, "", {}, {}});
     }
-    machines.push_back({hello.host(), "", {}, 0, hello.device(), hello.build()});
+    machines.push_back({hello.host(), "", {}, a->host.slots, hello.device(), hello.build(),
+                        {hello.gpu_memory_bytes().begin(), hello.gpu_memory_bytes().end()},
+                        {hello.gpu_names().begin(), hello.gpu_names().end()}});
     Status one = CheckOneDevice(machines);
     if (one.ok()) one = CheckOneBuild(machines, opt_.build);
+    if (one.ok()) one = CheckGpuMemory({machines.back()}, LargestStageBytes(plan_), plan_.gpu_memory_bytes());
     if (one.ok()) return "";
     const std::string why = "host '" + hello.host() + "' may not rejoin: " + one.message();
     events_.Write("refused-rejoin", why);
@@ -222,6 +236,8 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   a->state = AgentState::State::kConnected;
   a->boot_id = hello.boot_id();
   a->gpus.assign(hello.gpus().begin(), hello.gpus().end());
+  a->gpu_memory.assign(hello.gpu_memory_bytes().begin(), hello.gpu_memory_bytes().end());
+  a->gpu_names.assign(hello.gpu_names().begin(), hello.gpu_names().end());
   a->device = hello.device();
   a->build = hello.build();
   a->conn->SetHandlers([this, a](Connection&, pb::Control& m) { OnAgentMessage(*a, m); },
@@ -242,10 +258,16 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
 void Master::StartWorkers() {
   std::vector<MachineOf> machines;
   for (const auto& a : agents_.all()) {
-    machines.push_back({a->host.name, a->boot_id, a->gpus, a->host.slots, a->device, a->build});
+    machines.push_back(
+        {a->host.name, a->boot_id, a->gpus, a->host.slots, a->device, a->build, a->gpu_memory, a->gpu_names});
   }
   if (Status one = CheckOneBuild(machines, opt_.build); !one.ok()) return BeginStop(one.message(), one);
   if (Status one = CheckOneDevice(machines); !one.ok()) return BeginStop(one.message(), one);
+  // Every stage the plan may put on a host fits its GPUs: else each
+  // generation would run out of memory at its first step.
+  if (Status one = CheckGpuMemory(machines, LargestStageBytes(plan_), plan_.gpu_memory_bytes()); !one.ok()) {
+    return BeginStop(one.message(), one);
+  }
   // Hosts that are one machine (a name listed twice under two spellings,
   // containers of one node): workers sharing a GPU would fail in NCCL or
   // run out of its memory, so that is refused; the rest is said. Every
