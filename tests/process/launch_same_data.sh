@@ -27,7 +27,15 @@
 #     Before 2026-11-28 the run trained and exited 0: its checkpoint was
 #     complete only because this layout has the first pipeline (hosts 1
 #     and 2) write every layer, and a recovery on host 4 from it would have
-#     found nothing there.
+#     found nothing there;
+#  6. the file rewritten in place after step 10 (16 bytes changed; the
+#     mapping reads the new bytes): exit 65, naming the file and both its
+#     sizes and times, without a recovery. Before 2026-11-29 the run
+#     trained on the new bytes and exited 0, its checkpoints recording the
+#     old file's fingerprint;
+#  7. a new file renamed into place after step 10 (how ob's tools write):
+#     the workers' mappings keep the old one, and the run trains to the end
+#     and exits 0.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -143,4 +151,32 @@ line=$(grep "^ob-launch: " "$WORK/local.err" | tail -1)
 [ "$(grep -c ' start-workers ' "$WORK/local/events.log")" = 1 ] || fail "a checkpoint directory of host 4's own: restarted"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: a checkpoint directory of host 4's own: $line"
+
+# 6. Rewritten in place while the run reads it (every host sees this
+# file: host 4's bind mount is of the file onto itself).
+cp "$DATA/train.txt" "$DATA/live.txt"
+OTHER="$DATA/live.txt" AT="$DATA/live.txt" launch inplace "$DATA/live.txt" 3000 --metrics "$WORK/inplace.pb"
+wait_step inplace 10 || fail "the file rewritten in place: no step 10: $(tail -3 "$WORK/inplace.err")"
+python3 - "$DATA/live.txt" <<'PY'
+import os, sys
+with open(sys.argv[1], "r+b") as f:
+    m = os.path.getsize(sys.argv[1]) // 2
+    f.seek(m)
+    b = f.read(16)
+    f.seek(m)
+    f.write(bytes((x + 1) % 256 for x in b))
+PY
+refused inplace "the file rewritten in place" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: $DATA/live.txt: rewritten while the run read it \([0-9]+ bytes modified [0-9: -]+ UTC when opened, now [0-9]+ bytes modified [0-9: -]+ UTC\): the tokens read since are not the job's data"
+
+# 7. A new file renamed into place: the run keeps the one it mapped.
+cp "$DATA/train.txt" "$DATA/live.txt"
+OTHER="$DATA/live.txt" AT="$DATA/live.txt" launch renamed "$DATA/live.txt" 40 --metrics "$WORK/renamed.pb"
+wait_step renamed 10 || fail "a file renamed into place: no step 10: $(tail -3 "$WORK/renamed.err")"
+cp "$DATA/other.txt" "$DATA/live.new" && mv "$DATA/live.new" "$DATA/live.txt"
+run_wait
+[ "$RC" = 0 ] || fail "a file renamed into place: exit $RC: $(tail -3 "$WORK/renamed.err")"
+grep -q "trained 40 steps" "$WORK/renamed.err" || fail "a file renamed into place: $(tail -2 "$WORK/renamed.err")"
+wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: a file renamed into place: $(grep -o 'trained 40 steps: final loss [0-9.]*' "$WORK/renamed.err")"
 echo "$NAME: ok"

@@ -1,6 +1,7 @@
 // TokenSource: token file formats, deterministic sampling, bad files.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -285,4 +286,45 @@ TEST_CASE("an evaluation split holds out the end of the tokens, disjoint from tr
   CHECK(st.message().find(f.path + ": 1000 tokens split 990 for training and 10 for evaluation") == 0);
   CHECK(ob::model::SplitForEval(*all, 1.0, 16, &train, &eval).code() == Code::kUsage);
   CHECK(ob::model::SplitForEval(*all, 0, 16, &train, &eval).code() == Code::kUsage);
+}
+
+TEST_CASE("a data file rewritten in place is seen, one renamed into place is not the file mapped", "[data]") {
+  std::string text(4096, 'a');
+  TempData f("live.txt", text.data(), text.size());
+  auto src = TokenSource::Open(f.path);
+  REQUIRE(src.ok());
+  CHECK(src->Unchanged().ok());
+  const TokenSource window = src->Window(10, 100);  // shares the mapping
+  {
+    // A new file renamed over the path: the mapping is still the old one.
+    const std::string fresh = f.path + ".new";
+    std::ofstream(fresh, std::ios::binary) << std::string(100, 'z');
+    REQUIRE(std::rename(fresh.c_str(), f.path.c_str()) == 0);
+    CHECK(src->Unchanged().ok());
+    CHECK(src->at(0) == 'a');
+  }
+  auto live = TokenSource::Open(f.path);
+  REQUIRE(live.ok());
+  const TokenSource held = live->Window(1, 50);
+  {
+    // Rewritten in place, same size: the mapping reads the new bytes.
+    std::fstream out(f.path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(0);
+    out << "y";
+  }
+  // The modification time moves on write; a file system's clock may round
+  // it to a tick, so set it plainly different.
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1, 0}};
+  REQUIRE(utimensat(AT_FDCWD, f.path.c_str(), times, 0) == 0);
+  const ob::Status st = live->Unchanged();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == Code::kDataErr);
+  CHECK_THAT(st.message(), Catch::StartsWith(f.path + ": rewritten while the run read it (100 bytes modified "));
+  CHECK_THAT(st.message(), Catch::Contains("now 100 bytes modified 1970-01-01 00:00:01 UTC): the tokens read since"));
+  CHECK(held.Unchanged().code() == Code::kDataErr);  // a window of it too
+  CHECK(window.Unchanged().ok());
+  // Truncated: the size says it.
+  { std::ofstream(f.path, std::ios::binary | std::ios::trunc); }
+  CHECK_THAT(live->Unchanged().message(), Catch::Contains("now 0 bytes"));
+  CHECK(TokenSource::Synthetic(256, 1).Unchanged().ok());
 }

@@ -634,6 +634,12 @@ Status RunWorker(const WorkerOptions& o) {
       }
     }
     OB_ASSIGN_OR_RETURN(runtime::StepResult r, std::move(stepped));
+    // The data as it was opened: a file rewritten in place feeds its new
+    // bytes through the mapping, and the step may have trained on them.
+    // Neither it nor what follows is saved, reported or trained from.
+    for (const model::TokenSource* d : {&data, eval ? &*eval : nullptr}) {
+      if (Status st = d != nullptr ? d->Unchanged() : Status::Ok(); !st.ok()) return permanent(st);
+    }
     // What the loop does between steps (metrics, evaluation, checkpoints),
     // as a range in a trace (OB_TRACE; bench/trace_summary.py).
     std::optional<at::RecordFunction> between(std::in_place, at::RecordScope::USER_SCOPE);

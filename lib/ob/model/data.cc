@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "ob/io/text.h"
 
@@ -44,8 +45,10 @@ int TokenBytes(TokenFormat f) {
 struct TokenSource::Mapping {
   void* addr = nullptr;
   size_t bytes = 0;
+  int fd = -1;  // the file mapped, kept open to see whether it changes (Unchanged)
   ~Mapping() {
     if (addr != nullptr) munmap(addr, bytes);
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -154,13 +157,14 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   }
   void* addr = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
-  ::close(fd);
   if (addr == MAP_FAILED) {
+    ::close(fd);
     return Status::NoInput(path + ": cannot map: " + std::strerror(map_errno));
   }
   auto map = std::make_shared<Mapping>();
   map->addr = addr;
   map->bytes = bytes;
+  map->fd = fd;
 
   TokenSource src;
   src.path_ = path;
@@ -275,6 +279,28 @@ int64_t TokenSource::at(size_t p) const {
     default:
       return tokens_[p];
   }
+}
+
+Status TokenSource::Unchanged() const {
+  if (map_ == nullptr || map_->fd < 0) return Status::Ok();
+  struct stat st {};
+  if (fstat(map_->fd, &st) != 0) return Status::IoErr(path_ + ": cannot stat: " + std::strerror(errno));
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (static_cast<uint64_t>(st.st_size) == file_bytes_ && mtime == mtime_ns_) return Status::Ok();
+  auto when = [](int64_t ns) {
+    const time_t s = static_cast<time_t>(ns / 1000000000);
+    struct tm tm {};
+    gmtime_r(&s, &tm);
+    char buf[32];
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return std::string(buf);
+  };
+  return Status::DataErr(path_ + ": rewritten while the run read it (" + std::to_string(file_bytes_) +
+                         " bytes modified " + when(mtime_ns_) + " when opened, now " +
+                         std::to_string(static_cast<uint64_t>(st.st_size)) + " bytes modified " + when(mtime) +
+                         "): the tokens read since are not the job's data. Restore it, or resume on the new "
+                         "file with --resume-from-other; a file written anew and renamed into place leaves "
+                         "running jobs the old one");
 }
 
 TokenSource TokenSource::Window(size_t first, size_t count) const {

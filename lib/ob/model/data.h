@@ -78,6 +78,13 @@ class TokenSource {
   // vocab_size: kDataErr naming the file otherwise.
   Status Check(int seq_len, int vocab_size) const;
 
+  // Whether the file mapped is still as it was opened (its size and
+  // modification time, through the descriptor kept open): kDataErr naming
+  // it and both when it was rewritten in place, since the mapping then
+  // reads the new bytes. A file replaced by a rename is another file and
+  // leaves the one mapped as it was: Ok. Ok for synthetic data.
+  Status Unchanged() const;
+
   // Writes x = tokens[off, off+seq_len) and y = tokens[off+1, off+seq_len+1),
   // off = a hash of (seed, step, sample_index). REQUIRES: seq_len + 1 <= size().
   void Sample(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len,
