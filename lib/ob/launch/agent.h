@@ -81,6 +81,7 @@
 // SIGCHLD handling while it runs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
