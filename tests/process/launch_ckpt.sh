@@ -6,6 +6,11 @@
 #     uninterrupted run's losses exactly; the same checkpoint loaded under a
 #     3-stage plan and under one process trains on with the same losses
 #     (within 1e-4: other layouts sum in another order);
+#     the checkpoint resumed under a plan of the same model from a config
+#     file (a model named by its path, not "gpt-tiny"): trains on (before
+#     2026-11-29 refused, as if another model); under a plan of a model
+#     with other heads (the same weights' shapes): refused before any host
+#     starts, exit 78, naming n_head both ways;
 #  2. beyond f: with every replica of the first stage's layers killed, the
 #     master restarts the survivors from the latest checkpoint and reaches
 #     the last step; no more than 10 steps are redone.
@@ -84,6 +89,29 @@ for layout in three:3:0.008 one:1:1; do
     || fail "resumed as $name: $(cat "$WORK/cmp")"
   echo "$NAME: resumed on $n host(s): $(cat "$WORK/cmp")"
 done
+
+# ... under a plan of gpt-tiny from a config file (named by its path), and
+# of a model with other heads: the weights' shapes are the same.
+for heads in 4 8; do
+  printf 'n_layer: 4\nn_embd: 128\nn_head: %s\nn_positions: 64\nvocab_size: 256\n' "$heads" > "$WORK/tiny$heads.yaml"
+  "$OB_BIN/ob-profile" --model "$WORK/tiny$heads.yaml" --analytic --gpu h100 --dtype float32 --seq-len 32 \
+    -o "$WORK/tiny$heads.pb" || fail "ob-profile (tiny$heads.yaml)"
+  "$OB_BIN/ob-plan" --hosts "$WORK/hosts-one.txt" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
+    -o "$WORK/plan-heads$heads.pb" "$WORK/tiny$heads.pb" || fail "ob-plan (tiny$heads.yaml)"
+  RUN_PLAN="$WORK/plan-heads$heads.pb" RUN_HOSTS="$WORK/hosts-one.txt" run_start "heads$heads" "$STEPS" \
+    --resume "$latest" --standby off
+  run_wait
+  [ "$heads" = 8 ] || [ "$RC" = 0 ] || fail "resumed under a plan of tiny$heads.yaml: exit $RC: $(tail -2 "$WORK/heads$heads.err")"
+done
+[ "$RC" = 78 ] || fail "resumed as a model of 8 heads: exit $RC, expected 78: $(tail -2 "$WORK/heads8.err")"
+line=$(tail -1 "$WORK/heads8.err")
+[ "$line" = "ob-launch: $latest: holds another model than the plan's (n_head 4 there, 8 in the plan; gpt-tiny there, $WORK/tiny8.yaml in the plan)" ] \
+  || fail "resumed as a model of 8 heads: $line"
+! grep -qs agent-start "$WORK/heads8/events.log" || fail "hosts were started for another model"
+echo "$NAME: resumed as a model of 8 heads: $line"
+python3 "$METRICS_PY" compare "$WORK/heads4.pb" "$WORK/ref.pb" 1e-4 > "$WORK/cmp" \
+  || fail "resumed under a plan of tiny4.yaml: $(cat "$WORK/cmp"; tail -2 "$WORK/heads4.err")"
+echo "$NAME: resumed under a plan of gpt-tiny from a config file: $(cat "$WORK/cmp")"
 
 # 2. Beyond f: both first stages (every replica of layers 0-1) killed.
 rm -rf "$WORK/ckpt"

@@ -197,3 +197,13 @@ TEST_CASE("Validate rejects non-positive fields and indivisible heads", "[config
   c.vocab_size = 0;
   CHECK(Contains(c.Validate().message(), "vocab_size"));
 }
+
+TEST_CASE("one architecture whatever its name; another named field by field", "[config]") {
+  ob::pb::ModelConfig a = MustPreset("gpt-tiny").ToProto(), b = a;
+  b.set_name("/data/jobs/7/model.yaml");  // the same shape from a config file
+  CHECK(ob::model::ArchitectureDifference(a, b, "there", "here").empty());
+  b.set_n_head(8);
+  b.set_vocab_size(512);
+  CHECK(ob::model::ArchitectureDifference(a, b, "there", "in the plan") ==
+        "n_head 4 there, 8 in the plan, vocab_size 256 there, 512 in the plan");
+}

@@ -9,6 +9,7 @@
 #include "ob/io/message.h"
 #include "ob/io/text.h"
 #include "ob/log.h"
+#include "ob/model/config.h"
 #include "ob/model/data.h"
 
 namespace ob::launch {
@@ -58,9 +59,12 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
     if (const std::string why = OtherJob(m); !why.empty()) return Status::Config(o.resume + ": " + why);
     from = o.resume;
   }
-  if (m.model().SerializeAsString() != plan_->model().SerializeAsString()) {
-    return Status::Config(from + ": holds a " + m.model().name() + " model, the plan's is " +
-                          plan_->model().name());
+  // One architecture, whatever its name: a config file's name is its path,
+  // which a copy or another working directory changes.
+  if (const std::string d = model::ArchitectureDifference(m.model(), plan_->model(), "there", "in the plan");
+      !d.empty()) {
+    return Status::Config(from + ": holds another model than the plan's (" + d + "; " + m.model().name() +
+                          " there, " + plan_->model().name() + " in the plan)");
   }
   const int64_t step = static_cast<int64_t>(m.step());
   if (o.steps > 0 && step + 1 >= o.steps) {

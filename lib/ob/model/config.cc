@@ -1,6 +1,8 @@
 // GptConfig presets, config files and the design §8 shape formulas.
 #include "ob/model/config.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/text_format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -213,6 +215,35 @@ Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32" || name == "float32") return Precision::kFp32;
   if (name == "bf16" || name == "bfloat16") return Precision::kBf16;
   return Status::Usage("precision '" + name + "': expected fp32 or bf16");
+}
+
+std::string ArchitectureDifference(const pb::ModelConfig& a, const pb::ModelConfig& b, const std::string& here,
+                                   const std::string& there) {
+  // Every field but the name, by reflection: a field added to ModelConfig
+  // is compared without a change here.
+  const google::protobuf::Descriptor* d = pb::ModelConfig::descriptor();
+  const google::protobuf::Reflection* r = pb::ModelConfig::GetReflection();
+  std::string out;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->number() == pb::ModelConfig::kNameFieldNumber) continue;
+    auto text = [&](const pb::ModelConfig& m) {
+      std::string t;
+      if (!f->is_repeated()) {
+        google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &t);
+        return t;
+      }
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        std::string e;
+        google::protobuf::TextFormat::PrintFieldValueToString(m, f, k, &e);
+        t += (k == 0 ? "" : ",") + e;
+      }
+      return "[" + t + "]";
+    };
+    const std::string x = text(a), y = text(b);
+    if (x != y) out += (out.empty() ? "" : ", ") + f->name() + " " + x + " " + here + ", " + y + " " + there;
+  }
+  return out;
 }
 
 }  // namespace ob::model

@@ -64,6 +64,14 @@ int64_t FormulaParams(const GptConfig& c);
 // the final LayerNorm; the tied embedding is counted once.
 int64_t ExactParams(const GptConfig& c);
 
+// How `a` is another architecture than `b`: "n_head 8 here, 4 there"
+// for each field that differs ("here" and "there" as the caller names
+// them), "" when they are one model. The name is not compared: it is a
+// preset's, or the path of the config file it came from, which a copy of
+// the file or another working directory changes.
+std::string ArchitectureDifference(const pb::ModelConfig& a, const pb::ModelConfig& b, const std::string& here,
+                                   const std::string& there);
+
 // The arithmetic of a run. kBf16: bf16 autocast for forward and backward
 // (matmuls, attention, the residual stream and the layer norms in bf16,
 // the norms' statistics, other reductions and the loss in fp32) over fp32
