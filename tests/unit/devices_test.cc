@@ -115,6 +115,16 @@ TEST_CASE("a plan whose stages need more memory than a host's GPUs have is refus
         "the plan's stages need up to 60.2 GiB of GPU memory (it was made for GPUs of 79.6 GiB), more than host "
         "a's GPU 1 (NVIDIA A100-SXM4-40GB) has 39.6 GiB, and host c's GPU 0 (NVIDIA A100-SXM4-40GB) has 39.6 GiB: "
         "make the plan for these GPUs (ob-plan --gpu-memory 39.586, or a profile measured on one)");
+  // A host's smallest GPU is the one named; past three hosts, a count.
+  const ob::Status many = CheckGpuMemory({gpu_host("a", {a100_40, 8ull << 30}, 2), gpu_host("b", {a100_40}, 1),
+                                          gpu_host("c", {a100_40}, 1), gpu_host("d", {a100_40}, 1),
+                                          gpu_host("e", {a100_40}, 1)},
+                                         60 * kGiB, 0);
+  CHECK(many.message() ==
+        "the plan's stages need up to 60.0 GiB of GPU memory, more than host a's GPU 1 (NVIDIA A100-SXM4-40GB) has "
+        "8.0 GiB, and host b's GPU 0 (NVIDIA A100-SXM4-40GB) has 39.6 GiB, and host c's GPU 0 (NVIDIA "
+        "A100-SXM4-40GB) has 39.6 GiB, and those of 2 more host(s): make the plan for these GPUs (ob-plan "
+        "--gpu-memory 8, or a profile measured on one)");
   // Sizes under a GiB in MiB; the size for ob-plan never above the GPU's.
   CHECK_THAT(CheckGpuMemory({gpu_host("a", {4ull << 20}, 1)}, 10ull << 20, 0).message(),
              Catch::StartsWith("the plan's stages need up to 10.0 MiB of GPU memory, more than host a's GPU 0 "

@@ -173,21 +173,30 @@ Status CheckGpuMemory(const std::vector<MachineOf>& hosts, uint64_t stage_bytes,
   };
   std::string small;
   uint64_t least = 0;
+  int named = 0, more = 0;
   for (const MachineOf& h : hosts) {
     if (h.device != "cuda") continue;
     const size_t used = h.slots > 0 ? std::min<size_t>(h.gpu_memory.size(), static_cast<size_t>(h.slots))
                                     : h.gpu_memory.size();
+    size_t smallest = used;  // the host's smallest GPU of known memory
     for (size_t i = 0; i < used; ++i) {
-      const uint64_t have = h.gpu_memory[i];
-      if (have == 0 || have >= stage_bytes) continue;
-      const std::string name = i < h.gpu_names.size() && !h.gpu_names[i].empty() ? " (" + h.gpu_names[i] + ")" : "";
-      small += std::string(small.empty() ? "" : ", and ") + "host " + h.host + "'s GPU " + std::to_string(i) +
-               name + " has " + size(have);
-      least = least == 0 ? have : std::min(least, have);
-      break;  // one GPU a host says enough
+      if (h.gpu_memory[i] > 0 && (smallest == used || h.gpu_memory[i] < h.gpu_memory[smallest])) smallest = i;
     }
+    if (smallest == used || h.gpu_memory[smallest] >= stage_bytes) continue;
+    const uint64_t have = h.gpu_memory[smallest];
+    least = least == 0 ? have : std::min(least, have);
+    if (named == 3) {  // one line, however many hosts
+      ++more;
+      continue;
+    }
+    const std::string name =
+        smallest < h.gpu_names.size() && !h.gpu_names[smallest].empty() ? " (" + h.gpu_names[smallest] + ")" : "";
+    small += std::string(named == 0 ? "" : ", and ") + "host " + h.host + "'s GPU " + std::to_string(smallest) +
+             name + " has " + size(have);
+    ++named;
   }
-  if (small.empty()) return Status::Ok();
+  if (named == 0) return Status::Ok();
+  if (more > 0) small += ", and those of " + std::to_string(more) + " more host(s)";
   return Status::Config("the plan's stages need up to " + size(stage_bytes) + " of GPU memory" +
                         (plan_gpu_bytes > 0 ? " (it was made for GPUs of " + size(plan_gpu_bytes) + ")" : "") +
                         ", more than " + small + ": make the plan for these GPUs (ob-plan --gpu-memory " +
