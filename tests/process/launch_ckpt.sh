@@ -10,7 +10,8 @@
 #     file (a model named by its path, not "gpt-tiny"): trains on (before
 #     2026-11-29 refused, as if another model); under a plan of a model
 #     with other heads (the same weights' shapes): refused before any host
-#     starts, exit 78, naming n_head both ways;
+#     starts, exit 78, naming n_head both ways; a second run with the same
+#     --metrics keeps the first's records as FILE.1;
 #  2. beyond f: with every replica of the first stage's layers killed, the
 #     master restarts the survivors from the latest checkpoint and reaches
 #     the last step; no more than 10 steps are redone.
@@ -74,6 +75,15 @@ grep -q " checkpoint step=[0-9]* " "$WORK/now/events.log" || fail "no checkpoint
 "$OB_BIN/ob-ckpt" verify "$WORK/ckpt-now/$(cat "$WORK/ckpt-now/latest")" >/dev/null \
   || fail "the requested checkpoint does not verify"
 echo "$NAME: checkpoint on request: $(grep -o 'checkpoint step=[0-9]*' "$WORK/now/events.log" | tr '\n' ' ')"
+# The same --metrics again (a job restarted with its command line): the
+# first run's records are kept as FILE.1 (before 2026-11-29 truncated).
+timeout 60 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/again" --steps 3 \
+  --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/now.pb" --standby off "$WORK/plan.pb" \
+  "$WORK/hosts.txt" 2> "$WORK/again.err" || fail "the same --metrics again: exit $?: $(tail -2 "$WORK/again.err")"
+python3 "$METRICS_PY" check "$WORK/now.pb.1" "$STEPS" 4 > /dev/null || fail "the first run's metrics were not kept"
+python3 "$METRICS_PY" check "$WORK/now.pb" 3 4 > /dev/null || fail "the second run's metrics"
+grep -q "the records there before are kept in $WORK/now.pb.1" "$WORK/again.err" || fail "no line says where they were kept"
+echo "$NAME: the same --metrics again: the first run's $STEPS steps kept in now.pb.1"
 
 # ... and in other layouts: one 3-stage pipeline, and a single process.
 for layout in three:3:0.008 one:1:1; do

@@ -1,6 +1,7 @@
 // io/file.h's output targets and io/dir_lock.h.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -218,4 +219,61 @@ TEST_CASE("ReadFor: until done, end of file, the deadline or too many bytes") {
   CHECK(ob::io::ReadFor(p[0], 1000, 100, &out) == ob::io::ReadEnd::kEof);
   CHECK(out.empty());
   ::close(p[0]);
+}
+
+TEST_CASE("OpenNewStream keeps what a file held as FILE.N, never overwritten") {
+  TempDir t;
+  const std::string m = t / "run.metrics";
+  std::string kept;
+  auto write = [](int fd, const std::string& text) {
+    REQUIRE(ob::io::WriteAll(fd, text, "test").ok());
+    ::close(fd);
+  };
+  auto fd = ob::io::OpenNewStream(m, 0600, &kept);  // a new file
+  REQUIRE(fd.ok());
+  CHECK(kept.empty());
+  struct stat st {};
+  REQUIRE(::stat(m.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  write(*fd, "first run");
+  fd = ob::io::OpenNewStream(m, 0600, &kept);  // the same command line again
+  REQUIRE(fd.ok());
+  CHECK(kept == m + ".1");
+  write(*fd, "second run");
+  std::ofstream(m + ".2") << "not ours";  // a name taken: the next free one
+  fd = ob::io::OpenNewStream(m, 0600, &kept);
+  REQUIRE(fd.ok());
+  CHECK(kept == m + ".3");
+  write(*fd, "third run");
+  CHECK(Slurp(m + ".1") == "first run");
+  CHECK(Slurp(m + ".2") == "not ours");
+  CHECK(Slurp(m + ".3") == "second run");
+  CHECK(Slurp(m) == "third run");
+  // An empty file is written over, and through a link its target is the
+  // file kept and made anew; the link stays a link.
+  std::ofstream(t / "empty").close();
+  fd = ob::io::OpenNewStream(t / "empty", 0600, &kept);
+  REQUIRE(fd.ok());
+  CHECK(kept.empty());
+  ::close(*fd);
+  REQUIRE(::symlink(m.c_str(), (t / "link").c_str()) == 0);
+  fd = ob::io::OpenNewStream(t / "link", 0600, &kept);
+  REQUIRE(fd.ok());
+  CHECK(kept == m + ".4");
+  write(*fd, "fourth run");
+  CHECK(fs::is_symlink(t / "link"));
+  CHECK(Slurp(t / "link") == "fourth run");
+  CHECK(Slurp(m + ".4") == "third run");
+  // A FIFO is written through, not moved.
+  REQUIRE(::mkfifo((t / "fifo").c_str(), 0600) == 0);
+  const int reader = ::open((t / "fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  fd = ob::io::OpenNewStream(t / "fifo", 0600, &kept);
+  REQUIRE(fd.ok());
+  CHECK(kept.empty());
+  ::close(*fd);
+  ::close(reader);
+  CHECK(fs::is_fifo(t / "fifo"));
+  CHECK_FALSE(fs::exists(t / "fifo.1"));
+  CHECK(ob::io::OpenNewStream(t / "no/such/dir/m", 0600, &kept).status().code() == ob::Code::kIoErr);
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -113,6 +114,42 @@ Result<int> OpenWriteThrough(const std::string& path) {
   const int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) return Status::IoErr(path + ": cannot open for writing: " + Errno());
   return fd;
+}
+
+Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* kept) {
+  kept->clear();
+  OB_ASSIGN_OR_RETURN(OutputTarget out, ResolveOutput(path));
+  if (!out.replace) return OpenWriteThrough(out.path);
+  // Bounded: each round either creates the file, reuses an empty one, or
+  // moves one away; another process racing us can only make it take more.
+  for (int round = 0; round < 100; ++round) {
+    int fd = open(out.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return Status::IoErr(path + ": cannot create: " + Errno());
+    struct stat st {};
+    if (stat(out.path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+      fd = open(out.path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+      if (fd >= 0) return fd;
+      if (errno != ENOENT) return Status::IoErr(path + ": cannot open for writing: " + Errno());
+      continue;
+    }
+    for (int n = 1; n < 100000; ++n) {
+      const std::string to = out.path + "." + std::to_string(n);
+      int rc = renameat2(AT_FDCWD, out.path.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
+      if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // a file system without it: link and unlink
+        rc = link(out.path.c_str(), to.c_str());
+        if (rc == 0 && unlink(out.path.c_str()) != 0) return Status::IoErr(path + ": cannot move: " + Errno());
+      }
+      if (rc == 0) {
+        *kept = to;
+        break;
+      }
+      if (errno == EEXIST) continue;
+      if (errno == ENOENT) break;  // gone meanwhile: create it
+      return Status::IoErr(path + ": cannot keep it as " + to + ": " + Errno());
+    }
+  }
+  return Status::IoErr(path + ": cannot create it anew (another process keeps recreating it)");
 }
 
 Status WriteFile(const std::string& path, const std::string& data) {

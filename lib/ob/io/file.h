@@ -43,6 +43,16 @@ Result<OutputTarget> ResolveOutput(const std::string& path);
 // FIFOs). kIoErr naming `path`.
 Result<int> OpenWriteThrough(const std::string& path);
 
+// Opens `path` for a new stream of records (ob-launch --metrics), keeping
+// what it held: a non-empty regular file there (every symlink followed) is
+// first renamed to PATH.N, the first N free, never overwritten (*kept says
+// which; "" when nothing was kept), so a job restarted or resumed with the
+// same command line, or a second job naming the same file, loses no
+// records of the first. An empty file is written over; a device, FIFO or
+// socket is written through (OpenWriteThrough). New files get `mode`.
+// kIoErr naming `path`.
+Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* kept);
+
 // Writes `data` to `path`: "-" writes stdout; otherwise as ResolveOutput
 // says: a temporary file beside the real target is written, fsynced and
 // renamed over it, so a reader never sees a half-written file, or a device

@@ -30,8 +30,13 @@ Status MetricsSink::Open(const std::string& path) {
     }
     fd_ = STDOUT_FILENO;
   } else {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd_ < 0) return Status::IoErr(path + ": cannot write metrics: " + std::strerror(errno));
+    // A restarted or resumed job's same --metrics keeps the earlier run's
+    // records (io::OpenNewStream), as a file of their own.
+    std::string kept;
+    Result<int> fd = io::OpenNewStream(path, 0600, &kept);
+    if (!fd.ok()) return Status::IoErr(fd.status().message() + " (--metrics)");
+    fd_ = *fd;
+    if (!kept.empty()) OB_LOG(Info) << "--metrics " << path << ": the records there before are kept in " << kept;
   }
   out_ = std::make_unique<io::RecordWriter>(fd_, io::DisplayName(path, true));
   return Status::Ok();
