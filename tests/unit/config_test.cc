@@ -198,7 +198,7 @@ TEST_CASE("Validate rejects non-positive fields and indivisible heads", "[config
   CHECK(Contains(c.Validate().message(), "vocab_size"));
 }
 
-TEST_CASE("one architecture whatever its name; another named field by field", "[config]") {
+TEST_CASE("one architecture whatever its name, and another named field by field", "[config]") {
   ob::pb::ModelConfig a = MustPreset("gpt-tiny").ToProto(), b = a;
   b.set_name("/data/jobs/7/model.yaml");  // the same shape from a config file
   CHECK(ob::model::ArchitectureDifference(a, b, "there", "here").empty());
