@@ -571,3 +571,16 @@ TEST_CASE("a resumed run's closing line says how many of its steps this run trai
         "trained 35 steps: final loss 3.0000, 1000 tokens/s over the 10 steps of this run (resumed after step 24)");
 }
 
+
+TEST_CASE("a --metrics that stops taking records says, at the end, from which step they are missing") {
+  ob::launch::MetricsSink sink(nullptr);
+  REQUIRE(sink.Open("/dev/full").ok());  // a device: written through, every write ENOSPC
+  CHECK(sink.lost().empty());
+  ob::pb::Metrics m;
+  m.set_step(7);
+  sink.Publish(m);
+  CHECK_THAT(sink.lost(), Catch::StartsWith("--metrics lacks the records from step 7 on: "));
+  m.set_step(8);
+  sink.Publish(m);  // no more writes, and the first loss stays the one said
+  CHECK_THAT(sink.lost(), Catch::StartsWith("--metrics lacks the records from step 7 on: "));
+}

@@ -826,6 +826,9 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
       OB_LOG(Info) << s;
     }
   }
+  if (!metrics_.lost().empty()) {
+    OB_LOG(Warn) << metrics_.lost();
+  }
   events_.Write("stop", reason);
   agents_.Stop(reason);
   server_.Close();

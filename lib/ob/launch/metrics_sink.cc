@@ -36,7 +36,9 @@ Status MetricsSink::Open(const std::string& path) {
     Result<int> fd = io::OpenNewStream(path, 0600, &kept);
     if (!fd.ok()) return Status::IoErr(fd.status().message() + " (--metrics)");
     fd_ = *fd;
-    if (!kept.empty()) OB_LOG(Info) << "--metrics " << path << ": the records there before are kept in " << kept;
+    if (!kept.empty()) {
+      OB_LOG(Info) << "--metrics " << path << ": the records there before are kept in " << kept;
+    }
   }
   out_ = std::make_unique<io::RecordWriter>(fd_, io::DisplayName(path, true));
   return Status::Ok();
@@ -46,11 +48,12 @@ void MetricsSink::Publish(const pb::Metrics& m) {
   if (out_) {
     Status st = out_->Write(m);
     if (!st.ok()) {
+      lost_ = "--metrics lacks the records from step " + std::to_string(m.step()) + " on: " + st.message();
       OB_LOG(Error) << st.message() << "; no more metrics are written";
       out_.reset();
     }
   }
-  if (watchers_->watchers() > 0) {
+  if (watchers_ != nullptr && watchers_->watchers() > 0) {
     std::string bytes;
     io::AppendRecord(m, &bytes);
     watchers_->Broadcast(bytes);

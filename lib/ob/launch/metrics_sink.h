@@ -23,6 +23,7 @@ namespace ob::launch {
 
 class MetricsSink {
  public:
+  // `watchers`: the operator socket whose watchers get every record (null: none).
   explicit MetricsSink(OperatorSocket* watchers) : watchers_(watchers) {}
   ~MetricsSink();
   MetricsSink(const MetricsSink&) = delete;
@@ -31,8 +32,10 @@ class MetricsSink {
   // `path`: a file, "-" or "" (none). kUsage for "-" on a terminal, kIoErr.
   Status Open(const std::string& path);
   // To --metrics and every watcher. A write that fails ends --metrics, once,
-  // with a log line; training goes on.
+  // with a log line; training goes on (lost() says so again at the end).
   void Publish(const pb::Metrics& m);
+  // "" while every record reached --metrics; else which did not, and why.
+  const std::string& lost() const { return lost_; }
   // A worker's exit, as a record of its own (host, rank, generation, its
   // last step, unix_ms and Metrics.exit): ob-watch's crash detector reads it.
   void Exited(const std::string& host, const pb::WorkerExited& x, uint64_t generation, uint64_t step);
@@ -92,6 +95,7 @@ class MetricsSink {
   int64_t first_step_ = -1;        // rank 0's first step: > 0 when the run resumed
   int64_t last_finite_step_ = -1;  // rank 0's newest step with a finite loss
   int64_t nonfinite_since_ = -1;   // the first step of rank 0's current run of non-finite losses
+  std::string lost_;               // lost()
 };
 
 }  // namespace ob::launch
