@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A second failure 90 ms after a recovery's decision (issue 10): f = 1, 4
+# A second failure 90 ms (or less) after a recovery's decision (issue 10): f = 1, 4
 # local hosts in 2 pipelines of 2 stages. The first node of pipeline 1 is
 # killed after step 15: its partner is left idle, holding stage 1's layers.
 # 90 ms after that decision, before the new generation has stepped, the
@@ -30,13 +30,20 @@ PY
 # 75), and this attempt says nothing; on a fast machine generation 2 can
 # step within the 90 ms (or a rank of it between the kill and its agent's
 # death), so the attempt is made again (at most 3).
+# Each attempt kills sooner after the decision (90, 30, then 0 ms: a
+# machine fast enough to step within 90 ms skipped the test on every
+# attempt), and the decision is watched for every 5 ms, not wait_for's 50.
+delays=(0.09 0.03 0)
 for attempt in 1 2 3; do
   run_start second "$STEPS"
   wait_step second 15 || fail "did not reach step 15: $(tail -3 "$WORK/second.err")"
   kill -9 $(host_pids "$b0")
-  decided() { grep -q " decide generation=2 " "$WORK/second/events.log"; }
-  wait_for 5 decided || fail "no decision after the first kill"
-  sleep 0.09
+  for ((i = 0; i < 1000; i++)); do
+    grep -q " decide generation=2 " "$WORK/second/events.log" 2>/dev/null && break
+    sleep 0.005
+  done
+  [ "$i" -lt 1000 ] || fail "no decision after the first kill"
+  sleep "${delays[$((attempt - 1))]}"
   kill -9 $(host_pids "$a1")
   if grep -q " recovered generation=2 " "$WORK/second/events.log"; then
     echo "$NAME: attempt $attempt: generation 2 stepped before the second kill; again" >&2
@@ -70,5 +77,5 @@ rec=$(grep " recovered generation=3 " "$WORK/second/events.log") \
   || fail "no recovery at generation 3: $(grep -E 'decide|recovered' "$WORK/second/events.log")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/second.pb" 1e-4 > "$WORK/cmp" || fail "$(cat "$WORK/cmp")"
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
-echo "$NAME: $b0, then $a1 90 ms after the decision: $(cat "$WORK/cmp"); ${rec#* recovered }"
+echo "$NAME: $b0, then $a1 ${delays[$((attempt - 1))]} s after the decision: $(cat "$WORK/cmp"); ${rec#* recovered }"
 echo "$NAME: ok"
