@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -276,4 +277,34 @@ TEST_CASE("OpenNewStream keeps what a file held as FILE.N, never overwritten") {
   CHECK(fs::is_fifo(t / "fifo"));
   CHECK_FALSE(fs::exists(t / "fifo.1"));
   CHECK(ob::io::OpenNewStream(t / "no/such/dir/m", 0600, &kept).status().code() == ob::Code::kIoErr);
+}
+
+TEST_CASE("OpenNewStream appends to a file it may write in a directory it may not") {
+  if (::geteuid() == 0) {
+    // root writes any directory: drop to nobody in a child for this case
+    TempDir t;
+    const std::string dir = t / "ro", m = dir + "/run.metrics";
+    REQUIRE(::chmod(t.path.c_str(), 0755) == 0);  // mkdtemp's 0700 would keep nobody out
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    std::ofstream(m) << "first run";
+    REQUIRE(::chown(m.c_str(), 65534, 65534) == 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+      std::string kept;
+      auto fd = ob::io::OpenNewStream(m, 0600, &kept);
+      if (!fd.ok()) ::_exit(3);
+      if (kept.rfind(m + " itself, the new records after them (" + m + ".1 cannot be made: ", 0) != 0) ::_exit(4);
+      if (!ob::io::WriteAll(*fd, ", second run", "test").ok()) ::_exit(5);
+      ::_exit(0);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(Slurp(m) == "first run, second run");
+    CHECK_FALSE(fs::exists(m + ".1"));
+  } else {
+    WARN("not root: the case needs a file of another user; not run");
+  }
 }

@@ -146,6 +146,14 @@ Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* k
       }
       if (errno == EEXIST) continue;
       if (errno == ENOENT) break;  // gone meanwhile: create it
+      if (errno == EACCES || errno == EPERM) {
+        // A file we may write in a directory we may not: after its records.
+        const std::string why = Errno();
+        fd = open(out.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd < 0) return Status::IoErr(path + ": cannot open for writing: " + Errno());
+        *kept = out.path + " itself, the new records after them (" + to + " cannot be made: " + why + ")";
+        return fd;
+      }
       return Status::IoErr(path + ": cannot keep it as " + to + ": " + Errno());
     }
   }

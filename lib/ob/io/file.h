@@ -48,9 +48,10 @@ Result<int> OpenWriteThrough(const std::string& path);
 // first renamed to PATH.N, the first N free, never overwritten (*kept says
 // which; "" when nothing was kept), so a job restarted or resumed with the
 // same command line, or a second job naming the same file, loses no
-// records of the first. An empty file is written over; a device, FIFO or
-// socket is written through (OpenWriteThrough). New files get `mode`.
-// kIoErr naming `path`.
+// records of the first. Where the directory does not let it be renamed,
+// the new records are appended to it (*kept says so). An empty file is
+// written over; a device, FIFO or socket is written through
+// (OpenWriteThrough). New files get `mode`. kIoErr naming `path`.
 Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* kept);
 
 // Writes `data` to `path`: "-" writes stdout; otherwise as ResolveOutput
