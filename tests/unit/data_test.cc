@@ -258,6 +258,11 @@ TEST_CASE("a FIFO as data is refused at once, not waited on", "[data]") {
   CHECK(r.status().message().find(": not a regular file (a FIFO)") != std::string::npos);
   CHECK(ob::model::DataFingerprint(fifo).empty());
   CHECK(ob::model::DataFingerprint("synthetic") == "synthetic");
+  // A directory was called "a device or socket".
+  auto dir = TokenSource::Open("/tmp");
+  REQUIRE_FALSE(dir.ok());
+  CHECK(dir.status().code() == Code::kDataErr);
+  CHECK(dir.status().message() == "/tmp: a directory, not a token file (give a file of it)");
 }
 
 TEST_CASE("an evaluation split holds out the end of the tokens, disjoint from training", "[data]") {

@@ -145,6 +145,9 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
+    if (S_ISDIR(st.st_mode)) {
+      return Status::DataErr(path + ": a directory, not a token file (give a file of it)");
+    }
     return Status::DataErr(path + ": not a regular file (" +
                            (S_ISFIFO(st.st_mode) ? std::string("a FIFO") : std::string("a device or socket")) +
                            "): training samples token windows at random offsets, so the data "
