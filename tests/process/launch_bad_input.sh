@@ -47,6 +47,9 @@ expect 0 "" -- bytes_run 256 "$WORK/plan.pb"
 ! grep -q "read as bytes" "$TMP/err" || fail "gpt-tiny (256 ids) was warned about bytes: $(grep "read as bytes" "$TMP/err")"
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"
+# inf is no negative number: the line said "must not be negative" for it.
+expect 64 '--weight-decay inf: must be a finite number, 0 or more' -- run --weight-decay inf "$WORK/plan.pb" "$WORK/hosts.txt"
+expect 64 '--clip-norm inf: must be a finite number, 0 or more' -- run --clip-norm inf "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 'steps.*must not be negative' -- run --steps -3 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--warmup-steps 10 is longer than --steps 3: the learning rate would never reach --lr' -- \
   run --steps 3 --warmup-steps 10 "$WORK/plan.pb" "$WORK/hosts.txt"

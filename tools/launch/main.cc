@@ -314,14 +314,14 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       return ob::Status::Usage("--warmup-steps " + std::to_string(w.warmup_steps) + " is longer than --steps " +
                                std::to_string(w.steps) + ": the learning rate would never reach --lr");
     }
-    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr must be between 0 and --lr");
+    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr " + Exact(w.min_lr) + ": must be between 0 and --lr");
     if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
       return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
-    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) return ob::Status::Usage("--weight-decay must not be negative");
+    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) return ob::Status::Usage("--weight-decay " + Exact(w.weight_decay) + ": must be a finite number, 0 or more");
     if (!(w.beta1 >= 0 && w.beta1 < 1) || !(w.beta2 >= 0 && w.beta2 < 1))
       return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
-    if (!(w.eps > 0 && std::isfinite(w.eps))) return ob::Status::Usage("--eps must be a positive number");
-    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm must not be negative (0: no clipping)");
+    if (!(w.eps > 0 && std::isfinite(w.eps))) return ob::Status::Usage("--eps " + Exact(w.eps) + ": must be a positive, finite number");
+    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm " + Exact(w.clip_norm) + ": must be a finite number, 0 or more (0: no clipping)");
   }
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
