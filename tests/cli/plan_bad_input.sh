@@ -71,6 +71,8 @@ done
 expect 64 "f x: expected a number of node failures" -- "$PLAN" --nodes 4 -f x "$TMP/tiny.pb"
 expect 64 '-f auto needs --node-mtbf' -- "$PLAN" --nodes 4 -f auto "$TMP/tiny.pb"
 expect 64 "--node-mtbf '5y': expected a duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 5y "$TMP/tiny.pb"
+# A zero MTBF is the flag's mistake, not the profile's (the line named tiny.pb).
+expect 64 "^ob-plan: --node-mtbf must be a positive duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 0s "$TMP/tiny.pb"
 expect 64 "--repair-time '-1h': expected a duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 9d --repair-time=-1h "$TMP/tiny.pb"
 expect 78 'fail every 15.0 s, faster than the recoveries and restarts' -- "$PLAN" --nodes 4 -f auto --node-mtbf 1m "$TMP/tiny.pb"
 "$PLAN" --nodes 4 -f auto --node-mtbf 2d --repair-time 12h --explain -o "$TMP/auto.pb" "$TMP/tiny.pb" > "$TMP/auto.txt" \

@@ -273,7 +273,10 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     };
     const double tokens = static_cast<double>(g.global_batch) * std::max<int64_t>(1, profile.sequence_length());
     auto chosen = ob::plan::ChooseFaults(nodes, tokens, model, iteration);
-    if (!chosen.ok()) return chosen.status().WithContext(ob::io::DisplayName(g.input));
+    if (!chosen.ok()) {  // a bad flag is the flag's, not the profile's
+      return chosen.status().code() == ob::Code::kUsage ? chosen.status()
+                                                          : chosen.status().WithContext(ob::io::DisplayName(g.input));
+    }
     faults = chosen->f;
     fault_table = ob::plan::ExplainFaultChoice(*chosen, model, nodes);
     OB_LOG(Info) << "-f auto: f = " << faults << " (expected goodput "
