@@ -77,6 +77,9 @@ for o in --efficiency --peak-tflops --mem-gib --allreduce-gbps; do
 done
 expect 64 "--seq-len: '-4' must be a positive number" -- "$P" --model gpt-tiny --seq-len -4 -o "$TMP/x.pb"
 expect 64 "--threads: '0' must be a positive number" -- "$P" --model gpt-tiny --threads 0 -o "$TMP/x.pb"
+# Refused at parsing (64), not after the model was read (78, as before).
+expect 64 "--warmup: '-1' must not be negative" -- "$P" --model gpt-tiny --warmup -1 -o "$TMP/x.pb"
+expect 64 "--repeats: '0' must be a positive number" -- "$P" --model gpt-tiny -k 0 -o "$TMP/x.pb"
 
 # Nothing was left behind by the failed writes.
 [ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"

@@ -201,8 +201,12 @@ void Setup(CLI::App& app) {
   app.add_option("-b,--microbatch", g.microbatches, "Micro-batch size, or a list: 1,2,4")->capture_default_str();
   app.add_option("--seq-len", g.seq_len, "Tokens per sequence (default: the model's context)")
       ->check(ob::cli::Positive());
-  app.add_option("--warmup", g.warmup, "Untimed runs before timing")->capture_default_str();
-  app.add_option("-k,--repeats", g.repeats, "Timed runs; their mean is kept (on a GPU the median)")->capture_default_str();
+  app.add_option("--warmup", g.warmup, "Untimed runs before timing")
+      ->check(ob::cli::NonNegative())
+      ->capture_default_str();
+  app.add_option("-k,--repeats", g.repeats, "Timed runs; their mean is kept (on a GPU the median)")
+      ->check(ob::cli::Positive())
+      ->capture_default_str();
   app.add_option("--allreduce-max", g.allreduce_max,
                  "Time gradient all-reduce for groups 1, 2, 4, ... up to N (default: this node's GPUs; 4 on the CPU)")
       ->check(ob::cli::Positive());
