@@ -91,5 +91,7 @@ grep -q EVENT_LOSS_SPIKE "$TMP/events" && pass || fail "no loss spike event"
 
 # Addresses: HOST:PORT only, and bound exactly where told.
 expect 64 "give HOST:PORT" -- "$WATCH" --metrics-addr 9100 "$TMP/run.pb"
+# Past 65535: getaddrinfo took 99999 and it listened on 34463 instead.
+expect 64 "'99999' is not a port \(0 to 65535\)" -- "$WATCH" --metrics-addr 127.0.0.1:99999 "$TMP/run.pb"
 expect 69 "cannot listen|Cannot assign|not known|Name or service" -- "$WATCH" --metrics-addr 192.0.2.1:9100 "$TMP/run.pb"
 finish

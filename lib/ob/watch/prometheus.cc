@@ -112,8 +112,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
   host = address.substr(0, colon);
   port = address.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5)
-    return Status::Usage("--metrics-addr '" + address + "': '" + port + "' is not a port");
+  // (getaddrinfo takes 99999 and binds 99999 mod 65536: 34463.)
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) > 65535)
+    return Status::Usage("--metrics-addr '" + address + "': '" + port + "' is not a port (0 to 65535)");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
