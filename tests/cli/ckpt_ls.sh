@@ -56,6 +56,9 @@ expect 64 'keep is required' -- "$CKPT" prune "$TMP/ck"
 expect 64 'no command' -- "$CKPT"
 expect 64 "try 'ob-ckpt --help'" -- "$CKPT" frobnicate "$TMP/ck"
 expect 66 'nowhere: cannot open: No such file or directory' -- "$CKPT" ls "$TMP/nowhere"
+# A file inside a checkpoint, not a checkpoint ("cannot open: Not a directory" before).
+expect 66 'manifest.pb: not a directory \(give a checkpoint, DIR/step-…, or the directory that holds them\)' -- \
+  "$CKPT" verify "$TMP/ck/step-000000000006/manifest.pb"
 mkdir "$TMP/empty"
 expect 0 '' -- "$CKPT" ls "$TMP/empty"
 grep -q '^# 0 checkpoints, 0 complete$' "$TMP/out" && pass || fail "ls of an empty root: $(cat "$TMP/out")"

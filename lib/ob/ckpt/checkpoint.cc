@@ -392,6 +392,10 @@ Result<std::vector<std::string>> RemovePartials(const std::string& dir) {
 }
 
 Result<std::vector<CheckpointInfo>> List(const std::string& dir) {
+  if (struct stat st {}; stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return Status::NoInput(dir + ": not a directory (give a checkpoint, DIR/step-…, or the directory "
+                           "that holds them)");
+  }
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) return Status::NoInput(dir + ": cannot open: " + ec.message());
