@@ -184,6 +184,13 @@ TEST_CASE("failure traces: read with their line numbers, drawn from a seed", "[s
         "f.txt:1: no host 'zz' in the plan (3 hosts)");
   CHECK_FALSE(ParseTrace("soon fail a\n", "f.txt", hosts).ok());
   CHECK_FALSE(ParseTrace("1h fail a b\n", "f.txt", hosts).ok());
+  // In time order, failures and repairs alternate per node (both were
+  // replayed as nothing before).
+  CHECK(ParseTrace("10s fail a\n5s repair a\n", "f.txt", hosts).status().message() ==
+        "f.txt:2: a is repaired but is not down then (events are replayed in time order)");
+  CHECK(ParseTrace("10s fail a\n15s fail b\n20s fail a\n", "f.txt", hosts).status().message() ==
+        "f.txt:3: a fails again, down since line 1 with no repair between");
+  CHECK(ParseTrace("20s repair a\n10s fail a\n30s fail a\n", "f.txt", hosts).ok());
 
   TraceModel m;
   m.node_mtbf_s = 10 * 86400;

@@ -310,6 +310,7 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
   std::map<std::string, int> index;
   for (size_t i = 0; i < hosts.size(); ++i) index[hosts[i]] = static_cast<int>(i);
   std::vector<TraceEvent> out;
+  std::vector<int> lines;  // out[i]'s line
   std::istringstream in(text);
   std::string line;
   int no = 0;
@@ -347,9 +348,33 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
       e.node = static_cast<int>(n);
     }
     out.push_back(e);
+    lines.push_back(no);
   }
-  std::stable_sort(out.begin(), out.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.t < b.t; });
-  return out;
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out[a].t < out[b].t; });
+  // In time order, a node fails when it is up and is repaired when it is
+  // down: a repair before its failure (a time mistyped) or a failure twice
+  // would be replayed as nothing, silently.
+  std::vector<int> down_since(hosts.size(), 0);  // the line that took it down; 0: up
+  std::vector<TraceEvent> sorted;
+  for (size_t i : order) {
+    const TraceEvent& e = out[i];
+    const std::string where = path + ":" + std::to_string(lines[i]);
+    const std::string name = hosts[static_cast<size_t>(e.node)];
+    int& since = down_since[static_cast<size_t>(e.node)];
+    if (e.fail && since != 0) {
+      return Status::DataErr(where + ": " + name + " fails again, down since line " + std::to_string(since) +
+                             " with no repair between");
+    }
+    if (!e.fail && since == 0) {
+      return Status::DataErr(where + ": " + name + " is repaired but is not down then (events are replayed in "
+                                     "time order)");
+    }
+    since = e.fail ? lines[i] : 0;
+    sorted.push_back(e);
+  }
+  return sorted;
 }
 
 std::vector<TraceEvent> GenerateTrace(int nodes, const TraceModel& m) {

@@ -59,7 +59,8 @@ struct TraceEvent {
 // duration from the start: 3600, 90m, 7.9h, 2d; HOST a name of the plan's
 // hosts or a node index), '#' comments and blank lines ignored; events in
 // any order (sorted by time, stable). kDataErr naming `path`:line and the
-// problem.
+// problem, which includes a node failing while down or repaired while up,
+// in time order.
 Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::string& path,
                                            const std::vector<std::string>& hosts);
 
