@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 
+#include "ob/clock.h"
 #include "ob/io/text.h"
 
 namespace ob::model {
@@ -290,14 +290,7 @@ Status TokenSource::Unchanged() const {
   if (fstat(map_->fd, &st) != 0) return Status::IoErr(path_ + ": cannot stat: " + std::strerror(errno));
   const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (static_cast<uint64_t>(st.st_size) == file_bytes_ && mtime == mtime_ns_) return Status::Ok();
-  auto when = [](int64_t ns) {
-    const time_t s = static_cast<time_t>(ns / 1000000000);
-    struct tm tm {};
-    gmtime_r(&s, &tm);
-    char buf[32];
-    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    return std::string(buf);
-  };
+  auto when = [](int64_t ns) { return FormatUtcSeconds(ns / 1000000); };
   return Status::DataErr(path_ + ": rewritten while the run read it (" + std::to_string(file_bytes_) +
                          " bytes modified " + when(mtime_ns_) + " when opened, now " +
                          std::to_string(static_cast<uint64_t>(st.st_size)) + " bytes modified " + when(mtime) +
