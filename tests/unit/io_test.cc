@@ -13,7 +13,9 @@
 #include <string>
 
 #include "ob/io/dir_lock.h"
+#include "ob/control.pb.h"
 #include "ob/io/file.h"
+#include "ob/io/message.h"
 #include "ob/io/text.h"
 
 namespace fs = std::filesystem;
@@ -307,4 +309,22 @@ TEST_CASE("OpenNewStream appends to a file it may write in a directory it may no
   } else {
     WARN("not root: the case needs a file of another user; not run");
   }
+}
+
+TEST_CASE("FieldDifferences: the fields that differ, repeated ones whole, skipped ones left out") {
+  ob::pb::Hello a, b;
+  a.set_host("h1");
+  b.set_host("h2");
+  a.add_gpus("GPU-a");
+  b.add_gpus("GPU-a");
+  b.add_gpus("GPU-b");
+  a.set_pid(7);
+  b.set_pid(7);
+  const auto d = ob::io::FieldDifferences(a, b, {ob::pb::Hello::kHostFieldNumber});
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].name == "gpus");
+  CHECK(d[0].a == "[\"GPU-a\"]");
+  CHECK(d[0].b == "[\"GPU-a\",\"GPU-b\"]");
+  CHECK(ob::io::FieldDifferences(a, a).empty());
+  CHECK(ob::io::FieldDifferences(a, b).size() == 2);  // host too
 }

@@ -1,7 +1,9 @@
 #include "ob/io/message.h"
 
+#include <algorithm>
 #include <memory>
 
+#include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
 #include "ob/io/file.h"
@@ -126,6 +128,34 @@ Status WriteMessage(const std::string& path, const Message& msg, uint32_t versio
     return Status::Usage("refusing to write a binary " + msg.GetDescriptor()->name() +
                          " to a terminal; use -o FILE, a pipe, or --json");
   return WriteFile(path, SerializeMessage(msg, version));
+}
+
+std::vector<FieldDifference> FieldDifferences(const google::protobuf::Message& a,
+                                              const google::protobuf::Message& b,
+                                              std::initializer_list<int> skip) {
+  const google::protobuf::Descriptor* d = a.GetDescriptor();
+  const google::protobuf::Reflection* r = a.GetReflection();
+  std::vector<FieldDifference> out;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (std::find(skip.begin(), skip.end(), f->number()) != skip.end()) continue;
+    auto text = [&](const google::protobuf::Message& m) {
+      std::string t;
+      if (!f->is_repeated()) {
+        google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &t);
+        return t;
+      }
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        std::string e;
+        google::protobuf::TextFormat::PrintFieldValueToString(m, f, k, &e);
+        t += (k == 0 ? "" : ",") + e;
+      }
+      return "[" + t + "]";
+    };
+    std::string x = text(a), y = text(b);
+    if (x != y) out.push_back({f->name(), std::move(x), std::move(y)});
+  }
+  return out;
 }
 
 }  // namespace ob::io

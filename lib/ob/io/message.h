@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <google/protobuf/message.h>
 
@@ -44,6 +46,18 @@ std::string SerializeMessage(const google::protobuf::Message& msg, uint32_t vers
 
 // protobuf's JSON mapping: proto field names, defaults printed, indented.
 std::string ToJson(const google::protobuf::Message& msg);
+
+// A field whose value differs between two messages of one type, as
+// protobuf's text format prints it (a repeated field as "[x,y]").
+struct FieldDifference {
+  std::string name, a, b;
+};
+// The fields of `a` and `b` (one type) that differ, in declaration order,
+// those numbered in `skip` left out. A field added to the type later is
+// compared without a change in the callers.
+std::vector<FieldDifference> FieldDifferences(const google::protobuf::Message& a,
+                                              const google::protobuf::Message& b,
+                                              std::initializer_list<int> skip = {});
 
 // Writes `msg` to `path` ("-" = stdout): JSON when `json`, else binary.
 // Binary to a terminal is refused (kUsage) with a message naming -o and --json.

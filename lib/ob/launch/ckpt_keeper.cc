@@ -1,7 +1,5 @@
 #include "ob/launch/ckpt_keeper.h"
 
-#include <google/protobuf/text_format.h>
-
 #include <algorithm>
 
 #include "ob/clock.h"
@@ -82,13 +80,8 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                  << " evaluates, some were trained on, so this is not a held-out loss";
   }
   if (m.has_optimizer()) {  // changes are allowed, and said
-    const google::protobuf::Descriptor* d = pb::OptimizerSettings::descriptor();
-    for (int i = 0; i < d->field_count(); ++i) {
-      const google::protobuf::FieldDescriptor* f = d->field(i);
-      std::string was, now;
-      google::protobuf::TextFormat::PrintFieldValueToString(m.optimizer(), f, -1, &was);
-      google::protobuf::TextFormat::PrintFieldValueToString(o.optimizer, f, -1, &now);
-      if (was != now) optimizer_changes_.push_back(f->name() + " " + was + " -> " + now);
+    for (const io::FieldDifference& f : io::FieldDifferences(m.optimizer(), o.optimizer)) {
+      optimizer_changes_.push_back(f.name + " " + f.a + " -> " + f.b);
     }
   }
   return Status::Ok();

@@ -1,8 +1,6 @@
 // GptConfig presets, config files and the design §8 shape formulas.
 #include "ob/model/config.h"
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/text_format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -12,6 +10,7 @@
 #include <sstream>
 
 #include "ob/io/file.h"
+#include "ob/io/message.h"
 #include "ob/io/text.h"
 
 namespace ob::model {
@@ -219,29 +218,9 @@ Result<Precision> ParsePrecision(const std::string& name) {
 
 std::string ArchitectureDifference(const pb::ModelConfig& a, const pb::ModelConfig& b, const std::string& here,
                                    const std::string& there) {
-  // Every field but the name, by reflection: a field added to ModelConfig
-  // is compared without a change here.
-  const google::protobuf::Descriptor* d = pb::ModelConfig::descriptor();
-  const google::protobuf::Reflection* r = pb::ModelConfig::GetReflection();
   std::string out;
-  for (int i = 0; i < d->field_count(); ++i) {
-    const google::protobuf::FieldDescriptor* f = d->field(i);
-    if (f->number() == pb::ModelConfig::kNameFieldNumber) continue;
-    auto text = [&](const pb::ModelConfig& m) {
-      std::string t;
-      if (!f->is_repeated()) {
-        google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &t);
-        return t;
-      }
-      for (int k = 0; k < r->FieldSize(m, f); ++k) {
-        std::string e;
-        google::protobuf::TextFormat::PrintFieldValueToString(m, f, k, &e);
-        t += (k == 0 ? "" : ",") + e;
-      }
-      return "[" + t + "]";
-    };
-    const std::string x = text(a), y = text(b);
-    if (x != y) out += (out.empty() ? "" : ", ") + f->name() + " " + x + " " + here + ", " + y + " " + there;
+  for (const io::FieldDifference& f : io::FieldDifferences(a, b, {pb::ModelConfig::kNameFieldNumber})) {
+    out += (out.empty() ? "" : ", ") + f.name + " " + f.a + " " + here + ", " + f.b + " " + there;
   }
   return out;
 }
