@@ -155,20 +155,18 @@ ob::Result<ob::launch::ProbeResult> AgentGpus(ob::launch::DeviceKind device, boo
   } else {
     OB_ASSIGN_OR_RETURN(p, ProbeWorker(device, runtime));
   }
-  if (const char* s = std::getenv("OB_TEST_GPU_IDS"); s != nullptr && *s != '\0') {
-    p.gpu_ids.clear();
-    std::stringstream in(s);
-    for (std::string id; std::getline(in, id, ',');) p.gpu_ids.push_back(id);
-  } else if (n != nullptr && *n != '\0') {
-    p.gpu_ids.clear();
-  }
-  if (n != nullptr && *n != '\0') {
+  // Tests: a comma-separated list in place of the probe's.
+  auto listed = [](const char* var) {
+    std::vector<std::string> items;
+    const char* value = std::getenv(var);
+    std::stringstream in(value != nullptr ? value : "");
+    for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+    return items;
+  };
+  if (std::vector<std::string> ids = listed("OB_TEST_GPU_IDS"); !ids.empty()) p.gpu_ids = std::move(ids);
+  if (std::vector<std::string> sizes = listed("OB_TEST_GPU_MEMORY"); !sizes.empty()) {
     p.gpu_memory.clear();
-    p.gpu_names.clear();
-  }
-  if (const char* s = std::getenv("OB_TEST_GPU_MEMORY"); s != nullptr && *s != '\0') {
-    std::stringstream in(s);
-    for (std::string bytes; std::getline(in, bytes, ',');) p.gpu_memory.push_back(std::strtoull(bytes.c_str(), nullptr, 10));
+    for (const std::string& bytes : sizes) p.gpu_memory.push_back(std::strtoull(bytes.c_str(), nullptr, 10));
   }
   return p;
 }
@@ -314,14 +312,23 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       return ob::Status::Usage("--warmup-steps " + std::to_string(w.warmup_steps) + " is longer than --steps " +
                                std::to_string(w.steps) + ": the learning rate would never reach --lr");
     }
-    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) return ob::Status::Usage("--min-lr " + Exact(w.min_lr) + ": must be between 0 and --lr");
+    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) {
+      return ob::Status::Usage("--min-lr " + Exact(w.min_lr) + ": must be between 0 and --lr");
+    }
     if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
       return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
-    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) return ob::Status::Usage("--weight-decay " + Exact(w.weight_decay) + ": must be a finite number, 0 or more");
+    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) {
+      return ob::Status::Usage("--weight-decay " + Exact(w.weight_decay) + ": must be a finite number, 0 or more");
+    }
     if (!(w.beta1 >= 0 && w.beta1 < 1) || !(w.beta2 >= 0 && w.beta2 < 1))
       return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
-    if (!(w.eps > 0 && std::isfinite(w.eps))) return ob::Status::Usage("--eps " + Exact(w.eps) + ": must be a positive, finite number");
-    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) return ob::Status::Usage("--clip-norm " + Exact(w.clip_norm) + ": must be a finite number, 0 or more (0: no clipping)");
+    if (!(w.eps > 0 && std::isfinite(w.eps))) {
+      return ob::Status::Usage("--eps " + Exact(w.eps) + ": must be a positive, finite number");
+    }
+    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) {
+      return ob::Status::Usage("--clip-norm " + Exact(w.clip_norm) +
+                               ": must be a finite number, 0 or more (0: no clipping)");
+    }
   }
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
