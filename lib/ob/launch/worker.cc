@@ -637,9 +637,9 @@ Status RunWorker(const WorkerOptions& o) {
     // The data as it was opened: a file rewritten in place feeds its new
     // bytes through the mapping, and the step may have trained on them.
     // Neither it nor what follows is saved, reported or trained from.
-    for (const model::TokenSource* d : {&data, eval ? &*eval : nullptr}) {
-      if (Status st = d != nullptr ? d->Unchanged() : Status::Ok(); !st.ok()) return permanent(st);
-    }
+    Status same = data.Unchanged();
+    if (same.ok() && eval) same = eval->Unchanged();
+    if (!same.ok()) return permanent(same);
     // What the loop does between steps (metrics, evaluation, checkpoints),
     // as a range in a trace (OB_TRACE; bench/trace_summary.py).
     std::optional<at::RecordFunction> between(std::in_place, at::RecordScope::USER_SCOPE);

@@ -59,7 +59,8 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
   // would predict fp32 steps 15 times too fast.
   const double peak_tflops = DensePeakTflops(g, o.fp32);
   if (!(peak_tflops > 0))
-    return Status::Config(std::string("--peak-tflops must be positive (") + (o.fp32 ? "fp32" : "bf16") + " peak of GPU '" + g.name + "')");
+    return Status::Config(std::string("--peak-tflops must be positive (") + (o.fp32 ? "fp32" : "bf16") +
+                          " peak of GPU '" + g.name + "')");
   if (g.memory_bytes == 0) return Status::Config("--mem-gib must be positive");
   if (!(g.efficiency > 0 && g.efficiency <= 1)) return Status::Config("--efficiency must be in (0, 1]");
   if (!(g.memory_gbps > 0) || !(g.allreduce_gbps > 0))

@@ -22,7 +22,8 @@
 // fp32 4 + 4 + 8. (design §8's 16 for mixed precision assumes bf16
 // gradients, which ob does not keep.) A layer's time is max(FLOPs / (peak·efficiency),
 // bytes / HBM bandwidth), the peak being the dtype's: bf16's tensor-core
-// peak, or under fp32 the CUDA cores' fp32 peak (ob does not enable TF32). Gradient all-reduce over a group of d GPUs is a
+// peak, or under fp32 the CUDA cores' fp32 peak (ob does not enable TF32).
+// Gradient all-reduce over a group of d GPUs is a
 // ring: 2(d−1)/d · bytes / bus bandwidth + 2(d−1) · 5 µs.
 #pragma once
 

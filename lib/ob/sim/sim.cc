@@ -309,8 +309,7 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
                                            const std::vector<std::string>& hosts) {
   std::map<std::string, int> index;
   for (size_t i = 0; i < hosts.size(); ++i) index[hosts[i]] = static_cast<int>(i);
-  std::vector<TraceEvent> out;
-  std::vector<int> lines;  // out[i]'s line
+  std::vector<std::pair<TraceEvent, int>> read;  // each event and its line
   std::istringstream in(text);
   std::string line;
   int no = 0;
@@ -347,20 +346,16 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
       }
       e.node = static_cast<int>(n);
     }
-    out.push_back(e);
-    lines.push_back(no);
+    read.emplace_back(e, no);
   }
-  std::vector<size_t> order(out.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out[a].t < out[b].t; });
+  std::stable_sort(read.begin(), read.end(), [](const auto& a, const auto& b) { return a.first.t < b.first.t; });
   // In time order, a node fails when it is up and is repaired when it is
   // down: a repair before its failure (a time mistyped) or a failure twice
   // would be replayed as nothing, silently.
   std::vector<int> down_since(hosts.size(), 0);  // the line that took it down; 0: up
-  std::vector<TraceEvent> sorted;
-  for (size_t i : order) {
-    const TraceEvent& e = out[i];
-    const std::string where = path + ":" + std::to_string(lines[i]);
+  std::vector<TraceEvent> out;
+  for (const auto& [e, line_no] : read) {
+    const std::string where = path + ":" + std::to_string(line_no);
     const std::string name = hosts[static_cast<size_t>(e.node)];
     int& since = down_since[static_cast<size_t>(e.node)];
     if (e.fail && since != 0) {
@@ -371,10 +366,10 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
       return Status::DataErr(where + ": " + name + " is repaired but is not down then (events are replayed in "
                                      "time order)");
     }
-    since = e.fail ? lines[i] : 0;
-    sorted.push_back(e);
+    since = e.fail ? line_no : 0;
+    out.push_back(e);
   }
-  return sorted;
+  return out;
 }
 
 std::vector<TraceEvent> GenerateTrace(int nodes, const TraceModel& m) {
