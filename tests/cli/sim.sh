@@ -36,7 +36,11 @@ printf 'nothing recovered\n' > "$TMP/events.log"
 expect 65 'events.log: no .recovered. lines' -- "$SIM" --trace "$TMP/trace.txt" --recovery-log "$TMP/events.log" "$TMP/plan.pb"
 expect 64 'give a failure trace' -- "$SIM" "$TMP/plan.pb"
 expect 64 'give a failure trace' -- "$SIM" --trace "$TMP/trace.txt" --node-mtbf 2d "$TMP/plan.pb"
-expect 64 'no plan' -- "$SIM" --node-mtbf 2d
+# No plan named: standard input, as ob-plan reads its profile (it said
+# "no plan: give plan.pb", so ob-plan ... | ob-sim did not compose).
+"$SIM" --node-mtbf 2d --seed 7 "$TMP/plan.pb" > "$TMP/named.txt" && "$SIM" --node-mtbf 2d --seed 7 < "$TMP/plan.pb" > "$TMP/piped.txt" \
+  && cmp -s "$TMP/named.txt" "$TMP/piped.txt" && pass || fail "a piped plan simulated otherwise than a named one"
+expect 65 '<stdin>: empty file, expected an ob Plan' -- "$SIM" --node-mtbf 2d < /dev/null
 expect 64 'weibull-shape must be a positive, finite number' -- "$SIM" --node-mtbf 2d --weibull-shape inf "$TMP/plan.pb"
 expect 64 'horizon .soon.: expected a duration' -- "$SIM" --node-mtbf 2d --horizon soon "$TMP/plan.pb"
 expect 64 'policy .oobleck.' -- "$SIM" --node-mtbf 2d --policy oobleck "$TMP/plan.pb"

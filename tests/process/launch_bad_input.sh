@@ -44,6 +44,13 @@ bytes_run() { "$L" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run
 expect 0 "README.md: not a token file, so read as bytes \(ids 0-255\), while the plan's model has a vocabulary of 512" -- \
   bytes_run 512 "$WORK/v512-plan.pb"
 expect 0 "" -- bytes_run 256 "$WORK/plan.pb"
+# The plan piped in: it was read once for each check and found empty by
+# the second ("<stdin>: empty file, expected an ob Plan", exit 65), so
+# ob-plan ... | ob-launch - hosts.txt and <(ob-plan ...) never ran.
+expect 0 "" -- bytes_run stdin - < "$WORK/plan.pb"
+expect 0 "" -- bytes_run fifo <(cat "$WORK/plan.pb")
+expect 64 "the plan and the hosts file are both '-', standard input, which only one can read" -- \
+  run - - < "$WORK/plan.pb"
 ! grep -q "read as bytes" "$TMP/err" || fail "gpt-tiny (256 ids) was warned about bytes: $(grep "read as bytes" "$TMP/err")"
 expect 64 '--lr -1.*positive' -- run --lr -1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 '--lr nan.*positive' -- run --lr nan "$WORK/plan.pb" "$WORK/hosts.txt"

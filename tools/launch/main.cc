@@ -228,6 +228,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
   ob::log::Init("master");
+  // Read once, checked and run as read: "-" and a pipe cannot be read again,
+  // and a file replaced meanwhile would be checked as one plan, run as another.
+  OB_ASSIGN_OR_RETURN(const ob::launch::PlanData plan, ob::launch::LoadPlanData(Absolute(o.plan_path)));
   // The precision the workers train in (the device's default unless given;
   // with --device auto, as this machine sees it), which the plan must have
   // been profiled for.
@@ -240,14 +243,14 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     }
     const ob::launch::DeviceKind here = ob::launch::ResolveDevice(device, gpus);
     OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
-    OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(Absolute(o.plan_path), g.worker.precision));
+    OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(plan, g.worker.precision));
     o.agent_flags.push_back("--device");
     o.agent_flags.push_back(g.worker.device);
     o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
   }
   // Refuse a plan whose model cannot take the data before any host is touched.
   OB_ASSIGN_OR_RETURN(g.worker.data_facts,
-                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), Absolute(o.plan_path),
+                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
                                                    /*data_is_local=*/o.rsh == "local"));
   {
     auto& w = g.worker;
@@ -261,7 +264,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     }
     if (!w.eval_data.empty()) {
       w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
-      OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(w.eval_data, Absolute(o.plan_path),
+      OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(w.eval_data, plan,
                                                       /*data_is_local=*/o.rsh == "local").status());
       const auto eval_id = ob::io::RegularFileId(w.eval_data);
       if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
@@ -269,9 +272,10 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
                      << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
       }
     }
-    OB_RETURN_IF_ERROR(ob::launch::CheckEvalSplit(Absolute(w.data), w.eval_split, Absolute(o.plan_path)));
+    OB_RETURN_IF_ERROR(ob::launch::CheckEvalSplit(Absolute(w.data), w.eval_split, plan));
   }
   o.plan_path = Absolute(o.plan_path);
+  o.plan = plan.plan;
   o.log_to_run_dir = common.log_file.empty();
   o.ckpt_dir = Absolute(g.worker.ckpt_dir);
   o.resume = o.resume == "auto" ? o.resume : Absolute(o.resume);

@@ -63,7 +63,9 @@ std::string Json(const std::vector<ob::sim::SimResult>& results, double recovery
 }
 
 ob::Status Run(const ob::cli::CommonOptions& common) {
-  if (g.plan.empty()) return ob::Status::Usage("no plan: give plan.pb");
+  // No plan named: standard input, unless that is a terminal (as ob-plan
+  // reads its profile), so that ob-plan ... | ob-sim composes.
+  OB_ASSIGN_OR_RETURN(g.plan, ob::cli::InputPath(g.plan, "plan"));
   if (g.trace.empty() == g.node_mtbf.empty()) {
     return ob::Status::Usage("give a failure trace (--trace FILE) or a failure rate to draw one from (--node-mtbf)");
   }
@@ -89,7 +91,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   ob::pb::Plan proto;
   OB_RETURN_IF_ERROR(ob::io::LoadMessage(g.plan, ob::io::kPlanFormatVersion, &proto));
   auto loaded = ob::plan::FromProto(proto);
-  if (!loaded.ok()) return ob::Status::DataErr(g.plan + ": " + loaded.status().message());
+  if (!loaded.ok()) return ob::Status::DataErr(ob::io::DisplayName(g.plan) + ": " + loaded.status().message());
   std::vector<std::string> hosts = loaded->hosts;
   const int nodes = loaded->problem.cluster.nodes;
   if (static_cast<int>(hosts.size()) != nodes) {
@@ -173,7 +175,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       }
     };
     auto r = ob::sim::Simulate(*loaded, trace, o);
-    if (!r.ok()) return r.status().WithContext(g.plan);
+    if (!r.ok()) return r.status().WithContext(ob::io::DisplayName(g.plan));
     results.push_back(std::move(r).value());
   }
 
@@ -197,7 +199,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 }
 
 void Setup(CLI::App& app) {
-  app.add_option("plan", g.plan, "The plan (ob-plan's output)")->option_text("PLAN");
+  app.add_option("plan", g.plan, "The plan (ob-plan's output; default: stdin)")->option_text("PLAN");
   app.add_option("--trace", g.trace, "Failure trace: lines 'TIME fail|repair HOST'")->option_text("FILE");
   app.add_option("--node-mtbf", g.node_mtbf, "Draw the trace: each node's mean time between failures (e.g. 42d)")
       ->option_text("DURATION");

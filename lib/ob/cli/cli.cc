@@ -169,6 +169,16 @@ int Main(int argc, char** argv, const Tool& tool) {
 }
 
 Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes) {
+  // Standard input is one stream: the second reader would find it empty.
+  const NamedFile* stdin_reader = nullptr;
+  for (const NamedFile& r : reads) {
+    if (r.path != "-") continue;
+    if (stdin_reader != nullptr) {
+      return Status::Usage(stdin_reader->what + " and " + r.what +
+                           " are both '-', standard input, which only one can read: name a file for the other");
+    }
+    stdin_reader = &r;
+  }
   std::vector<std::optional<io::FileId>> read_ids;
   for (const NamedFile& r : reads) read_ids.push_back(io::RegularFileId(r.path));
   std::vector<std::string> keys;  // each write's io::OutputKey, compared with those before it

@@ -34,7 +34,8 @@ struct NamedFile {
 // file written, through symbolic and hard links: "writing -o prof.pb would
 // destroy the input prof.pb (the profile): name another file". Only
 // existing regular files can be one (io::RegularFileId): "-", "", devices
-// and pipes never match.
+// and pipes never match. kUsage too when two reads are "-" (standard input
+// can be read once).
 Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes);
 
 struct Tool {

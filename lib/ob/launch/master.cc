@@ -58,7 +58,11 @@ Status Master::Prepare() {
   }
   OB_ASSIGN_OR_RETURN(hosts_, LoadLaunchHosts(opt_.hosts_path));
   pb::Plan& plan = plan_;
-  OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
+  if (opt_.plan) {
+    plan = *opt_.plan;
+  } else {
+    OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
+  }
   hosts_name_ = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
   auto loaded = plan::FromProto(plan);
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));

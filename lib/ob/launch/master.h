@@ -69,11 +69,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ob/control.pb.h"
 #include "ob/manifest.pb.h"
+#include "ob/plan.pb.h"
 #include "ob/status.h"
 
 namespace ob::launch {
@@ -98,6 +100,9 @@ using WorkerCommand = std::function<pb::WorkerSpec(const WorkerContext&)>;
 
 struct MasterOptions {
   std::string plan_path;             // a Plan (ob-formats(5)); "-" reads stdin
+  // The plan, when the caller has read plan_path already (ob-launch reads it
+  // once: "-" or a pipe cannot be read twice); plan_path then only names it.
+  std::optional<pb::Plan> plan;
   std::string hosts_path;            // "" = Slurm's node list
   std::string rsh = "ssh";           // "ssh", "local" or a prefix command
   std::string secret_file;           // "" = $OB_SECRET

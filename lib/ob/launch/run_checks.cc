@@ -19,17 +19,17 @@ int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
 
 Result<PlanData> LoadPlanData(const std::string& path) {
   PlanData out;
+  out.name = io::DisplayName(path);
   OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &out.plan));
   auto loaded = plan::FromProto(out.plan);
-  if (!loaded.ok()) return loaded.status().WithContext(path);
+  if (!loaded.ok()) return loaded.status().WithContext(out.name);
   out.loaded = std::move(loaded).value();
   out.cfg = model::GptConfig::FromProto(out.plan.model());
-  OB_RETURN_IF_ERROR(out.cfg.Validate().WithContext(path));
+  OB_RETURN_IF_ERROR(out.cfg.Validate().WithContext(out.name));
   return out;
 }
 
-Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path, bool data_is_local) {
-  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
+Result<std::string> CheckDataForPlan(const std::string& data, const PlanData& pd, bool data_is_local) {
   if (data == "synthetic") return std::string();
   if (access(data.c_str(), R_OK) != 0) {
     if (!data_is_local) return std::string();  // only on the hosts: they check
@@ -48,9 +48,8 @@ Result<std::string> CheckDataForPlan(const std::string& data, const std::string&
   return src.facts().Encode();
 }
 
-Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path) {
+Status CheckEvalSplit(const std::string& data, double split, const PlanData& pd) {
   if (split <= 0) return Status::Ok();
-  OB_ASSIGN_OR_RETURN(PlanData pd, LoadPlanData(plan_path));
   model::TokenSource all = model::TokenSource::Synthetic(pd.cfg.vocab_size, 0);
   if (data != "synthetic") {
     if (access(data.c_str(), R_OK) != 0) return Status::Ok();  // only on the hosts: they check
@@ -60,15 +59,13 @@ Status CheckEvalSplit(const std::string& data, double split, const std::string& 
   return model::SplitForEval(all, split, SequenceLength(pd.plan, pd.cfg), &train, &eval);
 }
 
-Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision) {
-  pb::Plan plan;
-  OB_RETURN_IF_ERROR(io::LoadMessage(plan_path, io::kPlanFormatVersion, &plan));
+Status CheckPrecisionForPlan(const PlanData& pd, const std::string& precision) {
   OB_ASSIGN_OR_RETURN(model::Precision want, model::ParsePrecision(precision));
-  const std::string& dtype = plan.profile().dtype();
+  const std::string& dtype = pd.plan.profile().dtype();
   if (dtype.empty()) return Status::Ok();  // a profile that does not say
   auto planned = model::ParsePrecision(dtype);
   if (planned.ok() && *planned == want) return Status::Ok();
-  return Status::Config(io::DisplayName(plan_path) + ": the plan was made for " +
+  return Status::Config(pd.name + ": the plan was made for " +
                          (planned.ok() ? std::string(model::PrecisionName(*planned)) : "'" + dtype + "'") +
                          " (its profile's dtype " + dtype + "), the run asks for " + model::PrecisionName(want) +
                          ": profile and plan again with --dtype " + model::PrecisionDtype(want) +

@@ -13,9 +13,12 @@
 
 namespace ob::launch {
 
-// A plan file as the workers use it: the message, its loaded form and its
-// model (validated). Errors name the file.
+// A plan file as the master checks it: the message, its loaded form and its
+// model (validated), read once (a plan piped in, "-" or a FIFO, can be read
+// only once, and a file replaced between two reads would be checked as one
+// plan and run as another). Errors name the file.
 struct PlanData {
+  std::string name;  // the file, as messages name it (io::DisplayName)
   pb::Plan plan;
   plan::LoadedPlan loaded;
   model::GptConfig cfg;
@@ -29,7 +32,7 @@ int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg);
 // The plan was profiled for one precision (Profile.dtype, "float32" or
 // "bfloat16"); a run in another is refused: kConfig naming the plan file
 // and both (kConfig, exit 78). `precision` as ob-launch --precision takes it.
-Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& precision);
+Status CheckPrecisionForPlan(const PlanData& plan, const std::string& precision);
 
 // The checks the master makes before any worker starts: the data exists (when
 // readable here), is a regular file, and fits the plan's model (vocabulary,
@@ -40,8 +43,7 @@ Status CheckPrecisionForPlan(const std::string& plan_path, const std::string& pr
 // cannot read is kNoInput naming it.
 // With `split` > 0 and `data` readable here: kDataErr when either part of
 // the split (model::SplitForEval) is too short for the plan's sequence.
-Status CheckEvalSplit(const std::string& data, double split, const std::string& plan_path);
-Result<std::string> CheckDataForPlan(const std::string& data, const std::string& plan_path,
-                                     bool data_is_local = false);
+Status CheckEvalSplit(const std::string& data, double split, const PlanData& plan);
+Result<std::string> CheckDataForPlan(const std::string& data, const PlanData& plan, bool data_is_local = false);
 
 }  // namespace ob::launch
