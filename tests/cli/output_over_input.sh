@@ -73,4 +73,13 @@ done
 # writing one is no loss, and stays allowed.
 "$PLAN" --hosts "$TMP/hosts.txt" -f 0 -B 8 -o /dev/stdout "$TMP/prof.pb" > "$TMP/to-stdout.pb" \
   && [ -s "$TMP/to-stdout.pb" ] && pass || fail "-o /dev/stdout was refused"
+# Standard input is one stream: two inputs that are both '-' (or one left
+# to default to it) are refused before either is read. ob-plan read the
+# hosts file as its profile: "<stdin>: not a valid ob Profile".
+expect 64 "the profile and --hosts are both '-', standard input, which only one can read" -- \
+  "$PLAN" --hosts - -f 0 -B 8 -o "$TMP/p-stdin.pb" < "$TMP/hosts.txt"
+expect 64 "the plan and --trace are both '-'" -- "$OB_BIN/ob-sim" --trace - - < "$TMP/trace.txt"
+"$PLAN" --hosts - -f 0 -B 8 -o "$TMP/p-stdin.pb" "$TMP/prof.pb" < "$TMP/hosts.txt" \
+  && cmp -s <("$PLAN" --explain "$TMP/p-stdin.pb") <("$PLAN" --explain "$TMP/plan.pb") \
+  && pass || fail "--hosts - made another plan than the hosts file"
 finish

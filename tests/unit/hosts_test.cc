@@ -118,7 +118,13 @@ TEST_CASE("hosts: LoadHosts reads a file and names it", "[hosts]") {
   auto missing = ob::cluster::LoadHosts(path);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().code() == Code::kNoInput);
-  CHECK(missing.status().message() == path + ": cannot read: No such file or directory");
+  CHECK(missing.status().message() == path + ": cannot open: No such file or directory");
+
+  // A directory was read as an empty file: "/tmp: no hosts".
+  auto dir = ob::cluster::LoadHosts("/tmp");
+  REQUIRE_FALSE(dir.ok());
+  CHECK(dir.status().code() == Code::kNoInput);
+  CHECK(dir.status().message() == "/tmp: is a directory");
 }
 
 TEST_CASE("hosts: slurm node lists", "[hosts][slurm]") {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -375,6 +376,35 @@ TEST_CASE("the secret: a private file or $OB_SECRET, never an open or empty one"
   REQUIRE(env.ok());
   CHECK(*env == "from-env");
   ::unsetenv("OB_SECRET");
+}
+
+TEST_CASE("the secret from standard input: a pipe, or a private file redirected in") {
+  const int saved = ::dup(STDIN_FILENO);
+  REQUIRE(saved >= 0);
+  auto with_stdin = [&](int fd) {
+    REQUIRE(::dup2(fd, STDIN_FILENO) == STDIN_FILENO);
+    ::close(fd);
+  };
+  // A pipe whose writer has not closed it: the first line is the secret.
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  REQUIRE(::write(p[1], "piped\nmore\n", 11) == 11);
+  with_stdin(p[0]);
+  auto piped = ReadSecret("-");
+  ::close(p[1]);
+  // A file others may read is refused through stdin as by name.
+  std::string path = TempPath("secret-in");
+  { std::ofstream(path) << "s3cret\n"; }
+  ::chmod(path.c_str(), 0644);
+  with_stdin(::open(path.c_str(), O_RDONLY));
+  auto open = ReadSecret("-");
+  ::unlink(path.c_str());
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  REQUIRE(piped.ok());
+  CHECK(*piped == "piped");
+  CHECK(open.status().code() == ob::Code::kConfig);
+  CHECK(open.status().message() == "--secret-file - (standard input): permissions 0644 let others read the secret; chmod 600 it");
 }
 
 TEST_CASE("bind addresses and HOST:PORT parsing") {

@@ -508,7 +508,8 @@ int main(int argc, char** argv) {
                         Setup, Run,
                         nullptr,
                         [] {
-                          return std::vector<ob::cli::NamedFile>{{"the profile", g.input},
+                          // No profile named: standard input (cli::InputPath).
+                          return std::vector<ob::cli::NamedFile>{{"the profile", g.input.empty() ? "-" : g.input},
                                                                  {"--hosts", g.hosts},
                                                                  {"--bandwidth", g.bandwidth},
                                                                  {"--measured", g.measured}};

@@ -244,7 +244,9 @@ int main(int argc, char** argv) {
                        {"sim", "Replay node failures against a plan through the master's own decisions.", Setup,
                         Run, nullptr,
                         [] {
-                          std::vector<ob::cli::NamedFile> reads{{"the plan", g.plan}, {"--trace", g.trace}};
+                          // No plan named: standard input (cli::InputPath).
+                          std::vector<ob::cli::NamedFile> reads{{"the plan", g.plan.empty() ? "-" : g.plan},
+                                                                {"--trace", g.trace}};
                           for (const std::string& log : g.recovery_logs) reads.push_back({"--recovery-log", log});
                           return reads;
                         },

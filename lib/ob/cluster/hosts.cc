@@ -1,11 +1,10 @@
 #include "ob/cluster/hosts.h"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "ob/io/file.h"
 
 namespace ob::cluster {
 namespace {
@@ -163,12 +162,10 @@ Result<std::vector<Host>> ParseHosts(std::string_view text, const std::string& f
 }
 
 Result<std::vector<Host>> LoadHosts(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
-  return ParseHosts(ss.str(), path);
+  // io::ReadFile: "-" is standard input, and a directory is said to be one
+  // (an ifstream read it as an empty file: "/tmp: no hosts").
+  OB_ASSIGN_OR_RETURN(const std::string text, io::ReadFile(path));
+  return ParseHosts(text, io::DisplayName(path));
 }
 
 namespace {

@@ -33,8 +33,8 @@ struct Host {
 // an empty or repeated key, an address with spaces or shell characters.
 Result<std::vector<Host>> ParseHosts(std::string_view text, const std::string& filename);
 
-// Reads and parses the file at `path`; kNoInput "PATH: cannot read: ..." when
-// it cannot be read.
+// Reads and parses the file at `path` ("-": standard input); kNoInput
+// naming it when it cannot be read or is a directory.
 Result<std::vector<Host>> LoadHosts(const std::string& path);
 
 // Expands a Slurm node list ("node[01-03,7],gpu5", "r[1-2]-n[1-2]"): ranges

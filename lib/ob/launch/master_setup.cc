@@ -22,29 +22,36 @@ namespace ob::launch {
 Result<std::string> ReadSecret(const std::string& secret_file) {
   std::string text;
   if (!secret_file.empty()) {
-    int fd = ::open(secret_file.c_str(), O_RDONLY | O_CLOEXEC);
+    // "-": standard input, a pipe from a secrets manager (no file on disk)
+    // or a file redirected in, which must be private as any secret file.
+    const bool piped = secret_file == "-";
+    int fd = piped ? ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) : ::open(secret_file.c_str(), O_RDONLY | O_CLOEXEC);
+    const std::string name = piped ? "--secret-file - (standard input)" : secret_file;
     if (fd < 0) {
-      return Status::Config(secret_file + ": cannot read the secret: " + std::strerror(errno));
+      return Status::Config(name + ": cannot read the secret: " + std::strerror(errno));
     }
     struct stat st{};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || (piped && S_ISFIFO(st.st_mode)))) {
       ::close(fd);
-      return Status::Config(secret_file + ": the secret file is not a regular file");
+      return Status::Config(name + (piped ? " is neither a pipe nor a regular file" : ": the secret file is not a regular file"));
     }
-    if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    if (S_ISREG(st.st_mode) && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
       ::close(fd);
       char mode[8];
       snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      return Status::Config(secret_file + ": permissions " + mode +
-                            " let others read the secret; chmod 600 it");
+      return Status::Config(name + ": permissions " + mode + " let others read the secret; chmod 600 it");
     }
     char buf[4096];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 16)) text.append(buf, n);
+    // Up to the first line's end: a pipe's writer need not close it.
+    while (text.find('\n') == std::string::npos && text.size() < (1u << 16) &&
+           (n = ::read(fd, buf, sizeof buf)) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    }
     ::close(fd);
     text = text.substr(0, text.find('\n'));
     if (!text.empty() && text.back() == '\r') text.pop_back();
-    if (text.empty()) return Status::Config(secret_file + ": the secret is empty");
+    if (text.empty()) return Status::Config(name + ": the secret is empty");
     return text;
   }
   const char* env = std::getenv("OB_SECRET");
