@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include <google/protobuf/stubs/logging.h>
 #include <mutex>
+
+#include "ob/io/file.h"
 
 namespace ob::log {
 namespace {
@@ -15,6 +19,12 @@ namespace {
 std::atomic<Level> g_level{Level::kInfo};
 std::string g_prefix = "ob";   // written once by Init before threads start
 int g_file_fd = -1;
+std::string g_file_path;    // SetFile's, for FileLost
+// The lines g_file_fd did not take; never destroyed (threads may log at exit).
+io::AppendLoss& FileLoss() {
+  static auto* loss = new io::AppendLoss;
+  return *loss;
+}
 
 const char* LevelName(Level l) {
   switch (l) {
@@ -50,6 +60,8 @@ Level GetLevel() { return g_level; }
 bool SetFile(const std::string& path) {
   if (g_file_fd >= 0) close(g_file_fd);
   g_file_fd = -1;
+  g_file_path = path;
+  FileLoss().Reset();
   if (path.empty()) return true;
   g_file_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   return g_file_fd >= 0;
@@ -69,8 +81,19 @@ std::string Printable(const std::string& text, size_t max_bytes) {
 void Write(Level level, const std::string& message) {
   std::string line = g_prefix + ": " + LevelName(level) + ": " + message + "\n";
   ssize_t unused = write(STDERR_FILENO, line.data(), line.size());
-  if (g_file_fd >= 0) unused = write(g_file_fd, line.data(), line.size());
   (void)unused;
+  if (g_file_fd < 0) return;
+  const ssize_t written = write(g_file_fd, line.data(), line.size());
+  const int err = errno;
+  if (FileLoss().Count(written, line.size())) {
+    // Said on stderr at once (not through Write: the file would fail again).
+    const std::string warn = g_prefix + ": " + LevelName(Level::kWarn) + ": " + g_file_path + ": cannot append to the log: " +
+                             (written < 0 ? std::strerror(err) : "short write") +
+                             "; its lines go to stderr only, and the end says what it lacks\n";
+    unused = write(STDERR_FILENO, warn.data(), warn.size());
+  }
 }
+
+std::string FileLost() { return FileLoss().Describe(g_file_path); }
 
 }  // namespace ob::log

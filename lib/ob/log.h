@@ -19,6 +19,9 @@ void SetLevel(Level level);
 Level GetLevel();
 // Also append every line to this file (in addition to stderr); "" disables.
 bool SetFile(const std::string& path);
+// "" while the file of SetFile took every line; else "PATH lacks N of its M
+// lines, the first at TIME: ERROR" (a full disk): said at the end of a tool.
+std::string FileLost();
 
 void Write(Level level, const std::string& message);
 

@@ -17,6 +17,7 @@
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/text.h"
+#include "ob/log.h"
 
 namespace fs = std::filesystem;
 
@@ -327,4 +328,26 @@ TEST_CASE("FieldDifferences: the fields that differ, repeated ones whole, skippe
   CHECK(d[0].b == "[\"GPU-a\",\"GPU-b\"]");
   CHECK(ob::io::FieldDifferences(a, a).empty());
   CHECK(ob::io::FieldDifferences(a, b).size() == 2);  // host too
+}
+
+TEST_CASE("a log file that stops taking lines is counted, and counted anew for another file") {
+  // ob-launch --run-dir on a full disk lost master.log's lines and exited 0
+  // without a word (cli::Main now says FileLost at the end).
+  REQUIRE(ob::log::SetFile("/dev/full"));
+  CHECK(ob::log::FileLost().empty());
+  ob::log::Write(ob::log::Level::kInfo, "one");
+  ob::log::Write(ob::log::Level::kInfo, "two");
+  CHECK_THAT(ob::log::FileLost(), Catch::StartsWith("/dev/full lacks 2 of its 2 lines, the first at 20"));
+  CHECK_THAT(ob::log::FileLost(), Catch::EndsWith(": No space left on device"));
+  REQUIRE(ob::log::SetFile(""));
+  CHECK(ob::log::FileLost().empty());
+
+  ob::io::AppendLoss loss;
+  CHECK_FALSE(loss.Count(5, 5));
+  CHECK_FALSE(loss.Count(3, 3));
+  CHECK(loss.Describe("x").empty());
+  CHECK(loss.Count(2, 5));  // a short write loses the line too; the first loss returns true
+  CHECK_FALSE(loss.Count(-1, 5));
+  CHECK_THAT(loss.Describe("x"), Catch::StartsWith("x lacks 2 of its 4 lines, the first at "));
+  CHECK_THAT(loss.Describe("x"), Catch::EndsWith(": short write"));
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ob/launch/channel.h"
+#include "ob/launch/event_log.h"
 #include "ob/log.h"
 #include "ob/launch/master_setup.h"
 #include "ob/launch/metrics_sink.h"
@@ -613,4 +614,21 @@ TEST_CASE("a --metrics that stops taking records says, at the end, from which st
   m.set_step(8);
   sink.Publish(m);  // no more writes, and the first loss stays the one said
   CHECK_THAT(sink.lost(), Catch::StartsWith("--metrics lacks the records from step 7 on: "));
+}
+
+TEST_CASE("an events.log that stops taking lines says, at the end, how many it lacks and from when") {
+  ob::launch::EventLog full;
+  REQUIRE(full.Open("/dev/full").ok());  // every write ENOSPC, as on a full disk
+  CHECK(full.lost().empty());
+  full.Write("listen", "127.0.0.1:1");
+  full.Write("done", "exit 0");
+  CHECK_THAT(full.lost(), Catch::StartsWith("/dev/full lacks 2 of its 2 lines, the first at 20"));
+  CHECK_THAT(full.lost(), Catch::EndsWith(": No space left on device"));
+
+  const std::string path = TempPath("events.log");
+  ob::launch::EventLog fine;
+  REQUIRE(fine.Open(path).ok());
+  fine.Write("listen", "127.0.0.1:1");
+  CHECK(fine.lost().empty());
+  ::unlink(path.c_str());
 }

@@ -159,6 +159,9 @@ int Main(int argc, char** argv, const Tool& tool) {
   } catch (const std::exception& e) {
     st = Status::Internal("internal error: " + FirstLine(e.what()));
   }
+  // A log file that stopped taking lines (a full disk) is said again at the
+  // end, where it is read; the status stays the run's: a log is a record.
+  if (const std::string lost = log::FileLost(); !lost.empty()) log::Write(log::Level::kWarn, lost);
   if (st.ok()) return 0;
   if (st.code() == Code::kUsage) {
     UsageError(bin, st.message());

@@ -293,4 +293,28 @@ ReadEnd ReadFor(int fd, int64_t timeout_ms, size_t max_bytes, std::string* out,
   return ReadEnd::kDone;
 }
 
+bool AppendLoss::Count(ssize_t written, size_t size) {
+  const int err = errno;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++lines_;
+  if (written >= 0 && static_cast<size_t>(written) == size) return false;
+  if (lost_++ > 0) return false;
+  first_ms_ = UnixMs();
+  error_ = written < 0 ? std::strerror(err) : "short write";
+  return true;
+}
+
+void AppendLoss::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  lines_ = lost_ = first_ms_ = 0;
+  error_.clear();
+}
+
+std::string AppendLoss::Describe(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lost_ == 0) return "";
+  return name + " lacks " + std::to_string(lost_) + " of its " + std::to_string(lines_) + " lines, the first at " +
+         FormatUnixMs(first_ms_) + ": " + error_;
+}
+
 }  // namespace ob::io

@@ -2,7 +2,10 @@
 // replacement of output files. Every failure names the file.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -113,6 +116,29 @@ bool StdoutIsTerminal();
 
 // The display name of a path in messages: "<stdin>"/"<stdout>" for "-".
 std::string DisplayName(const std::string& path, bool output = false);
+
+// The lines an append-only record (a log, events.log) failed to take: a
+// full disk must not leave a run's record short without a word, and must not
+// stop training either. Thread-safe.
+class AppendLoss {
+ public:
+  // After write(2) of one line of `size` bytes returned `written` (errno
+  // still set when it is negative). Returns true for the first line lost.
+  bool Count(ssize_t written, size_t size);
+  // "" while every line was written whole; else "NAME lacks N of its M
+  // lines, the first at TIME: ERROR" (ERROR: the first failure's strerror,
+  // or "short write").
+  std::string Describe(const std::string& name) const;
+  // Counts anew (another file).
+  void Reset();
+
+ private:
+  mutable std::mutex mu_;
+  int64_t lines_ = 0;
+  int64_t lost_ = 0;
+  int64_t first_ms_ = 0;
+  std::string error_;
+};
 
 // How ReadFor ended.
 enum class ReadEnd { kDone, kEof, kTimeout, kTooLong, kError };

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ob/clock.h"
+#include "ob/log.h"
 
 namespace ob::launch {
 
@@ -18,6 +19,7 @@ EventLog::~EventLog() {
 }
 
 Status EventLog::Open(const std::string& path) {
+  path_ = path;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) return Status::IoErr(path + ": cannot open: " + std::strerror(errno));
   return Status::Ok();
@@ -29,8 +31,12 @@ void EventLog::Write(const std::string& kind, const std::string& text) {
   char since[32];
   std::snprintf(since, sizeof since, " +%.3fs ", (now - start_ms_) / 1e3);
   const std::string line = FormatUnixMs(now) + since + kind + " " + text + "\n";
-  const ssize_t unused = ::write(fd_, line.data(), line.size());
-  (void)unused;
+  const ssize_t written = ::write(fd_, line.data(), line.size());
+  const int err = errno;
+  if (loss_.Count(written, line.size())) {
+    OB_LOG(Warn) << path_ << ": cannot append an event: " << (written < 0 ? std::strerror(err) : "short write")
+                 << "; training goes on, and the end of the run says what the log lacks";
+  }
 }
 
 }  // namespace ob::launch

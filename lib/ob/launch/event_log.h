@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ob/io/file.h"
 #include "ob/status.h"
 
 namespace ob::launch {
@@ -20,13 +21,19 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
 
   Status Open(const std::string& path);
-  // Before Open, or after a failed write, lines are dropped: the log is a
-  // record, never a reason to stop training.
+  // Before Open, or when a write fails, lines are dropped: the log is a
+  // record, never a reason to stop training. The first line lost is
+  // warned of at once, and lost() says what the log lacks.
   void Write(const std::string& kind, const std::string& text);
+  // "" while every line was written; else "PATH lacks N of its M lines, the
+  // first at TIME: ERROR", for a warning at the end of the run.
+  std::string lost() const { return loss_.Describe(path_); }
 
  private:
   int fd_ = -1;
   int64_t start_ms_;
+  std::string path_;
+  io::AppendLoss loss_;
 };
 
 }  // namespace ob::launch

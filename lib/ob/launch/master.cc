@@ -181,6 +181,7 @@ Result<int> Master::Run() {
     OB_LOG(Error) << outcome_.message();
   }
   events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
+  if (const std::string lost = events_.lost(); !lost.empty()) OB_LOG(Warn) << lost;
   if (!outcome_.ok()) return outcome_;
   return 0;
 }
