@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scheduler signals (issue 12, acceptance 6): 4 local hosts in 2 pipelines
 # of 2 stages, 40 steps, --ckpt-dir without --ckpt-every.
-#  1. SIGTERM (and SIGUSR1, Slurm's --signal) to the master at step 20: it
+#  1. SIGTERM (and SIGUSR1, Slurm's --signal, and SIGHUP, a terminal or ssh
+#     session gone, which killed the master at once) to the master at step 20: it
 #     lets the workers save the step after the next, stops once that
 #     checkpoint is committed, and exits 0; the checkpoint verifies, is of
 #     a step >= 20, and is not the run's last (it stopped);
@@ -22,7 +23,7 @@ STEPS=40
 reference_run "$STEPS"
 master() { pgrep -P "$MASTER_PID" -x ob-launch; }  # the master itself, not its timeout(1)
 
-for sig in TERM USR1; do
+for sig in TERM USR1 HUP; do
   run_start "sig$sig" "$STEPS" --ckpt-dir "$WORK/ckpt-$sig"
   wait_step "sig$sig" 20 || fail "SIG$sig: no step 20: $(tail -3 "$WORK/sig$sig.err")"
   kill -"$sig" "$(master)"
@@ -41,6 +42,15 @@ for sig in TERM USR1; do
   wait_for 5 no_tagged || fail "SIG$sig: processes left behind: $(tagged)"
   echo "$NAME: SIG$sig at step >= 20: exit 0, $latest verifies, stopped after step $last"
 done
+
+# Under nohup(1), which ignores SIGHUP, it stays ignored: the run outlives
+# its terminal.
+RUN_WRAP=nohup run_start nohup 12 --standby off
+wait_step nohup 3 || fail "nohup: no step 3: $(tail -3 "$WORK/nohup.err")"
+kill -HUP "$(master)"
+run_wait
+[ "$RC" = 0 ] && [ "$(max_step "$WORK/nohup.pb")" = 11 ] \
+  || fail "nohup: SIGHUP stopped the run: exit $RC, last step $(max_step "$WORK/nohup.pb"): $(tail -3 "$WORK/nohup.err")"
 
 run_start resumed "$STEPS" --ckpt-dir "$WORK/ckpt-TERM" --resume auto --standby off
 run_wait

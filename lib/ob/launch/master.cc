@@ -125,7 +125,14 @@ Result<int> Master::Run() {
   uv_signal_start(&sigchld_, [](uv_signal_t* s, int) {
     static_cast<Master*>(s->loop->data)->ReapAgents();
   }, SIGCHLD);
-  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}, {&sigusr1_, SIGUSR1}}) {
+  // SIGHUP (the terminal or ssh session that started us is gone) stops as
+  // SIGTERM does, saving with --ckpt-dir (it killed the master, the steps
+  // since the last checkpoint lost); unless it was ignored when we started
+  // (nohup): a run told to outlive its terminal does.
+  struct sigaction hup {};
+  const bool hup_ignored = ::sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler == SIG_IGN;
+  for (auto [h, sig] : {std::pair{&sigterm_, SIGTERM}, {&sigint_, SIGINT}, {&sigusr1_, SIGUSR1}, {&sighup_, SIGHUP}}) {
+    if (sig == SIGHUP && hup_ignored) continue;
     uv_signal_init(&loop_, h);
     uv_signal_start(h, [](uv_signal_t* s, int signum) {
       static_cast<Master*>(s->loop->data)->RequestStop(std::string("got ") + strsignal(signum));
@@ -848,7 +855,7 @@ void Master::FinishStop() {
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&tick_), reinterpret_cast<uv_handle_t*>(&heartbeat_),
                          reinterpret_cast<uv_handle_t*>(&progress_), reinterpret_cast<uv_handle_t*>(&sigchld_),
                          reinterpret_cast<uv_handle_t*>(&sigterm_), reinterpret_cast<uv_handle_t*>(&sigint_),
-                         reinterpret_cast<uv_handle_t*>(&sigusr1_)}) {
+                         reinterpret_cast<uv_handle_t*>(&sigusr1_), reinterpret_cast<uv_handle_t*>(&sighup_)}) {
     if (h->loop == &loop_ && !uv_is_closing(h)) uv_close(h, nullptr);
   }
   if (drain_.loop == &loop_) {

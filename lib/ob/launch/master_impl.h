@@ -158,7 +158,7 @@ class Master {
   bool hang_suspect_ = false;               // a verdict at the last tick, confirmed after an I/O poll
   MetricsSink metrics_{&operator_};         // --metrics, watchers, progress (metrics_sink.h)
   uv_timer_t tick_{}, heartbeat_{}, progress_{}, drain_{};
-  uv_signal_t sigchld_{}, sigterm_{}, sigint_{}, sigusr1_{};
+  uv_signal_t sigchld_{}, sigterm_{}, sigint_{}, sigusr1_{}, sighup_{};
   State state_ = State::kStarting;
   Status outcome_;
   int64_t start_ms_ = 0, stop_deadline_ms_ = 0, grace_deadline_ms_ = -1;
