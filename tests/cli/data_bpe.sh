@@ -47,4 +47,20 @@ expect 66 'nope.txt' -- "$OB_BIN/ob-data" tokenize "${V[@]}" "$TMP/nope.txt" -o 
 printf '{"a": 1' > "$TMP/v.json"
 expect 65 'v.json: not a vocabulary' -- "$OB_BIN/ob-data" tokenize --vocab "$TMP/v.json" --merges "$ref/vocab.bpe" \
   "$TMP/text.txt" -o "$TMP/v.bin"
+# Interrupted (SIGTERM, as Ctrl-C or a job's end sends): it dies of the
+# signal and leaves no temporary; it left cut.bin.partial-PID, as large as
+# what it had tokenized. The input is a FIFO held open, so the tool waits.
+mkfifo "$TMP/in.fifo"
+"$OB_BIN/ob-data" tokenize -q "${V[@]}" -o "$TMP/cut.bin" "$TMP/in.fifo" 2> "$TMP/cut.err" &
+pid=$!
+exec 7> "$TMP/in.fifo"
+printf 'text, and more to come\n' >&7
+has_temporary() { ls "$TMP" | grep -q '^cut\.bin\.'; }
+for _ in $(seq 100); do has_temporary && break; sleep 0.05; done
+has_temporary && pass || fail "no temporary while tokenizing: $(ls "$TMP")"
+kill -TERM "$pid"
+wait "$pid"; rc=$?
+exec 7>&-
+[ "$rc" = 143 ] && pass || fail "SIGTERM: exit $rc, expected 143: $(cat "$TMP/cut.err")"
+! ls "$TMP" | grep -q '^cut\.bin' && pass || fail "an interrupted tokenize left $(ls "$TMP" | grep '^cut\.bin')"
 finish

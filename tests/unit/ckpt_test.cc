@@ -1,11 +1,13 @@
 // Checkpoint files and directories: the safetensors writer and reader, the
 // commit protocol, and the offline operations (list, latest, verify,
 // export, prune). Torch-free.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +27,16 @@ using namespace ob::ckpt;
 namespace pb = ob::pb;
 
 // A fresh directory under TMPDIR, removed with the object.
+// The temporaries (io::CreateTemporary: NAME.tmp.PID.N) left in `dir`.
+std::vector<std::string> Temporaries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp") != std::string::npos) out.push_back(name);
+  }
+  return out;
+}
+
 struct TempDir {
   std::string path;
   TempDir() {
@@ -146,7 +158,7 @@ TEST_CASE("safetensors round-trips every dtype, metadata and odd names") {
   uint64_t size = 0;
   std::string sum;
   REQUIRE(WriteSafetensors(path, views, meta, &size, &sum).ok());
-  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK(Temporaries(t.path).empty());
 
   const std::string file = Slurp(path);
   CHECK(size == file.size());
@@ -193,17 +205,50 @@ TEST_CASE("the writer refuses bad tensors and reports I/O errors without leftove
   CHECK(st.code() == ob::Code::kIoErr);
   CHECK_THAT(st.message(), Catch::Contains("no/such/dir/a: cannot create: No such file or directory"));
 
-  // A write that fails half-way (here: /dev/full) leaves no temporary file.
-  if (fs::exists("/dev/full")) {
-    fs::create_symlink("/dev/full", t / "full.tmp");
+  // A write that fails half-way (here: past a file-size limit, EFBIG, as a
+  // full disk fails with ENOSPC) leaves no temporary file.
+  {
+    struct rlimit old {};
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    auto* const xfsz = ::signal(SIGXFSZ, SIG_IGN);  // the write fails instead of killing us
+    struct rlimit small = old;
+    small.rlim_cur = 4096;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
     std::vector<char> big(1 << 16);
     st = WriteSafetensors(t / "full", {{"a", DType::kU8, {1 << 16}, big.data(), big.size()}}, {},
                           nullptr, nullptr);
+    setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, xfsz);
     CHECK(st.code() == ob::Code::kIoErr);
-    CHECK_THAT(st.message(), Catch::Contains("full: write failed: No space left on device"));
-    CHECK_FALSE(fs::exists(fs::symlink_status(t / "full.tmp")));
+    CHECK_THAT(st.message(), Catch::Contains("full: write failed: File too large"));
+    CHECK(Temporaries(t.path).empty());
     CHECK_FALSE(fs::exists(t / "full"));
   }
+}
+
+TEST_CASE("two writers of one file never share a temporary: each result is whole") {
+  // Both wrote TARGET.tmp: the second's open truncated the first's bytes,
+  // the first renamed the file the second still wrote, and the second's
+  // rename failed; a file of zeros and two writers' bytes, the first said ok.
+  TempDir t;
+  const std::string path = t / "one.safetensors";
+  std::vector<char> a(4096, 'a'), b(4096, 'b');
+  auto first = SafetensorsWriter::Open(path, {{"x", DType::kU8, {4096}}}, {});
+  auto second = SafetensorsWriter::Open(path, {{"x", DType::kU8, {4096}}}, {});
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE((*first)->Append(a.data(), 2048).ok());
+  REQUIRE((*second)->Append(b.data(), 4096).ok());
+  REQUIRE((*first)->Append(a.data(), 2048).ok());
+  std::string sum_a, sum_b;
+  REQUIRE((*first)->Finish(nullptr, &sum_a).ok());
+  const std::string file_a = Slurp(path);
+  CHECK(Checksum(file_a.data(), file_a.size()) == sum_a);
+  REQUIRE((*second)->Finish(nullptr, &sum_b).ok());
+  const std::string file_b = Slurp(path);
+  CHECK(Checksum(file_b.data(), file_b.size()) == sum_b);
+  CHECK(file_b.substr(file_b.size() - 4096) == std::string(4096, 'b'));
+  CHECK(Temporaries(t.path).empty());
 }
 
 TEST_CASE("the streaming writer takes data in pieces and checks the count") {
@@ -228,7 +273,7 @@ TEST_CASE("the streaming writer takes data in pieces and checks the count") {
   CHECK_THAT((*short_writer)->Finish(nullptr, nullptr).message(),
              Catch::Contains("only 4 of 8 data bytes"));
   CHECK_FALSE(fs::exists(t / "short"));
-  CHECK_FALSE(fs::exists(t / "short.tmp"));
+  CHECK(Temporaries(t.path).empty());
 }
 
 TEST_CASE("the reader accepts what the format allows") {
@@ -610,7 +655,7 @@ TEST_CASE("Export streams weights, and moments on request") {
   CHECK(st.code() == ob::Code::kDataErr);
   CHECK_THAT(st.message(), Catch::Contains(LayerFileName(3) + ": checksum mismatch"));
   CHECK_FALSE(fs::exists(t / "bad.safetensors"));
-  CHECK_FALSE(fs::exists(t / "bad.safetensors.tmp"));
+  CHECK(Temporaries(t.path).empty());
 }
 
 TEST_CASE("Prune keeps the newest, latest's and those being written") {

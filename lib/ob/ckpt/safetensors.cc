@@ -372,13 +372,9 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
       w->through_ = true;
     } else {
       w->real_path_ = out.path;
-      w->tmp_ = out.path + ".tmp";
-      w->fd_ = open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (w->fd_ < 0) {
-        std::string err = Errno();
-        w->tmp_.clear();
-        return Status::IoErr(path + ": cannot create: " + err);
-      }
+      std::string tmp;
+      OB_ASSIGN_OR_RETURN(w->fd_, io::CreateTemporary(out.path, path, &tmp));
+      w->tmp_ = std::move(tmp);
     }
   }
   unsigned char len[8];
@@ -396,7 +392,10 @@ SafetensorsWriter::~SafetensorsWriter() {
 void SafetensorsWriter::Abandon() {
   if (fd_ >= 0 && own_fd_) close(fd_);
   fd_ = -1;
-  if (!tmp_.empty()) unlink(tmp_.c_str());
+  if (!tmp_.empty()) {
+    unlink(tmp_.c_str());
+    io::ForgetTemporary(tmp_);
+  }
   tmp_.clear();
 }
 
@@ -445,6 +444,7 @@ Status SafetensorsWriter::Finish(uint64_t* size_out, std::string* checksum_out) 
       Abandon();
       return s;
     }
+    io::ForgetTemporary(tmp_);
     tmp_.clear();
   } else if (own_fd_ && close(fd_) != 0) {
     const std::string err = Errno();

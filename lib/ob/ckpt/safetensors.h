@@ -8,8 +8,8 @@
 // with trailing spaces so that the data section starts 8-byte aligned, and
 // lays the tensors out contiguously in the order given.
 //
-// Writers go through a temporary file (`path + ".tmp"`) that is fsynced and
-// renamed over `path`, so a reader never sees a half-written file; the
+// Writers go through a temporary file (io::CreateTemporary: `path` +
+// ".tmp.PID.N") that is fsynced and renamed over `path`, so a reader never sees a half-written file; the
 // checksum ("xxh3:<16 hex>" of the whole file) is computed while writing.
 // Readers are strict: anything the format does not allow is kDataErr naming
 // the file and the problem.

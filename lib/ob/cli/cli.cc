@@ -153,6 +153,9 @@ int Main(int argc, char** argv, const Tool& tool) {
     return static_cast<int>(Code::kIoErr);
   }
 
+  // An interrupted tool leaves no temporary output behind (ob-data's was as
+  // large as what it had tokenized).
+  io::RemoveTemporariesOnSignal();
   Status st;
   try {
     st = tool.run(common);

@@ -30,9 +30,7 @@ class TokenWriter {
     OB_ASSIGN_OR_RETURN(io::OutputTarget target, io::ResolveOutput(path));
     w->target_ = target.path;
     if (target.replace) {
-      w->temp_ = target.path + ".partial-" + std::to_string(::getpid());
-      w->fd_ = ::open(w->temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (w->fd_ < 0) return Errno(path + ": cannot write");
+      OB_ASSIGN_OR_RETURN(w->fd_, io::CreateTemporary(target.path, path, &w->temp_));
     } else {
       OB_ASSIGN_OR_RETURN(w->fd_, io::OpenWriteThrough(target.path));
     }
@@ -42,6 +40,7 @@ class TokenWriter {
   ~TokenWriter() {
     if (fd_ >= 0) ::close(fd_);
     if (!temp_.empty() && !committed_) ::unlink(temp_.c_str());
+    if (!temp_.empty()) io::ForgetTemporary(temp_);
   }
 
   Status Write(std::vector<uint32_t>* ids) {

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -160,6 +162,74 @@ Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* k
   return Status::IoErr(path + ": cannot create it anew (another process keeps recreating it)");
 }
 
+namespace {
+
+// The temporaries a signal handler deletes: fixed slots, so the handler
+// touches no allocation or lock. A slot is free (0), being filled (1) or
+// holds a path (2).
+struct TemporarySlot {
+  std::atomic<int> state{0};
+  char path[PATH_MAX];
+};
+constexpr int kTemporarySlots = 64;
+TemporarySlot g_temporaries[kTemporarySlots];
+std::atomic<uint64_t> g_temporary_serial{0};
+
+void RememberTemporary(const std::string& path) {
+  if (path.size() >= PATH_MAX) return;
+  for (TemporarySlot& slot : g_temporaries) {
+    int free = 0;
+    if (!slot.state.compare_exchange_strong(free, 1)) continue;
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.state.store(2, std::memory_order_release);
+    return;
+  }
+  // More at once than the slots hold: this one is left to its owner.
+}
+
+extern "C" void RemoveTemporariesAndDie(int sig) {
+  for (TemporarySlot& slot : g_temporaries) {
+    if (slot.state.load(std::memory_order_acquire) == 2) ::unlink(slot.path);
+  }
+  // Die of the signal (blocked while this runs: delivered on return).
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+Result<int> CreateTemporary(const std::string& target, const std::string& name, std::string* path) {
+  for (int attempt = 0;; ++attempt) {
+    *path = target + ".tmp." + std::to_string(getpid()) + "." + std::to_string(g_temporary_serial++);
+    const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      RememberTemporary(*path);
+      return fd;
+    }
+    if (errno != EEXIST || attempt >= 100) return Status::IoErr(name + ": cannot create: " + Errno());
+  }
+}
+
+void ForgetTemporary(const std::string& path) {
+  for (TemporarySlot& slot : g_temporaries) {
+    if (slot.state.load(std::memory_order_acquire) == 2 && path == slot.path) {
+      slot.state.store(0, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void RemoveTemporariesOnSignal() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = RemoveTemporariesAndDie;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 Status WriteFile(const std::string& path, const std::string& data) {
   if (path == "-" || path.empty()) return WriteAll(STDOUT_FILENO, data, "<stdout>");
   OB_ASSIGN_OR_RETURN(OutputTarget out, ResolveOutput(path));
@@ -169,15 +239,15 @@ Status WriteFile(const std::string& path, const std::string& data) {
     if (close(fd) != 0 && s.ok()) s = Status::IoErr(path + ": close failed: " + Errno());
     return s;
   }
-  std::string tmp = out.path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoErr(path + ": cannot create: " + Errno());
+  std::string tmp;
+  OB_ASSIGN_OR_RETURN(const int fd, CreateTemporary(out.path, path, &tmp));
   Status s = WriteAll(fd, data, path);
   if (s.ok() && fsync(fd) != 0) s = Status::IoErr(path + ": fsync failed: " + Errno());
   if (close(fd) != 0 && s.ok()) s = Status::IoErr(path + ": close failed: " + Errno());
   if (s.ok() && rename(tmp.c_str(), out.path.c_str()) != 0)
     s = Status::IoErr(path + ": rename failed: " + Errno());
   if (!s.ok()) unlink(tmp.c_str());
+  ForgetTemporary(tmp);
   return s;
 }
 

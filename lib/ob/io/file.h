@@ -46,6 +46,24 @@ Result<OutputTarget> ResolveOutput(const std::string& path);
 // FIFOs). kIoErr naming `path`.
 Result<int> OpenWriteThrough(const std::string& path);
 
+// A temporary beside `target` (the real file ResolveOutput gave) for an
+// output replaced atomically: made anew (O_EXCL, mode 0644 less the umask) as
+// TARGET.tmp.PID.N, so that two processes or threads writing one target
+// never write one temporary (a second export truncated the first's, which
+// then renamed a file the second was still writing), and remembered until
+// ForgetTemporary, so that a fatal signal deletes it (RemoveTemporariesOn
+// Signal): an interrupted ob-data left TARGET.partial-PID, as large as
+// what it had tokenized. Returns the descriptor and sets *path. kIoErr
+// naming `name` (the path as the user gave it).
+Result<int> CreateTemporary(const std::string& target, const std::string& name, std::string* path);
+// The temporary was renamed into place or unlinked: no signal deletes it.
+void ForgetTemporary(const std::string& path);
+// Makes SIGINT, SIGTERM and SIGHUP (those not ignored: nohup) delete the
+// temporaries not yet forgotten, then end the process as the signal would
+// have (cli::Main, before a tool runs; a tool that handles these signals
+// itself, as ob-launch's master and agents do, replaces the handlers).
+void RemoveTemporariesOnSignal();
+
 // Opens `path` for a new stream of records (ob-launch --metrics), keeping
 // what it held: a non-empty regular file there (every symlink followed) is
 // first renamed to PATH.N, the first N free, never overwritten (*kept says
