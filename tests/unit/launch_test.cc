@@ -584,6 +584,11 @@ TEST_CASE("the closing line puts the measured step beside the plan's prediction"
   const std::string line = sink.Summary(0.08);
   CHECK_THAT(line, Catch::StartsWith("trained 30 steps: final loss 3.0000, "));
   CHECK_THAT(line, Catch::Contains("; a step 0.1000 s measured (median of the last 20) vs 0.0800 s predicted by ob-plan (1.25x)"));
+  // A plan priced for an H100 and run on the CPU: its 95x said nothing.
+  const std::string other = sink.Summary(0.0006, "h100 (NVIDIA H100 SXM5 80GB), not this run's cpu");
+  CHECK_THAT(other, Catch::EndsWith("; a step 0.1000 s measured (median of the last 20); ob-plan's 0.0006 s was for "
+                                    "h100 (NVIDIA H100 SXM5 80GB), not this run's cpu"));
+  CHECK_THAT(other, !Catch::Contains("x)"));
 }
 
 TEST_CASE("a resumed run's closing line says how many of its steps this run trained") {

@@ -74,6 +74,7 @@ class AgentPool {
                const std::string& secret);
 
   std::vector<std::unique_ptr<AgentState>>& all() { return agents_; }
+  const std::vector<std::unique_ptr<AgentState>>& all() const { return agents_; }
   AgentState& at(int node) { return *agents_[static_cast<size_t>(node)]; }
   const AgentState& at(int node) const { return *agents_[static_cast<size_t>(node)]; }
   AgentState* Find(const std::string& host);

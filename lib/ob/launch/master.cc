@@ -834,7 +834,7 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
     // The prediction of the layout that ran last (a recovery re-instantiates).
     const auto& in = plan_.instantiation();
     const double predicted = in.placed_iteration_seconds() > 0 ? in.placed_iteration_seconds() : in.iteration_seconds();
-    if (const std::string s = metrics_.Summary(predicted); !s.empty()) {
+    if (const std::string s = metrics_.Summary(predicted, PricedForAnother()); !s.empty()) {
       OB_LOG(Info) << s;
     }
   }
@@ -844,6 +844,20 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
   events_.Write("stop", reason);
   agents_.Stop(reason);
   server_.Close();
+}
+
+std::string Master::PricedForAnother() const {
+  // The profile's device: "cpu" or "cuda" (measured), or the GPU an analytic
+  // profile modelled ("h100"); the run's: each agent's --device resolved.
+  const auto& d = plan_.profile().device();
+  const bool plan_cpu = d.kind() == "cpu";
+  for (const auto& a : agents_.all()) {
+    if (a->device.empty()) continue;
+    if ((a->device == "cpu") == plan_cpu) return "";
+    return d.kind() + (d.name().empty() || d.name() == d.kind() ? "" : " (" + d.name() + ")") + ", not this run's " +
+           a->device;
+  }
+  return "";
 }
 
 void Master::FinishStop() {

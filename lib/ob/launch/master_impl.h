@@ -107,6 +107,10 @@ class Master {
   // from: "steps A-B, trained since …, are not on disk"; "" when none.
   std::string Unsaved() const;
   void BeginStop(const std::string& reason, Status outcome);
+  // "" when the plan was priced for the kind of device the run ran on; else
+  // what it was priced for and what ran ("h100 (NVIDIA H100 ...), not this
+  // run's cpu"), for the closing line (MetricsSink::Summary).
+  std::string PricedForAnother() const;
   void FinishStop();
   pb::OperatorResponse OnOperator(const pb::OperatorRequest& req);
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop_)); }

@@ -192,7 +192,7 @@ Status MetricsSink::LossVerdict() const {
   return Status::DataErr(msg);
 }
 
-std::string MetricsSink::Summary(double predicted) const {
+std::string MetricsSink::Summary(double predicted, const std::string& priced_for) const {
   if (total_steps_ == 0 && have_eval_) {  // --steps 0: a checkpoint evaluated
     return "evaluated the weights after step " + std::to_string(steps_done_ - 1) + ": eval loss " +
            Fixed(eval_loss_, 4);
@@ -204,16 +204,18 @@ std::string MetricsSink::Summary(double predicted) const {
          (first_step_ > 0 ? " over the " + std::to_string(steps_done_ - static_cast<uint64_t>(first_step_)) +
                                 " steps of this run (resumed after step " + std::to_string(first_step_ - 1) + ")"
                           : std::string()) +
-         Compared(predicted);
+         Compared(predicted, priced_for);
 }
 
-std::string MetricsSink::Compared(double predicted) const {
+std::string MetricsSink::Compared(double predicted, const std::string& priced_for) const {
   if (!(predicted > 0) || recent_step_seconds_.empty()) return "";
   std::vector<double> v(recent_step_seconds_.begin(), recent_step_seconds_.end());
   std::sort(v.begin(), v.end());
   const double measured = v[v.size() / 2];
-  return "; a step " + Fixed(measured, 4) + " s measured (median of the last " + std::to_string(v.size()) +
-         ") vs " + Fixed(predicted, 4) + " s predicted by ob-plan (" + Fixed(measured / predicted, 2) + "x)";
+  const std::string step = "; a step " + Fixed(measured, 4) + " s measured (median of the last " +
+                           std::to_string(v.size()) + ")";
+  if (!priced_for.empty()) return step + "; ob-plan's " + Fixed(predicted, 4) + " s was for " + priced_for;
+  return step + " vs " + Fixed(predicted, 4) + " s predicted by ob-plan (" + Fixed(measured / predicted, 2) + "x)";
 }
 
 }  // namespace ob::launch

@@ -67,8 +67,11 @@ class MetricsSink {
   // prediction (> 0, ob-plan's iteration time for the layout that ran
   // last), then "; a step X s measured (median of rank 0's last steps) vs Y s
   // predicted (R x)"; with --steps 0, "evaluated the weights after step S:
-  // eval loss E"; "" before any step.
-  std::string Summary(double predicted_step_seconds = 0) const;
+  // eval loss E"; "" before any step. `priced_for`: the device ob-plan
+  // priced the plan for when it is not the one the run ran on (a plan of an
+  // analytic H100 profile run on the CPU): the prediction is named as that
+  // device's, with no ratio, which would measure nothing.
+  std::string Summary(double predicted_step_seconds = 0, const std::string& priced_for = "") const;
   // Not OK (65, naming the steps) when training ran and rank 0's last loss
   // is NaN or infinite: the weights it ends with are not usable, and a run
   // must not report success for them. OK for --steps 0 (no training).
@@ -81,7 +84,7 @@ class MetricsSink {
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
   uint64_t last_step_ = 0;
   int64_t total_steps_ = 0;
-  std::string Compared(double predicted) const;  // Summary's comparison with the plan
+  std::string Compared(double predicted, const std::string& priced_for) const;  // Summary's comparison with the plan
   std::deque<double> recent_step_seconds_;  // rank 0's, the last kEtaSteps
   static constexpr size_t kEtaSteps = 20;
   bool stepped_ = false;
