@@ -121,4 +121,21 @@ expect 64 'cooldown must be finite, not negative' -- "$WATCH" --cooldown nan "$T
 expect 64 'cooldown must be finite, not negative' -- "$WATCH" --stall-timeout inf "$TMP/run.pb"
 expect 64 'straggler-ratio must be above 1' -- "$WATCH" --straggler-ratio inf "$TMP/run.pb"
 expect 64 'straggler-votes' -- "$WATCH" --straggler-votes 9 "$TMP/run.pb"
+
+# A file is a record of the past: acted on, a replayed NaN of step 60
+# rolled a live run at step 194 back to its checkpoint of step 149. Refused
+# by name and on stdin; a pipe is live, and acts.
+mkdir "$TMP/run3"
+expect 64 "--act acts on a live run, and .*nan.pb is a file, a record of the past" -- \
+  "$WATCH" --act --control "$TMP/run3/control.sock" "$TMP/nan.pb"
+expect 64 "--act acts on a live run, and <stdin> is a file" -- \
+  "$WATCH" --act --control "$TMP/run3/control.sock" < "$TMP/nan.pb"
+[ ! -e "$TMP/run3/requests" ] && pass || fail "a refused --act sent $(cat "$TMP/run3/requests")"
+fake_master "$TMP/run3" "$TMP/nan.pb"
+MASTER=$!
+wait_socket "$TMP/run3" || fail "the fake master did not start"
+cat "$TMP/nan.pb" | "$WATCH" --act --control "$TMP/run3/control.sock" --json > "$TMP/events3" 2> "$TMP/log3"
+kill "$MASTER" 2>/dev/null; wait "$MASTER" 2>/dev/null
+grep -q '^rollback loss_nan: loss is NaN at step 60' "$TMP/run3/requests" && pass \
+  || fail "a piped stream did not act: $(cat "$TMP/log3")"
 finish

@@ -1,4 +1,7 @@
 // ob-watch: detect anomalies in training metrics and act on them.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 
 #include "ob/cli/cli.h"
@@ -52,6 +55,17 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       return ob::Status::Usage("give a metrics FILE or --attach RUN_DIR, not both");
   } else {
     OB_ASSIGN_OR_RETURN(g.input, ob::cli::InputPath(g.input, "metrics"));
+    // A file of metrics is a record of the past: acted on, its events
+    // would exclude hosts of the run as it is now, or roll it back (a
+    // replayed NaN of step 60 rolled a run at step 194 back to its last
+    // checkpoint). A live stream is a pipe (ob-launch --metrics -) or --attach.
+    struct stat st {};
+    const int got = g.input == "-" ? ::fstat(STDIN_FILENO, &st) : ::stat(g.input.c_str(), &st);
+    if (g.act && !g.dry_run && got == 0 && S_ISREG(st.st_mode)) {
+      return ob::Status::Usage("--act acts on a live run, and " + ob::io::DisplayName(g.input) +
+                               " is a file, a record of the past: its events would act on the run as it is now "
+                               "(--attach RUN_DIR, or pipe ob-launch --metrics - in; --dry-run replays a file)");
+    }
   }
   g.output = common.output;
   g.json = common.json;
