@@ -31,8 +31,20 @@ p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-1] ^= 0x80
 open(p, "wb").write(b)
 PY
 expect 65 'layer-0005.safetensors: checksum mismatch: .*; nothing exported' -- "$CKPT" export "$TMP/ck" -o "$TMP/bad.safetensors"
-[ ! -e "$TMP/bad.safetensors" ] && [ ! -e "$TMP/bad.safetensors.tmp" ] && pass || fail "damaged export left output"
+[ -z "$(ls "$TMP" | grep '^bad\.safetensors')" ] && pass || fail "damaged export left output: $(ls "$TMP")"
 
+# An output that is a file of the checkpoint read (by name, by a link, or
+# the log) is refused before anything is written: an export over one of its
+# own layers replaced it and exited 0, and the checkpoint no longer verified.
+S2="$TMP/ck/step-000000000002"
+cp -a "$S2" "$TMP/s2.orig"
+expect 64 "writing -o .*layer-0001.safetensors would destroy the input .*layer-0001.safetensors \(the checkpoint\)" -- \
+  "$CKPT" export "$S2" -o "$S2/layer-0001.safetensors"
+ln -s "$S2/manifest.pb" "$TMP/m-link"
+expect 64 "writing -o .*m-link would destroy the input .*manifest.pb \(the checkpoint: the same file\)" -- \
+  "$CKPT" export "$TMP/ck" -o "$TMP/m-link"
+expect 64 "writing --log-file .*manifest.json would destroy the input" -- "$CKPT" verify "$TMP/ck" --log-file "$S2/manifest.json"
+diff -r "$S2" "$TMP/s2.orig" > /dev/null && pass || fail "a refused command changed the checkpoint"
 expect 66 'nowhere: no such checkpoint directory' -- "$CKPT" export "$TMP/nowhere" -o "$TMP/x"
 expect 74 'no/such/dir/x.safetensors: cannot create' -- "$CKPT" export "$TMP/ck/step-000000000002" -o "$TMP/no/such/dir/x.safetensors"
 finish

@@ -1,10 +1,12 @@
 // ob-ckpt: list, show, verify, export, import and prune checkpoint directories.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <sys/stat.h>
+#include <filesystem>
+#include <vector>
 
 #include "ob/ckpt/checkpoint.h"
 #include "ob/ckpt/hf.h"
@@ -300,6 +302,25 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   return ob::Status::Usage("no command: give ls, show, verify, export, import or prune");
 }
 
+// Every file under the command's DIR, for cli::CheckFiles: -o or --log-file
+// naming one (or a link to one) would write over a checkpoint's file
+// ('ob-ckpt export CKPT -o CKPT/layer-0001.safetensors' replaced a layer of
+// the checkpoint it exported and exited 0). Bounded: a root of a million
+// files is not walked further.
+std::vector<ob::cli::NamedFile> Reads() {
+  std::vector<ob::cli::NamedFile> reads;
+  if (g.path.empty()) return reads;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(g.path, ec)) return {{"the input", g.path}};
+  const std::string what = g_import->parsed() ? "the imported model" : "the checkpoint";
+  for (fs::recursive_directory_iterator it(g.path, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end && reads.size() < 1000000; it.increment(ec)) {
+    if (it->is_regular_file(ec)) reads.push_back({what, it->path().string()});
+  }
+  return reads;
+}
+
 CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* dir_help) {
   CLI::App* sub = ob::cli::AddCommand(app, name, what);
   sub->add_option("DIR", g.path, dir_help)->required()->option_text(" ");
@@ -351,5 +372,6 @@ void Setup(CLI::App& app) {
 
 int main(int argc, char** argv) {
   return ob::cli::Main(argc, argv,
-                       {"ckpt", "Inspect, verify, export, import and prune checkpoints.", Setup, Run});
+                       {"ckpt", "Inspect, verify, export, import and prune checkpoints.", Setup, Run, nullptr,
+                        Reads});
 }
