@@ -269,6 +269,23 @@ TEST_CASE("refuses when N < n0*(f+1), saying how many nodes are needed") {
   CHECK(msg.back() != '.');
 }
 
+TEST_CASE("a node of more GPUs than stages x tensor parallelism can use is refused, saying how many can") {
+  // 4 blocks + embed + head = 6 layers, 4 heads: t <= 4, so at most 24 GPUs
+  // a node; 32 said "no stage partition fits ... the model needs at least
+  // 0.0 GiB per GPU".
+  Problem p = testing::UniformProblem(4, 2, 0, 8, 32);
+  p.n_head = 4;
+  const Result<TemplateSet> ts = BuildTemplates(p);
+  REQUIRE_FALSE(ts.ok());
+  CHECK(ts.status().code() == Code::kConfig);
+  CHECK(ts.status().message() ==
+        "no layout uses a node's 32 GPUs: as stages × tensor parallelism, with a degree the model allows (at most "
+        "4: it divides the 4 heads), a node needs at least 8 stages, and the model has 6 layers; plan for at most "
+        "24 GPUs a node (--gpus-per-node)");
+  p.cluster.gpus_per_node = 24;
+  CHECK(BuildTemplates(p).ok());
+}
+
 TEST_CASE("templates use only tensor-parallel degrees the model splits by") {
   // gpt2-xl has 25 heads: on 8 GPUs a node only t = 1 (k = 8) can run it;
   // 12 heads take t = 1, 2 and 4 but not 8.

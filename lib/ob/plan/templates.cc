@@ -440,10 +440,16 @@ uint64_t LeastMemoryFor(const Problem& p, int max_nodes) {
   return memory;
 }
 
+// Rounded up (a need is not understated); under 0.1 GiB in MiB, where the
+// tenths of a GiB said "0.1 GiB" of --gpu-memory 1e-9.
 std::string GiB(uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB",
-                std::ceil(static_cast<double>(bytes) / (1ull << 30) * 10) / 10);
+  const double gib = static_cast<double>(bytes) / (1ull << 30);
+  if (gib < 0.1) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", std::ceil(gib * 1024 * 10) / 10);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GiB", std::ceil(gib * 10) / 10);
+  }
   return buf;
 }
 
@@ -451,6 +457,24 @@ std::string GiB(uint64_t bytes) {
 // a whole node with one micro-batch in flight, else the model as a whole.
 Status NothingFits(const Problem& p) {
   const int g = p.cluster.gpus_per_node;
+  const int L = p.num_layers();
+  // A node's GPUs are k stages × tensor parallelism t; t must divide the
+  // heads (and 4 × the hidden size), so a node can hold more GPUs than the
+  // layers can use ("the model needs at least 0.0 GiB per GPU" said it).
+  const std::vector<int> ks = StagesPerNodeChoices(p);
+  if (std::none_of(ks.begin(), ks.end(), [&](int k) { return k <= L; })) {
+    int widest = 1;  // the largest tensor-parallel degree the model allows
+    for (int t = 1; t <= std::max(1, p.n_head); ++t) {
+      const bool divides = (p.n_head <= 0 || p.n_head % t == 0) && (p.n_embd <= 0 || (4 * p.n_embd) % t == 0);
+      if (divides && (p.tp <= 0 || t == p.tp)) widest = t;
+    }
+    return Status::Config(
+        "no layout uses a node's " + std::to_string(g) + " GPUs: as stages × tensor parallelism, with a degree the "
+        "model allows (at most " + std::to_string(widest) + ": it divides the " + std::to_string(p.n_head) +
+        " heads), a node needs " + (ks.empty() ? std::string("more") : "at least " + std::to_string(ks.front())) +
+        " stages, and the model has " + std::to_string(L) + " layers; plan for at most " +
+        std::to_string(L * widest) + " GPUs a node (--gpus-per-node)");
+  }
   const uint64_t need = LeastMemoryFor(p, p.num_layers());
   const std::string have = GiB(p.cluster.gpu_memory) + " per GPU";
   for (int l = 0; l < p.num_layers(); ++l) {
