@@ -84,7 +84,6 @@ expect 64 "--repeats: '0' must be a positive number" -- "$P" --model gpt-tiny -k
 # Nothing was left behind by the failed writes.
 [ ! -e "$TMP/x.pb" ] || fail "a failed run left $TMP/x.pb"
 ls "$TMP" | grep -q '\.tmp\.' && fail "temporary files left behind"
-finish
 
 # Two programs: ob-profile does not load LibTorch; to measure layers it runs
 # ob-profile-measure from beside it (through a link too), and without it
@@ -103,3 +102,14 @@ expect 78 "^ob-profile: cannot run $TMP/alone/ob-profile-measure: No such file o
 ln -s "$P" "$TMP/linked/ob-profile"
 "$TMP/linked/ob-profile" --model gpt-tiny --threads 1 --warmup 0 -k 1 -q --json | grep -q '"mode": "PROFILE_MEASURED"' \
   || fail "ob-profile through a link does not measure"
+# A model larger than this machine's memory: refused before any layer is
+# made (LibTorch's allocator said "internal error: [enforce fail at
+# alloc_cpu.cpp:75]", exit 70, or the OOM killer ended it); one that runs
+# out of memory while measuring (here under a virtual-memory limit) ends
+# with 69 too, not as an internal error.
+expect 69 "^ob-profile: measuring gpt3-175b needs at least [0-9]+ GiB \(every layer's weights and gradients, and the activations of a micro-batch of 1 x 2048\), more than the [0-9]+ GiB of memory available here" -- \
+  "$P" --model gpt3-175b --threads 1 -q -o "$TMP/huge.pb"
+expect 69 "^ob-profile: (out of memory measuring gpt2-large on cpu: .*can't allocate memory|measuring gpt2-large needs at least)" -- \
+  bash -c 'ulimit -v 2500000 && exec "$@"' - "$P" --model gpt2-large --threads 1 --warmup 0 -k 1 -q -o "$TMP/large.pb"
+[ ! -e "$TMP/huge.pb" ] && [ ! -e "$TMP/large.pb" ] && pass || fail "a refused measurement wrote its output"
+finish

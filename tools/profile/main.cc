@@ -137,7 +137,18 @@ ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   o.bf16 = Bf16(/*analytic=*/false);
   o.seed = g.seed;
   o.progress = Progress;
-  return ob::profile::MeasureProfile(cfg, o);
+  try {
+    return ob::profile::MeasureProfile(cfg, o);
+  } catch (const std::exception& e) {
+    // Memory the check before could not foresee (AdamW state, workspaces,
+    // another process's): the device's lack, not an internal error.
+    const std::string what = e.what();
+    if (what.find("can't allocate memory") == std::string::npos && what.find("out of memory") == std::string::npos)
+      throw;
+    return ob::Status::Unavailable("out of memory measuring " + cfg.name + " on " + g.device + ": " +
+                                   what.substr(0, what.find('\n')) +
+                                   " (model it with --analytic --gpu NAME, or measure a smaller model or micro-batch)");
+  }
 }
 #endif
 

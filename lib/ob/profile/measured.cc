@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -263,6 +264,45 @@ uint64_t ResidentBytes() {
   return 0;
 }
 
+// MemAvailable of /proc/meminfo, bytes (0 when unreadable).
+uint64_t AvailableHostBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+// Measuring holds every layer's weights and gradients and a micro-batch's
+// activations at once: refused before any is made when even that (the
+// analytic model's count, a lower bound: no AdamW state, no workspace)
+// exceeds the memory here, which LibTorch's allocator reported as an
+// internal error ("enforce fail at alloc_cpu.cpp"), or the kernel's OOM
+// killer ended. kUnavailable naming both sizes.
+Status CheckMemoryFor(const model::GptConfig& c, const MeasureOptions& o, int seq_len, const torch::Device& dev) {
+  AnalyticOptions a;
+  OB_ASSIGN_OR_RETURN(a.gpu, FindGpu("h100"));  // the bytes do not depend on the GPU
+  a.microbatches = {o.microbatches.empty() ? 1 : *std::max_element(o.microbatches.begin(), o.microbatches.end())};
+  a.seq_len = seq_len;
+  a.fp32 = !o.bf16;
+  a.max_group = 1;
+  OB_ASSIGN_OR_RETURN(pb::Profile model, AnalyticProfile(c, a));
+  uint64_t need = 0;
+  for (const auto& l : model.layers()) {
+    need += l.parameter_bytes() + l.gradient_bytes();
+    if (l.costs_size() > 0) need += l.costs(0).activation_bytes();
+  }
+  const uint64_t have = dev.is_cuda() ? compat::CudaTotalMemory(dev.index()) : AvailableHostBytes();
+  if (have == 0 || need <= have) return Status::Ok();
+  auto gib = [](uint64_t b) { return std::to_string(static_cast<int64_t>(std::ceil(b / double(1ull << 30)))) + " GiB"; };
+  return Status::Unavailable(
+      "measuring " + c.name + " needs at least " + gib(need) + " (every layer's weights and gradients, and the "
+      "activations of a micro-batch of " + std::to_string(a.microbatches[0]) + " x " + std::to_string(seq_len) +
+      "), more than the " + gib(have) + (dev.is_cuda() ? " of the GPU" : " of memory available here") +
+      ": model it with --analytic --gpu NAME, or measure a smaller model");
+}
+
 // --concurrency: processes that train the model's layers (forward and
 // backward of each in turn, in a loop) while this one times them, so that
 // the times are those of a worker sharing the machine's cores with others.
@@ -441,6 +481,7 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
     if (!dev.has_index()) dev = torch::Device(torch::kCUDA, 0);
   }
   if (o.concurrency < 1) return Status::Config("--concurrency must be >= 1");
+  OB_RETURN_IF_ERROR(CheckMemoryFor(c, o, s, dev));
   if (o.concurrency > 1 && dev.is_cuda())
     return Status::Config("--concurrency is for workers sharing CPU cores; on CUDA each worker has its GPU");
   // N − 1 train beside this process while it times the layers; one more
