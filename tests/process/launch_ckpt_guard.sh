@@ -5,8 +5,10 @@
 #     second ob-launch on either is refused (78) before it starts a host,
 #     and the first one's control socket still answers;
 #  2. --resume auto of another job's checkpoints (another seed) is refused
-#     (65) unless --resume-from-other; --resume of a step at or past
-#     --steps is refused (64), and with another --eval-split (78);
+#     (65) unless --resume-from-other; --resume auto of the job's own last
+#     step (a requeue of a trained job) exits 0 starting nothing, --resume
+#     of a step at or past --steps is refused (64), and with another
+#     --eval-split (78);
 #     evaluating with one warns that the loss is not a held-out one;
 #  3. a FIFO as --data is refused (65) at once, not waited on;
 #  4. a "checkpoint" request too late to be honoured is refused;
@@ -43,6 +45,13 @@ stop_master first
 # 2. Another job's checkpoints; a resume with nothing left to train.
 launch seed1 --steps 10 --seed 1 --ckpt-dir "$WORK/ck" --ckpt-every 10
 [ "$RC" = 0 ] || fail "seed 1 run: exit $RC: $(tail -3 "$WORK/seed1.err")"
+# The same command line again (a requeue of a job that trained to its
+# end): nothing to do, exit 0, no host started (it exited 64).
+launch again --steps 10 --seed 1 --ckpt-dir "$WORK/ck" --resume auto
+[ "$RC" = 0 ] || fail "--resume auto of a trained job: exit $RC, expected 0: $(cat "$WORK/again.err")"
+grep -q "resume auto: .*step-000000000009 is of step 9, the last of --steps 10: the job is trained; nothing to do" \
+  "$WORK/again.err" || fail "a trained job's rerun does not say so: $(cat "$WORK/again.err")"
+! grep -qs agent-start "$WORK/again/events.log" || fail "hosts were started for a trained job"
 launch seed2 --steps 12 --seed 2 --ckpt-dir "$WORK/ck" --resume auto
 [ "$RC" = 65 ] || fail "resume of another job's checkpoint: exit $RC, expected 65: $(cat "$WORK/seed2.err")"
 grep -q "step-000000000009: saved by another job (seed 1, this run's is 2)" "$WORK/seed2.err" \

@@ -65,6 +65,15 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                           " there, " + plan_->model().name() + " in the plan)");
   }
   const int64_t step = static_cast<int64_t>(m.step());
+  if (o.resume == "auto" && o.steps > 0 && step + 1 == o.steps) {
+    // The job's own last step is saved: a requeue (or a supervisor's rerun)
+    // of a job that trained to its end has nothing to do, and that is no
+    // mistake of its command line (it exited 64, which a supervisor reads
+    // as a permanent failure of a finished job).
+    resume_ = {from, step};
+    trained_ = true;
+    return Status::Ok();
+  }
   if (o.steps > 0 && step + 1 >= o.steps) {
     return Status::Usage(from + ": the checkpoint is of step " + std::to_string(step) + " and --steps " +
                          std::to_string(o.steps) + " ends at step " + std::to_string(o.steps - 1) +

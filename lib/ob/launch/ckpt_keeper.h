@@ -56,8 +56,9 @@ class CheckpointKeeper {
   // Locks and cleans the directory, and picks the checkpoint --resume names
   // (every checksum verified, before any host starts). `plan` is the
   // master's current plan, read at every commit; it must outlive us.
-  // Errors: kUsage (--resume auto without a directory; a checkpoint at or
-  // past the last step), kConfig (locked; another job's; another model),
+  // Errors: kUsage (--resume auto without a directory; a checkpoint past
+  // the last step, or at it with --resume PATH: with --resume auto that is
+  // trained()), kConfig (locked; another job's; another model),
   // kDataErr (none usable), kIoErr.
   Status Open(const Options& o, const pb::Plan* plan, int num_layers, EventLog* events);
 
@@ -67,6 +68,9 @@ class CheckpointKeeper {
   const std::string& lock_line() const { return lock_.line(); }
   // The checkpoint to resume from ("" path: start afresh).
   const CheckpointRef& resume() const { return resume_; }
+  // --resume auto found the run's last step (--steps - 1) saved, in resume():
+  // the job is trained, and there is nothing to start.
+  bool trained() const { return trained_; }
   // How this run's optimizer settings differ from the resumed checkpoint's,
   // one "name A -> B" each ("" when the same, or none recorded).
   const std::vector<std::string>& optimizer_changes() const { return optimizer_changes_; }
@@ -113,6 +117,7 @@ class CheckpointKeeper {
   io::DirLock lock_;
   std::unique_ptr<CommitQueue> commits_;
   CheckpointRef resume_;
+  bool trained_ = false;  // trained()
   std::string own_data_fingerprint_;     // this machine's reading of --data ("": none)
   std::string resume_data_fingerprint_;  // the resumed checkpoint's record of it
   int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed

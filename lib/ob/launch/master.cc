@@ -103,6 +103,7 @@ Status Master::Prepare() {
                                  opt_.seed, opt_.data, opt_.eval_split, "ob-launch, run directory " + run_dir_,
                                  opt_.optimizer},
                                 &plan_, loaded_.problem.num_layers(), &events_));
+  if (ckpt_.trained()) return Status::Ok();  // Run says so; no host, no --metrics file
   if (!ckpt_.resume().path.empty()) lineage_.RestoreNext(ckpt_.resume());
   for (const std::string& change : ckpt_.optimizer_changes()) {
     events_.Write("resume-change", change);
@@ -120,6 +121,14 @@ Status Master::Prepare() {
 
 Result<int> Master::Run() {
   OB_RETURN_IF_ERROR(Prepare());
+  if (ckpt_.trained()) {
+    const std::string line = "--resume auto: " + ckpt_.resume().path + " is of step " +
+                             std::to_string(ckpt_.resume().step) + ", the last of --steps " +
+                             std::to_string(opt_.steps) + ": the job is trained; nothing to do";
+    OB_LOG(Info) << line;
+    events_.Write("done", "exit 0: " + line);
+    return 0;
+  }
   ::signal(SIGPIPE, SIG_IGN);  // a dead agent's stdin must not kill us
   uv_signal_init(&loop_, &sigchld_);
   uv_signal_start(&sigchld_, [](uv_signal_t* s, int) {
