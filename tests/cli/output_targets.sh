@@ -71,6 +71,18 @@ for k in profile plan svg plot export; do
   fi
 done
 
+# A FIFO nobody reads yet: the open waits for a reader, and says so (it
+# hung in silence: ob-launch --metrics FIFO before the ob-watch that reads it).
+mkfifo "$TMP/late"
+"$PLAN" --nodes 2 -f 0 -B 8 -o "$TMP/late" "$TMP/tiny.pb" 2> "$TMP/late.err" &
+writer=$!
+waiting() { grep -q "late: a FIFO that nobody reads yet; waiting for a reader" "$TMP/late.err"; }
+for _ in $(seq 100); do waiting && break; sleep 0.05; done
+waiting && pass || fail "no word of the wait: $(cat "$TMP/late.err")"
+cat "$TMP/late" > "$TMP/late.pb"
+wait "$writer" && cmp -s <("$PLAN" --explain "$TMP/late.pb") <("$PLAN" --explain "$TMP/ref.plan") && pass \
+  || fail "the plan through a late-read FIFO: $(cat "$TMP/late.err")"
+
 # A directory is refused with one line naming it.
 mkdir "$TMP/dir"
 expect 74 "dir: is a directory" -- "$PLAN" --nodes 2 -f 0 -B 8 -o "$TMP/dir" "$TMP/tiny.pb"

@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "ob/clock.h"
+#include "ob/log.h"
 
 namespace ob::io {
 
@@ -113,8 +114,16 @@ Result<OutputTarget> ResolveOutput(const std::string& path) {
 }
 
 Result<int> OpenWriteThrough(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  // A FIFO's open waits for a reader: say so, rather than hang in silence
+  // (ob-launch --metrics FIFO before any ob-watch reads it).
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ENXIO) {
+    OB_LOG(Info) << path << ": a FIFO that nobody reads yet; waiting for a reader (e.g. ob-watch " << path << ")";
+    fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  }
   if (fd < 0) return Status::IoErr(path + ": cannot open for writing: " + Errno());
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK) != 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait, as before
   return fd;
 }
 
