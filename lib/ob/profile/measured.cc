@@ -254,25 +254,21 @@ uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& de
   return state;
 }
 
-// VmRSS of this process, bytes (0 when unreadable).
-uint64_t ResidentBytes() {
-  std::ifstream in("/proc/self/status");
+// A "KEY: N kB" line of a /proc file, in bytes (0 when unreadable).
+uint64_t ProcBytes(const char* file, const std::string& key) {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind(key + ":", 0) == 0) return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10) * 1024;
   }
   return 0;
 }
 
-// MemAvailable of /proc/meminfo, bytes (0 when unreadable).
-uint64_t AvailableHostBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) == 0) return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
-  }
-  return 0;
-}
+// VmRSS of this process, bytes (0 when unreadable).
+uint64_t ResidentBytes() { return ProcBytes("/proc/self/status", "VmRSS"); }
+
+// MemAvailable, bytes (0 when unreadable).
+uint64_t AvailableHostBytes() { return ProcBytes("/proc/meminfo", "MemAvailable"); }
 
 // Measuring holds every layer's weights and gradients and a micro-batch's
 // activations at once: refused before any is made when even that (the
