@@ -116,14 +116,17 @@ Result<OutputTarget> ResolveOutput(const std::string& path) {
 Result<int> OpenWriteThrough(const std::string& path) {
   // A FIFO's open waits for a reader: say so, rather than hang in silence
   // (ob-launch --metrics FIFO before any ob-watch reads it).
-  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0 && errno == ENXIO) {
+  struct stat st {};
+  const bool fifo = stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+  if (fifo && fd < 0 && errno == ENXIO) {
     OB_LOG(Info) << path << ": a FIFO that nobody reads yet; waiting for a reader (e.g. ob-watch " << path << ")";
     fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   }
   if (fd < 0) return Status::IoErr(path + ": cannot open for writing: " + Errno());
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0 && (flags & O_NONBLOCK) != 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait, as before
+  if (const int flags = fcntl(fd, F_GETFL); fifo && flags >= 0 && (flags & O_NONBLOCK) != 0) {
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait for the reader, as before
+  }
   return fd;
 }
 
