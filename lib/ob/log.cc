@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 
 #include <google/protobuf/stubs/logging.h>
 #include <mutex>
@@ -83,12 +81,10 @@ void Write(Level level, const std::string& message) {
   ssize_t unused = write(STDERR_FILENO, line.data(), line.size());
   (void)unused;
   if (g_file_fd < 0) return;
-  const ssize_t written = write(g_file_fd, line.data(), line.size());
-  const int err = errno;
-  if (FileLoss().Count(written, line.size())) {
+  if (FileLoss().Count(write(g_file_fd, line.data(), line.size()), line.size())) {
     // Said on stderr at once (not through Write: the file would fail again).
-    const std::string warn = g_prefix + ": " + LevelName(Level::kWarn) + ": " + g_file_path + ": cannot append to the log: " +
-                             (written < 0 ? std::strerror(err) : "short write") +
+    const std::string warn = g_prefix + ": " + LevelName(Level::kWarn) + ": " + g_file_path +
+                             ": cannot append to the log: " + FileLoss().error() +
                              "; its lines go to stderr only, and the end says what it lacks\n";
     unused = write(STDERR_FILENO, warn.data(), warn.size());
   }

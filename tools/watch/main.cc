@@ -60,8 +60,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     // replayed NaN of step 60 rolled a run at step 194 back to its last
     // checkpoint). A live stream is a pipe (ob-launch --metrics -) or --attach.
     struct stat st {};
-    const int got = g.input == "-" ? ::fstat(STDIN_FILENO, &st) : ::stat(g.input.c_str(), &st);
-    if (g.act && !g.dry_run && got == 0 && S_ISREG(st.st_mode)) {
+    if (g.act && !g.dry_run &&
+        (g.input == "-" ? ::fstat(STDIN_FILENO, &st) : ::stat(g.input.c_str(), &st)) == 0 && S_ISREG(st.st_mode)) {
       return ob::Status::Usage("--act acts on a live run, and " + ob::io::DisplayName(g.input) +
                                " is a file, a record of the past: its events would act on the run as it is now "
                                "(--attach RUN_DIR, or pipe ob-launch --metrics - in; --dry-run replays a file)");

@@ -372,9 +372,7 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
       w->through_ = true;
     } else {
       w->real_path_ = out.path;
-      std::string tmp;
-      OB_ASSIGN_OR_RETURN(w->fd_, io::CreateTemporary(out.path, path, &tmp));
-      w->tmp_ = std::move(tmp);
+      OB_ASSIGN_OR_RETURN(w->fd_, io::CreateTemporary(out.path, path, &w->tmp_));
     }
   }
   unsigned char len[8];

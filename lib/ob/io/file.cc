@@ -218,7 +218,11 @@ Result<int> CreateTemporary(const std::string& target, const std::string& name, 
       RememberTemporary(*path);
       return fd;
     }
-    if (errno != EEXIST || attempt >= 100) return Status::IoErr(name + ": cannot create: " + Errno());
+    if (errno != EEXIST || attempt >= 100) {
+      const std::string err = Errno();
+      path->clear();  // nothing of ours to remove
+      return Status::IoErr(name + ": cannot create: " + err);
+    }
   }
 }
 
@@ -384,6 +388,11 @@ bool AppendLoss::Count(ssize_t written, size_t size) {
   first_ms_ = UnixMs();
   error_ = written < 0 ? std::strerror(err) : "short write";
   return true;
+}
+
+std::string AppendLoss::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
 }
 
 void AppendLoss::Reset() {

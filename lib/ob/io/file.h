@@ -54,7 +54,7 @@ Result<int> OpenWriteThrough(const std::string& path);
 // ForgetTemporary, so that a fatal signal deletes it (RemoveTemporariesOn
 // Signal): an interrupted ob-data left TARGET.partial-PID, as large as
 // what it had tokenized. Returns the descriptor and sets *path. kIoErr
-// naming `name` (the path as the user gave it).
+// naming `name` (the path as the user gave it), *path left empty.
 Result<int> CreateTemporary(const std::string& target, const std::string& name, std::string* path);
 // The temporary was renamed into place or unlinked: no signal deletes it.
 void ForgetTemporary(const std::string& path);
@@ -147,6 +147,9 @@ class AppendLoss {
   // lines, the first at TIME: ERROR" (ERROR: the first failure's strerror,
   // or "short write").
   std::string Describe(const std::string& name) const;
+  // The first lost line's error ("" while none was lost), for the warning
+  // at once.
+  std::string error() const;
   // Counts anew (another file).
   void Reset();
 

@@ -31,10 +31,8 @@ void EventLog::Write(const std::string& kind, const std::string& text) {
   char since[32];
   std::snprintf(since, sizeof since, " +%.3fs ", (now - start_ms_) / 1e3);
   const std::string line = FormatUnixMs(now) + since + kind + " " + text + "\n";
-  const ssize_t written = ::write(fd_, line.data(), line.size());
-  const int err = errno;
-  if (loss_.Count(written, line.size())) {
-    OB_LOG(Warn) << path_ << ": cannot append an event: " << (written < 0 ? std::strerror(err) : "short write")
+  if (loss_.Count(::write(fd_, line.data(), line.size()), line.size())) {
+    OB_LOG(Warn) << path_ << ": cannot append an event: " << loss_.error()
                  << "; training goes on, and the end of the run says what the log lacks";
   }
 }

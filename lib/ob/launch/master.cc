@@ -11,7 +11,6 @@
 
 #include "ob/clock.h"
 #include "ob/io/file.h"
-#include "ob/io/message.h"
 #include "ob/io/text.h"
 #include "ob/launch/agent.h"
 #include "ob/launch/devices.h"
@@ -57,12 +56,8 @@ Status Master::Prepare() {
                          "ob-launch inside sbatch or salloc");
   }
   OB_ASSIGN_OR_RETURN(hosts_, LoadLaunchHosts(opt_.hosts_path));
-  pb::Plan& plan = plan_;
-  if (opt_.plan) {
-    plan = *opt_.plan;
-  } else {
-    OB_RETURN_IF_ERROR(io::LoadMessage(opt_.plan_path, io::kPlanFormatVersion, &plan));
-  }
+  plan_ = opt_.plan;
+  const pb::Plan& plan = plan_;
   hosts_name_ = opt_.hosts_path.empty() ? "the Slurm node list" : opt_.hosts_path;
   auto loaded = plan::FromProto(plan);
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
@@ -197,7 +192,9 @@ Result<int> Master::Run() {
     OB_LOG(Error) << outcome_.message();
   }
   events_.Write("done", outcome_.ok() ? "exit 0" : "exit " + std::to_string(outcome_.exit_code()));
-  if (const std::string lost = events_.lost(); !lost.empty()) OB_LOG(Warn) << lost;
+  if (const std::string lost = events_.lost(); !lost.empty()) {
+    OB_LOG(Warn) << lost;
+  }
   if (!outcome_.ok()) return outcome_;
   return 0;
 }

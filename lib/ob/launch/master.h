@@ -69,7 +69,6 @@
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,10 +98,10 @@ struct WorkerContext {
 using WorkerCommand = std::function<pb::WorkerSpec(const WorkerContext&)>;
 
 struct MasterOptions {
-  std::string plan_path;             // a Plan (ob-formats(5)); "-" reads stdin
-  // The plan, when the caller has read plan_path already (ob-launch reads it
-  // once: "-" or a pipe cannot be read twice); plan_path then only names it.
-  std::optional<pb::Plan> plan;
+  // The plan (ob-formats(5)), read by the caller once (LoadPlanData: "-" or
+  // a pipe cannot be read twice), and the path it was read from, for messages.
+  pb::Plan plan;
+  std::string plan_path;
   std::string hosts_path;            // "" = Slurm's node list
   std::string rsh = "ssh";           // "ssh", "local" or a prefix command
   std::string secret_file;           // "" = $OB_SECRET
