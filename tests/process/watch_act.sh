@@ -32,7 +32,7 @@ wait "$WATCH_PID"; wrc=$?
 
 HOST3="${TAG}h3"
 python3 - "$WORK/events" "$WORK/metrics.pb" "$HOST3" "$METRICS_PY" <<'PY' || fail "events: $(cut -c 1-300 "$WORK/events")"
-import json, sys
+import json, re, sys
 sys.path.insert(0, sys.argv[4].rsplit("/", 1)[0])
 import metrics
 events = [json.loads(l) for l in open(sys.argv[1])]
@@ -45,7 +45,7 @@ assert h["host"] == host, h
 delay = (int(h["unix_ms"]) - last) / 1000
 assert 2.5 <= delay <= 5.0, "hang found %.2f s after rank 2's last record" % delay
 acts = [e for e in events if e["kind"] == "EVENT_ACTION" and " hang: " in e["request"]]
-assert acts and acts[0]["request"].startswith("exclude %s hang: " % host), acts
+assert acts and re.match(r"run=[0-9a-f]{16} exclude %s hang: " % host, acts[0]["request"]), acts
 assert acts[0]["evidence"]["ok"] == 1, acts[0]
 rec = [e for e in events if e["kind"] == "EVENT_RECOVERY"]
 assert rec and int(rec[0]["generation"]) >= 2, "no recovery"

@@ -32,26 +32,49 @@ watched() {
 
 watched rollback --ckpt-dir "$WORK/ckpt" --ckpt-every 10
 [ "$RC" = 0 ] || fail "exit $RC: $(tail -3 "$WORK/rollback.err")"
-python3 - "$WORK/rollback.events" <<'PY' || fail "events: $(cut -c 1-300 "$WORK/rollback.events")"
+# Each run has an id of its own, named in events.log and on every record.
+RUN_ID=$(sed -n 's/.* run id=\([0-9a-f]\{16\}\) pid=.*/\1/p' "$WORK/rollback/events.log")
+[ -n "$RUN_ID" ] || fail "events.log names no run: $(head -3 "$WORK/rollback/events.log")"
+python3 - "$WORK/rollback.events" "$RUN_ID" <<'PY' || fail "events: $(cut -c 1-300 "$WORK/rollback.events")"
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 nan = [e for e in events if e["kind"] == "EVENT_LOSS_NAN"]
 assert nan and int(nan[0]["step"]) == 25, nan
 acts = [e for e in events if e["kind"] == "EVENT_ACTION"]
-assert acts and acts[0]["request"].startswith("rollback"), acts
+# The request names the run its evidence came from: this one's.
+run = sys.argv[2]
+assert acts and acts[0]["request"].startswith("run=%s rollback" % run), (run, acts)
+assert nan[0]["run"] == run and acts[0]["run"] == run, (run, nan[0], acts[0])
 assert acts[0]["evidence"]["ok"] == 1, acts[0]
 print("watch_nan: NaN at step %s; %s" % (nan[0]["step"], acts[0]["request"][:60]))
 PY
 grep -q "decide generation=2 rollback to .*step-0*19: " "$WORK/rollback/events.log" \
   || fail "no rollback to step 19: $(grep decide "$WORK/rollback/events.log")"
 [ "$(max_step "$WORK/rollback.pb")" = $((STEPS - 1)) ] || fail "did not reach the last step"
+python3 - "$WORK/rollback.pb" "$RUN_ID" "$(dirname "$METRICS_PY")" <<'PY' || fail "--metrics records without the run's id"
+import sys
+sys.path.insert(0, sys.argv[3])
+import metrics
+runs = {f.get(46, b"").decode() for _, f in metrics.frames(open(sys.argv[1], "rb").read())}
+assert runs == {sys.argv[2]}, runs
+PY
 python3 "$METRICS_PY" check "$WORK/rollback.pb" "$STEPS" 4 > /dev/null || fail "metrics after the rollback"
 
 # A host that is slow, not failed, stays when the plan would run slower or
 # with fewer than f + 1 pipelines without it (here: one pipeline left).
 kept() {
   wait_step nockpt 3 || return 0  # a stopped run answers nothing; the next checks say why
-  local host="${TAG}h2" answer
+  local host="${TAG}h2" answer run
+  # Evidence of another run (another job's metrics piped to ob-watch --act)
+  # does not steer this one; "status" names this run.
+  answer=$(control "$WORK/nockpt/control.sock" "status")
+  run=$(sed -n 's/.*"run":"\([0-9a-f]\{16\}\)".*/\1/p' <<< "$answer")
+  [ -n "$run" ] && grep -q " run id=$run " "$WORK/nockpt/events.log" || fail "status names no run: $answer"
+  answer=$(control "$WORK/nockpt/control.sock" "run=00000000000000ff stop straggler: from another run")
+  case "$answer" in
+    *'"ok":false'*"this request is for run 00000000000000ff, and this master runs run $run"*) ;;
+    *) fail "a request of another run answered: $answer" ;;
+  esac
   answer=$(control "$WORK/nockpt/control.sock" "exclude $host slow=1.2 straggler: from the test")
   case "$answer" in
     *'"ok":false'*"kept $host: without it 1 pipeline would remain"*) echo "$NAME: slow host kept: ${answer:0:160}" ;;

@@ -461,6 +461,20 @@ TEST_CASE("control socket requests") {
   REQUIRE(bare.ok());
   CHECK(bare->slowdown() == 2);
   CHECK(bare->reason() == "an operator asked to drain it");
+  // "run=ID": for that run only.
+  auto mine = ParseOperatorRequest("run=0123456789abcdef rollback loss_nan: loss is NaN");
+  REQUIRE(mine.ok());
+  CHECK(mine->command() == ob::pb::OPERATOR_ROLLBACK);
+  CHECK(mine->run() == "0123456789abcdef");
+  CHECK(mine->reason() == "loss_nan: loss is NaN");
+  auto excl = ParseOperatorRequest("run=ab exclude h3 slow=2 straggler");
+  REQUIRE(excl.ok());
+  CHECK(excl->host() == "h3");
+  CHECK(excl->slowdown() == 2);
+  CHECK(excl->run() == "ab");
+  CHECK(ParseOperatorRequest("run= stop").status().code() == ob::Code::kUsage);
+  CHECK(ParseOperatorRequest("run=ab").status().code() == ob::Code::kUsage);
+  CHECK(ParseOperatorRequest("stop")->run().empty());
   auto plain = ParseOperatorRequest("exclude h3 bad disk");
   REQUIRE(plain.ok());
   CHECK(plain->slowdown() == 0);
@@ -505,6 +519,40 @@ TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a 
   CHECK(!r[1]);
   CHECK(r[2] == gateway_answers);
   CHECK(r[3]);
+}
+
+TEST_CASE("the metrics sink stamps every record with the run, a worker's own run field included") {
+  char path[] = "/tmp/ob-launch-test-metrics.XXXXXX";
+  const int tmp = ::mkstemp(path);
+  REQUIRE(tmp >= 0);
+  ::close(tmp);
+  ::unlink(path);
+  {
+    ob::launch::MetricsSink sink(nullptr);
+    REQUIRE(sink.Open(path).ok());
+    sink.set_run("0123456789abcdef");
+    ob::pb::Metrics m;
+    m.set_step(3);
+    sink.Publish(m);
+    m.set_run("forged");  // a worker cannot speak for another run
+    sink.Publish(m);
+    sink.Exited("h1", ob::pb::WorkerExited(), 1, 3);
+  }
+  const int fd = ::open(path, O_RDONLY);
+  REQUIRE(fd >= 0);
+  ob::io::RecordReader in(fd, path);
+  int n = 0;
+  ob::pb::Metrics back;
+  while (true) {
+    ob::Result<bool> more = in.Next(&back);
+    REQUIRE(more.ok());
+    if (!*more) break;
+    CHECK(back.run() == "0123456789abcdef");
+    ++n;
+  }
+  ::close(fd);
+  ::unlink(path);
+  CHECK(n == 3);
 }
 
 TEST_CASE("the progress line names the largest peak GPU memory of any rank, and none on a CPU") {

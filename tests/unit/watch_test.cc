@@ -506,6 +506,49 @@ TEST_CASE("actions: hangs act at once and stragglers after --confirm events with
   CHECK_FALSE(p.Consider(drop, 100000));
 }
 
+TEST_CASE("actions: a request names the run of its evidence, and a new run in a stream starts afresh") {
+  // Every event carries the run of the records that raised it.
+  SyntheticRun a = Run(2, 40);
+  a.faults.push_back(Fault(SyntheticFault::kNan, 0, 30));
+  std::vector<Metrics> records = Synthesize(a);
+  for (auto& m : records) m.set_run("0123456789abcdef");
+  const auto nans = OfKind(Watch(records), ob::pb::EVENT_LOSS_NAN);
+  REQUIRE(nans.size() == 1);
+  CHECK(nans[0].run() == "0123456789abcdef");
+  ActionPolicy p({3, 30});
+  auto r = p.Consider(nans[0], 0);
+  REQUIRE(r);
+  CHECK(r->line.rfind("run=0123456789abcdef rollback loss_nan: ", 0) == 0);
+  CHECK(ActionEvent(*r, nullptr, 0).run() == "0123456789abcdef");
+  // A forged run with spaces stays one word (the master refuses it).
+  Event forged = nans[0];
+  forged.set_run("a b\nc");
+  ActionPolicy q({3, 30});
+  r = q.Consider(forged, 0);
+  REQUIRE(r);
+  CHECK(r->line.rfind("run=a_b_c rollback ", 0) == 0);
+
+  // Two runs in one stream: the second's generation 1 and step 0 are not
+  // a retired generation's late records, and its NaN is its own.
+  SyntheticRun b = Run(3, 40);
+  b.faults.push_back(Fault(SyntheticFault::kNan, 0, 20));
+  std::vector<Metrics> first = Synthesize(Run(4, 40));
+  for (auto& m : first) {
+    m.set_run("1111");
+    m.set_generation(m.generation() + 4);
+  }
+  std::vector<Metrics> second = Synthesize(b);
+  for (auto& m : second) m.set_run("2222");
+  first.insert(first.end(), second.begin(), second.end());
+  Watcher w({}, Clock::kStream);
+  const auto both = OfKind(Watch(first, {}, &w), ob::pb::EVENT_LOSS_NAN);
+  REQUIRE(both.size() == 1);
+  CHECK(both[0].step() == 20);
+  CHECK(both[0].run() == "2222");
+  CHECK(w.state().run == "2222");
+  CHECK(w.state().records == first.size());
+}
+
 TEST_CASE("actions: a request line goes to the control socket and its answer comes back") {
   char dir[] = "/tmp/ob-watch-test.XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);

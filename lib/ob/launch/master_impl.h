@@ -130,6 +130,7 @@ class Master {
   StoreServer store_;                       // the job's rendezvous store (store_server.h)
   EventLog events_;
   std::string secret_, bind_addr_, run_dir_;
+  std::string run_id_;                      // this run's (Metrics.run): 16 hex digits, new each start
   int bind_port_ = 0;
   LaunchLayout layout_;                     // the current generation's
   std::vector<cluster::Host> hosts_;        // as given

@@ -10,6 +10,18 @@ namespace ob::launch::detail {
 pb::OperatorResponse Master::OnOperator(const pb::OperatorRequest& req) {
   pb::OperatorResponse r;
   r.set_ok(true);
+  r.set_run(run_id_);
+  // Evidence from another run's records (ob-watch --act fed another job's
+  // metrics, or an old run's) must not steer this one.
+  if (!req.run().empty() && req.run() != run_id_) {
+    r.set_ok(false);
+    r.set_error("this request is for run " + req.run() + ", and this master runs run " + run_id_ +
+                ": its evidence came from another run's records");
+    events_.Write("refuse", "request for run " + req.run() + " (" + pb::OperatorCommand_Name(req.command()) +
+                                "): not this run's");
+    OB_LOG(Warn) << "refused a request for run " << req.run() << " (this is run " << run_id_ << ")";
+    return r;
+  }
   switch (req.command()) {
     case pb::OPERATOR_STOP:
       RequestStop(req.reason());

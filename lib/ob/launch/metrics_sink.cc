@@ -44,7 +44,15 @@ Status MetricsSink::Open(const std::string& path) {
   return Status::Ok();
 }
 
-void MetricsSink::Publish(const pb::Metrics& m) {
+void MetricsSink::Publish(const pb::Metrics& record) {
+  const pb::Metrics* stamped = &record;
+  pb::Metrics copy;
+  if (!run_.empty() && record.run() != run_) {
+    copy = record;
+    copy.set_run(run_);
+    stamped = &copy;
+  }
+  const pb::Metrics& m = *stamped;
   if (out_) {
     Status st = out_->Write(m);
     if (!st.ok()) {

@@ -31,7 +31,9 @@ class MetricsSink {
 
   // `path`: a file, "-" or "" (none). kUsage for "-" on a terminal, kIoErr.
   Status Open(const std::string& path);
-  // To --metrics and every watcher. A write that fails ends --metrics, once,
+  // The run id Publish stamps on every record (Metrics.run).
+  void set_run(const std::string& run) { run_ = run; }
+  // To --metrics and every watcher, stamped with the run id. A write that fails ends --metrics, once,
   // with a log line; training goes on (lost() says so again at the end).
   void Publish(const pb::Metrics& m);
   // "" while every record reached --metrics; else which did not, and why.
@@ -99,6 +101,7 @@ class MetricsSink {
   int64_t last_finite_step_ = -1;  // rank 0's newest step with a finite loss
   int64_t nonfinite_since_ = -1;   // the first step of rank 0's current run of non-finite losses
   std::string lost_;               // lost()
+  std::string run_;                // set_run()
 };
 
 }  // namespace ob::launch

@@ -63,8 +63,15 @@ Result<pb::OperatorRequest> ParseOperatorRequest(const std::string& line) {
   std::istringstream in(line);
   std::string word, arg;
   in >> word;
-  std::getline(in >> std::ws, arg);
   pb::OperatorRequest r;
+  // "run=ID REQUEST": for that run only (OperatorRequest.run).
+  if (word.rfind("run=", 0) == 0) {
+    r.set_run(word.substr(4));
+    if (r.run().empty()) return Status::Usage("run=: which run? (run=ID REQUEST, ID as in 'status')");
+    word.clear();
+    in >> word;
+  }
+  std::getline(in >> std::ws, arg);
   if (word == "status") {
     r.set_command(pb::OPERATOR_STATUS);
   } else if (word == "stop") {

@@ -2,6 +2,8 @@
 // (run-dir/control.sock, mode 0600) that takes one text request per line
 //   status | stop [REASON] | exclude HOST [REASON] | drain HOST [REASON] |
 //   checkpoint [REASON] | rollback [REASON] | watch
+// each optionally behind "run=ID " (OperatorRequest.run: the master acts
+// only when ID is its own run's)
 // and answers each with one line: an OperatorResponse (control.proto) in
 // protobuf's JSON mapping. `echo status | socat - UNIX:run/control.sock`.
 // "watch" turns the connection into a stream: Broadcast's bytes go to it

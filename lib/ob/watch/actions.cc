@@ -113,6 +113,13 @@ std::optional<ActionRequest> ActionPolicy::Consider(const pb::Event& e, int64_t 
   } else {
     r.line = OneLine(r.verb + " " + reason);
   }
+  // For the run the evidence came from: a master of another run refuses it.
+  if (!e.run().empty()) {
+    std::string run = OneLine(e.run()).substr(0, 64);
+    for (char& c : run)
+      if (c == ' ' || c == '\t') c = '_';  // one word
+    r.line = "run=" + run + " " + r.line;
+  }
   return r;
 }
 
@@ -188,6 +195,7 @@ pb::Event ActionEvent(const ActionRequest& request, const ActionAnswer* answer, 
   ev["cause_kind"] = c.kind();
   ev["confirmations"] = request.confirmations;
   ev["ok"] = answer == nullptr ? -1 : (answer->ok ? 1 : 0);
+  e.set_run(c.run());
   e.set_request(request.line);
   if (answer != nullptr) e.set_response(answer->line);
   return e;

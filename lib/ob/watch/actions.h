@@ -14,6 +14,8 @@
 //                                      checkpoint
 //   EVENT_MEMORY_GROWTH             → "checkpoint memory …": save before the
 //                                      rank runs out
+// Each line starts "run=ID " when the event names its run (Event.run), so
+// that the master acts only on evidence from its own run.
 // Nothing else acts. Each target (a host for exclude; the job for
 // checkpoint and rollback) then rests for `cooldown_s`, whatever the answer,
 // so one bad reading never evicts a healthy host and a flapping one is not

@@ -106,6 +106,8 @@ std::string EventJson(const pb::Event& e) {
   JsonString(e.request(), &o);
   o += ",\"response\":";
   JsonString(e.response(), &o);
+  o += ",\"run\":";
+  JsonString(e.run(), &o);
   o += "}";
   return o;
 }

@@ -106,6 +106,9 @@ struct RankState {
 
 struct RunState {
   uint64_t records = 0;
+  // The run of the newest record that named one (Metrics.run): its events
+  // carry it, and ob-watch --act's requests name it.
+  std::string run;
   uint64_t generation = 0;           // newest seen
   int64_t now_ms = 0;                // the watcher's clock
   std::map<RankKey, RankState> ranks;

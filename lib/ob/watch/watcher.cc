@@ -20,6 +20,27 @@ void Watcher::Note(const pb::Event& e) {
   if (run_.recent_events.size() > RunState::kRecentEvents) run_.recent_events.pop_front();
 }
 
+void Watcher::NoteFrom(size_t first, std::vector<pb::Event>* out) {
+  for (size_t i = first; i < out->size(); ++i) {
+    (*out)[i].set_run(run_.run);
+    Note((*out)[i]);
+  }
+}
+
+void Watcher::NewRun() {
+  RunState fresh;
+  fresh.records = run_.records;
+  fresh.now_ms = run_.now_ms;
+  fresh.event_counts = std::move(run_.event_counts);
+  fresh.recent_events = std::move(run_.recent_events);
+  run_ = std::move(fresh);
+  straggler_ = StragglerDetector(options_);
+  loss_ = LossDetector(options_);
+  throughput_ = ThroughputDetector(options_);
+  memory_ = MemoryDetector(options_);
+  liveness_ = LivenessDetector(options_);
+}
+
 RankState& Watcher::Rank(const pb::Metrics& m) {
   const RankKey key{m.generation(), m.rank()};
   auto it = run_.ranks.find(key);
@@ -76,6 +97,10 @@ void Watcher::TakeStep(RankState& r, const pb::Metrics& m, int64_t now,
 
 void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>* out) {
   const size_t first = out->size();
+  if (!m.run().empty() && m.run() != run_.run) {
+    if (!run_.run.empty()) NewRun();
+    run_.run = m.run();
+  }
   run_.records++;
   const int64_t now = clock_ == Clock::kStream ? std::max(run_.now_ms, m.unix_ms()) : wall_ms;
   run_.now_ms = now;
@@ -107,7 +132,7 @@ void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>
     }
     liveness_.Check(run_, now, out);
   }
-  for (size_t i = first; i < out->size(); ++i) Note((*out)[i]);
+  NoteFrom(first, out);
 }
 
 void Watcher::Tick(int64_t wall_ms, std::vector<pb::Event>* out) {
@@ -115,14 +140,14 @@ void Watcher::Tick(int64_t wall_ms, std::vector<pb::Event>* out) {
   const size_t first = out->size();
   run_.now_ms = wall_ms;
   liveness_.Check(run_, wall_ms, out);
-  for (size_t i = first; i < out->size(); ++i) Note((*out)[i]);
+  NoteFrom(first, out);
 }
 
 void Watcher::Finish(std::vector<pb::Event>* out) {
   const size_t first = out->size();
   loss_.Finish(run_.now_ms, out);
   liveness_.Finish(run_, out);
-  for (size_t i = first; i < out->size(); ++i) Note((*out)[i]);
+  NoteFrom(first, out);
 }
 
 }  // namespace ob::watch

@@ -8,6 +8,10 @@
 // without it. With the wall clock (attached to a live master) "now" is the
 // arrival time the caller passes, and Tick() finds silence between records.
 //
+// A stream of several runs (Metrics.run) is watched one run at a time: a
+// record of a new run starts the state afresh, and every event carries the
+// run of the records that raised it.
+//
 // Thread-safety: none; the caller serialises Feed/Tick/Finish/Note and
 // reads of state().
 #pragma once
@@ -45,6 +49,12 @@ class Watcher {
   Clock clock() const { return clock_; }
 
  private:
+  // Records of another run (Metrics.run) than those before: its
+  // generations, steps and ranks are its own, so the run's state and the
+  // detectors start afresh (the counts of events and the recent ones stay).
+  void NewRun();
+  // Notes out[first..] and stamps them with the run.
+  void NoteFrom(size_t first, std::vector<pb::Event>* out);
   RankState& Rank(const pb::Metrics& m);
   void TakeStep(RankState& r, const pb::Metrics& m, int64_t now, std::vector<pb::Event>* out);
 
