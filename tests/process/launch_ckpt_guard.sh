@@ -10,6 +10,8 @@
 #     of a step at or past --steps is refused (64), and with another
 #     --eval-split (78);
 #     evaluating with one warns that the loss is not a held-out one;
+#     data of the same size and ends but another middle is another job's
+#     (65);
 #  3. a FIFO as --data is refused (65) at once, not waited on;
 #  4. a "checkpoint" request too late to be honoured is refused;
 #  5. the final checkpoint fails (a full tmpfs): exit 74 naming the latest
@@ -23,7 +25,7 @@ make_two_by_two
 launch() {  # RUN [FLAGS...]: ob-launch in the foreground; RC, stderr in $WORK/RUN.err
   local run=$1; shift
   timeout 120 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/$run" \
-    --data "$OB_SOURCE_DIR/tests/data/corpus.txt" "$@" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err"
+    --data "${DATA:-$OB_SOURCE_DIR/tests/data/corpus.txt}" "$@" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err"
   RC=$?
 }
 one_line() { [ "$(grep -c . "$WORK/$1.err")" = 1 ] || fail "$1: expected one line on stderr: $(cat "$WORK/$1.err")"; }
@@ -77,6 +79,28 @@ launch evalsplit --steps 0 --seed 1 --eval-split 0.1 --resume "$WORK/ck/step-000
 [ "$RC" = 0 ] || fail "evaluating with --eval-split: exit $RC: $(tail -3 "$WORK/evalsplit.err")"
 grep -q "was trained with --eval-split 0: of the tokens --eval-split 0.1 evaluates, some were trained on" \
   "$WORK/evalsplit.err" || fail "no warning that the evaluated tokens were trained on: $(tail -3 "$WORK/evalsplit.err")"
+
+# Another file of the same size, the same first and last MiB and the same
+# modification time, whose middle differs (a dataset fixed in place): its
+# sum over every byte, recorded by the master, tells it from the job's.
+# Before 2026-11-29 the fingerprint (size and ends) matched and it resumed.
+python3 - "$OB_SOURCE_DIR/tests/data/corpus.txt" "$WORK/big.txt" <<'PY'
+import sys
+text = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write((text * (3 * 2**20 // len(text) + 1))[:3 * 2**20])
+PY
+DATA="$WORK/big.txt" launch big --steps 5 --seed 1 --ckpt-dir "$WORK/ck-big"
+[ "$RC" = 0 ] || fail "3 MiB data: exit $RC: $(tail -3 "$WORK/big.err")"
+python3 - "$WORK/big.txt" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(3 * 2**19); b = f.read(1); f.seek(3 * 2**19); f.write(bytes([b[0] ^ 1]))
+PY
+touch -d "$(date -r "$WORK/ck-big" +%Y-%m-%dT%H:%M:%S)" "$WORK/big.txt"  # any old time, not the write's
+DATA="$WORK/big.txt" launch bigger --steps 8 --seed 1 --ckpt-dir "$WORK/ck-big" --resume auto
+[ "$RC" = 65 ] || fail "resume on data changed in its middle: exit $RC, expected 65: $(cat "$WORK/bigger.err")"
+grep -q "step-000000000004: saved by another job (data $WORK/big.txt (xxh3=[0-9a-f]\{16\} over every byte), this run reads $WORK/big.txt (xxh3=" \
+  "$WORK/bigger.err" || fail "the refusal does not say why: $(cat "$WORK/bigger.err")"
+one_line bigger
 
 # 3. A FIFO as data.
 mkfifo "$WORK/fifo"

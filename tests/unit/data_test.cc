@@ -248,6 +248,38 @@ TEST_CASE("known token-file facts spare the scan only for the same file", "[data
   }
 }
 
+TEST_CASE("the content sum covers every byte: files of one size and the same ends differ by it", "[data]") {
+  // 3 MiB of u32 tokens: DataFingerprint reads the first and last MiB, so a
+  // change in the middle MiB leaves it as it was.
+  auto ids = Ramp<uint32_t>(3u << 18, 50000);
+  TempData a("sum_a.u32", ids.data(), ids.size() * 4);
+  ids[ids.size() / 2] ^= 1;
+  TempData b("sum_b.u32", ids.data(), ids.size() * 4);
+  CHECK(ob::model::DataFingerprint(a.path) == ob::model::DataFingerprint(b.path));
+  auto sa = TokenSource::Open(a.path);
+  auto sb = TokenSource::Open(b.path);
+  REQUIRE(sa.ok());
+  REQUIRE(sb.ok());
+  CHECK(sa->content_sum().rfind("xxh3=", 0) == 0);
+  CHECK(sa->content_sum().size() == 5 + 16);
+  CHECK(sa->content_sum() != sb->content_sum());
+  CHECK(sa->max_token() == 49999);
+  CHECK(TokenSource::Open(a.path)->content_sum() == sa->content_sum());
+  // Known facts skip the pass, and with it the sum.
+  const ob::model::TokenFileFacts facts = sa->facts();
+  CHECK(TokenSource::Open(a.path, TokenFormat::kAuto, &facts)->content_sum().empty());
+  // A file of one chunk and a bit, in every format: the largest id is found
+  // in the last, short chunk too.
+  std::vector<uint16_t> u16((1u << 19) + 3, 5);
+  u16.back() = 4321;
+  TempData c("sum_c.bin", u16.data(), u16.size() * 2);
+  CHECK(TokenSource::Open(c.path)->max_token() == 4321);
+  std::string text((1u << 20) + 1, 'a');
+  text.back() = 'z';
+  TempData t("sum_t.txt", text.data(), text.size());
+  CHECK(TokenSource::Open(t.path)->max_token() == 'z');
+}
+
 TEST_CASE("a FIFO as data is refused at once, not waited on", "[data]") {
   const std::string fifo = "/tmp/ob_data_test_" + std::to_string(getpid()) + "_fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

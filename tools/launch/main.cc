@@ -249,9 +249,11 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
   }
   // Refuse a plan whose model cannot take the data before any host is touched.
-  OB_ASSIGN_OR_RETURN(g.worker.data_facts,
+  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
                       ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
                                                    /*data_is_local=*/o.rsh == "local"));
+  g.worker.data_facts = data_checked.facts;
+  o.data_sum = data_checked.sum;
   {
     auto& w = g.worker;
     if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");

@@ -20,6 +20,7 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
   job_.set_data(o.data);
   own_data_fingerprint_ = model::DataFingerprint(o.data);
   job_.set_data_fingerprint(own_data_fingerprint_);
+  job_.set_data_sum(o.data_sum);
   job_.set_eval_split(o.eval_split);
   if (!o.dir.empty()) {
     // Two jobs saving into one directory overwrite each other's steps and
@@ -115,6 +116,10 @@ std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {
              j.data_fingerprint() != job_.data_fingerprint()) {
     why = "data " + j.data() + " (" + j.data_fingerprint() + "), this run reads " + job_.data() + " (" +
           job_.data_fingerprint() + ")";
+  } else if (!j.data_sum().empty() && !job_.data_sum().empty() && j.data_sum() != job_.data_sum()) {
+    // The same size and ends, other bytes between them.
+    why = "data " + j.data() + " (" + j.data_sum() + " over every byte), this run reads " + job_.data() + " (" +
+          job_.data_sum() + ")";
   } else if (o_.steps > 0 && j.has_eval_split() && j.eval_split() != job_.eval_split()) {
     // Another split trains on other tokens: what was held out, or not.
     why = "--eval-split " + io::FormatDouble(j.eval_split()) + ", this run's is " +

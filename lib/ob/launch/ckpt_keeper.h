@@ -48,6 +48,7 @@ class CheckpointKeeper {
     int64_t steps = 0;           // the run's last step is steps - 1 (0: not checked)
     uint64_t seed = 0;
     std::string data;            // --data as the workers get it
+    std::string data_sum;        // its content sum as the master read it ("": it could not)
     double eval_split = 0;       // --eval-split: training samples the first 1 - eval_split of data
     std::string holder;          // who holds the lock, for a second master's message
     pb::OptimizerSettings optimizer;  // recorded in every manifest; compared on resume

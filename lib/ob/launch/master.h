@@ -136,6 +136,7 @@ struct MasterOptions {
   bool resume_from_other = false;
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (the job identity; inputs.h)
+  std::string data_sum;              // its content sum as the master read it (CheckDataForPlan; "": not here)
   std::string eval_data;             // --eval-data as the workers get it (inputs.h)
   double eval_split = 0;             // --eval-split (for the job identity: the tokens trained on)
   int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)

@@ -29,10 +29,10 @@ Result<PlanData> LoadPlanData(const std::string& path) {
   return out;
 }
 
-Result<std::string> CheckDataForPlan(const std::string& data, const PlanData& pd, bool data_is_local) {
-  if (data == "synthetic") return std::string();
+Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd, bool data_is_local) {
+  if (data == "synthetic") return DataChecked{};
   if (access(data.c_str(), R_OK) != 0) {
-    if (!data_is_local) return std::string();  // only on the hosts: they check
+    if (!data_is_local) return DataChecked{};  // only on the hosts: they check
     return Status::NoInput(data + ": " + std::strerror(errno));
   }
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
@@ -45,7 +45,7 @@ Result<std::string> CheckDataForPlan(const std::string& data, const PlanData& pd
                  << "vocabulary of " << pd.cfg.vocab_size
                  << "; for its tokenizer's ids, make a token file with ob-data tokenize";
   }
-  return src.facts().Encode();
+  return DataChecked{src.facts().Encode(), src.content_sum()};
 }
 
 Status CheckEvalSplit(const std::string& data, double split, const PlanData& pd) {

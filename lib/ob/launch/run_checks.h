@@ -37,13 +37,17 @@ Status CheckPrecisionForPlan(const PlanData& plan, const std::string& precision)
 // The checks the master makes before any worker starts: the data exists (when
 // readable here), is a regular file, and fits the plan's model (vocabulary,
 // sequence length). kDataErr naming the file and the mismatch. Returns the
-// file's model::TokenFileFacts, encoded for WorkerOptions::data_facts (""
-// for synthetic data or a file only the hosts can read). With
-// `data_is_local` (every worker runs on this machine), a file this process
-// cannot read is kNoInput naming it.
+// file's model::TokenFileFacts, encoded for WorkerOptions::data_facts, and
+// its content sum (TokenSource::content_sum), both "" for synthetic data or
+// a file only the hosts can read. With `data_is_local` (every worker runs
+// on this machine), a file this process cannot read is kNoInput naming it.
 // With `split` > 0 and `data` readable here: kDataErr when either part of
 // the split (model::SplitForEval) is too short for the plan's sequence.
 Status CheckEvalSplit(const std::string& data, double split, const PlanData& plan);
-Result<std::string> CheckDataForPlan(const std::string& data, const PlanData& plan, bool data_is_local = false);
+struct DataChecked {
+  std::string facts;  // model::TokenFileFacts::Encode()
+  std::string sum;    // model::TokenSource::content_sum()
+};
+Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& plan, bool data_is_local = false);
 
 }  // namespace ob::launch

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "ob/clock.h"
 #include "ob/io/text.h"
@@ -214,26 +215,42 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
     src.max_token_ = known->max_token;
     return src;
   }
+  // One pass, a chunk at a time while it is in cache: the largest id and
+  // the hash of every byte (the header's too).
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> sum(XXH3_createState(), XXH3_freeState);
+  if (sum == nullptr || XXH3_64bits_reset(sum.get()) != XXH_OK) {
+    return Status::Internal(path + ": cannot make a hash state");
+  }
+  XXH3_64bits_update(sum.get(), base, offset);
+  constexpr size_t kChunk = size_t{1} << 20;  // a multiple of every token width
   uint64_t max_id = 0;
-  if (format == TokenFormat::kU16) {
-    for (size_t i = 0; i < src.size_; ++i) {
-      uint16_t v;
-      std::memcpy(&v, src.tokens_ + 2 * i, 2);
-      max_id = std::max<uint64_t>(max_id, v);
+  for (size_t at = 0; at < payload; at += kChunk) {
+    const size_t len = std::min(kChunk, payload - at);
+    const unsigned char* chunk = src.tokens_ + at;
+    XXH3_64bits_update(sum.get(), chunk, len);
+    if (format == TokenFormat::kU16) {
+      for (size_t i = 0; i < len; i += 2) {
+        uint16_t v;
+        std::memcpy(&v, chunk + i, 2);
+        max_id = std::max<uint64_t>(max_id, v);
+      }
+    } else if (format == TokenFormat::kU32) {
+      for (size_t i = 0; i < len; i += 4) {
+        uint32_t v;
+        std::memcpy(&v, chunk + i, 4);
+        max_id = std::max<uint64_t>(max_id, v);
+      }
+    } else {
+      for (size_t i = 0; i < len; ++i) max_id = std::max<uint64_t>(max_id, chunk[i]);
     }
-  } else if (format == TokenFormat::kU32) {
-    for (size_t i = 0; i < src.size_; ++i) {
-      uint32_t v;
-      std::memcpy(&v, src.tokens_ + 4 * i, 4);
-      max_id = std::max<uint64_t>(max_id, v);
-    }
-    if (max_id > 0x7fffffffULL) {
-      return Status::DataErr(path + ": token id " + std::to_string(max_id) + " is out of range");
-    }
-  } else {
-    for (size_t i = 0; i < src.size_; ++i) max_id = std::max<uint64_t>(max_id, src.tokens_[i]);
+  }
+  if (format == TokenFormat::kU32 && max_id > 0x7fffffffULL) {
+    return Status::DataErr(path + ": token id " + std::to_string(max_id) + " is out of range");
   }
   src.max_token_ = static_cast<int>(max_id);
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(sum.get())));
+  src.content_sum_ = std::string("xxh3=") + hex;
   return src;
 }
 

@@ -109,6 +109,12 @@ class TokenSource {
   const std::string& path() const { return path_; }
   // For Open's `known` (bytes 0 for synthetic data).
   TokenFileFacts facts() const { return {file_bytes_, mtime_ns_, max_token_}; }
+  // "xxh3=<16 hex>" over every byte of the file, from the pass that finds
+  // the largest id (which reads them all anyway): what tells one file from
+  // another of the same size that differs anywhere (DataFingerprint reads
+  // only its ends). "" when that pass was skipped (`known` facts) and for
+  // synthetic data.
+  const std::string& content_sum() const { return content_sum_; }
 
  private:
   struct Mapping;
@@ -118,6 +124,7 @@ class TokenSource {
   const unsigned char* tokens_ = nullptr;  // first token, inside map_
   size_t size_ = 0;                         // number of tokens
   int max_token_ = 0;
+  std::string content_sum_;
   uint64_t file_bytes_ = 0;
   int64_t mtime_ns_ = 0;
   TokenFormat format_ = TokenFormat::kText;
