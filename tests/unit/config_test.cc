@@ -144,6 +144,42 @@ TEST_CASE("config.json and YAML files parse", "[config]") {
   CHECK(ob::model::ResolveModel(yml.path).ok());
 }
 
+TEST_CASE("a HuggingFace config that asks for another architecture than ob's GPT-2 is refused", "[config]") {
+  const std::string shape = "n_layer: 2\nn_embd: 64\nn_head: 2\nn_positions: 32\nvocab_size: 256\n";
+  // GPT-2's own config.json (dropout 0.1, which ob does not apply, is only
+  // warned of), and what ob-ckpt export writes.
+  TempFile gpt2("gpt2.json", R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": null, "n_layer": 12,
+    "n_positions": 1024, "scale_attn_weights": true, "tie_word_embeddings": true, "vocab_size": 50257,
+    "reorder_and_upcast_attn": false, "scale_attn_by_inverse_layer_idx": false})");
+  CHECK(ob::model::LoadConfigFile(gpt2.path).ok());
+  TempFile tanh("tanh.yaml", shape + "activation_function: gelu_pytorch_tanh\nn_inner: 256\n");
+  CHECK(ob::model::LoadConfigFile(tanh.path).ok());
+  struct Case { const char* line; const char* says; };
+  const Case cases[] = {
+      {"model_type: llama", "model_type 'llama': ob trains GPT-2's architecture"},
+      {"activation_function: relu", "activation_function 'relu': ob's GPT-2 uses gelu_new"},
+      {"activation_function: gelu", "activation_function 'gelu': "},
+      {"n_inner: 128", "n_inner 128: ob's MLP is 4 x n_embd (256)"},
+      {"n_inner: wide", "n_inner wide: ob's MLP is 4 x n_embd"},
+      {"tie_word_embeddings: false", "tie_word_embeddings false: ob's GPT-2 ties the LM head"},
+      {"tie_word_embeddings: maybe", "tie_word_embeddings is 'maybe', not true or false"},
+      {"layer_norm_epsilon: 1e-6", "layer_norm_epsilon 1e-6: ob's LayerNorm uses 1e-05"},
+      {"scale_attn_weights: false", "scale_attn_weights false: "},
+      {"scale_attn_by_inverse_layer_idx: true", "scale_attn_by_inverse_layer_idx true: "},
+      {"add_cross_attention: true", "add_cross_attention true: "},
+  };
+  for (const auto& k : cases) {
+    INFO(k.line);
+    TempFile f("arch.yaml", shape + k.line + "\n");
+    auto r = ob::model::LoadConfigFile(f.path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kConfig);
+    CHECK(Contains(r.status().message(), f.path + ":6: " + k.says));
+  }
+}
+
 TEST_CASE("bad config files are config errors naming file and field", "[config]") {
   const std::string good_rest = "n_embd: 64\nn_head: 2\nn_positions: 32\nvocab_size: 256\n";
   struct Case { const char* what; std::string text; const char* field; };
@@ -173,6 +209,22 @@ TEST_CASE("bad config files are config errors naming file and field", "[config]"
   REQUIRE_FALSE(b.ok());
   CHECK(b.status().code() == Code::kConfig);
   CHECK(Contains(b.status().message(), broken.path + ":"));
+
+  // A key twice: which one was meant? (yaml-cpp reads the first.)
+  TempFile twice("twice.json", "{\"n_layer\": 2, \"n_embd\": 64, \"n_head\": 2,\n \"n_positions\": 32, "
+                               "\"vocab_size\": 256, \"n_embd\": 66}");
+  auto t = ob::model::LoadConfigFile(twice.path);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.status().code() == Code::kConfig);
+  CHECK(Contains(t.status().message(), twice.path + ":2: key 'n_embd' is given twice (line 1 too)"));
+  // A depth no model has (a typo): refused before a profile of 10^8
+  // records fills the memory.
+  TempFile deep("deep.yaml", "n_layer: 100000000\n" + good_rest);
+  auto d = ob::model::LoadConfigFile(deep.path);
+  REQUIRE_FALSE(d.ok());
+  CHECK(Contains(d.status().message(), "field 'n_layer' is 100000000, more than the 4096 blocks"));
+  TempFile deepest("deepest.yaml", "n_layer: 4096\n" + good_rest);
+  CHECK(ob::model::LoadConfigFile(deepest.path).ok());
 
   TempFile scalar("scalar.yaml", "just a string\n");
   CHECK(ob::model::LoadConfigFile(scalar.path).status().code() == Code::kConfig);

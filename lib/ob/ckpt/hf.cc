@@ -1,7 +1,6 @@
 #include "ob/ckpt/hf.h"
 
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <cstdint>
@@ -14,6 +13,7 @@
 #include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/model/config.h"
 
 namespace ob::ckpt {
 namespace {
@@ -214,54 +214,15 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
 }
 
 Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
-  YAML::Node c;
-  try {
-    c = YAML::LoadFile(config_json);
-  } catch (const YAML::BadFile&) {
-    return Status::NoInput(config_json + ": cannot read");
-  } catch (const std::exception& e) {
-    return Status::DataErr(config_json + ": not JSON: " + e.what());
+  // The checks ob-profile --model makes of the same file (model/config.h):
+  // its shape, and nothing that asks for another architecture.
+  OB_ASSIGN_OR_RETURN(std::string text, io::ReadFile(config_json));
+  Result<model::GptConfig> c = model::ParseConfig(text, config_json);
+  if (!c.ok()) {
+    return c.status().code() == Code::kConfig ? Status::DataErr(c.status().message()) : c.status();
   }
-  auto str = [&](const char* key, const std::string& dflt) {
-    return c[key] && c[key].IsScalar() ? c[key].as<std::string>() : dflt;
-  };
-  auto num = [&](const char* key, const char* alt) -> Result<uint32_t> {
-    YAML::Node v = c[key] ? c[key] : (alt ? c[alt] : YAML::Node());
-    try {
-      if (v && v.IsScalar()) {
-        const int64_t x = v.as<int64_t>();
-        if (x > 0 && x < (int64_t{1} << 31)) return static_cast<uint32_t>(x);
-      }
-    } catch (const std::exception&) {
-    }
-    return Status::DataErr(config_json + ": no positive integer " + key);
-  };
-  if (str("model_type", "gpt2") != "gpt2") {
-    return Status::DataErr(config_json + ": model_type " + str("model_type", "") + ", not gpt2");
-  }
-  const std::string act = str("activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
-    return Status::DataErr(config_json + ": activation_function " + act + "; ob's GPT-2 uses gelu_new (tanh)");
-  }
-  if (str("tie_word_embeddings", "true") != "true") {
-    return Status::DataErr(config_json + ": untied embeddings; ob's GPT-2 ties the LM head to wte");
-  }
-  const double eps = c["layer_norm_epsilon"] ? c["layer_norm_epsilon"].as<double>() : 1e-5;
-  if (eps != 1e-5) return Status::DataErr(config_json + ": layer_norm_epsilon " + str("layer_norm_epsilon", "") + ", ob's is 1e-05");
-  pb::ModelConfig m;
-  OB_ASSIGN_OR_RETURN(uint32_t n_layer, num("n_layer", nullptr));
-  OB_ASSIGN_OR_RETURN(uint32_t n_embd, num("n_embd", nullptr));
-  OB_ASSIGN_OR_RETURN(uint32_t n_head, num("n_head", nullptr));
-  OB_ASSIGN_OR_RETURN(uint32_t n_positions, num("n_positions", "n_ctx"));
-  OB_ASSIGN_OR_RETURN(uint32_t vocab, num("vocab_size", nullptr));
-  if (c["n_inner"] && !c["n_inner"].IsNull() && c["n_inner"].as<int64_t>() != 4 * int64_t{n_embd}) {
-    return Status::DataErr(config_json + ": n_inner " + str("n_inner", "") + ", ob's MLP is 4 x n_embd");
-  }
-  m.set_n_layer(n_layer);
-  m.set_n_embd(n_embd);
-  m.set_n_head(n_head);
-  m.set_n_positions(n_positions);
-  m.set_vocab_size(vocab);
+  pb::ModelConfig m = c->ToProto();
+  m.clear_name();
   return m;
 }
 

@@ -7,11 +7,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/text.h"
+#include "ob/log.h"
 
 namespace ob::model {
 namespace {
@@ -89,6 +91,103 @@ Status ReadField(const YAML::Node& root, const std::string& path,
   return Status::Ok();
 }
 
+// A key given twice: yaml-cpp keeps both and reads the first.
+Status CheckUniqueKeys(const YAML::Node& root, const std::string& path) {
+  std::map<std::string, int> line_of;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    auto [it, fresh] = line_of.emplace(key, line);
+    if (!fresh) {
+      return Status::Config(path + ":" + std::to_string(line) + ": key '" + key + "' is given twice (line " +
+                            std::to_string(it->second) + " too): which one is meant?");
+    }
+  }
+  return Status::Ok();
+}
+
+// HuggingFace GPT-2 keys that would make another model than ob's GPT-2.
+Status CheckArchitecture(const YAML::Node& root, const std::string& path, const GptConfig& c) {
+  auto at = [&](const char* key) {
+    return path + ":" + std::to_string(root[key].Mark().line + 1) + ": " + key + " ";
+  };
+  auto present = [&](const char* key) { return root[key] && !root[key].IsNull(); };
+  auto scalar = [&](const char* key) { return root[key].IsScalar() ? root[key].Scalar() : std::string("(not a value)"); };
+  auto boolean = [&](const char* key, bool* out) -> Status {
+    try {
+      *out = root[key].as<bool>();
+      return Status::Ok();
+    } catch (const YAML::Exception&) {
+      return Status::Config(at(key) + "is '" + scalar(key) + "', not true or false");
+    }
+  };
+  if (present("model_type") && scalar("model_type") != "gpt2") {
+    return Status::Config(at("model_type") + "'" + scalar("model_type") +
+                          "': ob trains GPT-2's architecture (model_type gpt2)");
+  }
+  if (present("activation_function")) {
+    const std::string act = scalar("activation_function");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+      return Status::Config(at("activation_function") + "'" + act +
+                            "': ob's GPT-2 uses gelu_new (GELU, tanh approximation)");
+    }
+  }
+  if (present("n_inner")) {
+    long long inner = 0;
+    bool ok = root["n_inner"].IsScalar();
+    try {
+      if (ok) inner = root["n_inner"].as<long long>();
+    } catch (const YAML::Exception&) {
+      ok = false;
+    }
+    if (!ok || inner != 4LL * c.n_embd) {
+      return Status::Config(at("n_inner") + scalar("n_inner") + ": ob's MLP is 4 x n_embd (" +
+                            std::to_string(4LL * c.n_embd) + ")");
+    }
+  }
+  if (present("layer_norm_epsilon")) {
+    double eps = 0;
+    try {
+      eps = root["layer_norm_epsilon"].as<double>();
+    } catch (const YAML::Exception&) {
+      eps = -1;
+    }
+    if (eps != 1e-5) {
+      return Status::Config(at("layer_norm_epsilon") + scalar("layer_norm_epsilon") + ": ob's LayerNorm uses 1e-05");
+    }
+  }
+  struct Flag {
+    const char* key;
+    bool ours;
+    const char* why;
+  };
+  for (const Flag& f : {Flag{"tie_word_embeddings", true, "ob's GPT-2 ties the LM head to the token embedding"},
+                        Flag{"scale_attn_weights", true, "ob's attention scales by 1/sqrt(head size)"},
+                        Flag{"scale_attn_by_inverse_layer_idx", false, "ob's attention does not scale by layer"},
+                        Flag{"add_cross_attention", false, "ob's GPT-2 is a decoder without cross-attention"}}) {
+    if (!present(f.key)) continue;
+    bool v = f.ours;
+    OB_RETURN_IF_ERROR(boolean(f.key, &v));
+    if (v != f.ours) return Status::Config(at(f.key) + scalar(f.key) + ": " + f.why);
+  }
+  std::string dropout;
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+    if (!present(key)) continue;
+    double p = 0;
+    try {
+      p = root[key].as<double>();
+    } catch (const YAML::Exception&) {
+      p = -1;
+    }
+    if (p != 0) dropout += (dropout.empty() ? "" : ", ") + std::string(key) + " " + scalar(key);
+  }
+  if (!dropout.empty()) {
+    OB_LOG(Warn) << path << ": " << dropout << ": ob trains without dropout; ignored";
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 pb::ModelConfig GptConfig::ToProto() const {
@@ -128,6 +227,10 @@ Status GptConfig::Validate() const {
     return Status::Config(who + ": field 'n_embd' (" + std::to_string(n_embd) +
                           ") is not divisible by 'n_head' (" + std::to_string(n_head) + ")");
   }
+  if (n_layer > kMaxLayers) {
+    return Status::Config(who + ": field 'n_layer' is " + std::to_string(n_layer) + ", more than the " +
+                          std::to_string(kMaxLayers) + " blocks ob profiles and plans");
+  }
   return Status::Ok();
 }
 
@@ -166,6 +269,7 @@ Result<GptConfig> ParseConfig(const std::string& text, const std::string& path) 
   if (!root.IsMap()) {
     return Status::Config(path + ": expected a mapping of model fields (n_layer, n_embd, ...)");
   }
+  OB_RETURN_IF_ERROR(CheckUniqueKeys(root, path));
   GptConfig c;
   c.name = path;
   OB_RETURN_IF_ERROR(ReadField(root, path, {"n_layer"}, &c.n_layer));
@@ -173,6 +277,7 @@ Result<GptConfig> ParseConfig(const std::string& text, const std::string& path) 
   OB_RETURN_IF_ERROR(ReadField(root, path, {"n_head"}, &c.n_head));
   OB_RETURN_IF_ERROR(ReadField(root, path, {"n_positions", "n_ctx"}, &c.n_positions));
   OB_RETURN_IF_ERROR(ReadField(root, path, {"vocab_size"}, &c.vocab_size));
+  OB_RETURN_IF_ERROR(CheckArchitecture(root, path, c));
   OB_RETURN_IF_ERROR(c.Validate());
   return c;
 }

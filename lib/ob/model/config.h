@@ -26,8 +26,14 @@ struct GptConfig {
 
   pb::ModelConfig ToProto() const;
   static GptConfig FromProto(const pb::ModelConfig& p);
-  // Checks the shape: every field positive, n_embd divisible by n_head.
+  // Checks the shape: every field positive, n_embd divisible by n_head,
+  // at most kMaxLayers blocks.
   Status Validate() const;
+  // A profile holds a record per layer and ob-plan's search grows faster
+  // than the square of the layers (4000: 98 s for 4 hosts on a 2-core
+  // machine): a depth past this is a typo, not a model (the deepest
+  // published GPTs have a few hundred blocks).
+  static constexpr int kMaxLayers = 4096;
 };
 
 // Names of all presets in design §2 order: gpt-tiny, the GPT-2 family, then the
@@ -41,7 +47,14 @@ Result<GptConfig> Preset(const std::string& name);
 // Parses a config.json (n_layer, n_embd, n_head, n_positions, vocab_size;
 // HuggingFace's GPT-2 key names) or YAML file with the same keys. A missing,
 // non-integer, zero or negative field is kConfig naming file and field; an
-// unreadable file is kNoInput.
+// unreadable file is kNoInput. So is a key given twice (which one was
+// meant?), and a HuggingFace key that asks for another architecture than
+// the GPT-2 ob trains (model_type other than gpt2, activation_function
+// other than gelu_new/gelu_pytorch_tanh, n_inner other than 4 x n_embd,
+// untied embeddings, layer_norm_epsilon other than 1e-5, unscaled or
+// layer-scaled attention, cross-attention): a run would train another model
+// than the file describes. Dropout (resid_pdrop, embd_pdrop, attn_pdrop),
+// which ob does not apply, is warned of. Other keys are ignored.
 Result<GptConfig> LoadConfigFile(const std::string& path);
 
 // The same from the text of such a file; `path` names it in messages.
