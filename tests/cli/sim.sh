@@ -42,6 +42,10 @@ expect 64 'give a failure trace' -- "$SIM" --trace "$TMP/trace.txt" --node-mtbf 
   && cmp -s "$TMP/named.txt" "$TMP/piped.txt" && pass || fail "a piped plan simulated otherwise than a named one"
 expect 65 '<stdin>: empty file, expected an ob Plan' -- "$SIM" --node-mtbf 2d < /dev/null
 expect 64 'weibull-shape must be a positive, finite number' -- "$SIM" --node-mtbf 2d --weibull-shape inf "$TMP/plan.pb"
+# A shape whose Γ(1 + 1/K) overflows drew NaN times and never ended.
+expect 64 'weibull-shape 0.001: a Weibull shape of 0.001 has no finite scale' -- \
+  timeout 20 "$SIM" --node-mtbf 2d --weibull-shape 0.001 "$TMP/plan.pb"
+expect 64 'policy names ob twice' -- "$SIM" --node-mtbf 2d --policy ob,ob "$TMP/plan.pb"
 expect 64 'horizon .soon.: expected a duration' -- "$SIM" --node-mtbf 2d --horizon soon "$TMP/plan.pb"
 expect 64 'policy .oobleck.' -- "$SIM" --node-mtbf 2d --policy oobleck "$TMP/plan.pb"
 expect 64 'draws about [0-9.e+]+ events .at most 5e7.' -- "$SIM" --node-mtbf 1s --repair-time 0 --horizon 100000d "$TMP/plan.pb"

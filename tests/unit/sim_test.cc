@@ -197,8 +197,8 @@ TEST_CASE("failure traces: read with their line numbers, drawn from a seed", "[s
   m.repair_s = 3600;
   m.horizon_s = 365 * 86400.0;
   m.seed = 7;
-  const auto a = GenerateTrace(100, m);
-  const auto b = GenerateTrace(100, m);
+  const auto a = *GenerateTrace(100, m);
+  const auto b = *GenerateTrace(100, m);
   REQUIRE(a.size() == b.size());
   CHECK(a.front().t == b.front().t);
   int failures = 0;
@@ -207,7 +207,22 @@ TEST_CASE("failure traces: read with their line numbers, drawn from a seed", "[s
   CHECK(failures > 3300);
   CHECK(failures < 3800);
   m.seed = 8;
-  CHECK(GenerateTrace(100, m).front().t != a.front().t);
+  CHECK(GenerateTrace(100, m)->front().t != a.front().t);
+
+  // A shape whose scale is not finite (Γ(1 + 1/k) overflows) drew NaN times
+  // and looped forever; one that draws mostly tiny times with no repair
+  // time filled the memory. Both are refused.
+  m.weibull_shape = 0.001;
+  auto nan = GenerateTrace(100, m);
+  REQUIRE_FALSE(nan.ok());
+  CHECK(nan.status().message().find("has no finite scale") != std::string::npos);
+  m.weibull_shape = 0.02;
+  m.repair_s = 0;
+  auto many = GenerateTrace(100, m, 100000);
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.status().message().find("more than 100000 events") != std::string::npos);
+  m.weibull_shape = 1;
+  CHECK(GenerateTrace(100, m, 100000).ok());
 }
 
 TEST_CASE("recorded recoveries come from events.log's recovered lines", "[sim]") {

@@ -1,5 +1,6 @@
 // ob-sim: a plan's run over days of node failures, decided by the master's
 // own decision function (lib/ob/sim/sim.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include "ob/cli/cli.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
+#include "ob/io/text.h"
 #include "ob/log.h"
 #include "ob/plan.pb.h"
 #include "ob/plan/plan_io.h"
@@ -83,6 +85,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     std::string p;
     while (std::getline(in, p, ',')) {
       OB_ASSIGN_OR_RETURN(const ob::sim::Policy policy, ob::sim::ParsePolicy(p));
+      if (std::find(policies.begin(), policies.end(), policy) != policies.end()) {
+        return ob::Status::Usage("--policy names " + p + " twice");
+      }
       policies.push_back(policy);
     }
     if (policies.empty()) return ob::Status::Usage("--policy names no policy");
@@ -134,7 +139,12 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     m.repair_s = repair;
     m.horizon_s = horizon;
     m.seed = g.seed;
-    trace = ob::sim::GenerateTrace(nodes, m);
+    auto drawn = ob::sim::GenerateTrace(nodes, m);
+    if (!drawn.ok()) {
+      return ob::Status::Usage("--node-mtbf " + g.node_mtbf + " --weibull-shape " +
+                               ob::io::FormatDouble(g.weibull_shape) + ": " + drawn.status().message());
+    }
+    trace = std::move(drawn).value();
   }
   int failures = 0;
   for (const auto& e : trace) failures += e.fail && e.t < horizon;

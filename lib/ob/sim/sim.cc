@@ -372,18 +372,28 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
   return out;
 }
 
-std::vector<TraceEvent> GenerateTrace(int nodes, const TraceModel& m) {
+Result<std::vector<TraceEvent>> GenerateTrace(int nodes, const TraceModel& m, size_t max_events) {
   std::vector<TraceEvent> out;
   std::mt19937_64 rng(m.seed);
   // Weibull of shape k with mean `mtbf`: scale = mtbf / Γ(1 + 1/k).
   const double k = m.weibull_shape > 0 ? m.weibull_shape : 1;
   const double scale = m.node_mtbf_s / std::tgamma(1 + 1 / k);
+  if (!(scale > 0 && std::isfinite(scale))) {
+    return Status::Usage("a Weibull shape of " + io::FormatDouble(k) + " has no finite scale for a mean of " +
+                         io::FormatDouble(m.node_mtbf_s) + " s");
+  }
   std::weibull_distribution<double> up(k, scale);
   for (int n = 0; n < nodes; ++n) {
     double t = 0;
     for (;;) {
       t += up(rng);
-      if (t >= m.horizon_s) break;
+      if (!(t < m.horizon_s)) break;
+      if (out.size() + 2 > max_events) {
+        return Status::Usage("the drawn trace holds more than " + std::to_string(max_events) +
+                             " events by node " + std::to_string(n) + " of " + std::to_string(nodes) +
+                             " (a Weibull shape of " + io::FormatDouble(k) +
+                             " draws most times far below their mean)");
+      }
       out.push_back({t, true, n});
       t += m.repair_s;
       if (t >= m.horizon_s) break;

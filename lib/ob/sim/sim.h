@@ -66,7 +66,10 @@ Result<std::vector<TraceEvent>> ParseTrace(const std::string& text, const std::s
 
 // Independent nodes, each up for a Weibull time of mean `node_mtbf_s`
 // (shape 1: exponential) and then down for `repair_s`, over the horizon;
-// seeded, so the same model gives the same trace.
+// seeded, so the same model gives the same trace. kUsage when it would
+// hold more than `max_events` events (a small shape draws mostly times far
+// below their mean: the count is not the mean's horizon / MTBF) or the
+// shape makes no finite scale.
 struct TraceModel {
   double node_mtbf_s = 0;
   double weibull_shape = 1;
@@ -74,7 +77,7 @@ struct TraceModel {
   double horizon_s = 30 * 86400.0;
   uint64_t seed = 1;
 };
-std::vector<TraceEvent> GenerateTrace(int nodes, const TraceModel& m);
+Result<std::vector<TraceEvent>> GenerateTrace(int nodes, const TraceModel& m, size_t max_events = 50000000);
 
 // The mean time from a failure's detection to the new generation's first
 // step, of the `recovered` lines of an events.log (total_ms − first_step_ms:
