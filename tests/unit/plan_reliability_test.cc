@@ -134,7 +134,11 @@ TEST_CASE("durations parse with their units, and nothing else does") {
   CHECK(*ParseDuration("45m", "--x") == 2700);
   CHECK(*ParseDuration("7.9h", "--x") == Approx(7.9 * 3600));
   CHECK(*ParseDuration("30d", "--x") == 30 * 86400);
-  for (const char* bad : {"", "h", "5y", "-3h", "1e999", "3 h"}) {
+  CHECK(*ParseDuration(".5h", "--x") == 1800);
+  CHECK(*ParseDuration("1e3s", "--x") == 1000);
+  // Hex, signs, spaces, nan and inf (strtod takes them all), and a number
+  // that only overflows once scaled (it printed as inf in ob-sim's JSON).
+  for (const char* bad : {"", "h", "5y", "-3h", "1e999", "3 h", "0x10", " 5", "+5", "nan", "inf", "1e308d"}) {
     INFO(bad);
     auto r = ParseDuration(bad, "--node-mtbf");
     REQUIRE(!r.ok());

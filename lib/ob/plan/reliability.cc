@@ -2,6 +2,7 @@
 #include "ob/plan/reliability.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -151,18 +152,26 @@ std::string ExplainFaultChoice(const FaultChoice& c, const FailureModel& m, int 
 }
 
 Result<double> ParseDuration(const std::string& text, const std::string& what) {
+  const Status bad = Status::Usage(what + " '" + text + "': expected a duration such as 90s, 45m, 7.9h or 30d");
+  // A decimal number (strtod would also take " 5", "+5", hex and "nan").
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') ||
+      text.find_first_of("xX") != std::string::npos) {
+    return bad;
+  }
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || errno != 0 || !std::isfinite(v) || v < 0)
-    return Status::Usage(what + " '" + text + "': expected a duration such as 90s, 45m, 7.9h or 30d");
+  if (end == text.c_str() || errno != 0 || !std::isfinite(v) || v < 0) return bad;
   const std::string unit(end);
   double scale = 0;
   if (unit.empty() || unit == "s") scale = 1;
   else if (unit == "m" || unit == "min") scale = 60;
   else if (unit == "h") scale = 3600;
   else if (unit == "d") scale = kDay;
-  if (scale == 0) return Status::Usage(what + " '" + text + "': expected a duration such as 90s, 45m, 7.9h or 30d");
+  if (scale == 0) return bad;
+  // 1e308d is not a number of seconds a double holds: it printed as inf in
+  // ob-sim's JSON, and as nan the time it trained.
+  if (!std::isfinite(v * scale)) return Status::Usage(what + " '" + text + "': too long to count in seconds");
   return v * scale;
 }
 
