@@ -87,11 +87,30 @@ TEST_CASE("choosing f: failures faster than recoveries are refused with one line
   m.node_mtbf_s = 60;  // 1,000 nodes: a failure every 60 ms
   m.restart_s = 600;
   m.recovery_s = 5;
+  m.repair_s = 0;  // (with the default hour, every node would be out at once)
   auto c = ChooseFaults(1000, 1e6, m, Flat, 8);
   REQUIRE(!c.ok());
   CHECK(c.status().code() == Code::kConfig);
   CHECK_THAT(c.status().message(), Catch::Contains("fail every") && Catch::Contains("no f up to"));
+  CHECK_THAT(c.status().message(), Catch::Contains("recoveries (5.0 s each) take"));
   CHECK(c.status().message().find('\n') == std::string::npos);
+  // The cost that ate the time is the one named: not the recoveries when a
+  // one-second horizon makes a checkpoint every second (it said "fail every
+  // 6.0 h, faster than the recoveries" for both of these), nor when the
+  // nodes stay out for years.
+  FailureModel short_run;
+  short_run.node_mtbf_s = 86400;
+  short_run.horizon_s = 1;
+  short_run.checkpoint_s = 5;
+  auto h = ChooseFaults(4, 1e6, short_run, Flat, 3);
+  REQUIRE(!h.ok());
+  CHECK_THAT(h.status().message(), Catch::Contains("checkpoints (5.0 s each, every 1.0 s) 500%"));
+  FailureModel unrepaired;
+  unrepaired.node_mtbf_s = 86400;
+  unrepaired.repair_s = 1e6 * 86400;
+  auto r = ChooseFaults(4, 1e6, unrepaired, Flat, 3);
+  REQUIRE(!r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("stay out 1000000.0 d each (--repair-time): on average all are out"));
 }
 
 TEST_CASE("choosing f: f stops where the planner can place no more pipelines") {

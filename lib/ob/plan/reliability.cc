@@ -110,14 +110,29 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
   if (choice.f < 0) {
     return Status::Config("no plan for any f: " + (last_error.ok() ? std::string("nothing to plan") : last_error.message()));
   }
-  if (!(choice.options[static_cast<size_t>(choice.f)].goodput > 0)) {
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "-f auto: with a node MTBF of %s the %d nodes fail every %s, faster than the "
-                  "recoveries and restarts they cause (%s and %s each): no f up to %d leaves any goodput",
-                  Seconds(m.node_mtbf_s).c_str(), nodes, Seconds(1 / lambda).c_str(),
-                  Seconds(m.recovery_s).c_str(), Seconds(m.restart_s).c_str(),
-                  choice.options.back().f);
+  const FaultOption& chosen = choice.options[static_cast<size_t>(choice.f)];
+  if (!(chosen.goodput > 0)) {
+    // Say which cost ate the time: the failures' recoveries and restarts,
+    // the checkpoints (a short --horizon bounds their interval), or the
+    // repairs (every node out at once).
+    char line[640];
+    int n = std::snprintf(line, sizeof line, "-f auto: no f up to %d leaves any goodput: with a node MTBF of %s "
+                          "the %d nodes fail every %s",
+                          choice.options.back().f, Seconds(m.node_mtbf_s).c_str(), nodes, Seconds(1 / lambda).c_str());
+    if (down_mean >= nodes) {
+      std::snprintf(line + n, sizeof line - n, " and stay out %s each (--repair-time): on average all are out at once",
+                    Seconds(m.repair_s).c_str());
+    } else {
+      const double beyond = lambda * chosen.p_beyond;
+      std::snprintf(line + n, sizeof line - n,
+                    "; with f = %d, recoveries (%s each) take %.0f%% of the time, restarts from a checkpoint (%s "
+                    "each) %.0f%%, checkpoints (%s each, every %s) %.0f%%",
+                    chosen.f, Seconds(m.recovery_s).c_str(),
+                    100 * lambda * (1 - chosen.p_beyond) * (m.recovery_s + chosen.iteration_s / 2),
+                    Seconds(m.restart_s).c_str(), 100 * beyond * (m.restart_s + chosen.checkpoint_interval_s / 2),
+                    Seconds(m.checkpoint_s).c_str(), Seconds(chosen.checkpoint_interval_s).c_str(),
+                    100 * m.checkpoint_s / chosen.checkpoint_interval_s);
+    }
     return Status::Config(line);
   }
   return choice;

@@ -77,8 +77,10 @@ double PoissonTail(double mean, int k);
 // instantiate) on `nodes` nodes whose iteration processes
 // `tokens_per_iteration` tokens, and picks the f of largest goodput.
 // kUsage for a model that is not one (MTBF ≤ 0, negative times); kConfig,
-// naming the failure rate, when no f leaves a positive goodput (failures
-// faster than the recoveries or restarts they cause) or none can be planned.
+// naming the failure rate and what took the time (every node out at once
+// for its repair; else the shares of recoveries, restarts and checkpoints
+// at the best f), when no f leaves a positive goodput, or none can be
+// planned.
 Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const FailureModel& model,
                                  const IterationSeconds& iteration_seconds, int max_f = 16);
 
