@@ -66,6 +66,11 @@ for want in '^# templates' '^# instantiation' 'predicted iteration' 'survives an
 done
 "$PLAN" --explain "$TMP/plan.pb" > "$TMP/explain2.txt" || fail "--explain of a plan"
 grep -q '^# instantiation' "$TMP/explain2.txt" || fail "--explain plan.pb prints no tables"
+# A plan with planning flags: printed as it was, exit 0, as if planned for
+# 4 nodes and a batch of 8. Refused, naming what would be ignored.
+expect 64 'plan.pb is a plan, which ob-plan prints .* but does not plan again: --nodes, --global-batch would be ignored' \
+  -- "$PLAN" --nodes 4 -B 8 -o "$TMP/replanned.pb" "$TMP/plan.pb"
+[ ! -e "$TMP/replanned.pb" ] && pass || fail "the refused replan wrote its output"
 
 # Same inputs, same plan (but for the creation time).
 "$PLAN" --nodes 6 -f 2 -B 64 --json "$TMP/tiny.pb" | grep -v created_unix_ms > "$TMP/a.json"

@@ -53,6 +53,10 @@ struct Options {
 };
 
 Options g;
+// Every option that shapes a plan (all but the input, --explain and
+// --measured): given with a plan as the input, which ob-plan only prints,
+// each would be ignored.
+std::vector<CLI::Option*> g_planning;
 
 // --measured FILE: every record of a run's metrics (ob-launch --metrics).
 ob::Result<std::vector<ob::pb::Metrics>> ReadMetrics(const std::string& path) {
@@ -405,7 +409,18 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   const std::string name = ob::io::DisplayName(path);
   ob::pb::Plan plan;
   ob::Status as_plan = ob::io::ParseMessage(bytes, name, ob::io::kPlanFormatVersion, &plan);
-  if (as_plan.ok()) return Emit(common, plan);  // --explain / --json of a plan
+  if (as_plan.ok()) {  // --explain / --json of a plan
+    std::string ignored;
+    for (const CLI::Option* o : g_planning) {
+      if (o->count() > 0) ignored += (ignored.empty() ? "" : ", ") + o->get_name();
+    }
+    if (!ignored.empty()) {
+      // It printed the plan as it was, and exited 0, as if it had planned.
+      return ob::Status::Usage(name + " is a plan, which ob-plan prints (--json, --explain, --measured) but does "
+                               "not plan again: " + ignored + " would be ignored; give the profile it was made from");
+    }
+    return Emit(common, plan);
+  }
   ob::pb::Profile profile;
   OB_RETURN_IF_ERROR(ob::io::ParseMessage(bytes, name, ob::io::kProfileFormatVersion, &profile));
   return MakePlan(common, profile);
@@ -420,6 +435,9 @@ void Setup(CLI::App& app) {
       "  ob-plan --explain --measured run.metrics plan.pb   # predicted vs measured");
   app.add_option("file", g.input, "A profile to plan from, or a plan to print (default: stdin)")
       ->option_text("FILE");
+  // Every option added below is a planning option but those removed at
+  // the end.
+  const size_t before = app.get_options().size();
   app.add_option("-f,--faults", g.faults,
                  "Node failures the plan must survive, or 'auto': the f of the largest expected goodput "
                  "under --node-mtbf")
@@ -498,6 +516,10 @@ void Setup(CLI::App& app) {
       ->check(ob::cli::NonNegative());
   app.add_option("--overhead-fraction", g.overhead_fraction, "Extra memory fraction for fragmentation")
       ->capture_default_str()->check(ob::cli::NonNegative());
+  const std::vector<CLI::Option*> all = app.get_options();
+  for (size_t i = before; i < all.size(); ++i) {
+    if (all[i]->get_name() != "--explain" && all[i]->get_name() != "--measured") g_planning.push_back(all[i]);
+  }
 }
 
 }  // namespace
