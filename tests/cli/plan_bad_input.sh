@@ -74,7 +74,10 @@ expect 64 "--node-mtbf '5y': expected a duration" -- "$PLAN" --nodes 4 -f auto -
 # A zero MTBF is the flag's mistake, not the profile's (the line named tiny.pb).
 expect 64 "^ob-plan: --node-mtbf must be a positive duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 0s "$TMP/tiny.pb"
 expect 64 "--repair-time '-1h': expected a duration" -- "$PLAN" --nodes 4 -f auto --node-mtbf 9d --repair-time=-1h "$TMP/tiny.pb"
-expect 78 'fail every 15.0 s, faster than the recoveries and restarts' -- "$PLAN" --nodes 4 -f auto --node-mtbf 1m "$TMP/tiny.pb"
+expect 78 'fail every 15.0 s and stay out 60 min each .--repair-time.: on average all are out at once' -- \
+  "$PLAN" --nodes 4 -f auto --node-mtbf 1m "$TMP/tiny.pb"
+expect 78 'fail every 2.5 s; with f = [0-9], recoveries .5.0 s each. take [0-9]+% of the time' -- \
+  "$PLAN" --nodes 4 -f auto --node-mtbf 10s --repair-time 0 "$TMP/tiny.pb"
 "$PLAN" --nodes 4 -f auto --node-mtbf 2d --repair-time 12h --explain -o "$TMP/auto.pb" "$TMP/tiny.pb" > "$TMP/auto.txt" \
   || fail "-f auto on 4 nodes"
 grep -q '<- chosen' "$TMP/auto.txt" || fail "-f auto: no chosen row in --explain"
