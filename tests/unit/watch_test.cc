@@ -532,7 +532,11 @@ TEST_CASE("actions: a request names the run of its evidence, and a new run in a 
   // a retired generation's late records, and its NaN is its own.
   SyntheticRun b = Run(3, 40);
   b.faults.push_back(Fault(SyntheticFault::kNan, 0, 20));
-  std::vector<Metrics> first = Synthesize(Run(4, 40));
+  // The first run's NaN at its last step waits for later steps to be
+  // decided: the second run's first record decides it, as the first run's.
+  SyntheticRun a2 = Run(4, 40);
+  a2.faults.push_back(Fault(SyntheticFault::kNan, 0, 39));
+  std::vector<Metrics> first = Synthesize(a2);
   for (auto& m : first) {
     m.set_run("1111");
     m.set_generation(m.generation() + 4);
@@ -542,9 +546,11 @@ TEST_CASE("actions: a request names the run of its evidence, and a new run in a 
   first.insert(first.end(), second.begin(), second.end());
   Watcher w({}, Clock::kStream);
   const auto both = OfKind(Watch(first, {}, &w), ob::pb::EVENT_LOSS_NAN);
-  REQUIRE(both.size() == 1);
-  CHECK(both[0].step() == 20);
-  CHECK(both[0].run() == "2222");
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].step() == 39);
+  CHECK(both[0].run() == "1111");
+  CHECK(both[1].step() == 20);
+  CHECK(both[1].run() == "2222");
   CHECK(w.state().run == "2222");
   CHECK(w.state().records == first.size());
 }

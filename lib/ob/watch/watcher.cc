@@ -96,11 +96,14 @@ void Watcher::TakeStep(RankState& r, const pb::Metrics& m, int64_t now,
 }
 
 void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>* out) {
-  const size_t first = out->size();
   if (!m.run().empty() && m.run() != run_.run) {
-    if (!run_.run.empty()) NewRun();
+    if (!run_.run.empty()) {
+      Finish(out);  // what the old run's records left undecided, as its own
+      NewRun();
+    }
     run_.run = m.run();
   }
+  const size_t first = out->size();
   run_.records++;
   const int64_t now = clock_ == Clock::kStream ? std::max(run_.now_ms, m.unix_ms()) : wall_ms;
   run_.now_ms = now;

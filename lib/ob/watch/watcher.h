@@ -9,8 +9,8 @@
 // arrival time the caller passes, and Tick() finds silence between records.
 //
 // A stream of several runs (Metrics.run) is watched one run at a time: a
-// record of a new run starts the state afresh, and every event carries the
-// run of the records that raised it.
+// record of a new run finishes the old one (as Finish) and starts the state
+// afresh, and every event carries the run of the records that raised it.
 //
 // Thread-safety: none; the caller serialises Feed/Tick/Finish/Note and
 // reads of state().
