@@ -25,6 +25,20 @@ for i in 1 2 3 4; do
     || fail "agent ${TAG}h$i did not log a clean stop"
 done
 
+# OB_INJECT left in the environment (exported for a test) injects nothing:
+# only --inject does. The worker exits 1 when it sees one it was not given.
+OB_INJECT="0:nan=3" OB_TEST_WORKER_CMD='[ "${OB_INJECT-none}" = "${WANT:-none}" ]' timeout 30 "$OB_BIN/ob-launch" \
+  --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run-env" \
+  "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err-env"
+rc=$?
+[ "$rc" = 0 ] || fail "a worker saw \$OB_INJECT from the environment: exit $rc: $(tail -3 "$WORK/err-env")"
+WANT="1:slow=2" OB_INJECT="0:nan=3" OB_TEST_WORKER_CMD='[ "${OB_INJECT-none}" = "$WANT" ]' timeout 30 \
+  "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run-inject" \
+  --inject "1:slow=2" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err-inject"
+rc=$?
+[ "$rc" = 0 ] || fail "--inject did not reach the workers as given: exit $rc: $(tail -3 "$WORK/err-inject")"
+wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+
 # 2. Workers that write Metrics records (step 5, loss 2.5, 1000 tokens/s,
 #    encoded by hand): relayed to --metrics with host and rank filled in,
 #    and summarised on stderr (each rank reports the global throughput:

@@ -51,6 +51,14 @@ ob::pb::WorkerSpec WorkerCommand(const ob::launch::WorkerContext& ctx, const std
     env["OB_INJECT"] = spec;
   }
   if (const char* test = std::getenv("OB_TEST_WORKER_CMD"); test != nullptr && *test != '\0') {
+    // Left exported from a test, it would run a shell for every worker and
+    // train nothing: said once, as the first workers start.
+    static bool said = false;
+    if (!said) {
+      OB_LOG(Warn) << "OB_TEST_WORKER_CMD is set (for tests): the workers run `sh -c " << test
+                   << "` instead of training";
+      said = true;
+    }
     for (const char* a : {"/bin/sh", "-c", test}) spec.add_argv(a);
     return spec;
   }

@@ -528,13 +528,16 @@ void Agent::StartPending() {
 }
 
 // The environment of a worker in `slot`: ours without the secret, the
-// spec's variables, and the slot's snapshot arena.
+// spec's variables, and the slot's snapshot arena. OB_INJECT comes only
+// from the spec (ob-launch --inject): one left in a shell's environment
+// from a test would inject faults into a real run.
 std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
     if (key == "OB_SECRET" || key == "OB_SNAPSHOT_FD" || key == "OB_STORE_FD" || key == "OB_DEVICE" ||
+        key == "OB_INJECT" ||
         (key == "CUDA_VISIBLE_DEVICES" && cuda()) ||
         (spec != nullptr && spec->env().count(key) > 0)) {
       continue;
