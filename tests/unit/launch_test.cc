@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "ob/clock.h"
 #include "ob/launch/channel.h"
 #include "ob/launch/event_log.h"
 #include "ob/log.h"
@@ -521,7 +522,7 @@ TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a 
   CHECK(r[3]);
 }
 
-TEST_CASE("the metrics sink stamps every record with the run, a worker's own run field included") {
+TEST_CASE("the metrics sink stamps every record with the run and the master's clock, a worker's own run field included") {
   char path[] = "/tmp/ob-launch-test-metrics.XXXXXX";
   const int tmp = ::mkstemp(path);
   REQUIRE(tmp >= 0);
@@ -548,6 +549,7 @@ TEST_CASE("the metrics sink stamps every record with the run, a worker's own run
     REQUIRE(more.ok());
     if (!*more) break;
     CHECK(back.run() == "0123456789abcdef");
+    CHECK(std::llabs(back.received_unix_ms() - ob::UnixMs()) < 60000);  // the master's clock
     ++n;
   }
   ::close(fd);

@@ -555,6 +555,21 @@ TEST_CASE("actions: a request names the run of its evidence, and a new run in a 
   CHECK(w.state().records == first.size());
 }
 
+TEST_CASE("hang: a host whose clock is ahead does not make the others look silent") {
+  // Rank 3's host is two minutes ahead; the master stamps when it got each
+  // record by its own clock. Read by the writers' clocks, rank 3's first
+  // record moved "now" two minutes on and the other three were "silent"
+  // (and ob-watch --act would have excluded their healthy hosts).
+  std::vector<Metrics> records = Synthesize(Run(5, 60));
+  for (auto& m : records) {
+    m.set_received_unix_ms(m.unix_ms());
+    if (m.rank() == 3) m.set_unix_ms(m.unix_ms() + 120000);
+  }
+  CHECK(OfKind(Watch(records), ob::pb::EVENT_HANG).empty());
+  for (auto& m : records) m.clear_received_unix_ms();  // as streams before the stamp
+  CHECK(!OfKind(Watch(records), ob::pb::EVENT_HANG).empty());
+}
+
 TEST_CASE("actions: a request line goes to the control socket and its answer comes back") {
   char dir[] = "/tmp/ob-watch-test.XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);

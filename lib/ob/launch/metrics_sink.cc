@@ -45,14 +45,9 @@ Status MetricsSink::Open(const std::string& path) {
 }
 
 void MetricsSink::Publish(const pb::Metrics& record) {
-  const pb::Metrics* stamped = &record;
-  pb::Metrics copy;
-  if (!run_.empty() && record.run() != run_) {
-    copy = record;
-    copy.set_run(run_);
-    stamped = &copy;
-  }
-  const pb::Metrics& m = *stamped;
+  pb::Metrics m = record;
+  if (!run_.empty()) m.set_run(run_);
+  m.set_received_unix_ms(UnixMs());
   if (out_) {
     Status st = out_->Write(m);
     if (!st.ok()) {

@@ -105,7 +105,11 @@ void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>
   }
   const size_t first = out->size();
   run_.records++;
-  const int64_t now = clock_ == Clock::kStream ? std::max(run_.now_ms, m.unix_ms()) : wall_ms;
+  // The master's clock where it stamped the record: a host whose clock is
+  // ahead would otherwise move "now" past every other rank's last record,
+  // and they would all look hung.
+  const int64_t at = m.received_unix_ms() > 0 ? m.received_unix_ms() : m.unix_ms();
+  const int64_t now = clock_ == Clock::kStream ? std::max(run_.now_ms, at) : wall_ms;
   run_.now_ms = now;
 
   if (m.generation() > run_.generation) {

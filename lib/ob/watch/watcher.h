@@ -3,7 +3,8 @@
 // resources.h, liveness.h), returning the events they raise in order.
 //
 // Time: with the stream clock (recorded files, pipes) "now" is the largest
-// unix_ms of the records so far, so the same stream always gives the same
+// received_unix_ms (the master's clock; unix_ms, the writer's, where that is
+// unset) of the records so far, so the same stream always gives the same
 // events, and a rank is silent when the others' records move the clock on
 // without it. With the wall clock (attached to a live master) "now" is the
 // arrival time the caller passes, and Tick() finds silence between records.
