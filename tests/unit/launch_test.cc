@@ -21,6 +21,7 @@
 #include "ob/launch/metrics_sink.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/launch/peer_probe.h"
+#include "ob/launch/recovery_clock.h"
 
 using namespace ob::launch;
 
@@ -686,4 +687,29 @@ TEST_CASE("an events.log that stops taking lines says, at the end, how many it l
   fine.Write("listen", "127.0.0.1:1");
   CHECK(fine.lost().empty());
   ::unlink(path.c_str());
+}
+
+TEST_CASE("a recovery's teardown is measured on the master's clock, whatever the host's") {
+  // A host two minutes ahead: its worker started 50 ms before its first
+  // step's record, which arrives now. Its own clock made the teardown two
+  // minutes long.
+  for (const int64_t skew : {int64_t{120000}, int64_t{-120000}, int64_t{0}}) {
+    INFO("skew " << skew);
+    ob::launch::RecoveryClock rc;
+    rc.Detected(0);
+    rc.Decided();
+    rc.Started();
+    ob::pb::Metrics m;
+    m.set_generation(2);
+    m.set_step(10);
+    m.set_unix_ms(ob::UnixMs() + skew);
+    m.set_process_start_unix_ms(m.unix_ms() - 50);
+    m.set_ready_unix_ms(m.unix_ms() - 20);
+    const std::string line = rc.FirstStep(m, 2, 1);
+    const size_t at = line.find(" teardown_ms=");
+    REQUIRE(at != std::string::npos);
+    const long teardown = std::stol(line.substr(at + 13));
+    CHECK(teardown < 5000);
+    CHECK(line.find(" regroup_ms=30 ") != std::string::npos);
+  }
 }

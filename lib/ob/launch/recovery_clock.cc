@@ -34,7 +34,11 @@ void RecoveryClock::Started() { started_unix_ms_ = UnixMs(); }
 
 std::string RecoveryClock::FirstStep(const pb::Metrics& m, uint64_t generation, int world) {
   if (!active_ || m.generation() != generation) return "";
-  process_start_ms_ = std::max(process_start_ms_, m.process_start_unix_ms());
+  // The worker's start by its host's clock, moved onto ours: its record
+  // (unix_ms, its clock) arrives now (ours), give or take the network's
+  // latency. A host minutes off made teardown_ms minutes long, or 0.
+  const int64_t offset = m.unix_ms() > 0 ? UnixMs() - m.unix_ms() : 0;
+  process_start_ms_ = std::max(process_start_ms_, m.process_start_unix_ms() + offset);
   restore_s_ = std::max(restore_s_, m.restore_seconds());
   regroup_s_ = std::max(regroup_s_, (m.ready_unix_ms() - m.process_start_unix_ms()) / 1e3 - m.restore_seconds());
   first_step_s_ = std::max(first_step_s_, m.step_seconds());

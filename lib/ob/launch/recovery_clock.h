@@ -29,9 +29,10 @@ class RecoveryClock {
   void Decided();
   // The new generation went out to the agents.
   void Started();
-  // A rank's first step of the current generation, of `world` ranks: the
-  // `recovered` line (generation, from_step and the phases in ms) when it
-  // is the last of them, else "".
+  // A rank's first step of the current generation, of `world` ranks, as it
+  // arrives (its times, by its host's clock, are moved onto ours by the
+  // difference of its unix_ms and now): the `recovered` line (generation,
+  // from_step and the phases in ms) when it is the last of them, else "".
   std::string FirstStep(const pb::Metrics& m, uint64_t generation, int world);
 
   // What a rank of the recovering generation has done so far.
