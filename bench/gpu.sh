@@ -183,7 +183,7 @@ peer() {  # peer MODEL [ARGS...]: one run of torch_loop.py, its summary line
 work=/tmp/ob-gpu-work
 rm -rf "$work"; mkdir -p "$work"
 echo gpu0 > "$work/hosts.txt"
-(umask 077; echo gpu-bench-secret > "$work/secret")
+(umask 077; echo gpu-bench-secret-0123456789 > "$work/secret")
 ob_summary() {  # ob_summary RUN: tokens/s, MFU, peak memory of rank 0 over steps >= SKIP
   "$bin/ob-watch" --records json "$1.metrics" 2> /dev/null | "$py" -c '
 import json, sys

@@ -13,7 +13,7 @@ bench_cluster() {
   trap "pkill -f -- '--host $2[0-9]' 2>/dev/null || true; rm -rf '$work'" EXIT
   cd "$work"
   printf '%s1\n%s2\n%s3\n%s4\n' "$2" "$2" "$2" "$2" > hosts.txt
-  (umask 077; echo "bench-secret" > secret)
+  (umask 077; echo "bench-secret-0123456789" > secret)
 }
 
 # bench_need TOOL...: exits 1 unless each of ob's TOOLs is built in $bin

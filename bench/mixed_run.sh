@@ -27,7 +27,7 @@ tag="mixrun$$x"
 work=$(mktemp -d /tmp/ob-mixed-run.XXXXXX)
 trap "pkill -f -- '--host ${tag}' 2>/dev/null || true; rm -rf '$work'" EXIT
 cd "$work"
-(umask 077; echo "bench-secret" > secret)
+(umask 077; echo "bench-secret-0123456789" > secret)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 printf '%s slots=2\n' "${tag}0" "${tag}1" > hosts.txt
 

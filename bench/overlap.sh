@@ -41,7 +41,7 @@ metrics_py=$root/tests/lib/metrics.py
 tag="ovl$$"
 hosts=("${tag}a" "${tag}b" "${tag}c" "${tag}d")
 printf '%s\n' "${hosts[@]}" > hosts.txt
-(umask 077; echo "bench-secret" > secret)
+(umask 077; echo "bench-secret-0123456789" > secret)
 cp "$root/bench/gpt-6x384.yaml" model.yaml
 "$bin/ob-profile" --model model.yaml --analytic --gpu h100 --dtype float32 --seq-len 128 -b 4 -q -o p.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 32 -b 4 --gpu-memory 0.2 --overhead-gib 0 -o plan.pb p.pb

@@ -35,7 +35,7 @@ tag="pred$$x"
 work=$(mktemp -d /tmp/ob-predict.XXXXXX)
 trap "pkill -f -- '--host ${tag}' 2>/dev/null || true; rm -rf '$work'" EXIT
 cd "$work"
-(umask 077; echo "bench-secret" > secret)
+(umask 077; echo "bench-secret-0123456789" > secret)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 # name hosts slots faults pipelines model extra-plan-options

@@ -28,7 +28,7 @@ KILL_AFTER=${KILL_AFTER:-6}
 HOSTS=${HOSTS:-2}
 : > "$WORK/hosts.txt"
 for ((h = 1; h <= HOSTS; h++)); do echo "${TAG}h$h" >> "$WORK/hosts.txt"; done
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 "$OB_BIN/ob-profile" --model gpt-tiny --threads 1 --concurrency "$HOSTS" -k 50 -q -o "$WORK/profile.pb" \
   || fail "ob-profile"
 "$OB_BIN/ob-plan" -q --local --hosts "$WORK/hosts.txt" -f 1 --pipelines "$(printf '1,%.0s' $(seq "$HOSTS") | sed 's/,$//')" \

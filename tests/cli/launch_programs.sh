@@ -40,7 +40,7 @@ cp "$L" "$TMP/alone/ob-launch"
   || fail "ob-profile"
 printf 'a\nb\n' > "$TMP/hosts.txt"
 "$OB_BIN/ob-plan" --hosts "$TMP/hosts.txt" -g 1 -f 0 -B 4 -q -o "$TMP/plan.pb" "$TMP/tiny.pb" || fail "ob-plan"
-(umask 077; echo "secret-$$" > "$TMP/secret")
+(umask 077; echo "secret-$$-for-the-tests" > "$TMP/secret")
 expect 78 "^ob-launch: $TMP/alone/ob-launch-worker: No such file or directory \(ob-launch runs its workers with ob-launch-worker, installed beside it on every host\)$" \
   -- "$TMP/alone/ob-launch" --rsh local --secret-file "$TMP/secret" --run-dir "$TMP/run" --steps 3 \
   "$TMP/plan.pb" "$TMP/hosts.txt"

@@ -14,7 +14,7 @@ printf 'h0 slots=1\nh1 slots=1\n' > "$TMP/hosts.txt"
 "$OB_BIN/watch_synth" --steps 10 --seed 3 > "$TMP/run.pb" || fail "watch_synth"
 head -c 20000 "$OB_SOURCE_DIR/README.md" > "$TMP/corpus.txt"
 printf '0 fail h0\n' > "$TMP/trace.txt"
-(umask 077; echo secret > "$TMP/secret")
+(umask 077; echo secret-for-the-tests > "$TMP/secret")
 ln -s prof.pb "$TMP/link.pb"
 ln "$TMP/prof.pb" "$TMP/hard.pb"
 for f in prof.pb plan.pb hosts.txt run.pb corpus.txt trace.txt secret; do cp "$TMP/$f" "$TMP/$f.orig"; done

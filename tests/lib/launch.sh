@@ -42,7 +42,7 @@ make_cluster() {
     -o "$WORK/cluster-profile.pb" || fail "ob-profile"
   "$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 -o "$WORK/plan.pb" \
     "$WORK/cluster-profile.pb" || fail "ob-plan"
-  (umask 077; echo "secret-$TAG" > "$WORK/secret")
+  (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 }
 
 # wait_for SECONDS CMD...: polls CMD every 0.05 s; false after SECONDS.
@@ -113,7 +113,7 @@ make_pipelines() {
     --seq-len 32 -o "$WORK/tiny.pb" || fail "ob-profile"
   : > "$WORK/hosts.txt"
   for ((i = 1; i <= n; i++)); do echo "${TAG}h$i" >> "$WORK/hosts.txt"; done
-  (umask 077; echo "secret-$TAG" > "$WORK/secret")
+  (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
   local flags=(--hosts "$WORK/hosts.txt" -g 1 -f "$f" -B 8 --gpu-memory 0.012 --overhead-gib 0)
   "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/plan.json" || fail "ob-plan"
   "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"

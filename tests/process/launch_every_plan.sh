@@ -24,7 +24,7 @@ EOF
   -o "$WORK/tiny.pb" || fail "ob-profile gpt-tiny"
 "$OB_BIN/ob-profile" --model "$WORK/tiny8.yaml" --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
   -o "$WORK/tiny8.pb" || fail "ob-profile gpt-tiny-8h"
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
 layouts="" skipped=""
 for model in tiny tiny8; do

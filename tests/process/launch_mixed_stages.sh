@@ -34,7 +34,7 @@ sys.stdout.write(text[:i] + tail)
 PY
 protoc -I "$PROTO_DIR" --encode=ob.pb.Profile ob/profile.proto < "$WORK/tiny.txt" > "$WORK/tiny.pb" \
   || fail "protoc --encode"
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
 # plan NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb, NAME.hosts, NAME.json.
 plan() {

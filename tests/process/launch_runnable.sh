@@ -17,7 +17,7 @@ PROTO_DIR="$OB_SOURCE_DIR/lib/proto"
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
 printf '%s slots=2\n' "${TAG}h1" "${TAG}h2" > "$WORK/hosts.txt"
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
 # refused NAME PLAN HOSTS PATTERN [FLAGS...]: ob-launch exits 78 with one
 # line matching PATTERN.

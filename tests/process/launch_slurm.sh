@@ -18,7 +18,7 @@ command -v python3 >/dev/null || skip "no python3"
 trap 'slurm_down; cleanup' EXIT   # the daemons first: their pid files are in \$WORK
 
 # Outside an allocation.
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
 NODES=("${TAG}a" "${TAG}b" "${TAG}c")

@@ -16,7 +16,7 @@ STEPS=40
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
 printf '%s slots=2\n' "${TAG}h1" "${TAG}h2" "${TAG}h3" > "$WORK/hosts.txt"
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 # A fast node (20 GB/s inside it): since a boundary between two stages of
 # one node is charged at that speed, not the network's, the 2-node template
 # beside a 1-node one beats three 1-node pipelines (below about 3 GB/s it

@@ -30,7 +30,7 @@ command -v python3 >/dev/null || skip "no python3"
 
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
-(umask 077; echo "secret-$TAG" > "$WORK/secret")
+(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
 # plan NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb (and NAME.hosts,
 # NAME.json) for local hosts "HOST slots=N", checked with its JSON: every

@@ -356,9 +356,9 @@ TEST_CASE("a client gives up when nothing answers in time") {
   ::close(fd);
 }
 
-TEST_CASE("the secret: a private file or $OB_SECRET, never an open or empty one") {
+TEST_CASE("the secret: a private file or $OB_SECRET, never an open, empty or short one") {
   std::string path = TempPath("secret");
-  { std::ofstream(path) << "s3cret\n"; }
+  { std::ofstream(path) << "s3cret-of-16-bytes\n"; }
   ::chmod(path.c_str(), 0644);
   auto open = ReadSecret(path);
   CHECK(open.status().code() == ob::Code::kConfig);
@@ -366,18 +366,31 @@ TEST_CASE("the secret: a private file or $OB_SECRET, never an open or empty one"
   ::chmod(path.c_str(), 0600);
   auto ok = ReadSecret(path);
   REQUIRE(ok.ok());
-  CHECK(*ok == "s3cret");
+  CHECK(*ok == "s3cret-of-16-bytes");
   { std::ofstream(path) << "\n"; }
   CHECK(ReadSecret(path).status().code() == ob::Code::kConfig);
+  // A secret of a few bytes is guessed by whoever reaches the master's
+  // port, a connection a try (it was taken, down to one byte).
+  { std::ofstream(path) << "x\n"; }
+  auto one = ReadSecret(path);
+  CHECK(one.status().code() == ob::Code::kConfig);
+  CHECK(one.status().message() == path + ": the secret is 1 bytes, fewer than 16: anyone who reaches the master's "
+                                         "port could guess it; make one with: head -c 32 /dev/urandom | base64");
+  { std::ofstream(path) << "0123456789abcde\n"; }
+  CHECK(ReadSecret(path).status().code() == ob::Code::kConfig);
+  { std::ofstream(path) << "0123456789abcdef\n"; }
+  CHECK(ReadSecret(path).ok());
   ::unlink(path.c_str());
   CHECK(ReadSecret(path).status().code() == ob::Code::kConfig);
 
   ::unsetenv("OB_SECRET");
   CHECK(ReadSecret("").status().code() == ob::Code::kConfig);
   ::setenv("OB_SECRET", "from-env", 1);
+  CHECK(ReadSecret("").status().message().rfind("OB_SECRET: the secret is 8 bytes", 0) == 0);
+  ::setenv("OB_SECRET", "from-the-environment", 1);
   auto env = ReadSecret("");
   REQUIRE(env.ok());
-  CHECK(*env == "from-env");
+  CHECK(*env == "from-the-environment");
   ::unsetenv("OB_SECRET");
 }
 
@@ -391,13 +404,13 @@ TEST_CASE("the secret from standard input: a pipe, or a private file redirected 
   // A pipe whose writer has not closed it: the first line is the secret.
   int p[2];
   REQUIRE(::pipe(p) == 0);
-  REQUIRE(::write(p[1], "piped\nmore\n", 11) == 11);
+  REQUIRE(::write(p[1], "piped-secret-0123\nmore\n", 23) == 23);
   with_stdin(p[0]);
   auto piped = ReadSecret("-");
   ::close(p[1]);
   // A file others may read is refused through stdin as by name.
   std::string path = TempPath("secret-in");
-  { std::ofstream(path) << "s3cret\n"; }
+  { std::ofstream(path) << "s3cret-of-16-bytes\n"; }
   ::chmod(path.c_str(), 0644);
   with_stdin(::open(path.c_str(), O_RDONLY));
   auto open = ReadSecret("-");
@@ -405,7 +418,7 @@ TEST_CASE("the secret from standard input: a pipe, or a private file redirected 
   ::dup2(saved, STDIN_FILENO);
   ::close(saved);
   REQUIRE(piped.ok());
-  CHECK(*piped == "piped");
+  CHECK(*piped == "piped-secret-0123");
   CHECK(open.status().code() == ob::Code::kConfig);
   CHECK(open.status().message() == "--secret-file - (standard input): permissions 0644 let others read the secret; chmod 600 it");
 }

@@ -19,6 +19,19 @@
 
 namespace ob::launch {
 
+namespace {
+
+// Whoever reaches the master's port may try secrets, one connection each:
+// a short one is guessed (a byte of secret: 256 tries).
+Status LongEnough(const std::string& secret, const std::string& name) {
+  if (secret.size() >= kMinSecretBytes) return Status::Ok();
+  return Status::Config(name + ": the secret is " + std::to_string(secret.size()) + " bytes, fewer than " +
+                        std::to_string(kMinSecretBytes) + ": anyone who reaches the master's port could guess "
+                        "it; make one with: head -c 32 /dev/urandom | base64");
+}
+
+}  // namespace
+
 Result<std::string> ReadSecret(const std::string& secret_file) {
   std::string text;
   if (!secret_file.empty()) {
@@ -52,6 +65,7 @@ Result<std::string> ReadSecret(const std::string& secret_file) {
     text = text.substr(0, text.find('\n'));
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.empty()) return Status::Config(name + ": the secret is empty");
+    OB_RETURN_IF_ERROR(LongEnough(text, name));
     return text;
   }
   const char* env = std::getenv("OB_SECRET");
@@ -62,6 +76,7 @@ Result<std::string> ReadSecret(const std::string& secret_file) {
   if (text.find('\n') != std::string::npos) {
     return Status::Config("OB_SECRET holds a newline; the secret is one line");
   }
+  OB_RETURN_IF_ERROR(LongEnough(text, "OB_SECRET"));
   return text;
 }
 

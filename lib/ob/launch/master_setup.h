@@ -14,8 +14,10 @@ namespace ob::launch {
 
 // The shared secret: the first line of `secret_file` when given, else
 // $OB_SECRET. kConfig when the file is missing or unreadable, is readable or
-// writable by group or others ("chmod 600"), or the secret is empty.
+// writable by group or others ("chmod 600"), or the secret is shorter than
+// kMinSecretBytes (empty included).
 // REQUIRES: none; the caller clears OB_SECRET from the environment after.
+inline constexpr size_t kMinSecretBytes = 16;
 Result<std::string> ReadSecret(const std::string& secret_file);
 
 // The hosts file when given, else Slurm's node list ($SLURM_JOB_NODELIST,
