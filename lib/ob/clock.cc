@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace ob {
@@ -27,9 +28,16 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 int64_t UnixMs() {
+  // $OB_TEST_CLOCK_SKEW_MS: a process whose host's clock is that far off,
+  // for the tests of hosts whose clocks disagree (launch_clock_skew).
+  static const int64_t skew = [] {
+    const char* s = std::getenv("OB_TEST_CLOCK_SKEW_MS");
+    return s != nullptr ? static_cast<int64_t>(std::atoll(s)) : int64_t{0};
+  }();
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
-      .count();
+             .count() +
+         skew;
 }
 
 std::string FormatUnixMs(int64_t unix_ms) {

@@ -10,7 +10,9 @@
 namespace ob {
 
 // Milliseconds since the Unix epoch (system clock: comparable across hosts
-// as far as their clocks agree; use a steady clock for durations).
+// as far as their clocks agree; use a steady clock for durations). Plus
+// $OB_TEST_CLOCK_SKEW_MS, read once, for tests of hosts whose clocks
+// disagree.
 int64_t UnixMs();
 
 // Milliseconds of the steady clock (std::chrono::steady_clock): only

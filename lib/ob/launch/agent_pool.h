@@ -46,6 +46,9 @@ struct AgentState {
   bool suspect = false;      // silent too long at the last tick; lost if still so at the next
   bool acking = false;       // silent, but its host's kernel still acknowledges
   std::vector<std::string> unreachable;  // peers its last heartbeat could not reach
+  // Our clock minus its host's, from its last heartbeat (give or take the
+  // network's latency): its times (a worker's exit) moved onto ours.
+  int64_t clock_offset_ms = 0;
   std::string excluded;      // why it was excluded for good ("" = it may come back)
   std::string boot_id;       // its machine, and the UUIDs of its GPUs, as its Hello said
   std::vector<std::string> gpus;

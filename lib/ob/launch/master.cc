@@ -418,6 +418,7 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
   if (m.has_store_request()) return ServeStoreRequest(&store_, a.conn, m.store_request(), Now());
   if (m.has_heartbeat()) {
     a.unreachable.assign(m.heartbeat().unreachable().begin(), m.heartbeat().unreachable().end());
+    if (m.heartbeat().unix_ms() > 0) a.clock_offset_ms = UnixMs() - m.heartbeat().unix_ms();
     return;
   }
   if (m.has_worker_metrics()) {
@@ -470,7 +471,8 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
     if (x.rank() >= ranks_.size() || ranks_[x.rank()].exited) return;
     ranks_[x.rank()].exited = true;
     hang_.Exited(x.rank());
-    const int64_t latency = std::max<int64_t>(0, UnixMs() - x.unix_ms());
+    // By our clock: a host minutes off made the detection minutes late, or 0.
+    const int64_t latency = std::max<int64_t>(0, UnixMs() - (x.unix_ms() + a.clock_offset_ms));
     metrics_.Exited(a.host.name, x, x.generation() != 0 ? x.generation() : generation_,
                     ranks_[x.rank()].last_step);
     events_.Write("worker-exit", "rank=" + std::to_string(x.rank()) + " host=" + a.host.name +
