@@ -1,6 +1,7 @@
 // Network profile (design §3): pair scheduling, and a real measurement between
 // agents running as threads on loopback addresses, driven over socketpairs
 // exactly as MeasureNetwork drives agent processes over their stdin/stdout.
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -188,4 +189,56 @@ TEST_CASE("network: option and host-count refusals", "[network]") {
   auto none = ob::profile::MeasureNetwork(LoopbackHosts(2), opts);
   REQUIRE_FALSE(none.ok());
   CHECK(none.status().code() == ob::Code::kConfig);
+}
+
+TEST_CASE("network: a data connection without the run's token gets no answer", "[network]") {
+  // An agent driven by hand over its stdin: listen with a token, then an
+  // outsider pings the port. Before the token, the agent echoed any ping
+  // and sank any bulk transfer, skewing the link it measured.
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  std::thread agent([fd = sv[1]] { ob::profile::RunNetAgent(fd, fd); });
+  auto ask = [&](const std::string& line) {
+    const std::string out = line + "\n";
+    REQUIRE(::write(sv[0], out.data(), out.size()) == static_cast<ssize_t>(out.size()));
+    std::string reply;
+    char c;
+    while (::read(sv[0], &c, 1) == 1 && c != '\n') reply += c;
+    return reply;
+  };
+  const std::string token(32, 'a');
+  const std::string listening = ask("listen 127.0.0.1 0 " + token);
+  REQUIRE(listening.rfind("ok 127.0.0.1 ", 0) == 0);
+  const std::string port = listening.substr(13);
+  auto ping = [&](const std::string& first) {  // the echo of a 64-byte ping, after `first`
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    REQUIRE(::getaddrinfo("127.0.0.1", port.c_str(), &hints, &res) == 0);
+    const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(::connect(fd, res->ai_addr, res->ai_addrlen) == 0);
+    ::freeaddrinfo(res);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string out = first + 'P';
+    for (int i = 0; i < 8; ++i) out += static_cast<char>(i == 0 ? 64 : 0);
+    out += std::string(64, 'x');
+    (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+    std::string echo;
+    char buf[128];
+    ssize_t n;
+    while (echo.size() < 64 && (n = ::read(fd, buf, sizeof buf)) > 0) echo.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return echo.size();
+  };
+  CHECK(ping("") == 0);                      // no token: closed unanswered
+  CHECK(ping(std::string(32, 'b')) == 0);    // another run's token
+  CHECK(ping(token) == 64);                  // the run's: served
+  // The agent's own measurement sends the token.
+  const std::string measured = ask("measure 127.0.0.1 " + port + " " + token + " 3 2 5 4096");
+  CHECK(measured.rfind("ok ", 0) == 0);
+  CHECK(ask("measure 127.0.0.1 " + port + " " + std::string(32, 'b') + " 3 2 5 4096").rfind("error ", 0) == 0);
+  ::shutdown(sv[0], SHUT_WR);
+  agent.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <ftw.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +32,24 @@ Status WriteAll(int fd, const std::string& data, const std::string& name) {
     off += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+Result<std::string> RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::getrandom(&raw[got], bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoErr("getrandom: " + Errno());
+    got += static_cast<size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : raw) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
 }
 
 std::string DisplayName(const std::string& path, bool output) {

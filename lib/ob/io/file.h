@@ -17,6 +17,10 @@ namespace ob::io {
 // strerror(errno): the text of the last system call's error, for messages.
 std::string Errno();
 
+// `bytes` bytes of the kernel's random pool (getrandom(2)) as 2 x `bytes`
+// lower-case hex digits: run ids, tokens. kIoErr when the pool fails.
+Result<std::string> RandomHex(size_t bytes);
+
 // All of `data` to `fd` (in one write(2) where the descriptor takes it
 // whole: a pipe keeps up to PIPE_BUF bytes from interleaving with other
 // writers'), retrying interrupted calls; kIoErr naming `name`.

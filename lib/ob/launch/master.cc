@@ -1,11 +1,9 @@
 #include "ob/launch/master_impl.h"
 
 #include <signal.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <optional>
@@ -44,26 +42,6 @@ uint64_t LargestStageBytes(const pb::Plan& plan) {
     for (const auto& s : t.stages()) most = std::max(most, s.memory_bytes());
   }
   return most;
-}
-
-// A run's id (Metrics.run): 16 hex digits from the kernel's random pool,
-// so that two runs, on one host or many, never share one.
-Result<std::string> NewRunId() {
-  unsigned char bytes[8];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IoErr(std::string("getrandom: ") + std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned char b : bytes) {
-    id += kHex[b >> 4];
-    id += kHex[b & 15];
-  }
-  return id;
 }
 
 }  // namespace
@@ -116,7 +94,9 @@ Status Master::Prepare() {
   OB_RETURN_IF_ERROR(io::MakeDirs(run_dir_, "run directory", 0700));
   OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
   OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
-  OB_ASSIGN_OR_RETURN(run_id_, NewRunId());
+  // The run's id (Metrics.run): 16 hex digits, so that two runs, on one
+  // host or many, never share one.
+  OB_ASSIGN_OR_RETURN(run_id_, io::RandomHex(8));
   events_.Write("run", "id=" + run_id_ + " pid=" + std::to_string(::getpid()));
   metrics_.set_run(run_id_);
   OB_RETURN_IF_ERROR(ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, opt_.resume, opt_.resume_from_other, opt_.steps,

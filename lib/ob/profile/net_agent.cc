@@ -21,6 +21,12 @@ using namespace net_io;  // NOLINT: this file's own helpers
 constexpr uint64_t kPingBytes = 64;              // "small message" for latency
 constexpr uint64_t kChunk = 1 << 20;             // socket I/O buffer
 constexpr uint64_t kWarmupMaxBytes = 1 << 20;    // warm-up transfer before each size
+// A data connection's first bytes are the run's token (network.h): whoever
+// else connects is closed before it gets a thread, a buffer or an answer,
+// and skews no link. At most this many proven connections at once (a run
+// opens one per peer at a time).
+constexpr double kTokenSeconds = 2;
+constexpr size_t kMaxConnections = 256;
 
 // Reads exactly n bytes (into buf, or discarded when buf is null). False on
 // end of stream, error or socket timeout.
@@ -90,9 +96,12 @@ class Listener {
  public:
   ~Listener() { Stop(); }
 
-  // Binds addr:port; returns "ADDR PORT" as bound, numerically.
-  Result<std::string> Start(const std::string& addr, int port) {
+  // Binds addr:port; returns "ADDR PORT" as bound, numerically. A data
+  // connection must send `token` first.
+  Result<std::string> Start(const std::string& addr, int port, const std::string& token) {
     if (fd_ >= 0) return Status::Config("already listening");
+    if (token.empty()) return Status::Usage("listen: no token");
+    token_ = token;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -154,15 +163,29 @@ class Listener {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // EMFILE and friends
         continue;
       }
+      // The token, within kTokenSeconds, or the connection is closed.
+      SetSocketTimeouts(c, kTokenSeconds);
+      std::string got(token_.size(), '\0');
+      if (!ReadFull(c, got.data(), got.size()) || got != token_ || live_ >= kMaxConnections) {
+        ::close(c);
+        continue;
+      }
+      SetSocketTimeouts(c, 0);  // a proven peer waits as long as its requests take
       int one = 1;
       ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::lock_guard<std::mutex> lock(mu_);
       conns_.push_back(c);
-      threads_.emplace_back([c] { ServeConnection(c); });
+      ++live_;
+      threads_.emplace_back([this, c] {
+        ServeConnection(c);
+        --live_;
+      });
     }
   }
 
   int fd_ = -1;
+  std::string token_;
+  std::atomic<size_t> live_{0};      // connections being served
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::mutex mu_;
@@ -219,19 +242,23 @@ Result<double> Request(int fd, char op, uint64_t size, std::vector<char>& buf) {
   return Seconds(Clock::now() - t0);
 }
 
-// "measure ADDR PORT PINGS REPEATS TIMEOUT_S SIZE..." -> "RTT T..."
+// "measure ADDR PORT TOKEN PINGS REPEATS TIMEOUT_S SIZE..." -> "RTT T..."
 Result<std::string> Measure(const std::vector<std::string>& w) {
-  if (w.size() < 7) return Status::Usage("measure: expected ADDR PORT PINGS REPEATS TIMEOUT SIZE...");
-  int pings = std::atoi(w[3].c_str()), repeats = std::atoi(w[4].c_str());
-  double timeout_s = std::atof(w[5].c_str());
+  if (w.size() < 8) return Status::Usage("measure: expected ADDR PORT TOKEN PINGS REPEATS TIMEOUT SIZE...");
+  int pings = std::atoi(w[4].c_str()), repeats = std::atoi(w[5].c_str());
+  double timeout_s = std::atof(w[6].c_str());
   if (pings < 1 || repeats < 1 || !(timeout_s > 0)) return Status::Usage("measure: bad numbers");
   std::vector<uint64_t> sizes;
-  for (size_t i = 6; i < w.size(); ++i) {
+  for (size_t i = 7; i < w.size(); ++i) {
     uint64_t s = std::strtoull(w[i].c_str(), nullptr, 10);
     if (s == 0) return Status::Usage("measure: bad size '" + w[i] + "'");
     sizes.push_back(s);
   }
   OB_ASSIGN_OR_RETURN(int fd, Connect(w[1], w[2], timeout_s));
+  if (::send(fd, w[3].data(), w[3].size(), MSG_NOSIGNAL) != static_cast<ssize_t>(w[3].size())) {
+    ::close(fd);
+    return Status::Unavailable(Errno("cannot send the token to " + w[1] + " port " + w[2]));
+  }
   std::vector<char> buf(kChunk, 'x');
   std::ostringstream out;
   out.precision(9);
@@ -272,8 +299,8 @@ int RunNetAgent(int in_fd, int out_fd) {
   while (reader.Read(&line, Clock::time_point::max()) == LineReader::kLine) {
     std::vector<std::string> w = Words(line);
     Result<std::string> reply = Status::Usage("unknown command '" + line + "'");
-    if (w.size() == 3 && w[0] == "listen") {
-      reply = listener.Start(w[1], std::atoi(w[2].c_str()));
+    if (w.size() == 4 && w[0] == "listen") {
+      reply = listener.Start(w[1], std::atoi(w[2].c_str()), w[3]);
     } else if (!w.empty() && w[0] == "measure") {
       reply = Measure(w);
     }

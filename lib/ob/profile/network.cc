@@ -8,6 +8,7 @@
 
 #include "ob/clock.h"
 #include "ob/cluster/rsh.h"
+#include "ob/io/file.h"
 #include "ob/profile/net_io.h"
 
 namespace ob::profile {
@@ -102,11 +103,13 @@ struct Coordinator {
     for (size_t i = 0; i < n; ++i) readers.emplace_back(channels[i].from_agent);
     pb::NetworkMatrix m;
     std::vector<std::string> addr(n), port(n);
-    // All agents listen first; each answers on its own.
+    // All agents listen first; each answers on its own. A data connection
+    // proves itself with this run's token: an outsider's would skew links.
+    OB_ASSIGN_OR_RETURN(const std::string token, io::RandomHex(16));
     for (size_t i = 0; i < n; ++i) {
       const auto& h = hosts[i];
       OB_RETURN_IF_ERROR(Send(i, "listen " + (h.addr.empty() ? h.name : h.addr) + " " +
-                                     std::to_string(h.port)));
+                                     std::to_string(h.port) + " " + token));
     }
     auto deadline = Deadline();
     for (size_t i = 0; i < n; ++i) {
@@ -135,7 +138,7 @@ struct Coordinator {
           int src = dir ? b : a, dst = dir ? a : b;
           char timeout[32];
           std::snprintf(timeout, sizeof timeout, "%g", opts.timeout_s);
-          OB_RETURN_IF_ERROR(Send(src, "measure " + addr[dst] + " " + port[dst] + " " +
+          OB_RETURN_IF_ERROR(Send(src, "measure " + addr[dst] + " " + port[dst] + " " + token + " " +
                                            std::to_string(opts.pings) + " " +
                                            std::to_string(opts.repeats) + " " + timeout +
                                            size_words));

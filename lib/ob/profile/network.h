@@ -6,12 +6,17 @@
 // agent's stdin/stdout, one text line per command and one per reply, so no
 // control network is needed and ssh works unchanged:
 //
-//   listen ADDR PORT                         -> ok ADDR PORT | error MESSAGE
-//   measure ADDR PORT PINGS REPEATS TIMEOUT_S SIZE... -> ok RTT T(SIZE)... | error MESSAGE
+//   listen ADDR PORT TOKEN                   -> ok ADDR PORT | error MESSAGE
+//   measure ADDR PORT TOKEN PINGS REPEATS TIMEOUT_S SIZE... -> ok RTT T(SIZE)... | error MESSAGE
 //
 // `listen` binds a TCP listener on the host's addr (else its name, resolved on
 // that host; port 0 lets the OS choose) and reports the numeric address and
-// port. `measure` makes this agent the sender to the listener at ADDR:PORT:
+// port. TOKEN is the run's (32 random hex digits, which only the agents'
+// stdin carries): a data connection sends it first, and the listener closes
+// one that does not within 2 s, before it gets a thread or an answer, so
+// that nobody else who reaches the port skews a link (or runs the host out
+// of threads: at most 256 proven connections at once). `measure` makes this
+// agent the sender to the listener at ADDR:PORT, after sending TOKEN:
 // PINGS ping-pongs of 64 bytes (median round trip), then for each size one
 // untimed warm-up and REPEATS timed transfers, each timed from the first byte
 // sent until the receiver's 1-byte acknowledgement arrives (median). The agent
