@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -114,12 +115,13 @@ Status CheckArchitecture(const YAML::Node& root, const std::string& path, const 
   };
   auto present = [&](const char* key) { return root[key] && !root[key].IsNull(); };
   auto scalar = [&](const char* key) { return root[key].IsScalar() ? root[key].Scalar() : std::string("(not a value)"); };
-  auto boolean = [&](const char* key, bool* out) -> Status {
+  // The key's value as *out's type; false when it is not one.
+  auto as = [&](const char* key, auto* out) {
     try {
-      *out = root[key].as<bool>();
-      return Status::Ok();
+      *out = root[key].as<std::remove_pointer_t<decltype(out)>>();
+      return true;
     } catch (const YAML::Exception&) {
-      return Status::Config(at(key) + "is '" + scalar(key) + "', not true or false");
+      return false;
     }
   };
   if (present("model_type") && scalar("model_type") != "gpt2") {
@@ -133,29 +135,14 @@ Status CheckArchitecture(const YAML::Node& root, const std::string& path, const 
                             "': ob's GPT-2 uses gelu_new (GELU, tanh approximation)");
     }
   }
-  if (present("n_inner")) {
-    long long inner = 0;
-    bool ok = root["n_inner"].IsScalar();
-    try {
-      if (ok) inner = root["n_inner"].as<long long>();
-    } catch (const YAML::Exception&) {
-      ok = false;
-    }
-    if (!ok || inner != 4LL * c.n_embd) {
-      return Status::Config(at("n_inner") + scalar("n_inner") + ": ob's MLP is 4 x n_embd (" +
-                            std::to_string(4LL * c.n_embd) + ")");
-    }
+  long long inner = 0;
+  if (present("n_inner") && (!root["n_inner"].IsScalar() || !as("n_inner", &inner) || inner != 4LL * c.n_embd)) {
+    return Status::Config(at("n_inner") + scalar("n_inner") + ": ob's MLP is 4 x n_embd (" +
+                          std::to_string(4LL * c.n_embd) + ")");
   }
-  if (present("layer_norm_epsilon")) {
-    double eps = 0;
-    try {
-      eps = root["layer_norm_epsilon"].as<double>();
-    } catch (const YAML::Exception&) {
-      eps = -1;
-    }
-    if (eps != 1e-5) {
-      return Status::Config(at("layer_norm_epsilon") + scalar("layer_norm_epsilon") + ": ob's LayerNorm uses 1e-05");
-    }
+  double eps = 0;
+  if (present("layer_norm_epsilon") && (!as("layer_norm_epsilon", &eps) || eps != 1e-5)) {
+    return Status::Config(at("layer_norm_epsilon") + scalar("layer_norm_epsilon") + ": ob's LayerNorm uses 1e-05");
   }
   struct Flag {
     const char* key;
@@ -166,21 +153,17 @@ Status CheckArchitecture(const YAML::Node& root, const std::string& path, const 
                         Flag{"scale_attn_weights", true, "ob's attention scales by 1/sqrt(head size)"},
                         Flag{"scale_attn_by_inverse_layer_idx", false, "ob's attention does not scale by layer"},
                         Flag{"add_cross_attention", false, "ob's GPT-2 is a decoder without cross-attention"}}) {
-    if (!present(f.key)) continue;
     bool v = f.ours;
-    OB_RETURN_IF_ERROR(boolean(f.key, &v));
+    if (!present(f.key)) continue;
+    if (!as(f.key, &v)) return Status::Config(at(f.key) + "is '" + scalar(f.key) + "', not true or false");
     if (v != f.ours) return Status::Config(at(f.key) + scalar(f.key) + ": " + f.why);
   }
   std::string dropout;
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
-    if (!present(key)) continue;
     double p = 0;
-    try {
-      p = root[key].as<double>();
-    } catch (const YAML::Exception&) {
-      p = -1;
+    if (present(key) && (!as(key, &p) || p != 0)) {
+      dropout += (dropout.empty() ? "" : ", ") + std::string(key) + " " + scalar(key);
     }
-    if (p != 0) dropout += (dropout.empty() ? "" : ", ") + std::string(key) + " " + scalar(key);
   }
   if (!dropout.empty()) {
     OB_LOG(Warn) << path << ": " << dropout << ": ob trains without dropout; ignored";

@@ -119,6 +119,7 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
     int n = std::snprintf(line, sizeof line, "-f auto: no f up to %d leaves any goodput: with a node MTBF of %s "
                           "the %d nodes fail every %s",
                           choice.options.back().f, Seconds(m.node_mtbf_s).c_str(), nodes, Seconds(1 / lambda).c_str());
+    n = std::clamp(n, 0, static_cast<int>(sizeof line) - 1);  // what the rest may append to
     if (down_mean >= nodes) {
       std::snprintf(line + n, sizeof line - n, " and stay out %s each (--repair-time): on average all are out at once",
                     Seconds(m.repair_s).c_str());
