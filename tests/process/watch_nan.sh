@@ -55,8 +55,10 @@ python3 - "$WORK/rollback.pb" "$RUN_ID" "$(dirname "$METRICS_PY")" <<'PY' || fai
 import sys
 sys.path.insert(0, sys.argv[3])
 import metrics
-runs = {f.get(46, b"").decode() for _, f in metrics.frames(open(sys.argv[1], "rb").read())}
+frames = [f for _, f in metrics.frames(open(sys.argv[1], "rb").read())]
+runs = {f.get(46, b"").decode() for f in frames if not f.get(metrics.HEARTBEAT)}
 assert runs == {sys.argv[2]}, runs
+assert all(46 not in f for f in frames if f.get(metrics.HEARTBEAT)), "a heartbeat carries the run"
 PY
 python3 "$METRICS_PY" check "$WORK/rollback.pb" "$STEPS" 4 > /dev/null || fail "metrics after the rollback"
 

@@ -46,7 +46,13 @@ Status MetricsSink::Open(const std::string& path) {
 
 void MetricsSink::Publish(const pb::Metrics& record) {
   pb::Metrics m = record;
-  if (!run_.empty()) m.set_run(run_);
+  // Not on a worker's heartbeat, two a second a worker and most of the
+  // file: a reader takes it for the run of the records around it.
+  if (m.heartbeat() && !m.has_hang()) {
+    m.clear_run();
+  } else if (!run_.empty()) {
+    m.set_run(run_);
+  }
   m.set_received_unix_ms(UnixMs());
   if (out_) {
     Status st = out_->Write(m);

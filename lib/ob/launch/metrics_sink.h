@@ -33,8 +33,9 @@ class MetricsSink {
   Status Open(const std::string& path);
   // The run id Publish stamps on every record (Metrics.run).
   void set_run(const std::string& run) { run_ = run; }
-  // To --metrics and every watcher, stamped with the run id and the time
-  // it is published (Metrics.received_unix_ms). A write that fails ends --metrics, once,
+  // To --metrics and every watcher, stamped with the run id (but for a
+  // worker's heartbeat) and the time it is published
+  // (Metrics.received_unix_ms). A write that fails ends --metrics, once,
   // with a log line; training goes on (lost() says so again at the end).
   void Publish(const pb::Metrics& m);
   // "" while every record reached --metrics; else which did not, and why.
