@@ -41,13 +41,14 @@ Status CheckPrecisionForPlan(const PlanData& plan, const std::string& precision)
 // its content sum (TokenSource::content_sum), both "" for synthetic data or
 // a file only the hosts can read. With `data_is_local` (every worker runs
 // on this machine), a file this process cannot read is kNoInput naming it.
-// With `split` > 0 and `data` readable here: kDataErr when either part of
-// the split (model::SplitForEval) is too short for the plan's sequence.
-Status CheckEvalSplit(const std::string& data, double split, const PlanData& plan);
 struct DataChecked {
   std::string facts;  // model::TokenFileFacts::Encode()
   std::string sum;    // model::TokenSource::content_sum()
 };
 Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& plan, bool data_is_local = false);
+
+// With `split` > 0 and `data` readable here: kDataErr when either part of
+// the split (model::SplitForEval) is too short for the plan's sequence.
+Status CheckEvalSplit(const std::string& data, double split, const PlanData& plan);
 
 }  // namespace ob::launch

@@ -79,6 +79,17 @@ Result<TokenFormat> ParseTokenFormat(const std::string& name) {
                        "' (known: auto, u16, u32, text, synthetic)");
 }
 
+namespace {
+
+// "xxh3=<16 hex>": how the fingerprint and the content sum write a hash.
+std::string Xxh3Text(XXH64_hash_t h) {
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("xxh3=") + hex;
+}
+
+}  // namespace
+
 std::string DataFingerprint(const std::string& spec) {
   if (spec == "synthetic") return spec;
   const int fd = ::open(spec.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -100,10 +111,7 @@ std::string DataFingerprint(const std::string& spec) {
                               static_cast<ssize_t>(tail));
   ::close(fd);
   if (!ok) return "";
-  char hex[17];
-  snprintf(hex, sizeof hex, "%016llx",
-           static_cast<unsigned long long>(XXH3_64bits(buf.data(), buf.size())));
-  return "bytes=" + std::to_string(size) + " xxh3=" + hex;
+  return "bytes=" + std::to_string(size) + " " + Xxh3Text(XXH3_64bits(buf.data(), buf.size()));
 }
 
 std::string TokenFileFacts::Encode() const {
@@ -248,9 +256,7 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
     return Status::DataErr(path + ": token id " + std::to_string(max_id) + " is out of range");
   }
   src.max_token_ = static_cast<int>(max_id);
-  char hex[17];
-  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(sum.get())));
-  src.content_sum_ = std::string("xxh3=") + hex;
+  src.content_sum_ = Xxh3Text(XXH3_64bits_digest(sum.get()));
   return src;
 }
 
