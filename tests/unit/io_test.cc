@@ -189,6 +189,11 @@ TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
   CHECK(ob::io::TickStep(std::nan(""), 10) == 1);
 }
 
+TEST_CASE("text: HashText writes 16 hex digits after the prefix, leading zeros kept") {
+  CHECK(ob::io::HashText("xxh3:", 0xabcULL) == "xxh3:0000000000000abc");
+  CHECK(ob::io::HashText("xxh3=", ~0ULL) == "xxh3=ffffffffffffffff");
+}
+
 TEST_CASE("text: Trim") {
   CHECK(ob::io::Trim("  a b \t\r\n") == "a b");
   CHECK(ob::io::Trim(" \t\n") == "");

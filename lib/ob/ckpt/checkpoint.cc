@@ -180,10 +180,7 @@ Result<std::string> ScanFile(const std::string& path, uint64_t size,
   if (off != size)
     return Status::DataErr(path + ": changed while being read (" + std::to_string(off) +
                            " bytes, expected " + std::to_string(size) + ")");
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits_digest(h.get())));
-  return std::string("xxh3:") + hex;
+  return io::HashText("xxh3:", XXH3_64bits_digest(h.get()));
 }
 
 

@@ -110,11 +110,7 @@ std::string BuildHeader(const std::vector<SafetensorsEntry>& tensors,
   return j;
 }
 
-std::string HashText(XXH64_hash_t h) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("xxh3:") + hex;
-}
+std::string HashText(XXH64_hash_t h) { return io::HashText("xxh3:", h); }
 
 // Reads up to n bytes at `offset`; returns how many (short only at end of
 // file), or -1 with errno set.

@@ -13,6 +13,12 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+std::string HashText(const char* prefix, unsigned long long h) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", h);
+  return prefix + std::string(hex);
+}
+
 std::string Format(const char* fmt, ...) {
   char buf[256];
   va_list ap;

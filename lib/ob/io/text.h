@@ -19,6 +19,10 @@ std::string Quote(const std::string& s);
 // `s` without the spaces, tabs, carriage returns and newlines around it.
 std::string Trim(const std::string& s);
 
+// A 64-bit hash as `prefix` and 16 lowercase hex digits: HashText("xxh3:", h)
+// gives "xxh3:00ab…", how manifests, plans and data fingerprints write one.
+std::string HashText(const char* prefix, unsigned long long h);
+
 // `v` with `decimals` digits after the point ("%.*f").
 std::string Fixed(double v, int decimals);
 

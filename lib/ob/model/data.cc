@@ -82,11 +82,7 @@ Result<TokenFormat> ParseTokenFormat(const std::string& name) {
 namespace {
 
 // "xxh3=<16 hex>": how the fingerprint and the content sum write a hash.
-std::string Xxh3Text(XXH64_hash_t h) {
-  char hex[17];
-  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("xxh3=") + hex;
-}
+std::string Xxh3Text(XXH64_hash_t h) { return io::HashText("xxh3=", h); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "ob/clock.h"
+#include "ob/io/text.h"
 #include "ob/profile/profile.h"
 
 namespace ob::plan {
@@ -95,10 +96,7 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
 std::string ProfileDigest(const pb::Profile& profile) {
   std::string bytes;
   profile.SerializeToString(&bytes);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits(bytes.data(), bytes.size())));
-  return std::string("xxh3:") + hex;
+  return io::HashText("xxh3:", XXH3_64bits(bytes.data(), bytes.size()));
 }
 
 double BubbleFraction(const TemplateSet& ts, const Instantiation& inst, const PipelineTimes& times) {
