@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -669,6 +670,47 @@ TEST_CASE("Prometheus: the page per rank and per kind served over HTTP GET only"
   CHECK(ok.substr(ok.find("\r\n\r\n") + 4) == text);
   CHECK(HttpGet(port, "GET / HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 404", 0) == 0);
   CHECK(HttpGet(port, "POST /metrics HTTP/1.0\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
+}
+
+TEST_CASE("Prometheus: a client that sends its request a byte at a time holds neither the scrapes nor the stop") {
+  auto s = MetricsServer::Start("127.0.0.1:0", [] { return std::string("ob_ranks 4\n"); });
+  REQUIRE(s.ok());
+  const std::string addr = (*s)->address();
+  const int port = std::stoi(addr.substr(addr.find(':') + 1));
+  const int slow = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(slow, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  // A byte every 0.4 s, never the blank line that ends a request: each
+  // arrives well inside a per-read timeout of 2 s, for 6 s in all.
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (int i = 0; i < 15 && !stop; ++i) {
+      (void)!send(slow, "G", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server is reading it
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string ok = HttpGet(port, "GET /metrics HTTP/1.0\r\n\r\n");
+  const double scrape = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(scrape < 3.5);  // at most the slow client's 2 s of patience, not its 6 s of bytes
+  // Stopping while a slow client is being read takes no longer than a moment.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int again = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(again, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  (void)!send(again, "G", 1, MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  t0 = std::chrono::steady_clock::now();
+  s->reset();
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 0.5);
+  stop = true;
+  trickle.join();
+  close(slow);
+  close(again);
 }
 
 TEST_CASE("plot: one polyline per rank series in each panel and a line per event") {

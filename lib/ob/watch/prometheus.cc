@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -186,18 +187,37 @@ void MetricsServer::Serve() {
 }
 
 void MetricsServer::Answer(int fd) {
-  timeval tv{2, 0};  // a client that says nothing does not hold the server
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  // One deadline for the whole exchange, and the stop watched throughout:
+  // the server answers one connection at a time, so a client that trickles
+  // a byte a second (each within any per-read timeout) would otherwise hold
+  // every scrape, and ob-watch's exit, for as long as it liked.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // Waits until fd is ready for `events`: false at the deadline, on an
+  // error, or when the server is being stopped.
+  bool stopping = false;
+  auto ready = [&](short events) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p[2] = {{fd, events, 0}, {stop_pipe_[0], POLLIN, 0}};
+      const int r = ::poll(p, 2, static_cast<int>(left.count()));
+      if (r < 0 && errno == EINTR) continue;
+      stopping = r > 0 && p[1].revents != 0;
+      return r > 0 && !stopping && p[0].revents != 0;
+    }
+  };
   std::string req;
   char buf[2048];
   while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos &&
          req.size() < 8192) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (!ready(POLLIN)) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;
     req.append(buf, static_cast<size_t>(n));
   }
+  if (stopping) return;
   const size_t sp1 = req.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? sp1 : req.find(' ', sp1 + 1);
   const std::string method = req.substr(0, sp1);
@@ -223,8 +243,9 @@ void MetricsServer::Answer(int fd) {
   out += "\r\n" + body;
   size_t off = 0;
   while (off < out.size()) {
-    const ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    if (!ready(POLLOUT)) return;
+    const ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }

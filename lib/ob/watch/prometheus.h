@@ -4,7 +4,9 @@
 // The server is one thread of its own. It binds exactly the address it is
 // given (no default, no wildcard unless asked for), answers GET /metrics
 // with the page, GET of anything else with 404 and other methods with 405,
-// one request per connection. It renders the page by calling the function
+// one request per connection, a connection at a time; each has 2 s in all
+// to send its request and take the answer, so a slow or silent client
+// delays a scrape by at most that and the stop not at all. It renders the page by calling the function
 // it was given on its own thread: that function must lock whatever it reads.
 #pragma once
 
