@@ -40,10 +40,11 @@ rc=$?
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 
 # 2. Workers that write Metrics records (step 5, loss 2.5, 1000 tokens/s,
-#    encoded by hand): relayed to --metrics with host and rank filled in,
+#    and a host "forged" and generation 99 that are not theirs, encoded by
+#    hand): relayed to --metrics with host, rank and generation the agent's,
 #    and summarised on stderr (each rank reports the global throughput:
 #    the summary averages, it does not add).
-rec='\024\060\005\151\0\0\0\0\0\0\004\100\171\0\0\0\0\0\100\217\100'
+rec='\036\022\006forged\060\005\070\143\151\0\0\0\0\0\0\004\100\171\0\0\0\0\0\100\217\100'
 OB_TEST_WORKER_CMD="printf '$rec'; exec sleep 0.3" timeout 30 "$OB_BIN/ob-launch" --rsh local \
   --secret-file "$WORK/secret" --run-dir "$WORK/run3" --metrics "$WORK/metrics.pb" \
   "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err3"
@@ -62,6 +63,7 @@ assert len(recs) == 4, recs
 for r in recs:
     assert r[2].decode().startswith(sys.argv[2] + "h"), r   # host, filled by the agent
     assert r[metrics.STEP] == 5, r
+    assert r[metrics.GENERATION] == 1, r                  # the generation the agent started it for
 assert {r.get(metrics.RANK, 0) for r in recs} == {0, 1, 2, 3}, recs
 PY
 fi

@@ -813,8 +813,11 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
       if (!metrics->ParseFromArray(w->buf.data() + i, static_cast<int>(size))) {
         w->junk = true;
       } else {
-        if (metrics->host().empty()) metrics->set_host(opt_.host);
+        // Who sent it is the agent's to say, not the record's: its host,
+        // the rank and the generation it started the worker for.
+        metrics->set_host(opt_.host);
         metrics->set_rank(w->rank);
+        metrics->set_generation(w->generation);
         w->deadline_ms = static_cast<int64_t>(uv_now(&loop_)) + kStartSilentMs;
         w->suspect = false;
         w->phase = metrics->phase();
