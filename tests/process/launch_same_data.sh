@@ -16,7 +16,8 @@
 #     first worker's copy is the job's; with host 4's different, exit 65
 #     naming a worker as the reader whose copy the job took; with every
 #     host's the same, the run trains to the end, and its checkpoint
-#     records the workers' fingerprint of the file;
+#     records the workers' fingerprint of the file and their sum of every
+#     byte;
 #  4. a resume of that checkpoint, the master still without the file, on
 #     hosts that all hold another file now: exit 65, naming the job that
 #     saved the checkpoint as the reader (before 2026-11-28 the job's
@@ -35,7 +36,13 @@
 #     old file's fingerprint;
 #  7. a new file renamed into place after step 10 (how ob's tools write):
 #     the workers' mappings keep the old one, and the run trains to the end
-#     and exits 0.
+#     and exits 0;
+#  8. host 4's copy of a 3 MiB file differs from the others' in 16 bytes
+#     of its middle, where the fingerprint (size, first and last MiB) does
+#     not look, and has another modification time (a copy made later):
+#     its workers read it whole, and the run ends at once with exit 65,
+#     naming host 4 and both sums over every byte. Before 2026-12-01 it
+#     trained host 4's stage on other targets and exited 0.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -131,6 +138,12 @@ OTHER="$DATA/train.txt" AT="$DATA/train.txt" launch same "$DATA/train.txt" 5 --c
 run_wait
 [ "$RC" = 0 ] || fail "the master without the file, the same on every host: exit $RC: $(tail -3 "$WORK/same.err")"
 grep -q "trained 5 steps" "$WORK/same.err" || fail "the same file everywhere: $(tail -2 "$WORK/same.err")"
+# The workers' readings are the job's, in its manifest: the fingerprint,
+# and the sum over every byte (they read their copies whole).
+"$OB_BIN/ob-ckpt" show --json "$WORK/ck" > "$WORK/same.manifest.json" || fail "ob-ckpt show"
+grep -Eq '"data_fingerprint": "bytes=[0-9]+ xxh3=[0-9a-f]{16}"' "$WORK/same.manifest.json" \
+  && grep -Eq '"data_sum": "xxh3=[0-9a-f]{16}"' "$WORK/same.manifest.json" \
+  || fail "the workers' reading not in the manifest: $(grep -A5 '"job"' "$WORK/same.manifest.json")"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 
 # 4. Its checkpoint resumed, every host now holding another file.
@@ -179,4 +192,19 @@ run_wait
 grep -q "trained 40 steps" "$WORK/renamed.err" || fail "a file renamed into place: $(tail -2 "$WORK/renamed.err")"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: a file renamed into place: $(grep -o 'trained 40 steps: final loss [0-9.]*' "$WORK/renamed.err")"
+
+# 8. Another middle on host 4, the ends the same.
+python3 - "$DATA/train.txt" "$DATA/big.txt" "$DATA/big-other.txt" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b = (b * (3 * 2**20 // len(b) + 1))[:3 * 2**20]
+open(sys.argv[2], "wb").write(bytes(b))
+m = len(b) // 2
+b[m:m + 16] = bytes((x + 1) % 256 for x in b[m:m + 16])
+open(sys.argv[3], "wb").write(bytes(b))
+PY
+touch -d '-1 hour' "$DATA/big.txt"
+OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch middle "$DATA/big.txt" 30
+refused middle "another middle on host 4" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ, though its size and ends may agree: xxh3=[0-9a-f]{16} over every byte here, xxh3=[0-9a-f]{16} over every byte as the master read it \(every host must read the same tokens"
 echo "$NAME: ok"

@@ -532,6 +532,41 @@ TEMPLATE_TEST_CASE("inputs: the first reader's file is the job's, and another is
   CHECK_FALSE(Value(s.a->Check({InputKey("synthetic")})));
 }
 
+TEMPLATE_TEST_CASE("inputs: a copy that differs only between its first and last MiB is refused by its sum",
+                   "[store]", InMemory, Relayed) {
+  TestType s;
+  TempFiles t;
+  // 3 MiB: the fingerprint reads the first and last MiB, which agree.
+  std::string bytes(3u << 20, 'a');
+  const std::string a = t.Write("a.txt", bytes);
+  bytes[(3u << 20) / 2] = 'b';
+  const std::string b = t.Write("b.txt", bytes);
+  auto sum = [](const std::string& path) {
+    auto src = ob::model::TokenSource::Open(path);
+    REQUIRE(src.ok());
+    return src->content_sum();
+  };
+  REQUIRE(ob::model::DataFingerprint(a) == ob::model::DataFingerprint(b));
+  REQUIRE(sum(a) != sum(b));
+  REQUIRE(AgreeOnInput(*s.a, "--data", a, "h1", "rank 0 on host h1").ok());
+  CHECK(AgreeOnInput(*s.b, "--data", b, "h2", "rank 1 on host h2").ok());  // what the fingerprint sees
+  REQUIRE(AgreeOnContent(*s.a, "--data", a, "h1", "rank 0 on host h1", sum(a)).ok());
+  CHECK(Value(s.b->Get(InputSumKey("--data"), milliseconds(1000))) == sum(a) + "\nrank 0 on host h1");
+  const ob::Status other = AgreeOnContent(*s.b, "--data", b, "h2", "rank 1 on host h2", sum(b));
+  CHECK(other.code() == Code::kDataErr);
+  CHECK(other.message() == "--data " + b + " on host h2 is not the file the job reads: its bytes differ, though "
+                               "its size and ends may agree: " + sum(b) + " over every byte here, " + sum(a) +
+                               " over every byte as rank 0 on host h1 read it (every host must read the same "
+                               "tokens: give each the same file, or put it on a shared file system)");
+  CHECK(AgreeOnContent(*s.b, "--data", a, "h3", "rank 2 on host h3", sum(a)).ok());  // the same bytes
+  // A reader that did not read its copy whole (the master's facts) has no sum to compare.
+  CHECK(AgreeOnContent(*s.b, "--data", b, "h2", "rank 1 on host h2", "").ok());
+  // Each flag is a file of its own, and a sum is not a fingerprint.
+  CHECK(AgreeOnContent(*s.a, "--eval-data", b, "h1", "rank 0 on host h1", sum(b)).ok());
+  CHECK(Value(s.a->Get(InputKey("--data"), milliseconds(1000))) ==
+        ob::model::DataFingerprint(a) + "\nrank 0 on host h1");
+}
+
 TEST_CASE("inputs: the master's value, as it sets it, names the master", "[store]") {
   StoreServer server;
   REQUIRE(server.Set(InputKey("--data"), InputValue("bytes=5 xxh3=0000000000000001", "the master")).ok());

@@ -274,8 +274,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     }
     if (!w.eval_data.empty()) {
       w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
-      OB_RETURN_IF_ERROR(ob::launch::CheckDataForPlan(w.eval_data, plan,
-                                                      /*data_is_local=*/o.rsh == "local").status());
+      OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
+                          ob::launch::CheckDataForPlan(w.eval_data, plan, /*data_is_local=*/o.rsh == "local"));
+      o.eval_data_sum = eval_checked.sum;
       const auto eval_id = ob::io::RegularFileId(w.eval_data);
       if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
         OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data

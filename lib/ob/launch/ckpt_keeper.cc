@@ -81,7 +81,10 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                          ": nothing left to train (raise --steps)");
   }
   resume_ = {from, step};
-  if (!o.resume_from_other && m.has_job()) resume_data_fingerprint_ = m.job().data_fingerprint();
+  if (!o.resume_from_other && m.has_job()) {
+    resume_data_fingerprint_ = m.job().data_fingerprint();
+    resume_data_sum_ = m.job().data_sum();
+  }
   if (o.steps == 0 && m.has_job() && m.job().has_eval_split() && o.eval_split > m.job().eval_split()) {
     // Evaluated on the last eval_split of the tokens; trained on all but
     // the checkpoint's own (smaller) split of them.
@@ -97,13 +100,23 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
   return Status::Ok();
 }
 
-std::pair<std::string, std::string> CheckpointKeeper::ExpectedData() const {
-  if (o_.data == "synthetic") return {"", ""};
-  if (!own_data_fingerprint_.empty()) return {own_data_fingerprint_, "the master"};
-  if (!resume_data_fingerprint_.empty()) {
-    return {resume_data_fingerprint_, "the job that saved " + resume_.path};
-  }
+namespace {
+// This machine's reading, else the resumed checkpoint's record, else none.
+std::pair<std::string, std::string> Expected(const std::string& data, const std::string& own,
+                                             const std::string& resumed, const std::string& resume_path) {
+  if (data == "synthetic") return {"", ""};
+  if (!own.empty()) return {own, "the master"};
+  if (!resumed.empty()) return {resumed, "the job that saved " + resume_path};
   return {"", ""};
+}
+}  // namespace
+
+std::pair<std::string, std::string> CheckpointKeeper::ExpectedData() const {
+  return Expected(o_.data, own_data_fingerprint_, resume_data_fingerprint_, resume_.path);
+}
+
+std::pair<std::string, std::string> CheckpointKeeper::ExpectedDataSum() const {
+  return Expected(o_.data, o_.data_sum, resume_data_sum_, resume_.path);
 }
 
 std::string CheckpointKeeper::OtherJob(const pb::Manifest& m) const {

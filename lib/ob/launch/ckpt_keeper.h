@@ -81,10 +81,17 @@ class CheckpointKeeper {
   // checkpoint (not --resume-from-other), the one that checkpoint's job
   // recorded ("the job that saved DIR/step-…"); otherwise {"", ""}.
   std::pair<std::string, std::string> ExpectedData() const;
+  // The same for the content sum of every byte (Options::data_sum; the
+  // resumed job's JobIdentity.data_sum), which workers that read their
+  // file whole compare (inputs.h AgreeOnContent).
+  std::pair<std::string, std::string> ExpectedDataSum() const;
   // The workers' reading of --data (inputs.h), recorded in the manifests
   // of a job whose master cannot read the file (its own reading first).
   void LearnDataFingerprint(const std::string& fingerprint) {
     if (job_.data_fingerprint().empty()) job_.set_data_fingerprint(fingerprint);
+  }
+  void LearnDataSum(const std::string& sum) {
+    if (job_.data_sum().empty()) job_.set_data_sum(sum);
   }
   // The newest checkpoint of the directory that verifies and is this job's.
   Result<CheckpointRef> Newest();
@@ -121,6 +128,7 @@ class CheckpointKeeper {
   bool trained_ = false;  // trained()
   std::string own_data_fingerprint_;     // this machine's reading of --data ("": none)
   std::string resume_data_fingerprint_;  // the resumed checkpoint's record of it
+  std::string resume_data_sum_;          // and of its content sum
   int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed
   std::string failure_;
   std::vector<std::string> optimizer_changes_;

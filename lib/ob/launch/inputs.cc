@@ -12,13 +12,15 @@
 namespace ob::launch {
 
 std::string InputMismatch(const std::string& flag, const std::string& spec, const std::string& host,
-                          const std::string& mine, const std::string& stored) {
+                          const std::string& mine, const std::string& stored, bool sums) {
   const size_t nl = stored.find('\n');
   const std::string theirs = stored.substr(0, nl);
   if (theirs == mine) return "";
   const std::string who = nl == std::string::npos ? "another reader" : stored.substr(nl + 1);
-  return flag + " " + spec + " on host " + host + " is not the file the job reads: " + mine + " here, " +
-         theirs + " as " + who + " read it (every host must read the same tokens: give each the same " +
+  const std::string what = sums ? " over every byte" : "";
+  return flag + " " + spec + " on host " + host + " is not the file the job reads: " +
+         (sums ? "its bytes differ, though its size and ends may agree: " : "") + mine + what + " here, " +
+         theirs + what + " as " + who + " read it (every host must read the same tokens: give each the same " +
          "file, or put it on a shared file system)";
 }
 
@@ -29,6 +31,14 @@ Status AgreeOnInput(Store& store, const std::string& flag, const std::string& sp
   if (mine.empty()) return Status::Ok();
   OB_ASSIGN_OR_RETURN(std::string stored, store.CompareSet(InputKey(flag), "", InputValue(mine, who)));
   const std::string why = InputMismatch(flag, spec, host, mine, stored);
+  return why.empty() ? Status::Ok() : Status::DataErr(why);
+}
+
+Status AgreeOnContent(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
+                      const std::string& who, const std::string& sum) {
+  if (sum.empty()) return Status::Ok();
+  OB_ASSIGN_OR_RETURN(std::string stored, store.CompareSet(InputSumKey(flag), "", InputValue(sum, who)));
+  const std::string why = InputMismatch(flag, spec, host, sum, stored, /*sums=*/true);
   return why.empty() ? Status::Ok() : Status::DataErr(why);
 }
 

@@ -11,6 +11,15 @@
 // to get there, and every worker compares its own before it trains. A file
 // replaced during the run is caught by the next worker that starts.
 //
+// The fingerprint reads a file's ends only, so a copy that differs in its
+// middle alone (a dataset fixed in place on one node, a disk's bit rot)
+// passes it. Every reader that reads its file whole anyway (for its
+// largest token id: the master, and a worker whose file's size or time is
+// not the master's) also compares that pass's sum of every byte, under
+// InputSumKey (AgreeOnContent). A worker whose file has the master's size
+// and modification time takes the master's facts instead of reading it
+// whole, and compares the fingerprint alone.
+//
 // The checkpoint directory is the other path every host must see as the
 // master does: workers write their parts of a checkpoint there and the
 // master commits them from its own view. A --ckpt-dir on each node's local
@@ -38,6 +47,15 @@ namespace ob::launch {
 Status AgreeOnInput(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
                     const std::string& who);
 
+// As AgreeOnInput, for `sum`, the content sum of every byte of `spec`
+// (model::TokenSource::content_sum), under InputSumKey(flag). Ok for an
+// empty `sum` (the file was not read whole here). kDataErr when the sums
+// differ: "--data PATH on host H is not the file the job reads: its bytes
+// differ, though its size and ends may agree: xxh3=… over every byte here,
+// xxh3=… as WHO read it (…)".
+Status AgreeOnContent(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
+                      const std::string& who, const std::string& sum);
+
 // Whether `dir` on this host is the master's --ckpt-dir: its .lock holds
 // the line the store has under CheckpointDirKey (not there: nothing to
 // compare, Ok). Read again for up to `patience_ms` while it differs (a
@@ -47,9 +65,9 @@ Status AgreeOnInput(Store& store, const std::string& flag, const std::string& sp
 // NFS, Lustre, ...)".
 Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms = 3000);
 
-// The message above, from the two fingerprints and the store's value
-// (InputValue); "" when they agree. For tests.
+// The messages above, from the two fingerprints (or sums: `sums`) and the
+// store's value (InputValue); "" when they agree. For tests.
 std::string InputMismatch(const std::string& flag, const std::string& spec, const std::string& host,
-                          const std::string& mine, const std::string& stored);
+                          const std::string& mine, const std::string& stored, bool sums = false);
 
 }  // namespace ob::launch

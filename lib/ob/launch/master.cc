@@ -305,15 +305,17 @@ void Master::StartWorkers() {
   }
   // The files the job reads, as this machine reads them, or, for --data
   // it cannot read, as the checkpoint resumed from recorded it (inputs.h):
-  // every worker compares its own.
+  // every worker compares its own fingerprint, and its sum over every byte
+  // where it read its copy whole. Store key -> (value, whose reading).
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> inputs = {
-      {"--data", ckpt_.ExpectedData()}};
+      {InputKey("--data"), ckpt_.ExpectedData()}, {InputSumKey("--data"), ckpt_.ExpectedDataSum()}};
   if (!opt_.eval_data.empty() && opt_.eval_data != "synthetic") {
-    inputs.push_back({"--eval-data", {model::DataFingerprint(opt_.eval_data), "the master"}});
+    inputs.push_back({InputKey("--eval-data"), {model::DataFingerprint(opt_.eval_data), "the master"}});
+    inputs.push_back({InputSumKey("--eval-data"), {opt_.eval_data_sum, "the master"}});
   }
-  for (const auto& [flag, expected] : inputs) {
+  for (const auto& [key, expected] : inputs) {
     if (expected.first.empty()) continue;
-    Status st = store_.Set(InputKey(flag), InputValue(expected.first, expected.second));
+    Status st = store_.Set(key, InputValue(expected.first, expected.second));
     if (!st.ok()) return BeginStop(st.message(), st);
   }
   // And the checkpoint directory, as its lock file says (inputs.h).
@@ -565,6 +567,9 @@ void Master::Tick() {
   store_.Sweep(now);  // held GET/WAIT requests past their deadline
   if (std::optional<std::string> data = store_.Get(InputKey("--data"))) {  // for the manifests
     ckpt_.LearnDataFingerprint(data->substr(0, data->find('\n')));
+  }
+  if (std::optional<std::string> sum = store_.Get(InputSumKey("--data"))) {
+    ckpt_.LearnDataSum(sum->substr(0, sum->find('\n')));
   }
   ckpt_.Poll();
   if (state_ == State::kStopping) {

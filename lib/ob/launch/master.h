@@ -138,6 +138,7 @@ struct MasterOptions {
   std::string data;                  // --data as the workers get it (the job identity; inputs.h)
   std::string data_sum;              // its content sum as the master read it (CheckDataForPlan; "": not here)
   std::string eval_data;             // --eval-data as the workers get it (inputs.h)
+  std::string eval_data_sum;         // its content sum as the master read it ("": not here)
   double eval_split = 0;             // --eval-split (for the job identity: the tokens trained on)
   int64_t steps = 0;                 // the run's last step is steps - 1 (0: not checked)
   pb::OptimizerSettings optimizer;   // the workers' (recorded in checkpoints)

@@ -19,6 +19,12 @@
 //                                 read the file, else by the first worker;
 //                                 every worker compares its own (worker.h
 //                                 AgreeOnInput). Kept for the whole job.
+//   ob/input-sum/<flag>           the same file's content sum: "xxh3=<16 hex>
+//                                 over every byte\n<who read it>", set by the
+//                                 master when it read the file whole, else by
+//                                 the first worker that did; every worker that
+//                                 read its copy whole compares (AgreeOnContent).
+//                                 Kept for the whole job.
 //   ob/ckpt-dir                   the line the master's lock wrote in
 //                                 --ckpt-dir/.lock, which every worker must
 //                                 read there (inputs.h SameCheckpointDir)
@@ -69,6 +75,7 @@ inline std::optional<std::pair<int, std::string>> ParseFatal(const std::string& 
 }
 // The job's --data (flag "--data") or --eval-data (inputs.h).
 inline std::string InputKey(const std::string& flag) { return "ob/input/" + flag; }
+inline std::string InputSumKey(const std::string& flag) { return "ob/input-sum/" + flag; }
 inline std::string CheckpointDirKey() { return "ob/ckpt-dir"; }
 inline std::string InputValue(const std::string& fingerprint, const std::string& who) {
   return fingerprint + "\n" + who;

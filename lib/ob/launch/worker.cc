@@ -294,12 +294,14 @@ Status RunWorker(const WorkerOptions& o) {
     Status st = [&]() -> Status {
       OB_ASSIGN_OR_RETURN(model::TokenSource d, OpenData(o.data, cfg, o.seed, o.data_facts));
       OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--data", o.data, o.host, who));
+      OB_RETURN_IF_ERROR(AgreeOnContent(*client, "--data", o.data, o.host, who, d.content_sum()));
       // Evaluation data: a file of its own, or the held-out end of `data`.
       const int seq = SequenceLength(gen.plan(), cfg);
       OB_RETURN_IF_ERROR(d.Check(seq, cfg.vocab_size));
       if (!o.eval_data.empty()) {
         OB_ASSIGN_OR_RETURN(model::TokenSource e, OpenData(o.eval_data, cfg, o.seed + 1, ""));
         OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--eval-data", o.eval_data, o.host, who));
+        OB_RETURN_IF_ERROR(AgreeOnContent(*client, "--eval-data", o.eval_data, o.host, who, e.content_sum()));
         OB_RETURN_IF_ERROR(e.Check(seq, cfg.vocab_size));
         eval = std::move(e);
       } else if (o.eval_split > 0) {
