@@ -42,7 +42,12 @@
 #     not look, and has another modification time (a copy made later):
 #     its workers read it whole, and the run ends at once with exit 65,
 #     naming host 4 and both sums over every byte. Before 2026-12-01 it
-#     trained host 4's stage on other targets and exited 0.
+#     trained host 4's stage on other targets and exited 0;
+#  9. the same copy with the master's size and modification time to the
+#     nanosecond (so its workers take the master's facts and read only its
+#     ends before training): one of host 4's workers reads it whole in the
+#     background, and the run ends between two steps with exit 65, naming
+#     host 4 and both sums, without a recovery. Before 2026-12-01, exit 0.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -207,4 +212,12 @@ touch -d '-1 hour' "$DATA/big.txt"
 OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch middle "$DATA/big.txt" 30
 refused middle "another middle on host 4" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ, though its size and ends may agree: xxh3=[0-9a-f]{16} over every byte here, xxh3=[0-9a-f]{16} over every byte as the master read it \(every host must read the same tokens"
+
+# 9. The same, with the master's size and time.
+touch -r "$DATA/big.txt" "$DATA/big-other.txt"
+OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch facts "$DATA/big.txt" 3000
+refused facts "another middle on host 4, the master's size and time" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ, though its size and ends may agree: xxh3=[0-9a-f]{16} over every byte here, xxh3=[0-9a-f]{16} over every byte as the master read it \(every host must read the same tokens"
+grep -q "reading it whole in the background" "$WORK/facts.err" \
+  || fail "another middle, the master's size and time: no background read: $(grep -c . "$WORK/facts.err")"
 echo "$NAME: ok"

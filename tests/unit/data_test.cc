@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ob/model/data.h"
@@ -364,4 +367,33 @@ TEST_CASE("a data file rewritten in place is seen, one renamed into place is not
   { std::ofstream(f.path, std::ios::binary | std::ios::trunc); }
   CHECK_THAT(live->Unchanged().message(), Catch::Contains("now 0 bytes"));
   CHECK(TokenSource::Synthetic(256, 1).Unchanged().ok());
+}
+
+TEST_CASE("FileContentSum is the open's content sum, and FileIdentity changes with a write whose time is set back",
+          "[data]") {
+  std::string text(5000, 'q');
+  TempData f("ident.txt", text.data(), text.size());
+  auto src = TokenSource::Open(f.path);
+  REQUIRE(src.ok());
+  auto sum = ob::model::FileContentSum(f.path);
+  REQUIRE(sum.ok());
+  CHECK(*sum == src->content_sum());
+  std::atomic<bool> stop{true};
+  CHECK(ob::model::FileContentSum(f.path, &stop).status().code() == Code::kUnavailable);
+  CHECK(ob::model::FileContentSum(f.path + ".missing").status().code() == Code::kNoInput);
+  const std::string before = ob::model::FileIdentity(f.path);
+  REQUIRE_FALSE(before.empty());
+  struct stat st {};
+  REQUIRE(stat(f.path.c_str(), &st) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a tick of the file system's clock
+  {
+    std::fstream out(f.path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(2500);
+    out << "z";
+  }
+  struct timespec times[2] = {st.st_atim, st.st_mtim};  // touch -r: the old times back
+  REQUIRE(utimensat(AT_FDCWD, f.path.c_str(), times, 0) == 0);
+  CHECK(ob::model::FileIdentity(f.path) != before);
+  CHECK(*ob::model::FileContentSum(f.path) != *sum);
+  CHECK(ob::model::FileIdentity(f.path + ".missing").empty());
 }

@@ -49,7 +49,7 @@ struct Relayed {
 template <typename T>
 T Value(ob::Result<T> r) {
   REQUIRE(r.ok());
-  return *r;
+  return std::move(*r);
 }
 
 int64_t MsSince(Clock::time_point t0) {
@@ -565,6 +565,52 @@ TEMPLATE_TEST_CASE("inputs: a copy that differs only between its first and last 
   CHECK(AgreeOnContent(*s.a, "--eval-data", b, "h1", "rank 0 on host h1", sum(b)).ok());
   CHECK(Value(s.a->Get(InputKey("--data"), milliseconds(1000))) ==
         ob::model::DataFingerprint(a) + "\nrank 0 on host h1");
+}
+
+TEMPLATE_TEST_CASE("inputs: a copy taken on the master's facts is read whole in the background, once a host",
+                   "[store]", InMemory, Relayed) {
+  TestType s;
+  TempFiles t;
+  std::string bytes(3u << 20, 'a');
+  const std::string a = t.Write("a.txt", bytes);
+  bytes[(3u << 20) / 2] = 'b';
+  const std::string b = t.Write("b.txt", bytes);
+  auto src = ob::model::TokenSource::Open(a);
+  REQUIRE(src.ok());
+  std::atomic<uint64_t> read{0};
+  CHECK(Value(ob::model::FileContentSum(a, nullptr, &read)) == src->content_sum());  // one sum, two readers
+  CHECK(read.load() == (3u << 20));
+  REQUIRE(s.a->Set(InputSumKey("--data"), InputValue(src->content_sum(), "the master")).ok());
+  auto verdict = [](std::unique_ptr<ContentCheck>& c) {
+    REQUIRE(c != nullptr);
+    const ob::Status st = c->Wait();
+    CHECK(c->finished());
+    CHECK(c->Poll().ok());  // given once
+    return st;
+  };
+  // Host h1's copy is the job's: checked, and recorded as checked.
+  auto c1 = Value(ContentCheck::Start(*s.a, "--data", a, "h1", "rank 0 on host h1", 1, 0));
+  CHECK(verdict(c1).ok());
+  CHECK(Value(s.b->Get(InputCheckDoneKey("--data", "h1"), milliseconds(1000))) == ob::model::FileIdentity(a));
+  // Not again on h1 while the file is the same, in any generation.
+  CHECK(Value(ContentCheck::Start(*s.b, "--data", a, "h1", "rank 1 on host h1", 2, 1)) == nullptr);
+  // Host h2's copy differs in its middle: one worker of the generation reads it.
+  auto c2 = Value(ContentCheck::Start(*s.b, "--data", b, "h2", "rank 2 on host h2", 1, 2));
+  REQUIRE(c2 != nullptr);
+  CHECK(Value(ContentCheck::Start(*s.a, "--data", b, "h2", "rank 3 on host h2", 1, 3)) == nullptr);
+  const ob::Status st = verdict(c2);
+  CHECK(st.code() == Code::kDataErr);
+  CHECK_THAT(st.message(), Catch::StartsWith("--data " + b + " on host h2 is not the file the job reads: its bytes "
+                                             "differ"));
+  CHECK_THAT(st.message(), Catch::Contains(" over every byte as the master read it"));
+  CHECK_FALSE(Value(s.a->Check({InputCheckDoneKey("--data", "h2")})));
+  // A claim of an earlier generation is taken over (its worker is gone).
+  c2.reset();
+  auto c3 = Value(ContentCheck::Start(*s.a, "--data", b, "h2", "rank 3 on host h2", 2, 3));
+  CHECK(c3 != nullptr);
+  c3.reset();  // stops the read and joins
+  CHECK(Value(ContentCheck::Start(*s.a, "--data", "synthetic", "h3", "x", 1, 0)) == nullptr);
+  CHECK(Value(ContentCheck::Start(*s.a, "--data", t.dir + "/missing", "h3", "x", 1, 0)) == nullptr);
 }
 
 TEST_CASE("inputs: the master's value, as it sets it, names the master", "[store]") {

@@ -1,6 +1,11 @@
 #include "ob/launch/inputs.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "ob/io/file.h"
@@ -40,6 +45,92 @@ Status AgreeOnContent(Store& store, const std::string& flag, const std::string& 
   OB_ASSIGN_OR_RETURN(std::string stored, store.CompareSet(InputSumKey(flag), "", InputValue(sum, who)));
   const std::string why = InputMismatch(flag, spec, host, sum, stored, /*sums=*/true);
   return why.empty() ? Status::Ok() : Status::DataErr(why);
+}
+
+namespace {
+
+// The calling thread's CPU and I/O priority at their lowest: a read of the
+// whole data set must not slow the step that shares the host.
+void LowestPriority() {
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+  constexpr int kWhoProcess = 1, kClassIdle = 3, kClassShift = 13;  // linux/ioprio.h
+  (void)::syscall(SYS_ioprio_set, kWhoProcess, 0, kClassIdle << kClassShift);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const std::string& flag,
+                                                           const std::string& spec, const std::string& host,
+                                                           const std::string& who, uint64_t generation,
+                                                           int rank) {
+  if (spec.empty() || spec == "synthetic") return std::unique_ptr<ContentCheck>();
+  const std::string identity = model::FileIdentity(spec);
+  if (identity.empty()) return std::unique_ptr<ContentCheck>();
+  const std::string done_key = InputCheckDoneKey(flag, host), claim_key = InputCheckClaimKey(flag, host);
+  OB_ASSIGN_OR_RETURN(bool checked, store.Check({done_key}));
+  if (checked) {
+    OB_ASSIGN_OR_RETURN(std::string done, store.Get(done_key, std::chrono::milliseconds(10000)));
+    if (done == identity) return std::unique_ptr<ContentCheck>();
+  }
+  const std::string mine = std::to_string(generation) + " " + std::to_string(rank);
+  OB_ASSIGN_OR_RETURN(std::string claim, store.CompareSet(claim_key, "", mine));
+  if (claim != mine) {
+    // Taken over from a worker of an earlier generation (every generation
+    // starts its workers anew, so that one is gone); one of this
+    // generation's is reading it already.
+    unsigned long long g = 0;
+    if (std::sscanf(claim.c_str(), "%llu", &g) != 1 || g >= generation) return std::unique_ptr<ContentCheck>();
+    OB_ASSIGN_OR_RETURN(claim, store.CompareSet(claim_key, claim, mine));
+    if (claim != mine) return std::unique_ptr<ContentCheck>();
+  }
+  std::unique_ptr<ContentCheck> c(new ContentCheck(store, flag, spec, host, who, identity));
+  return c;
+}
+
+ContentCheck::ContentCheck(Store& store, std::string flag, std::string spec, std::string host, std::string who,
+                           std::string identity)
+    : store_(store), flag_(std::move(flag)), spec_(std::move(spec)), host_(std::move(host)),
+      who_(std::move(who)), identity_(std::move(identity)) {
+  OB_LOG(Info) << flag_ << " " << spec_ << ": this host's copy has the master's size and time; reading it "
+               << "whole in the background to compare its bytes";
+  thread_ = std::thread([this] {
+    LowestPriority();
+    sum_ = model::FileContentSum(spec_, &stop_, &bytes_);
+    read_ = true;
+  });
+}
+
+ContentCheck::~ContentCheck() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+Status ContentCheck::Poll() {
+  if (finished_ || !read_) return Status::Ok();
+  finished_ = true;
+  thread_.join();
+  if (!sum_.ok()) {
+    OB_LOG(Warn) << flag_ << " " << spec_ << ": could not read this host's copy whole to compare it ("
+                 << sum_.status().message() << "); its fingerprint agreed";
+    return Status::Ok();
+  }
+  OB_RETURN_IF_ERROR(AgreeOnContent(store_, flag_, spec_, host_, who_, *sum_));
+  // Checked: later workers of this host need not read this copy again.
+  if (Status st = store_.Set(InputCheckDoneKey(flag_, host_), identity_); !st.ok()) {
+    OB_LOG(Warn) << "cannot record the check of " << spec_ << ": " << st.message();
+  }
+  OB_LOG(Info) << flag_ << " " << spec_ << ": this host's copy has the job's bytes (" << *sum_ << ")";
+  return Status::Ok();
+}
+
+Status ContentCheck::Wait() {
+  if (finished_) return Status::Ok();
+  if (!read_) {
+    OB_LOG(Info) << "waiting for the background read of " << spec_ << " (" << bytes_.load() / (1u << 20)
+                 << " MiB read) before finishing: a copy not yet compared may not be the job's";
+    while (!read_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Poll();
 }
 
 Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms) {

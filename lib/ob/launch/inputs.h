@@ -18,7 +18,10 @@
 // not the master's) also compares that pass's sum of every byte, under
 // InputSumKey (AgreeOnContent). A worker whose file has the master's size
 // and modification time takes the master's facts instead of reading it
-// whole, and compares the fingerprint alone.
+// whole (a restart must not pay a pass over the data), so for such a copy
+// one worker of each host reads it whole in the background while training
+// goes on (ContentCheck), and a copy found to differ ends the run between
+// two steps; the last step waits for a check still under way.
 //
 // The checkpoint directory is the other path every host must see as the
 // master does: workers write their parts of a checkpoint there and the
@@ -30,7 +33,10 @@
 // Thread-safety: as the Store given.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "ob/launch/store.h"
 #include "ob/status.h"
@@ -55,6 +61,50 @@ Status AgreeOnInput(Store& store, const std::string& flag, const std::string& sp
 // xxh3=… as WHO read it (…)".
 Status AgreeOnContent(Store& store, const std::string& flag, const std::string& spec, const std::string& host,
                       const std::string& who, const std::string& sum);
+
+// The background read of a copy taken on the master's facts (above).
+// Start claims the check for this host (InputCheckClaimKey: the first
+// worker of a generation there; a claim of an earlier generation, whose
+// worker is gone, is taken over) and reads `spec` on a thread of its own,
+// at the lowest CPU and I/O priority; Poll, on the training thread between
+// steps, compares the sum once it is known (AgreeOnContent) and records
+// the copy as checked (InputCheckDoneKey: the file's identity, so that
+// later workers do not read it again while it is unchanged).
+// Thread-safety: Poll, Wait and the destructor on one thread.
+class ContentCheck {
+ public:
+  // nullptr when there is nothing to do: synthetic data, a file that
+  // cannot be stat'ed here (opening it reports that), this copy checked
+  // already, or another worker of this generation checking it. The
+  // store's errors as they are.
+  static Result<std::unique_ptr<ContentCheck>> Start(Store& store, const std::string& flag,
+                                                     const std::string& spec, const std::string& host,
+                                                     const std::string& who, uint64_t generation, int rank);
+  ~ContentCheck();  // stops the read and joins its thread
+  ContentCheck(const ContentCheck&) = delete;
+  ContentCheck& operator=(const ContentCheck&) = delete;
+
+  // Ok while the read goes on, and after the verdict; the verdict once:
+  // kDataErr when the sums differ (AgreeOnContent's line), Ok when they
+  // agree. A read that failed (an I/O error) is logged and counts as no
+  // check, not as a difference.
+  Status Poll();
+  // Waits for the read (logging what it waits for), then Poll.
+  Status Wait();
+  bool finished() const { return finished_; }
+
+ private:
+  ContentCheck(Store& store, std::string flag, std::string spec, std::string host, std::string who,
+               std::string identity);
+  Store& store_;
+  const std::string flag_, spec_, host_, who_, identity_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> read_{false};  // the thread's result is in sum_
+  std::atomic<uint64_t> bytes_{0};
+  Result<std::string> sum_ = Status::Unavailable("not read yet");
+  std::thread thread_;
+  bool finished_ = false;  // the verdict was given
+};
 
 // Whether `dir` on this host is the master's --ckpt-dir: its .lock holds
 // the line the store has under CheckpointDirKey (not there: nothing to

@@ -25,6 +25,13 @@
 //                                 the first worker that did; every worker that
 //                                 read its copy whole compares (AgreeOnContent).
 //                                 Kept for the whole job.
+//   ob/input-check/<flag>/<host>/claim   "<generation> <rank>": the worker of
+//                                 host that reads its copy whole in the
+//                                 background (ContentCheck), for a copy the
+//                                 workers took on the master's facts; a
+//                                 claim of an earlier generation is stale
+//   ob/input-check/<flag>/<host>/done    model::FileIdentity of the copy whose
+//                                 sum agreed: not read again while it is so
 //   ob/ckpt-dir                   the line the master's lock wrote in
 //                                 --ckpt-dir/.lock, which every worker must
 //                                 read there (inputs.h SameCheckpointDir)
@@ -76,6 +83,12 @@ inline std::optional<std::pair<int, std::string>> ParseFatal(const std::string& 
 // The job's --data (flag "--data") or --eval-data (inputs.h).
 inline std::string InputKey(const std::string& flag) { return "ob/input/" + flag; }
 inline std::string InputSumKey(const std::string& flag) { return "ob/input-sum/" + flag; }
+inline std::string InputCheckClaimKey(const std::string& flag, const std::string& host) {
+  return "ob/input-check/" + flag + "/" + host + "/claim";
+}
+inline std::string InputCheckDoneKey(const std::string& flag, const std::string& host) {
+  return "ob/input-check/" + flag + "/" + host + "/done";
+}
 inline std::string CheckpointDirKey() { return "ob/ckpt-dir"; }
 inline std::string InputValue(const std::string& fingerprint, const std::string& who) {
   return fingerprint + "\n" + who;

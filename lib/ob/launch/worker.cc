@@ -289,12 +289,16 @@ Status RunWorker(const WorkerOptions& o) {
     return st;
   };
   std::optional<model::TokenSource> train, eval;
+  std::unique_ptr<ContentCheck> check;  // of a copy taken on the master's facts (inputs.h)
   {
     const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
     Status st = [&]() -> Status {
       OB_ASSIGN_OR_RETURN(model::TokenSource d, OpenData(o.data, cfg, o.seed, o.data_facts));
       OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--data", o.data, o.host, who));
       OB_RETURN_IF_ERROR(AgreeOnContent(*client, "--data", o.data, o.host, who, d.content_sum()));
+      if (d.content_sum().empty()) {
+        OB_ASSIGN_OR_RETURN(check, ContentCheck::Start(*client, "--data", o.data, o.host, who, o.generation, o.rank));
+      }
       // Evaluation data: a file of its own, or the held-out end of `data`.
       const int seq = SequenceLength(gen.plan(), cfg);
       OB_RETURN_IF_ERROR(d.Check(seq, cfg.vocab_size));
@@ -641,6 +645,7 @@ Status RunWorker(const WorkerOptions& o) {
     // Neither it nor what follows is saved, reported or trained from.
     Status same = data.Unchanged();
     if (same.ok() && eval) same = eval->Unchanged();
+    if (same.ok() && check) same = check->Poll();
     if (!same.ok()) return permanent(same);
     // What the loop does between steps (metrics, evaluation, checkpoints),
     // as a range in a trace (OB_TRACE; bench/trace_summary.py).
@@ -700,6 +705,9 @@ Status RunWorker(const WorkerOptions& o) {
     OB_RETURN_IF_ERROR(emit(m));
   }
   off_step = 1;  // the last save, and the way out, report no progress of their own
+  if (check) {  // a run is not done on a copy not yet compared
+    if (Status st = check->Wait(); !st.ok()) return permanent(st);
+  }
   runtime::Checkpointer::Done done;
   if (saver && saver->Finish(*worker, &done)) {  // the last save, in a record of its own
     pb::Metrics m = record(o.steps - 1);

@@ -21,6 +21,7 @@
 // malformed one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,6 +46,19 @@ TokenFormat TokenFormatForPath(const std::string& path);
 // a multi-GB file; catches another file, a regenerated one, a truncation).
 // "" when `spec` cannot be read here (it may exist only on the hosts).
 std::string DataFingerprint(const std::string& spec);
+
+// "xxh3=<16 hex>" over every byte of the file at `path`, read a MiB at a
+// time with pread: what TokenSource::content_sum gives for it. Adds the
+// bytes read to *done as it goes (may be null); stops early, kUnavailable,
+// once *stop is true. kNoInput when it cannot be opened, kIoErr on a read
+// error, kDataErr when it is not a regular file or changes size meanwhile.
+Result<std::string> FileContentSum(const std::string& path, const std::atomic<bool>* stop = nullptr,
+                                   std::atomic<uint64_t>* done = nullptr);
+
+// "DEV:INODE:BYTES:MTIME_NS:CTIME_NS" of the file at `path`: another value
+// after any write, rename over it or change of its metadata (ctime cannot
+// be set back). "" when it cannot be stat'ed.
+std::string FileIdentity(const std::string& path);
 
 // What opening a token file learned that costs a pass over the whole file
 // to learn again: its largest token id (seconds for a file of GBs). The
