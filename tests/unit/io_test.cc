@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ob/io/dir_lock.h"
 #include "ob/control.pb.h"
@@ -355,4 +357,27 @@ TEST_CASE("a log file that stops taking lines is counted, and counted anew for a
   CHECK_FALSE(loss.Count(-1, 5));
   CHECK_THAT(loss.Describe("x"), Catch::StartsWith("x lacks 2 of its 4 lines, the first at "));
   CHECK_THAT(loss.Describe("x"), Catch::EndsWith(": short write"));
+}
+
+TEST_CASE("HashFile: every byte in chunks with their offsets, a stop from the chunk's callee, and what it refuses") {
+  char tmpl[] = "/tmp/ob-hashfile-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/f";
+  const std::string bytes(5u << 20, 'x');  // two chunks
+  std::ofstream(path, std::ios::binary) << bytes;
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  auto h = ob::io::HashFile(path, [&](const char*, uint64_t off, uint64_t n) {
+    chunks.push_back({off, n});
+    return ob::Status::Ok();
+  });
+  REQUIRE(h.ok());
+  CHECK(h->bytes == bytes.size());
+  CHECK(h->size == bytes.size());
+  CHECK(chunks == std::vector<std::pair<uint64_t, uint64_t>>{{0, 4u << 20}, {4u << 20, 1u << 20}});
+  CHECK(ob::io::HashFile(path)->xxh3 == h->xxh3);
+  auto stopped = ob::io::HashFile(path, [](const char*, uint64_t, uint64_t) { return ob::Status::Unavailable("no"); });
+  CHECK(stopped.status().code() == ob::Code::kUnavailable);
+  CHECK(ob::io::HashFile(dir).status().code() == ob::Code::kDataErr);          // a directory
+  CHECK(ob::io::HashFile(dir + "/absent").status().code() == ob::Code::kNoInput);
+  fs::remove_all(dir);
 }

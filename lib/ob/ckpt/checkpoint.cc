@@ -34,8 +34,6 @@ constexpr char kDeletingSuffix[] = ".deleting";
 constexpr char kManifestName[] = "manifest.pb";
 constexpr char kManifestJsonName[] = "manifest.json";
 constexpr char kLatestName[] = "latest";
-// Reads while hashing and exporting go in pieces of this size.
-constexpr size_t kChunk = size_t{4} << 20;
 
 using io::EndsWith;
 using io::Errno;
@@ -152,35 +150,17 @@ Result<std::string> ResolveInside(const std::string& ckpt, const pb::CheckpointF
 Result<std::string> ScanFile(const std::string& path, uint64_t size,
                              const std::function<Status(const char*, uint64_t, uint64_t)>& each,
                              const Progress& progress, uint64_t* done, uint64_t total) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::DataErr(path + ": cannot open: " + Errno());
-  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> h(XXH3_createState(), &XXH3_freeState);
-  XXH3_64bits_reset(h.get());
-  std::vector<char> buf(kChunk);
-  uint64_t off = 0;
-  Status s;
-  for (;;) {
-    ssize_t n = read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      s = Status::IoErr(path + ": read failed: " + Errno());
-      break;
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(h.get(), buf.data(), static_cast<size_t>(n));
-    if (each) s = each(buf.data(), off, static_cast<uint64_t>(n));
-    if (!s.ok()) break;
-    off += static_cast<uint64_t>(n);
-    *done += static_cast<uint64_t>(n);
+  Result<io::FileHash> h = io::HashFile(path, [&](const char* data, uint64_t off, uint64_t n) -> Status {
+    if (each) OB_RETURN_IF_ERROR(each(data, off, n));
+    *done += n;
     if (progress) progress(*done, total);
-  }
-  close(fd);
-  OB_RETURN_IF_ERROR(s);
-  if (off != size)
-    return Status::DataErr(path + ": changed while being read (" + std::to_string(off) +
+    return Status::Ok();
+  });
+  if (!h.ok()) return h.status().code() == Code::kNoInput ? Status::DataErr(h.status().message()) : h.status();
+  if (h->bytes != size)
+    return Status::DataErr(path + ": changed while being read (" + std::to_string(h->bytes) +
                            " bytes, expected " + std::to_string(size) + ")");
-  return io::HashText("xxh3:", XXH3_64bits_digest(h.get()));
+  return io::HashText("xxh3:", h->xxh3);
 }
 
 

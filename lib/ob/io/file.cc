@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <vector>
 
 #include "ob/clock.h"
 #include "ob/log.h"
@@ -425,6 +428,36 @@ std::string AppendLoss::Describe(const std::string& name) const {
   if (lost_ == 0) return "";
   return name + " lacks " + std::to_string(lost_) + " of its " + std::to_string(lines_) + " lines, the first at " +
          FormatUnixMs(first_ms_) + ": " + error_;
+}
+
+Result<FileHash> HashFile(const std::string& path,
+                          const std::function<Status(const char*, uint64_t, uint64_t)>& each) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO is refused below, not waited on
+  if (fd < 0) return Status::NoInput(path + ": cannot open: " + Errno());
+  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::IoErr(path + ": cannot stat: " + Errno());
+  if (!S_ISREG(st.st_mode)) return Status::DataErr(path + ": not a regular file");
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> h(XXH3_createState(), &XXH3_freeState);
+  if (h == nullptr || XXH3_64bits_reset(h.get()) != XXH_OK) return Status::Internal(path + ": no hash state");
+  FileHash out;
+  out.size = static_cast<uint64_t>(st.st_size);
+  std::vector<char> buf(size_t{4} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoErr(path + ": read failed: " + Errno());
+    if (n == 0) break;
+    XXH3_64bits_update(h.get(), buf.data(), static_cast<size_t>(n));
+    if (each) OB_RETURN_IF_ERROR(each(buf.data(), out.bytes, static_cast<uint64_t>(n)));
+    out.bytes += static_cast<uint64_t>(n);
+  }
+  out.xxh3 = XXH3_64bits_digest(h.get());
+  return out;
 }
 
 }  // namespace ob::io

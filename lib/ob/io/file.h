@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -164,6 +165,21 @@ class AppendLoss {
   int64_t first_ms_ = 0;
   std::string error_;
 };
+
+// What HashFile read.
+struct FileHash {
+  uint64_t xxh3 = 0;     // XXH3-64 of every byte read (io::HashText writes it)
+  uint64_t bytes = 0;    // how many
+  uint64_t size = 0;     // the file's size when it was opened
+};
+// Reads the regular file `path` front to back a chunk at a time (4 MiB),
+// hashing every byte; `each` (may be empty) sees each chunk with its
+// offset, and a Status it returns other than Ok stops the read and is
+// returned. Callers compare bytes with size (a file that changed while
+// read). kNoInput "PATH: cannot open: …", kDataErr "PATH: not a regular
+// file", kIoErr "PATH: read failed: …".
+Result<FileHash> HashFile(const std::string& path,
+                          const std::function<Status(const char* data, uint64_t offset, uint64_t n)>& each = {});
 
 // How ReadFor ended.
 enum class ReadEnd { kDone, kEof, kTimeout, kTooLong, kError };

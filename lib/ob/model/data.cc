@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "ob/clock.h"
+#include "ob/io/file.h"
 #include "ob/io/text.h"
 
 namespace ob::model {
@@ -112,39 +113,15 @@ std::string DataFingerprint(const std::string& spec) {
 
 Result<std::string> FileContentSum(const std::string& path, const std::atomic<bool>* stop,
                                    std::atomic<uint64_t>* done) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
-  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
-    ::close(*f);
-    delete f;
-  });
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return Status::IoErr(path + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::DataErr(path + ": not a regular file");
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> sum(XXH3_createState(), XXH3_freeState);
-  if (sum == nullptr || XXH3_64bits_reset(sum.get()) != XXH_OK) {
-    return Status::Internal(path + ": cannot make a hash state");
+  OB_ASSIGN_OR_RETURN(io::FileHash h, io::HashFile(path, [&](const char*, uint64_t, uint64_t n) -> Status {
+                        if (stop != nullptr && stop->load()) return Status::Unavailable(path + ": read stopped");
+                        if (done != nullptr) done->fetch_add(n);
+                        return Status::Ok();
+                      }));
+  if (h.bytes != h.size) {
+    return Status::DataErr(path + ": changed size while being read (" + std::to_string(h.size) + " bytes at first)");
   }
-  constexpr size_t kChunk = size_t{1} << 20;
-  std::string buf(kChunk, '\0');
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  uint64_t at = 0;
-  while (at < size) {
-    if (stop != nullptr && stop->load()) return Status::Unavailable(path + ": read stopped");
-    const ssize_t n = ::pread(fd, &buf[0], static_cast<size_t>(std::min<uint64_t>(kChunk, size - at)),
-                              static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IoErr(path + ": read failed: " + std::strerror(errno));
-    if (n == 0) break;
-    XXH3_64bits_update(sum.get(), buf.data(), static_cast<size_t>(n));
-    at += static_cast<uint64_t>(n);
-    if (done != nullptr) done->fetch_add(static_cast<uint64_t>(n));
-  }
-  struct stat after {};
-  if (at != size || fstat(fd, &after) != 0 || static_cast<uint64_t>(after.st_size) != size) {
-    return Status::DataErr(path + ": changed size while being read (" + std::to_string(size) + " bytes at first)");
-  }
-  return Xxh3Text(XXH3_64bits_digest(sum.get()));
+  return Xxh3Text(h.xxh3);
 }
 
 std::string FileIdentity(const std::string& path) {
