@@ -499,6 +499,14 @@ struct TempFiles {
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
+  // a.txt and b.txt, 3 MiB each, one byte apart at their middle: the
+  // fingerprint (size, first and last MiB) cannot tell them apart.
+  std::pair<std::string, std::string> MiddleCopies() const {
+    std::string bytes(3u << 20, 'a');
+    const std::string a = Write("a.txt", bytes);
+    bytes[bytes.size() / 2] = 'b';
+    return {a, Write("b.txt", bytes)};
+  }
 };
 
 }  // namespace
@@ -536,11 +544,7 @@ TEMPLATE_TEST_CASE("inputs: a copy that differs only between its first and last 
                    "[store]", InMemory, Relayed) {
   TestType s;
   TempFiles t;
-  // 3 MiB: the fingerprint reads the first and last MiB, which agree.
-  std::string bytes(3u << 20, 'a');
-  const std::string a = t.Write("a.txt", bytes);
-  bytes[(3u << 20) / 2] = 'b';
-  const std::string b = t.Write("b.txt", bytes);
+  const auto [a, b] = t.MiddleCopies();
   auto sum = [](const std::string& path) {
     auto src = ob::model::TokenSource::Open(path);
     REQUIRE(src.ok());
@@ -571,10 +575,7 @@ TEMPLATE_TEST_CASE("inputs: a copy taken on the master's facts is read whole in 
                    "[store]", InMemory, Relayed) {
   TestType s;
   TempFiles t;
-  std::string bytes(3u << 20, 'a');
-  const std::string a = t.Write("a.txt", bytes);
-  bytes[(3u << 20) / 2] = 'b';
-  const std::string b = t.Write("b.txt", bytes);
+  const auto [a, b] = t.MiddleCopies();
   auto src = ob::model::TokenSource::Open(a);
   REQUIRE(src.ok());
   std::atomic<uint64_t> read{0};
