@@ -379,5 +379,6 @@ TEST_CASE("HashFile: every byte in chunks with their offsets, a stop from the ch
   CHECK(stopped.status().code() == ob::Code::kUnavailable);
   CHECK(ob::io::HashFile(dir).status().code() == ob::Code::kDataErr);          // a directory
   CHECK(ob::io::HashFile(dir + "/absent").status().code() == ob::Code::kNoInput);
-  fs::remove_all(dir);
+  std::error_code ec;
+  ob::io::RemoveTree(dir, &ec);
 }
