@@ -91,7 +91,7 @@ ContentCheck::ContentCheck(Store& store, std::string flag, std::string spec, std
                            std::string identity)
     : store_(store), flag_(std::move(flag)), spec_(std::move(spec)), host_(std::move(host)),
       who_(std::move(who)), identity_(std::move(identity)) {
-  OB_LOG(Info) << flag_ << " " << spec_ << ": this host's copy has the master's size and time; reading it "
+  OB_LOG(Debug) << flag_ << " " << spec_ << ": this host's copy has the master's size and time; reading it "
                << "whole in the background to compare its bytes";
   thread_ = std::thread([this] {
     LowestPriority();
