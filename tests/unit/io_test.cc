@@ -382,3 +382,18 @@ TEST_CASE("HashFile: every byte in chunks with their offsets, a stop from the ch
   std::error_code ec;
   ob::io::RemoveTree(dir, &ec);
 }
+
+TEST_CASE("OnSharedFileSystem: NFS, Lustre, GPFS, FUSE and the like by their magic numbers, not a local disk") {
+  for (unsigned long t : {0x6969ul, 0x0BD00BD0ul, 0x47504653ul, 0x65735546ul, 0xFE534D42ul, 0x00C36400ul}) {
+    CHECK(ob::io::IsSharedFileSystemType(t));
+  }
+  for (unsigned long t : {0xEF53ul /* ext4 */, 0x58465342ul /* xfs */, 0x01021994ul /* tmpfs */,
+                          0x9123683Eul /* btrfs */, 0x794C7630ul /* overlayfs */}) {
+    CHECK_FALSE(ob::io::IsSharedFileSystemType(t));
+  }
+  char tmpl[] = "/tmp/ob-sharedfs-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  CHECK_FALSE(ob::io::OnSharedFileSystem(dir));  // this machine's own disk (or its tmpfs)
+  CHECK_FALSE(ob::io::OnSharedFileSystem(dir + "/absent"));
+  ::rmdir(dir.c_str());
+}

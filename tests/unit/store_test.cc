@@ -18,6 +18,7 @@
 #include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/inputs.h"
 #include "ob/launch/store_keys.h"
 #include "ob/launch/store_server.h"
@@ -610,6 +611,11 @@ TEMPLATE_TEST_CASE("inputs: a copy taken on the master's facts is read whole in 
   auto c3 = Value(ContentCheck::Start(*s.a, "--data", b, "h2", "rank 3 on host h2", 2, 3));
   CHECK(c3 != nullptr);
   c3.reset();  // stops the read and joins
+  // The very file the master read whole, on the master's machine: nothing to compare.
+  REQUIRE(s.a->Set(InputFileKey("--data"), InputFileValue(ob::launch::BootId(), ob::model::FileIdentity(b))).ok());
+  CHECK(Value(ContentCheck::Start(*s.a, "--data", b, "h4", "rank 4 on host h4", 3, 4)) == nullptr);
+  REQUIRE(s.a->Set(InputFileKey("--data"), InputFileValue("another-boot", ob::model::FileIdentity(b))).ok());
+  CHECK(Value(ContentCheck::Start(*s.a, "--data", b, "h4", "rank 4 on host h4", 3, 4)) != nullptr);
   CHECK(Value(ContentCheck::Start(*s.a, "--data", "synthetic", "h3", "x", 1, 0)) == nullptr);
   CHECK(Value(ContentCheck::Start(*s.a, "--data", t.dir + "/missing", "h3", "x", 1, 0)) == nullptr);
 }

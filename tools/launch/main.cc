@@ -262,6 +262,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
                                                    /*data_is_local=*/o.rsh == "local"));
   g.worker.data_facts = data_checked.facts;
   o.data_sum = data_checked.sum;
+  o.data_identity = data_checked.identity;
   {
     auto& w = g.worker;
     if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");

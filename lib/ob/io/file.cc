@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -458,6 +459,37 @@ Result<FileHash> HashFile(const std::string& path,
   }
   out.xxh3 = XXH3_64bits_digest(h.get());
   return out;
+}
+
+bool IsSharedFileSystemType(unsigned long f_type) {
+  // linux/magic.h and the file systems' own sources.
+  static constexpr unsigned long kShared[] = {
+      0x6969,      // NFS
+      0x517B,      // SMB
+      0xFF534D42,  // CIFS
+      0xFE534D42,  // SMB2
+      0x0BD00BD0,  // Lustre
+      0x47504653,  // GPFS (Spectrum Scale)
+      0x19830326,  // BeeGFS
+      0x00C36400,  // CephFS
+      0x20030528,  // OrangeFS (PVFS2)
+      0xAAD7AAEA,  // Panasas
+      0x5346414F,  // AFS
+      0x6B414653,  // kAFS
+      0x01161970,  // GFS2
+      0x7461636F,  // OCFS2
+      0x01021997,  // 9p
+      0x65735546,  // FUSE
+  };
+  for (unsigned long t : kShared) {
+    if ((f_type & 0xFFFFFFFFul) == t) return true;
+  }
+  return false;
+}
+
+bool OnSharedFileSystem(const std::string& path) {
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) == 0 && IsSharedFileSystemType(static_cast<unsigned long>(fs.f_type));
 }
 
 }  // namespace ob::io

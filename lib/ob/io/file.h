@@ -181,6 +181,13 @@ struct FileHash {
 Result<FileHash> HashFile(const std::string& path,
                           const std::function<Status(const char* data, uint64_t offset, uint64_t n)>& each = {});
 
+// Whether `path` is on a file system that many machines mount as one: NFS,
+// SMB/CIFS, Lustre, GPFS, BeeGFS, CephFS, OrangeFS, Panasas, AFS, GFS2,
+// OCFS2, 9p and FUSE (gcsfuse, s3fs, GlusterFS, JuiceFS, ...), by statfs(2)'s
+// f_type (IsSharedFileSystemType). False when it cannot be stat'ed.
+bool OnSharedFileSystem(const std::string& path);
+bool IsSharedFileSystemType(unsigned long f_type);
+
 // How ReadFor ended.
 enum class ReadEnd { kDone, kEof, kTimeout, kTooLong, kError };
 // Appends what `fd` (a pipe or stream socket) gives to *out until

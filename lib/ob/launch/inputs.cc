@@ -10,6 +10,7 @@
 
 #include "ob/io/file.h"
 #include "ob/io/text.h"
+#include "ob/launch/devices.h"
 #include "ob/launch/store_keys.h"
 #include "ob/log.h"
 #include "ob/model/data.h"
@@ -66,6 +67,18 @@ Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const st
   if (spec.empty() || spec == "synthetic") return std::unique_ptr<ContentCheck>();
   const std::string identity = model::FileIdentity(spec);
   if (identity.empty()) return std::unique_ptr<ContentCheck>();
+  // Nothing to compare: a file every host mounts as one (read by each, it
+  // would be read as many times as there are hosts), or the very file the
+  // master read whole (a host on its machine: --rsh local).
+  if (io::OnSharedFileSystem(spec)) {
+    OB_LOG(Debug) << flag << " " << spec << ": on a shared file system, the file the master read";
+    return std::unique_ptr<ContentCheck>();
+  }
+  OB_ASSIGN_OR_RETURN(bool master_read, store.Check({InputFileKey(flag)}));
+  if (master_read) {
+    OB_ASSIGN_OR_RETURN(std::string file, store.Get(InputFileKey(flag), std::chrono::milliseconds(10000)));
+    if (file == InputFileValue(BootId(), identity)) return std::unique_ptr<ContentCheck>();
+  }
   const std::string done_key = InputCheckDoneKey(flag, host), claim_key = InputCheckClaimKey(flag, host);
   OB_ASSIGN_OR_RETURN(bool checked, store.Check({done_key}));
   if (checked) {

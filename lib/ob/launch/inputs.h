@@ -74,8 +74,11 @@ Status AgreeOnContent(Store& store, const std::string& flag, const std::string& 
 class ContentCheck {
  public:
   // nullptr when there is nothing to do: synthetic data, a file that
-  // cannot be stat'ed here (opening it reports that), this copy checked
-  // already, or another worker of this generation checking it. The
+  // cannot be stat'ed here (opening it reports that), one on a shared file
+  // system (io::OnSharedFileSystem: every host reads the master's file,
+  // and would read it once each), the very file the master read whole
+  // (InputFileKey: its machine's boot id and the file's identity), this
+  // copy checked already, or another worker of this generation checking it. The
   // store's errors as they are.
   static Result<std::unique_ptr<ContentCheck>> Start(Store& store, const std::string& flag,
                                                      const std::string& spec, const std::string& host,

@@ -313,6 +313,13 @@ void Master::StartWorkers() {
     inputs.push_back({InputKey("--eval-data"), {model::DataFingerprint(opt_.eval_data), "the master"}});
     inputs.push_back({InputSumKey("--eval-data"), {opt_.eval_data_sum, "the master"}});
   }
+  // And which file on this machine it read whole (a worker reading that
+  // very file has nothing to compare).
+  if (!opt_.data_sum.empty() && !opt_.data_identity.empty()) {
+    if (Status st = store_.Set(InputFileKey("--data"), InputFileValue(BootId(), opt_.data_identity)); !st.ok()) {
+      return BeginStop(st.message(), st);
+    }
+  }
   for (const auto& [key, expected] : inputs) {
     if (expected.first.empty()) continue;
     Status st = store_.Set(key, InputValue(expected.first, expected.second));

@@ -137,6 +137,7 @@ struct MasterOptions {
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (the job identity; inputs.h)
   std::string data_sum;              // its content sum as the master read it (CheckDataForPlan; "": not here)
+  std::string data_identity;         // and which file that was (model::FileIdentity; "": not here)
   std::string eval_data;             // --eval-data as the workers get it (inputs.h)
   std::string eval_data_sum;         // its content sum as the master read it ("": not here)
   double eval_split = 0;             // --eval-split (for the job identity: the tokens trained on)

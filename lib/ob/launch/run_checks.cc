@@ -35,6 +35,7 @@ Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd
     if (!data_is_local) return DataChecked{};  // only on the hosts: they check
     return Status::NoInput(data + ": " + std::strerror(errno));
   }
+  const std::string identity = model::FileIdentity(data);
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
   Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
   if (!st.ok())
@@ -45,7 +46,8 @@ Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd
                  << "vocabulary of " << pd.cfg.vocab_size
                  << "; for its tokenizer's ids, make a token file with ob-data tokenize";
   }
-  return DataChecked{src.facts().Encode(), src.content_sum()};
+  return DataChecked{src.facts().Encode(), src.content_sum(),
+                     model::FileIdentity(data) == identity ? identity : std::string()};
 }
 
 Status CheckEvalSplit(const std::string& data, double split, const PlanData& pd) {

@@ -39,11 +39,14 @@ Status CheckPrecisionForPlan(const PlanData& plan, const std::string& precision)
 // sequence length). kDataErr naming the file and the mismatch. Returns the
 // file's model::TokenFileFacts, encoded for WorkerOptions::data_facts, and
 // its content sum (TokenSource::content_sum), both "" for synthetic data or
-// a file only the hosts can read. With `data_is_local` (every worker runs
-// on this machine), a file this process cannot read is kNoInput naming it.
+// a file only the hosts can read, and the identity of the file summed
+// (model::FileIdentity, the same before and after the pass; "" otherwise).
+// With `data_is_local` (every worker runs on this machine), a file this
+// process cannot read is kNoInput naming it.
 struct DataChecked {
-  std::string facts;  // model::TokenFileFacts::Encode()
-  std::string sum;    // model::TokenSource::content_sum()
+  std::string facts;     // model::TokenFileFacts::Encode()
+  std::string sum;       // model::TokenSource::content_sum()
+  std::string identity;  // model::FileIdentity() of the file summed
 };
 Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& plan, bool data_is_local = false);
 

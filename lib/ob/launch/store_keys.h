@@ -25,6 +25,10 @@
 //                                 the first worker that did; every worker that
 //                                 read its copy whole compares (AgreeOnContent).
 //                                 Kept for the whole job.
+//   ob/input-file/<flag>          "<kernel boot id> <model::FileIdentity>" of
+//                                 the file the master read whole: a worker
+//                                 on the master's machine reading that very
+//                                 file has nothing to compare (ContentCheck)
 //   ob/input-check/<flag>/<host>/claim   "<generation> <rank>": the worker of
 //                                 host that reads its copy whole in the
 //                                 background (ContentCheck), for a copy the
@@ -83,6 +87,10 @@ inline std::optional<std::pair<int, std::string>> ParseFatal(const std::string& 
 // The job's --data (flag "--data") or --eval-data (inputs.h).
 inline std::string InputKey(const std::string& flag) { return "ob/input/" + flag; }
 inline std::string InputSumKey(const std::string& flag) { return "ob/input-sum/" + flag; }
+inline std::string InputFileKey(const std::string& flag) { return "ob/input-file/" + flag; }
+inline std::string InputFileValue(const std::string& boot_id, const std::string& identity) {
+  return boot_id + " " + identity;
+}
 inline std::string InputCheckClaimKey(const std::string& flag, const std::string& host) {
   return "ob/input-check/" + flag + "/" + host + "/claim";
 }
