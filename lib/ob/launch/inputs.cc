@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "ob/io/file.h"
@@ -50,6 +51,14 @@ Status AgreeOnContent(Store& store, const std::string& flag, const std::string& 
 
 namespace {
 
+// The value under `key`, or nullopt when no one set it (no waiting for it).
+Result<std::optional<std::string>> ValueIfSet(Store& store, const std::string& key) {
+  OB_ASSIGN_OR_RETURN(bool set, store.Check({key}));
+  if (!set) return std::optional<std::string>();
+  OB_ASSIGN_OR_RETURN(std::string value, store.Get(key, std::chrono::milliseconds(10000)));
+  return std::optional<std::string>(std::move(value));
+}
+
 // The calling thread's CPU and I/O priority at their lowest: a read of the
 // whole data set must not slow the step that shares the host.
 void LowestPriority() {
@@ -74,17 +83,11 @@ Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const st
     OB_LOG(Debug) << flag << " " << spec << ": on a shared file system, the file the master read";
     return std::unique_ptr<ContentCheck>();
   }
-  OB_ASSIGN_OR_RETURN(bool master_read, store.Check({InputFileKey(flag)}));
-  if (master_read) {
-    OB_ASSIGN_OR_RETURN(std::string file, store.Get(InputFileKey(flag), std::chrono::milliseconds(10000)));
-    if (file == InputFileValue(BootId(), identity)) return std::unique_ptr<ContentCheck>();
-  }
-  const std::string done_key = InputCheckDoneKey(flag, host), claim_key = InputCheckClaimKey(flag, host);
-  OB_ASSIGN_OR_RETURN(bool checked, store.Check({done_key}));
-  if (checked) {
-    OB_ASSIGN_OR_RETURN(std::string done, store.Get(done_key, std::chrono::milliseconds(10000)));
-    if (done == identity) return std::unique_ptr<ContentCheck>();
-  }
+  OB_ASSIGN_OR_RETURN(std::optional<std::string> master_file, ValueIfSet(store, InputFileKey(flag)));
+  if (master_file == InputFileValue(BootId(), identity)) return std::unique_ptr<ContentCheck>();
+  OB_ASSIGN_OR_RETURN(std::optional<std::string> done, ValueIfSet(store, InputCheckDoneKey(flag, host)));
+  if (done == identity) return std::unique_ptr<ContentCheck>();  // checked already
+  const std::string claim_key = InputCheckClaimKey(flag, host);
   const std::string mine = std::to_string(generation) + " " + std::to_string(rank);
   OB_ASSIGN_OR_RETURN(std::string claim, store.CompareSet(claim_key, "", mine));
   if (claim != mine) {
@@ -148,9 +151,9 @@ Status ContentCheck::Wait() {
 
 Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms) {
   if (dir.empty()) return Status::Ok();
-  OB_ASSIGN_OR_RETURN(bool published, store.Check({CheckpointDirKey()}));
+  OB_ASSIGN_OR_RETURN(std::optional<std::string> published, ValueIfSet(store, CheckpointDirKey()));
   if (!published) return Status::Ok();
-  OB_ASSIGN_OR_RETURN(std::string want, store.Get(CheckpointDirKey(), std::chrono::milliseconds(10000)));
+  const std::string& want = *published;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(patience_ms);
   for (;;) {
     Result<std::string> read = io::ReadFile(dir + "/.lock");

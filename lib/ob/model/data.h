@@ -47,8 +47,8 @@ TokenFormat TokenFormatForPath(const std::string& path);
 // "" when `spec` cannot be read here (it may exist only on the hosts).
 std::string DataFingerprint(const std::string& spec);
 
-// "xxh3=<16 hex>" over every byte of the file at `path`, read a MiB at a
-// time with pread: what TokenSource::content_sum gives for it. Adds the
+// "xxh3=<16 hex>" over every byte of the file at `path`, read in chunks
+// (io::HashFile): what TokenSource::content_sum gives for it. Adds the
 // bytes read to *done as it goes (may be null); stops early, kUnavailable,
 // once *stop is true. kNoInput when it cannot be opened, kIoErr on a read
 // error, kDataErr when it is not a regular file or changes size meanwhile.
