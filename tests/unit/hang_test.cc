@@ -1,9 +1,11 @@
 // Hangs with nobody dead (hang_watch.h) and the fault that makes one
-// (inject.h): who is named, when, and what --inject accepts.
+// (inject.h): who is named, when, and what --inject accepts; and a judge's
+// own stalls, which are not its peers' silence (stall_grace.h).
 #include <catch2/catch.hpp>
 
 #include "ob/launch/hang_watch.h"
 #include "ob/launch/inject.h"
+#include "ob/launch/stall_grace.h"
 #include "ob/metrics.pb.h"
 
 using namespace ob::launch;
@@ -122,4 +124,57 @@ TEST_CASE("slow steps raise the bound to three median step times") {
   fast.Reset(1);
   fast.Record(0, kTraining, 1, false, 0, 0, 0.05);
   CHECK(fast.Limit() == 3000);
+}
+
+TEST_CASE("after a stall of its own, a judge hears its peers out before it judges their silence") {
+  constexpr int64_t kTick = 50;
+  StallGrace g;
+  int64_t now = 1000;
+  for (int i = 0; i < 40; ++i, now += kTick) {  // 2 s of steady running
+    CHECK(g.Tick(now) == 0);
+    CHECK(g.MayJudge(now));
+  }
+  // Ticks a little late are no stall.
+  now += StallGrace::kStallMs - kTick - 1;
+  CHECK(g.Tick(now) == 0);
+  CHECK(g.MayJudge(now));
+  // Stopped for 4 s: the stall is its length, and judging waits kGraceMs.
+  const int64_t before = now;
+  now += 4000;
+  CHECK(g.Tick(now) == 4000);
+  const int64_t woke = now;
+  for (; now < woke + StallGrace::kGraceMs; now += kTick) {
+    CHECK_FALSE(g.MayJudge(now));
+    CHECK(g.Tick(now + kTick) == 0);
+  }
+  CHECK(g.MayJudge(now));
+  CHECK(now - before > 4000);
+}
+
+TEST_CASE("a judge starved for good gets no grace: a dead peer is still found") {
+  StallGrace g;
+  int64_t now = 0;
+  for (int i = 0; i < 40; ++i) g.Tick(now += 50);  // steady
+  // The first stall after steady running is heard out ...
+  CHECK(g.Tick(now += 700) == 700);
+  CHECK_FALSE(g.MayJudge(now));
+  CHECK(g.Tick(now += 700) == 700);
+  CHECK_FALSE(g.MayJudge(now));  // (700 ms into its kGraceMs)
+  // ... but a judge that runs only every 700 ms from then on judges at each
+  // tick past that grace: its stalls follow each other, none comes after
+  // steady running.
+  for (int i = 0; i < 10; ++i) {
+    CHECK(g.Tick(now += 700) == 700);
+    CHECK(g.MayJudge(now));
+  }
+  // Steady again for kSteadyMs: the next stall is heard out again.
+  for (int64_t t = 0; t <= StallGrace::kSteadyMs; t += 50) g.Tick(now += 50);
+  CHECK(g.Tick(now += 2000) == 2000);
+  CHECK_FALSE(g.MayJudge(now));
+}
+
+TEST_CASE("the first tick is no stall, however late it comes") {
+  StallGrace g;
+  CHECK(g.Tick(1000000) == 0);
+  CHECK(g.MayJudge(1000000));
 }

@@ -24,6 +24,7 @@
 #include "ob/launch/channel.h"
 #include "ob/launch/devices.h"
 #include "ob/launch/peer_probe.h"
+#include "ob/launch/stall_grace.h"
 #include "ob/launch/standby_seed.h"
 #include "ob/launch/store_relay.h"
 #include "ob/log.h"
@@ -200,6 +201,7 @@ class Agent {
   uint64_t generation_ = 0;
   uint64_t sequence_ = 0;
   bool master_suspect_ = false;  // the master was silent too long at the last watchdog tick
+  StallGrace stalls_;            // our own, at the watchdog's ticks (stall_grace.h)
   int exit_code_ = -1;
   std::string master_host_;
   int master_port_ = 0;
@@ -353,8 +355,18 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
     }
     a->StartPending();  // a replaced worker past kRetireWaitMs
     a->CheckDeadlines();
+    const int64_t now = static_cast<int64_t>(uv_now(&a->loop_));
+    const int64_t stalled_ms = a->stalls_.Tick(now);
     if (!a->conn_) return;
-    double silent_s = (static_cast<int64_t>(uv_now(&a->loop_)) - a->conn_->last_receive_ms()) / 1e3;
+    if (!a->stalls_.MayJudge(now)) {
+      if (stalled_ms > 0) {
+        OB_LOG(Warn) << "this agent did not run for " << stalled_ms << " ms; hearing the master out for "
+                     << StallGrace::kGraceMs << " ms before it judges its silence";
+      }
+      a->master_suspect_ = false;
+      return;
+    }
+    double silent_s = (now - a->conn_->last_receive_ms()) / 1e3;
     // Confirmed at the next tick, after an I/O poll: a loop that was
     // descheduled must read what waits in the socket before it judges.
     const bool silent = silent_s > a->opt_.master_timeout_s;

@@ -559,6 +559,7 @@ void Master::CheckFailedStarts() {
 
 void Master::Tick() {
   const int64_t now = Now();
+  const int64_t gap = grace_.Tick(now);  // 0 unless we did not run for StallGrace::kStallMs
   if (last_tick_ms_ >= 0 && state_ == State::kRunning &&
       now - last_tick_ms_ > static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
     stalled_ms_ = now - last_tick_ms_;
@@ -568,6 +569,9 @@ void Master::Tick() {
                             Fixed(opt_.master_timeout_s, 1) + " s";
     events_.Write("detect", msg);
     OB_LOG(Error) << msg;
+  } else if (gap > 0 && !grace_.MayJudge(now) && state_ == State::kRunning) {
+    events_.Write("stall", "the master did not run for " + std::to_string(gap) + " ms; hearing everyone out for " +
+                               std::to_string(StallGrace::kGraceMs) + " ms before it judges silence");
   }
   last_tick_ms_ = now;
   ReapAgents();
@@ -596,10 +600,12 @@ void Master::Tick() {
     OB_LOG(Error) << msg;
     return BeginStop(msg, Status::Unavailable(msg));
   }
-  if (state_ == State::kRunning) {
+  if (state_ == State::kRunning && grace_.MayJudge(now)) {
     for (const AgentPool::Loss& x : agents_.Judge(now)) HostLost(*x.agent, x.what, x.silent_ms, Lost::kCutOff);
     if (decide_deadline_ms_ < 0) CheckPartition();
     if (decide_deadline_ms_ < 0) CheckHang();
+  } else {
+    hang_suspect_ = false;
   }
   if (decide_deadline_ms_ >= 0 && now >= decide_deadline_ms_) return Decide();
   CheckStopCheckpoint(now);

@@ -23,6 +23,7 @@
 #include "ob/launch/metrics_sink.h"
 #include "ob/launch/operator_socket.h"
 #include "ob/launch/recovery_clock.h"
+#include "ob/launch/stall_grace.h"
 #include "ob/launch/store_server.h"
 #include "ob/plan/plan_io.h"
 #include "ob/plan/recovery.h"
@@ -157,6 +158,9 @@ class Master {
   // stall longer than --master-timeout, after which every agent has given
   // up on us (then the losses that follow are ours, not the hosts').
   int64_t last_tick_ms_ = -1, stalled_ms_ = 0, stall_seen_ms_ = 0;
+  // Any stall of ours past StallGrace::kStallMs: the agents and workers are
+  // heard out for a moment before their silence is judged (stall_grace.h).
+  StallGrace grace_;
   AgentPool agents_{&events_};
   std::vector<RankState> ranks_;
   HangWatch hang_;                          // the current generation's progress
