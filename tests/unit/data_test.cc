@@ -15,10 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "ob/io/file.h"
 #include "ob/model/data.h"
+#include "ob/model/scan_cache.h"
 
 using ob::Code;
 using ob::model::TokenFormat;
+using ob::model::ScanCache;
+using ob::model::ScanEntry;
 using ob::model::TokenSource;
 
 namespace {
@@ -32,6 +36,26 @@ struct TempData {
   }
   ~TempData() { std::remove(path.c_str()); }
 };
+
+struct CacheDir {
+  std::string path;
+  CacheDir() {
+    char tmpl[] = "/tmp/ob_scan_cache_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~CacheDir() { ob::io::RemoveTree(path); }
+};
+
+struct stat Stat(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 template <typename T>
 std::vector<T> Ramp(size_t n, T mod) {
@@ -396,4 +420,127 @@ TEST_CASE("FileContentSum is the open's content sum, and FileIdentity changes wi
   CHECK(ob::model::FileIdentity(f.path) != before);
   CHECK(*ob::model::FileContentSum(f.path) != *sum);
   CHECK(ob::model::FileIdentity(f.path + ".missing").empty());
+}
+
+TEST_CASE("the scan cache vouches for a file only while its identity is the one read, and never for a fresh one",
+          "[data]") {
+  CacheDir dir;
+  const ScanCache cache(dir.path);
+  std::string text(4000, 'a');
+  TempData f("cached.txt", text.data(), text.size());
+  struct stat st = Stat(f.path);
+  CHECK_FALSE(cache.Find(st));
+  const ScanEntry e{"", "text", 97, "xxh3=0123456789abcdef"};
+
+  // A file changed within kQuietNs of its pass is not remembered: a rewrite
+  // in the same timestamp tick would keep its identity.
+  cache.Remember(st, e, NowNs());
+  CHECK_FALSE(cache.Find(st));
+  // Quiet long enough before the pass: remembered, under its identity.
+  cache.Remember(st, e, NowNs() + ScanCache::kQuietNs + 1000000);
+  auto found = cache.Find(st);
+  REQUIRE(found);
+  CHECK(found->identity == ob::model::IdentityOf(st));
+  CHECK(found->max_token == 97);
+  CHECK(found->format == "text");
+  CHECK(found->sum == e.sum);
+  // A pass that only summed keeps the count.
+  cache.Remember(st, {"", "", -1, e.sum}, NowNs() + ScanCache::kQuietNs + 1000000);
+  REQUIRE(cache.Find(st));
+  CHECK(cache.Find(st)->max_token == 97);
+
+  // Rewritten in place, size kept and times set back (touch -r): its ctime
+  // moved, so the entry is another file's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::fstream out(f.path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(100);
+    out << "b";
+  }
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  REQUIRE(utimensat(AT_FDCWD, f.path.c_str(), times, 0) == 0);
+  const struct stat now = Stat(f.path);
+  CHECK(now.st_size == st.st_size);
+  CHECK(now.st_mtim.tv_nsec == st.st_mtim.tv_nsec);
+  CHECK_FALSE(cache.Find(now));
+
+  // Malformed or forged entries are nobody's.
+  const std::string entry = dir.path + "/" + std::to_string(now.st_dev) + "-" + std::to_string(now.st_ino);
+  const std::string id = ob::model::IdentityOf(now);
+  auto planted = [&](const std::string& body) {
+    REQUIRE(ob::io::WriteFile(entry, body).ok());
+    return cache.Find(now).has_value();
+  };
+  CHECK(planted("ob scan 1\nidentity " + id + "\nformat text\nmax_token 5\nsum xxh3=0123456789abcdef\n"));
+  CHECK_FALSE(planted("ob scan 2\nidentity " + id + "\nformat text\nmax_token 5\nsum xxh3=0123456789abcdef\n"));
+  CHECK_FALSE(planted("ob scan 1\nidentity " + id + "\nformat text\nmax_token x\nsum xxh3=0123456789abcdef\n"));
+  CHECK_FALSE(planted("ob scan 1\nidentity " + id + "\nformat text\nsum xxh3=0123456789abcdef\n"));
+  CHECK_FALSE(planted("ob scan 1\nidentity " + id + "\nformat text\nmax_token 5\nsum xxh3=01\n"));
+  CHECK_FALSE(planted("ob scan 1\nidentity " + id + "0\nformat text\nmax_token 5\nsum xxh3=0123456789abcdef\n"));
+  CHECK_FALSE(planted("garbage"));
+  CHECK_FALSE(ScanCache("").Find(now));
+}
+
+TEST_CASE("Open and FileContentSum take what the cache read before, and a fresh file is read each time", "[data]") {
+  CacheDir dir;
+  const ScanCache cache(dir.path);
+  auto u16 = Ramp<uint16_t>(1000, 300);  // largest id 299
+  TempData f("cached.bin", u16.data(), u16.size() * 2);
+  // Fresh: read, and not remembered.
+  auto read = TokenSource::Open(f.path, TokenFormat::kAuto, nullptr, &cache);
+  REQUIRE(read.ok());
+  CHECK(read->max_token() == 299);
+  const std::string sum = read->content_sum();
+  CHECK(sum.rfind("xxh3=", 0) == 0);
+  CHECK_FALSE(cache.Find(Stat(f.path)));
+  // An entry for this very file (planted values show that nothing was read).
+  cache.Remember(Stat(f.path), {"", "u16", 7, "xxh3=00000000000000ff"}, NowNs() + ScanCache::kQuietNs + 1000000);
+  auto taken = TokenSource::Open(f.path, TokenFormat::kAuto, nullptr, &cache);
+  REQUIRE(taken.ok());
+  CHECK(taken->max_token() == 7);
+  CHECK(taken->content_sum() == "xxh3=00000000000000ff");
+  std::atomic<uint64_t> done{0};
+  CHECK(*ob::model::FileContentSum(f.path, nullptr, &done, &cache) == "xxh3=00000000000000ff");
+  CHECK(done == 2000);
+  // Counted in another format: read again.
+  auto as_text = TokenSource::Open(f.path, TokenFormat::kText, nullptr, &cache);
+  REQUIRE(as_text.ok());
+  CHECK(as_text->content_sum() == sum);
+  // Without a cache: read.
+  CHECK(TokenSource::Open(f.path, TokenFormat::kAuto, nullptr, nullptr)->max_token() == 299);
+  CHECK(*ob::model::FileContentSum(f.path, nullptr, nullptr, nullptr) == sum);
+}
+
+TEST_CASE("the scan cache's directory comes from the environment and is refused when others may write to it",
+          "[data]") {
+  CacheDir dir;
+  const char* old = std::getenv("OB_CACHE_DIR");
+  const std::string saved = old != nullptr ? old : "";
+  const bool had = old != nullptr;
+  const std::string mine = dir.path + "/made/here";
+  setenv("OB_CACHE_DIR", mine.c_str(), 1);
+  CHECK(ScanCache::FromEnvironment().dir() == mine);
+  CHECK((Stat(mine).st_mode & 0777) == 0700);
+  for (const char* off : {"", "off"}) {
+    setenv("OB_CACHE_DIR", off, 1);
+    CHECK(ScanCache::FromEnvironment().dir().empty());
+  }
+  REQUIRE(::chmod(mine.c_str(), 0777) == 0);
+  setenv("OB_CACHE_DIR", mine.c_str(), 1);
+  CHECK(ScanCache::FromEnvironment().dir().empty());
+  REQUIRE(::chmod(mine.c_str(), 0720) == 0);
+  CHECK(ScanCache::FromEnvironment().dir().empty());
+  REQUIRE(::chmod(mine.c_str(), 0700) == 0);
+  CHECK(ScanCache::FromEnvironment().dir() == mine);
+  const std::string file = dir.path + "/a-file";
+  REQUIRE(ob::io::WriteFile(file, "x").ok());
+  setenv("OB_CACHE_DIR", file.c_str(), 1);
+  CHECK(ScanCache::FromEnvironment().dir().empty());
+  unsetenv("OB_CACHE_DIR");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_xdg = xdg != nullptr ? xdg : "";
+  setenv("XDG_CACHE_HOME", dir.path.c_str(), 1);
+  CHECK(ScanCache::FromEnvironment().dir() == dir.path + "/ob");
+  if (xdg != nullptr) setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1); else unsetenv("XDG_CACHE_HOME");
+  if (had) setenv("OB_CACHE_DIR", saved.c_str(), 1);
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,11 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 using io::EndsWith;
+
+int64_t RealtimeNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 int TokenBytes(TokenFormat f) {
   switch (f) {
@@ -112,7 +118,16 @@ std::string DataFingerprint(const std::string& spec) {
 }
 
 Result<std::string> FileContentSum(const std::string& path, const std::atomic<bool>* stop,
-                                   std::atomic<uint64_t>* done) {
+                                   std::atomic<uint64_t>* done, const ScanCache* cache) {
+  struct stat before {};
+  const bool known = cache != nullptr && ::stat(path.c_str(), &before) == 0 && S_ISREG(before.st_mode);
+  if (known) {
+    if (std::optional<ScanEntry> e = cache->Find(before)) {
+      if (done != nullptr) done->fetch_add(static_cast<uint64_t>(before.st_size));
+      return e->sum;
+    }
+  }
+  const int64_t pass_start_ns = RealtimeNs();
   OB_ASSIGN_OR_RETURN(io::FileHash h, io::HashFile(path, [&](const char*, uint64_t, uint64_t n) -> Status {
                         if (stop != nullptr && stop->load()) return Status::Unavailable(path + ": read stopped");
                         if (done != nullptr) done->fetch_add(n);
@@ -121,17 +136,18 @@ Result<std::string> FileContentSum(const std::string& path, const std::atomic<bo
   if (h.bytes != h.size) {
     return Status::DataErr(path + ": changed size while being read (" + std::to_string(h.size) + " bytes at first)");
   }
-  return Xxh3Text(h.xxh3);
+  const std::string text = Xxh3Text(h.xxh3);
+  struct stat after {};
+  if (known && ::stat(path.c_str(), &after) == 0 && IdentityOf(after) == IdentityOf(before)) {
+    cache->Remember(after, {"", "", -1, text}, pass_start_ns);
+  }
+  return text;
 }
 
 std::string FileIdentity(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";
-  auto ns = [](const struct timespec& t) {
-    return std::to_string(static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec);
-  };
-  return std::to_string(static_cast<uint64_t>(st.st_dev)) + ":" + std::to_string(static_cast<uint64_t>(st.st_ino)) +
-         ":" + std::to_string(static_cast<uint64_t>(st.st_size)) + ":" + ns(st.st_mtim) + ":" + ns(st.st_ctim);
+  return IdentityOf(st);
 }
 
 std::string TokenFileFacts::Encode() const {
@@ -158,7 +174,7 @@ TokenFormat TokenFormatForPath(const std::string& path) {
 }
 
 Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat format,
-                                      const TokenFileFacts* known) {
+                                      const TokenFileFacts* known, const ScanCache* cache) {
   if (format == TokenFormat::kSynthetic) {
     return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
   }
@@ -243,6 +259,15 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
     src.max_token_ = known->max_token;
     return src;
   }
+  // Or from an earlier pass over this very file (scan_cache.h).
+  if (cache != nullptr) {
+    if (std::optional<ScanEntry> e = cache->Find(st); e && e->format == TokenFormatName(format)) {
+      src.max_token_ = e->max_token;
+      src.content_sum_ = e->sum;
+      return src;
+    }
+  }
+  const int64_t pass_start_ns = RealtimeNs();
   // One pass, a chunk at a time while it is in cache: the largest id and
   // the hash of every byte (the header's too).
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> sum(XXH3_createState(), XXH3_freeState);
@@ -277,6 +302,10 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   }
   src.max_token_ = static_cast<int>(max_id);
   src.content_sum_ = Xxh3Text(XXH3_64bits_digest(sum.get()));
+  struct stat after {};
+  if (cache != nullptr && fstat(fd, &after) == 0 && IdentityOf(after) == IdentityOf(st)) {
+    cache->Remember(after, {"", TokenFormatName(format), src.max_token_, src.content_sum_}, pass_start_ns);
+  }
   return src;
 }
 

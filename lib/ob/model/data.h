@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "ob/model/scan_cache.h"
 #include "ob/status.h"
 
 namespace ob::model {
@@ -52,8 +53,11 @@ std::string DataFingerprint(const std::string& spec);
 // bytes read to *done as it goes (may be null); stops early, kUnavailable,
 // once *stop is true. kNoInput when it cannot be opened, kIoErr on a read
 // error, kDataErr when it is not a regular file or changes size meanwhile.
+// A file `cache` has read before, unchanged since, is not read again
+// (scan_cache.h); one read whole is remembered there.
 Result<std::string> FileContentSum(const std::string& path, const std::atomic<bool>* stop = nullptr,
-                                   std::atomic<uint64_t>* done = nullptr);
+                                   std::atomic<uint64_t>* done = nullptr,
+                                   const ScanCache* cache = &ScanCache::Default());
 
 // "DEV:INODE:BYTES:MTIME_NS:CTIME_NS" of the file at `path`: another value
 // after any write, rename over it or change of its metadata (ctime cannot
@@ -80,9 +84,13 @@ class TokenSource {
   // Maps `path`. kUsage for format kSynthetic (use Synthetic below). With
   // `known` facts of a file of the same size and modification time, the
   // largest id is taken from them rather than scanned for.
+  // Without `known` facts, the largest id and the content sum come from
+  // `cache` when it read this very file before (scan_cache.h), and a pass
+  // over the file is remembered there.
   static Result<TokenSource> Open(const std::string& path,
                                   TokenFormat format = TokenFormat::kAuto,
-                                  const TokenFileFacts* known = nullptr);
+                                  const TokenFileFacts* known = nullptr,
+                                  const ScanCache* cache = &ScanCache::Default());
   // A file-less source of `size` pseudo-random tokens in [0, vocab_size).
   // REQUIRES: vocab_size > 0, size >= 2.
   static TokenSource Synthetic(int vocab_size, uint64_t seed,
