@@ -111,7 +111,7 @@ rc=$?; [ "$rc" = 69 ] && grep -q "host ${TAG}h1: cannot run '/nonexistent/rsh'" 
 "$L" --rsh false --secret-file "$WORK/secret" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
 # Every host that failed is named, not only the first to give up (ssh to
 # unreachable hosts: each one's ConnectTimeout).
-rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12] \(exit status 1\), ${TAG}h[12] \(exit status 1\)$" \
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12], ${TAG}h[12] \(exit status 1\)$" \
   && [ "$(tail -1 "$WORK/err" | grep -o "${TAG}h[12]" | sort -u | wc -l)" = 2 ] && pass \
   || fail "--rsh false: exit $rc: $(cat "$WORK/err")"
 
@@ -127,9 +127,31 @@ rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -q "^ob-launch: the agents o
 mkdir -p "$WORK/alone" && cp "$L" "$WORK/alone/ob-launch"
 "$L" --rsh "env OB_RSH_HOST={host}" --agent-exe "$WORK/alone/ob-launch" --secret-file "$WORK/secret" \
   --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err"
-rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12] \(exit status 78\), ${TAG}h[12] \(exit status 78\)$" \
+rc=$?; [ "$rc" = 69 ] && tail -1 "$WORK/err" | grep -Eq "^ob-launch: the agents on 2 hosts exited before they connected: ${TAG}h[12], ${TAG}h[12] \(exit status 78\)$" \
   && [ "$(grep -c "$WORK/alone/ob-launch-worker: No such file or directory (ob-launch runs its workers with ob-launch-worker, installed beside it on every host)" "$WORK/err")" = 2 ] \
   && pass || fail "ob-launch-worker missing: exit $rc: $(cat "$WORK/err")"
+
+# Forty hosts whose agents cannot start, two of them for another reason:
+# one closing line a person can read, the hosts grouped by what their exits
+# said, a few named and the rest counted, and a line each on stderr for the
+# first few only (events.log names every one).
+mkdir -p "$WORK/many"
+for ((i = 1; i <= 40; i++)); do echo "${TAG}m$i"; done > "$WORK/many/hosts.txt"
+"$OB_BIN/ob-plan" --hosts "$WORK/many/hosts.txt" -g 1 -f 1 -B 8 -o "$WORK/many/plan.pb" \
+  "$WORK/cluster-profile.pb" 2> /dev/null || fail "ob-plan for 40 hosts"
+printf '#!/bin/sh\ncase $1 in *m5|*m17) exit 255 ;; esac\nexit 3\n' > "$WORK/many/rsh"
+chmod +x "$WORK/many/rsh"
+"$L" --rsh "$WORK/many/rsh" --secret-file "$WORK/secret" --run-dir "$WORK/many/run" "$WORK/many/plan.pb" \
+  "$WORK/many/hosts.txt" 2> "$WORK/err"
+rc=$?
+last=$(tail -1 "$WORK/err")
+[ "$rc" = 69 ] && [[ "$last" == "ob-launch: the agents on 40 hosts exited before they connected: "* ]] \
+  && grep -Eq "(: |; )([^ ;]+, ){7}[^ ;]+ and 30 more \(exit status 3\)" <<< "$last" \
+  && grep -Eq "(: |; )${TAG}m(5|17), ${TAG}m(5|17) \(exit status 255\)" <<< "$last" \
+  && [ "${#last}" -lt 600 ] \
+  && [ "$(grep -c "exited before it connected" "$WORK/err")" -le 8 ] \
+  && [ "$(grep -c " detect the agent on host ${TAG}m[0-9]* exited before it connected" "$WORK/many/run/events.log")" = 40 ] \
+  && pass || fail "40 hosts that cannot start: exit $rc, ${#last} characters: $last"
 
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 finish

@@ -191,6 +191,15 @@ TEST_CASE("text: Format of any length, Fixed, XmlEscape, TickStep") {
   CHECK(ob::io::TickStep(std::nan(""), 10) == 1);
 }
 
+TEST_CASE("text: NameSome names the first few and counts the rest") {
+  using ob::io::NameSome;
+  CHECK(NameSome({}, 3).empty());
+  CHECK(NameSome({"a"}, 3) == "a");
+  CHECK(NameSome({"a", "b", "c"}, 3) == "a, b, c");
+  CHECK(NameSome({"a", "b", "c", "d", "e"}, 3) == "a, b, c and 2 more");
+  CHECK(NameSome({"a", "b"}, 0) == "a and 1 more");  // at least one is named
+}
+
 TEST_CASE("text: HashText writes 16 hex digits after the prefix, leading zeros kept") {
   CHECK(ob::io::HashText("xxh3:", 0xabcULL) == "xxh3:0000000000000abc");
   CHECK(ob::io::HashText("xxh3=", ~0ULL) == "xxh3=ffffffffffffffff");

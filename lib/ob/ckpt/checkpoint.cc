@@ -165,11 +165,9 @@ Result<std::string> ScanFile(const std::string& path, uint64_t size,
 
 
 std::string LayerList(const std::vector<int>& layers) {
-  std::string out;
-  const size_t shown = std::min<size_t>(layers.size(), 20);
-  for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + std::to_string(layers[i]);
-  if (layers.size() > shown) out += " and " + std::to_string(layers.size() - shown) + " more";
-  return out;
+  std::vector<std::string> names;
+  for (int l : layers) names.push_back(std::to_string(l));
+  return io::NameSome(names, 20);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "ob/io/text.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -43,6 +44,14 @@ std::string Trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
   if (a == std::string::npos) return "";
   return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+std::string NameSome(const std::vector<std::string>& names, size_t shown) {
+  std::string out;
+  const size_t n = std::min(names.size(), std::max<size_t>(shown, 1));
+  for (size_t i = 0; i < n; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > n) out += " and " + std::to_string(names.size() - n) + " more";
+  return out;
 }
 
 std::string Fixed(double v, int decimals) { return Format("%.*f", decimals, v); }

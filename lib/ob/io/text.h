@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ob::io {
 
@@ -22,6 +23,11 @@ std::string Trim(const std::string& s);
 // A 64-bit hash as `prefix` and 16 lowercase hex digits: HashText("xxh3:", h)
 // gives "xxh3:00ab…", how manifests, plans and data fingerprints write one.
 std::string HashText(const char* prefix, unsigned long long h);
+
+// The first `shown` of `names` joined by ", ", and " and N more" for the
+// rest: "node1, node2, node3 and 1021 more". A message about 1,024 hosts
+// stays one line a person can read.
+std::string NameSome(const std::vector<std::string>& names, size_t shown);
 
 // `v` with `decimals` digits after the point ("%.*f").
 std::string Fixed(double v, int decimals);

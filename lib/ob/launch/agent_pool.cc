@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "ob/clock.h"
+#include "ob/io/text.h"
 #include "ob/log.h"
 
 namespace ob::launch {
@@ -73,12 +74,12 @@ bool AgentPool::AllConnected() const {
   return true;
 }
 
-std::string AgentPool::Starting() const {
-  std::string s;
+std::string AgentPool::Starting(size_t named) const {
+  std::vector<std::string> hosts;
   for (const auto& a : agents_) {
-    if (a->state == AgentState::State::kStarting) s += (s.empty() ? "" : ", ") + a->host.name;
+    if (a->state == AgentState::State::kStarting) hosts.push_back(a->host.name);
   }
-  return s;
+  return io::NameSome(hosts, named);
 }
 
 bool AgentPool::AnyPending() const {

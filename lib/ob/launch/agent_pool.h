@@ -83,7 +83,8 @@ class AgentPool {
   AgentState* Find(const std::string& host);
   std::vector<int> Live() const;           // nodes whose agents are connected
   bool AllConnected() const;
-  std::string Starting() const;            // hosts not yet authenticated, ", "-separated
+  // Hosts not yet authenticated: the first `named`, ", "-separated, and how many more.
+  std::string Starting(size_t named) const;
   bool AnyPending() const;                 // an agent neither authenticated nor exited
 
   void Send(const pb::Control& m);         // to every connected agent

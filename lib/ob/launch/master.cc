@@ -24,6 +24,7 @@ namespace ob::launch {
 namespace {
 
 using io::Fixed;
+using io::NameSome;
 
 std::string FormatTime(int64_t unix_ms, const char* fmt) {
   time_t s = static_cast<time_t>(unix_ms / 1000);
@@ -526,7 +527,13 @@ void Master::ReapAgents() {
       failed_starts_.push_back({a.host.name, what});
       const std::string msg = ExitedBeforeConnecting(failed_starts_.back());
       events_.Write("detect", msg);
-      OB_LOG(Error) << msg;
+      // A line each for the first few; the rest are in events.log and the
+      // closing line (a thousand hosts whose ssh fails alike).
+      if (failed_starts_.size() <= kHostsNamed) {
+        OB_LOG(Error) << msg;
+      } else if (failed_starts_.size() == kHostsNamed + 1) {
+        OB_LOG(Error) << "more agents exited before they connected: events.log names each";
+      }
       CheckFailedStarts();
     } else if (a.connected()) {
       const int64_t silent = a.conn ? Now() - a.conn->last_receive_ms() : 0;
@@ -541,9 +548,19 @@ std::string Master::ExitedBeforeConnecting(const FailedStart& f) {
   return "the agent on host " + f.host + " exited before it connected (" + f.what + ")";
 }
 
+// The hosts by what their agents' exits said, in the order first seen; a
+// few names each (a thousand hosts whose ssh fails alike make one line).
 std::string Master::FailedStartsText() const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_what;
+  for (const FailedStart& f : failed_starts_) {
+    auto it = std::find_if(by_what.begin(), by_what.end(), [&](const auto& g) { return g.first == f.what; });
+    if (it == by_what.end()) it = by_what.insert(by_what.end(), {f.what, {}});
+    it->second.push_back(f.host);
+  }
   std::string s;
-  for (const FailedStart& f : failed_starts_) s += (s.empty() ? "" : ", ") + f.host + " (" + f.what + ")";
+  for (const auto& [what, hosts] : by_what) {
+    s += (s.empty() ? "" : "; ") + NameSome(hosts, kHostsNamed) + " (" + what + ")";
+  }
   return s;
 }
 
@@ -594,7 +611,7 @@ void Master::Tick() {
   CheckFailedStarts();  // the last agent still starting may have connected since
   if (state_ == State::kStarting && now - start_ms_ > static_cast<int64_t>(opt_.start_timeout_s * 1e3)) {
     std::string msg = "no agent authenticated within " + Fixed(opt_.start_timeout_s, 0) +
-                      " s on host(s) " + agents_.Starting();
+                      " s on host(s) " + agents_.Starting(kHostsNamed);
     if (!failed_starts_.empty()) msg += "; exited: " + FailedStartsText();
     events_.Write("detect", msg);
     OB_LOG(Error) << msg;
@@ -722,7 +739,7 @@ void Master::Decide() {
   if (state_ != State::kRunning) return;
   RecoveryFacts f = Facts();
   f.lost.assign(lost_since_holding_.begin(), lost_since_holding_.end());
-  for (const auto& h : failed_hosts_) f.lost_names += (f.lost_names.empty() ? "" : ", ") + h;
+  f.lost_names = NameSome({failed_hosts_.begin(), failed_hosts_.end()}, kHostsNamed);
   f.what = failures_.empty() ? "hosts came back" : failures_.front();
   if (failures_.size() > 1) f.what += " (and " + std::to_string(failures_.size() - 1) + " more)";
   failures_.clear();
