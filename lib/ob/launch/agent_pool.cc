@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "ob/clock.h"
 #include "ob/io/text.h"
@@ -43,10 +45,14 @@ Status AgentPool::Start(const Options& o, const std::vector<cluster::Host>& host
     if (!child.ok()) return child.status().WithContext("host " + a->host.name);
     a->rsh = std::move(child).value();
     const std::string line = secret + "\n";
-    if (::write(a->rsh.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      OB_LOG(Warn) << "host " << a->host.name << ": cannot hand the secret to its agent";
-    }
     events_->Write("agent-start", "host=" + a->host.name + " pid=" + std::to_string(a->rsh.pid()));
+    // (An rsh that exited at once: its exit, which names the host, is the
+    // message; a warning each said the same again, at 1,024 hosts a screen.)
+    if (::write(a->rsh.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      const std::string why = std::strerror(errno);
+      events_->Write("agent-secret", "host=" + a->host.name + " not handed: " + why);
+      OB_LOG(Debug) << "host " << a->host.name << ": cannot hand the secret to its agent: " << why;
+    }
     agents_.push_back(std::move(a));
   }
   return Status::Ok();
