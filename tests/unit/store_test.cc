@@ -409,6 +409,76 @@ TEST_CASE("relay: the agent tags requests with the worker's own id, whatever it 
   ::close(fd);
 }
 
+TEST_CASE("GenerationOfKey reads a generation's own key and nothing else", "[store]") {
+  using ob::launch::GenerationOfKey;
+  CHECK(GenerationOfKey(ob::launch::GenerationKey(7)) == 7u);
+  CHECK(GenerationOfKey("ob/gen/18446744073709551615") == 18446744073709551615ull);
+  for (const char* other : {"ob/gen/", "ob/gen/007", "ob/gen/7/held/1", "ob/gen/x", "ob/gen/99999999999999999999",
+                            "xb/gen/7", "ob/input/--data"}) {
+    CHECK_FALSE(GenerationOfKey(other));
+  }
+}
+
+TEST_CASE("relay: a host's GETs of a generation's plan go to the master once", "[store]") {
+  ob::testing::RelayHarness h;
+  const std::string key = ob::launch::GenerationKey(3);
+  constexpr int kWorkers = 6;
+  std::vector<std::shared_ptr<ob::launch::StoreClient>> workers;
+  for (int i = 0; i < kWorkers; ++i) workers.push_back(h.NewClient());
+  std::vector<std::string> got(kWorkers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWorkers; ++i) {
+    threads.emplace_back([&, i] {
+      auto v = workers[static_cast<size_t>(i)]->Get(key, milliseconds(10000));
+      got[static_cast<size_t>(i)] = v.ok() ? *v : "error: " + v.status().message();
+    });
+  }
+  // One GET is held at the master; the others wait in the relay.
+  size_t held = 0;
+  for (int i = 0; i < 300 && held == 0; ++i) {
+    h.OnLoop([&](StoreServer& s, StoreRelay&) { held = s.waiters(); });
+    if (held == 0) std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // the rest have asked by now
+  h.OnLoop([&](StoreServer& s, StoreRelay&) { held = s.waiters(); });
+  CHECK(held == 1);
+  const std::string plan(300000, 'p');
+  auto master = h.NewClient();
+  REQUIRE(master->Set(key, plan).ok());
+  for (auto& t : threads) t.join();
+  for (const std::string& g : got) CHECK(g == plan);
+  // A later GET (a replaced worker) is answered here at once.
+  auto later = h.NewClient();
+  CHECK(*later->Get(key, milliseconds(100)) == plan);
+  uint64_t here = 0;
+  h.OnLoop([&](StoreServer&, StoreRelay& relay) { here = relay.answered_here(); });
+  CHECK(here == kWorkers);  // 5 that waited, 1 later
+
+  // A GET the master times out is that worker's error only: the other,
+  // sent on, gets the value set after.
+  const std::string next = ob::launch::GenerationKey(4);
+  std::string first, second;
+  std::thread a([&] {
+    auto v = workers[0]->Get(next, milliseconds(300));
+    first = v.ok() ? *v : "error";
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  std::thread b([&] {
+    auto v = workers[1]->Get(next, milliseconds(5000));
+    second = v.ok() ? *v : "error";
+  });
+  a.join();
+  CHECK(first == "error");
+  REQUIRE(master->Set(next, "four").ok());
+  b.join();
+  CHECK(second == "four");
+  // Any other key goes to the master every time.
+  REQUIRE(master->Set("ob/gen/4/held/0", "x").ok());
+  CHECK(*workers[2]->Get("ob/gen/4/held/0", milliseconds(100)) == "x");
+  h.OnLoop([&](StoreServer&, StoreRelay& relay) { here = relay.answered_here(); });
+  CHECK(here == kWorkers);
+}
+
 TEST_CASE("relay: replies for a worker that is gone are dropped", "[store]") {
   ob::testing::RelayHarness h;
   uint64_t client = 0;

@@ -56,6 +56,21 @@ namespace ob::launch {
 inline std::string GenerationKey(uint64_t generation) {
   return "ob/gen/" + std::to_string(generation);
 }
+// The generation `key` is the GenerationKey of, if it is one (set once, by
+// the master, and never changed: agents keep what they read of it).
+inline std::optional<uint64_t> GenerationOfKey(const std::string& key) {
+  constexpr size_t kPrefix = 7;  // "ob/gen/"
+  if (key.size() <= kPrefix || key.size() > kPrefix + 20 || key.compare(0, kPrefix, "ob/gen/") != 0) {
+    return std::nullopt;
+  }
+  uint64_t g = 0;
+  for (size_t i = kPrefix; i < key.size(); ++i) {
+    if (key[i] < '0' || key[i] > '9') return std::nullopt;
+    g = g * 10 + static_cast<uint64_t>(key[i] - '0');
+  }
+  if (GenerationKey(g) != key) return std::nullopt;  // "ob/gen/007", or past 2^64
+  return g;
+}
 // The prefix generation G's workers give c10d::PrefixStore, which puts a
 // '/' between it and each key: their keys are GenerationKeysPrefix(G) + key.
 inline std::string GenerationStorePrefix(uint64_t generation) { return GenerationKey(generation); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ob/launch/store_client.h"
+#include "ob/launch/store_keys.h"
 #include "ob/log.h"
 
 namespace ob::launch {
@@ -104,7 +105,7 @@ void StoreRelay::OnFrames(uint64_t client, const char* data, size_t n) {
       break;
     }
     m.mutable_store_request()->set_client(client);
-    forward_(m);
+    if (!Shared(m)) forward_(m);
   }
   if (!st.ok()) {
     OB_LOG(Warn) << "store relay: worker connection " << client << ": " << st.message()
@@ -113,7 +114,54 @@ void StoreRelay::OnFrames(uint64_t client, const char* data, size_t n) {
   }
 }
 
+bool StoreRelay::Shared(const pb::Control& m) {
+  const pb::StoreRequest& r = m.store_request();
+  if (r.op() != pb::STORE_GET || r.keys_size() != 1) return false;
+  const std::optional<uint64_t> g = GenerationOfKey(r.keys(0));
+  if (!g) return false;
+  if (auto k = kept_.find(*g); k != kept_.end()) {
+    pb::StoreReply reply;
+    reply.set_id(r.id());
+    reply.set_client(r.client());
+    reply.set_value(k->second);
+    ++answered_here_;
+    Send(reply);
+    return true;
+  }
+  if (auto a = asked_.find(*g); a != asked_.end()) {
+    a->second.waiting.push_back(m);
+    return true;
+  }
+  asked_[*g].sent = {r.client(), r.id()};
+  return false;
+}
+
+void StoreRelay::Settle(const pb::StoreReply& reply) {
+  for (auto a = asked_.begin(); a != asked_.end(); ++a) {
+    if (a->second.sent != std::make_pair(reply.client(), reply.id())) continue;
+    const uint64_t g = a->first;
+    std::vector<pb::Control> waiting = std::move(a->second.waiting);
+    asked_.erase(a);
+    if (reply.code() == 0) {
+      kept_[g] = reply.value();
+      while (kept_.size() > kKeptGenerations) kept_.erase(kept_.begin());
+    }
+    // Answered from what was kept; or, when the master refused the one
+    // sent, each sent on for itself (the first of them goes out, the rest
+    // wait for it again).
+    for (const pb::Control& w : waiting) {
+      if (!Shared(w)) forward_(w);
+    }
+    return;
+  }
+}
+
 void StoreRelay::Deliver(const pb::StoreReply& reply) {
+  if (!asked_.empty()) Settle(reply);
+  Send(reply);
+}
+
+void StoreRelay::Send(const pb::StoreReply& reply) {
   auto it = endpoints_.find(reply.client());
   if (it == endpoints_.end() || it->second->pipe == nullptr) {
     ++dropped_;  // that worker is gone
