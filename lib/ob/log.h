@@ -49,3 +49,6 @@ class Line {
 
 #define OB_LOG(level) \
   if (::ob::log::Level::k##level > ::ob::log::GetLevel()) {} else ::ob::log::Line(::ob::log::Level::k##level)
+// The same at a level chosen at run time (an ob::log::Level).
+#define OB_LOG_AT(level) \
+  if ((level) > ::ob::log::GetLevel()) {} else ::ob::log::Line(level)

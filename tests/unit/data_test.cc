@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ob/io/file.h"
+#include "ob/log.h"
 #include "ob/model/data.h"
 #include "ob/model/scan_cache.h"
 
@@ -536,7 +538,35 @@ TEST_CASE("the scan cache's directory comes from the environment and is refused 
   REQUIRE(ob::io::WriteFile(file, "x").ok());
   setenv("OB_CACHE_DIR", file.c_str(), 1);
   CHECK(ScanCache::FromEnvironment().dir().empty());
+  // Named and unusable: a warning; a home that cannot take one (a compute
+  // node's read-only or missing home), nothing above debug level.
+  const std::string log_file = dir.path + "/log";
+  REQUIRE(ob::log::SetFile(log_file));
+  const ob::log::Level level = ob::log::GetLevel();
+  ob::log::SetLevel(ob::log::Level::kInfo);
+  CHECK(ScanCache::FromEnvironment().dir().empty());
   unsetenv("OB_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home != nullptr ? home : "";
+  const char* xdg0 = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_xdg0 = xdg0 != nullptr ? xdg0 : "";
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", file.c_str(), 1);  // HOME/.cache/ob cannot be made under a file
+  CHECK(ScanCache::FromEnvironment().dir().empty());
+  unsetenv("HOME");
+  CHECK(ScanCache::FromEnvironment().dir().empty());
+  if (home != nullptr) setenv("HOME", saved_home.c_str(), 1);
+  if (xdg0 != nullptr) setenv("XDG_CACHE_HOME", saved_xdg0.c_str(), 1);
+  ob::log::SetFile("");
+  ob::log::SetLevel(level);
+  {
+    std::ifstream in(log_file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t n = 0;
+    for (size_t at = text.find("not keeping"); at != std::string::npos; at = text.find("not keeping", at + 1)) ++n;
+    CHECK(n == 1);  // the named one only
+    CHECK(text.find(file + " is not a directory") != std::string::npos);
+  }
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const std::string saved_xdg = xdg != nullptr ? xdg : "";
   setenv("XDG_CACHE_HOME", dir.path.c_str(), 1);

@@ -23,9 +23,14 @@ std::string EntryName(const struct stat& st) {
 // warning when it cannot be used.
 std::string DefaultDir() {
   std::string dir;
+  // A directory the user named that cannot be used is worth a warning; a
+  // home directory that cannot take one (read-only, or none, on many
+  // compute nodes) is not: each of thousands of workers would say it.
+  bool named = false;
   if (const char* d = std::getenv("OB_CACHE_DIR")) {
     dir = d;
     if (dir.empty() || dir == "off") return "";
+    named = true;
   } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') {
     dir = io::JoinPath(x, "ob");
   } else if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') {
@@ -33,13 +38,15 @@ std::string DefaultDir() {
   } else {
     return "";
   }
+  const log::Level level = named ? log::Level::kWarn : log::Level::kDebug;
   if (Status st = io::MakeDirs(dir, "scan cache", 0700); !st.ok()) {
-    OB_LOG(Warn) << "not keeping what reading the data learned (OB_CACHE_DIR=off to say so): " << st.message();
+    OB_LOG_AT(level) << "not keeping what reading the data learned (OB_CACHE_DIR=off to say so): "
+                     << st.message();
     return "";
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    OB_LOG(Warn) << "not keeping what reading the data learned: " << dir << " is not a directory";
+    OB_LOG_AT(level) << "not keeping what reading the data learned: " << dir << " is not a directory";
     return "";
   }
   if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {

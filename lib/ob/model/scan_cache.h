@@ -17,7 +17,9 @@
 // DIR is $OB_CACHE_DIR, else $XDG_CACHE_HOME/ob, else $HOME/.cache/ob (made
 // mode 0700); OB_CACHE_DIR set to "" or "off" keeps nothing. A directory
 // that another user may write to (not ours, or group- or world-writable) is
-// not used: an entry there could vouch for a file it never read.
+// not used: an entry there could vouch for a file it never read. One that
+// cannot be made keeps nothing: a warning when OB_CACHE_DIR named it, a
+// debug line for a home that cannot take it.
 //
 // Torch-free; an entry is written whole (io::WriteFile) and read whole, so
 // processes may share a directory.
