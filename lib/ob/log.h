@@ -47,8 +47,8 @@ class Line {
 
 }  // namespace ob::log
 
-#define OB_LOG(level) \
-  if (::ob::log::Level::k##level > ::ob::log::GetLevel()) {} else ::ob::log::Line(::ob::log::Level::k##level)
-// The same at a level chosen at run time (an ob::log::Level).
+// OB_LOG(Warn) << ...; OB_LOG_AT(level) at a level chosen at run time (an
+// ob::log::Level).
 #define OB_LOG_AT(level) \
   if ((level) > ::ob::log::GetLevel()) {} else ::ob::log::Line(level)
+#define OB_LOG(level) OB_LOG_AT(::ob::log::Level::k##level)

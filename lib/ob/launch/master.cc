@@ -576,21 +576,19 @@ void Master::CheckFailedStarts() {
 
 void Master::Tick() {
   const int64_t now = Now();
-  const int64_t gap = grace_.Tick(now);  // 0 unless we did not run for StallGrace::kStallMs
-  if (last_tick_ms_ >= 0 && state_ == State::kRunning &&
-      now - last_tick_ms_ > static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
-    stalled_ms_ = now - last_tick_ms_;
+  const int64_t stall = grace_.Tick(now);  // 0 unless we did not run for StallGrace::kStallMs
+  if (state_ == State::kRunning && grace_.gap_ms() > static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
+    stalled_ms_ = grace_.gap_ms();
     stall_seen_ms_ = now;
     const std::string msg = "the master itself did not run for " + std::to_string(stalled_ms_) +
                             " ms (stopped, or starved of CPU), longer than --master-timeout " +
                             Fixed(opt_.master_timeout_s, 1) + " s";
     events_.Write("detect", msg);
     OB_LOG(Error) << msg;
-  } else if (gap > 0 && !grace_.MayJudge(now) && state_ == State::kRunning) {
-    events_.Write("stall", "the master did not run for " + std::to_string(gap) + " ms; hearing everyone out for " +
+  } else if (stall > 0 && !grace_.MayJudge(now) && state_ == State::kRunning) {
+    events_.Write("stall", "the master did not run for " + std::to_string(stall) + " ms; hearing everyone out for " +
                                std::to_string(StallGrace::kGraceMs) + " ms before it judges silence");
   }
-  last_tick_ms_ = now;
   ReapAgents();
   store_.Sweep(now);  // held GET/WAIT requests past their deadline
   if (std::optional<std::string> data = store_.Get(InputKey("--data"))) {  // for the manifests

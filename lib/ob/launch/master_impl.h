@@ -155,13 +155,13 @@ class Master {
   std::vector<std::string> failures_;       // what was detected, in order
   std::set<std::string> failed_hosts_;
   int64_t decide_deadline_ms_ = -1;
-  // The loop's own stalls (SIGSTOP, a starved CPU): the last tick, and a
-  // stall longer than --master-timeout, after which every agent has given
-  // up on us (then the losses that follow are ours, not the hosts').
-  int64_t last_tick_ms_ = -1, stalled_ms_ = 0, stall_seen_ms_ = 0;
-  // Any stall of ours past StallGrace::kStallMs: the agents and workers are
-  // heard out for a moment before their silence is judged (stall_grace.h).
+  // The loop's own stalls (SIGSTOP, a starved CPU), at its ticks: any past
+  // StallGrace::kStallMs, after which the agents and workers are heard out
+  // for a moment before their silence is judged (stall_grace.h); and one
+  // longer than --master-timeout, after which every agent has given up on
+  // us (then the losses that follow are ours, not the hosts').
   StallGrace grace_;
+  int64_t stalled_ms_ = 0, stall_seen_ms_ = 0;
   AgentPool agents_{&events_};
   std::vector<RankState> ranks_;
   HangWatch hang_;                          // the current generation's progress

@@ -29,12 +29,15 @@ class StallGrace {
   // At each periodic tick, at `now_ms` of a monotonic clock: the stall that
   // ends now, in ms (0 when the gap since the last tick is under kStallMs).
   int64_t Tick(int64_t now_ms);
+  // The gap between the last two ticks, however short (0 after the first).
+  int64_t gap_ms() const { return gap_ms_; }
   // Whether a peer's silence may be judged now: false within kGraceMs of
   // the end of a stall that came after steady running.
   bool MayJudge(int64_t now_ms) const { return now_ms >= grace_until_ms_; }
 
  private:
   int64_t last_tick_ms_ = -1;
+  int64_t gap_ms_ = 0;
   int64_t steady_since_ms_ = -1;  // the first tick, or the end of the last stall
   int64_t grace_until_ms_ = -1;
 };

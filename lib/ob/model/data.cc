@@ -120,8 +120,8 @@ std::string DataFingerprint(const std::string& spec) {
 Result<std::string> FileContentSum(const std::string& path, const std::atomic<bool>* stop,
                                    std::atomic<uint64_t>* done, const ScanCache* cache) {
   struct stat before {};
-  const bool known = cache != nullptr && ::stat(path.c_str(), &before) == 0 && S_ISREG(before.st_mode);
-  if (known) {
+  const bool cacheable = cache != nullptr && ::stat(path.c_str(), &before) == 0 && S_ISREG(before.st_mode);
+  if (cacheable) {
     if (std::optional<ScanEntry> e = cache->Find(before)) {
       if (done != nullptr) done->fetch_add(static_cast<uint64_t>(before.st_size));
       return e->sum;
@@ -138,7 +138,7 @@ Result<std::string> FileContentSum(const std::string& path, const std::atomic<bo
   }
   const std::string text = Xxh3Text(h.xxh3);
   struct stat after {};
-  if (known && ::stat(path.c_str(), &after) == 0 && IdentityOf(after) == IdentityOf(before)) {
+  if (cacheable && ::stat(path.c_str(), &after) == 0 && IdentityOf(after) == IdentityOf(before)) {
     cache->Remember(after, {"", "", -1, text}, pass_start_ns);
   }
   return text;

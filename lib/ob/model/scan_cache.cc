@@ -76,9 +76,7 @@ const ScanCache& ScanCache::Default() {
 
 std::optional<ScanEntry> ScanCache::Find(const struct stat& st) const {
   if (dir_.empty()) return std::nullopt;
-  const std::string path = io::JoinPath(dir_, EntryName(st));
-  if (::access(path.c_str(), F_OK) != 0) return std::nullopt;
-  Result<std::string> text = io::ReadFile(path);
+  Result<std::string> text = io::ReadFile(io::JoinPath(dir_, EntryName(st)));
   if (!text.ok()) return std::nullopt;
   ScanEntry e;
   std::istringstream in(*text);
