@@ -48,6 +48,17 @@
 #     ends before training): one of host 4's workers reads it whole in the
 #     background, and the run ends between two steps with exit 65, naming
 #     host 4 and both sums, without a recovery. Before 2026-12-01, exit 0.
+# 10. checkpoints committed while host 4's copy is still being compared:
+#     a run of 10 steps with host 4 holding the job's file saves step 9;
+#     resumed with host 4 holding the copy of part 9, whose background read
+#     gives its verdict only at step 30 (--inject RANK:check=30: a large
+#     file), checkpoints every 5 steps. Those committed after step 9 (14,
+#     19, ...) record host 4's copy as unchecked in their manifests; the
+#     run ends with exit 65 and refutes each (REFUTED, kept). Resumed again with host 4 mended,
+#     --resume auto passes over the refuted ones (a skip-checkpoint line
+#     each), resumes step 9 and trains to the end. Before 2026-12-02 those
+#     checkpoints were committed as good, and the last resume took the
+#     newest of them, trained on host 4's bytes.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -218,4 +229,50 @@ touch -r "$DATA/big.txt" "$DATA/big-other.txt"
 OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch facts "$DATA/big.txt" 3000
 refused facts "another middle on host 4, the master's size and time" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ, though its size and ends may agree: xxh3=[0-9a-f]{16} over every byte here, xxh3=[0-9a-f]{16} over every byte as the master read it \(every host must read the same tokens"
+# 10. Checkpoints committed while host 4's copy is compared.
+CK10=(--ckpt-dir "$WORK/ck10" --ckpt-every 5)
+OTHER="$DATA/big.txt" AT="$DATA/big.txt" launch before "$DATA/big.txt" 10 "${CK10[@]}"
+run_wait
+[ "$RC" = 0 ] || fail "10 steps on the job's file: exit $RC: $(tail -3 "$WORK/before.err")"
+OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch held "$DATA/big.txt" 60 "${CK10[@]}" --resume auto \
+  --inject "0:check=30;1:check=30;2:check=30;3:check=30"
+refused held "checkpoints committed while host 4's copy was compared" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ"
+# Every checkpoint committed after step 9 (14, 19, ...: those whose
+# parts were all written before rank 3 exited) is refuted, and said.
+held=()
+for d in "$WORK"/ck10/step-*; do
+  case ${d##*/} in *.*) continue ;; esac  # being written
+  s=$((10#${d##*step-}))
+  [ "$s" -gt 9 ] && [ -e "$d/manifest.pb" ] && held+=("$s")
+done
+[ "${#held[@]}" -ge 1 ] && [ "${held[0]}" = 14 ] || fail "no checkpoint committed after step 9: $(ls "$WORK/ck10")"
+grep -q "refuted the checkpoint.* of steps\? ${held[0]}.* in $WORK/ck10: they trained on a host's copy of --data whose bytes are not the job's" "$WORK/held.err" \
+  || fail "not refuted: $(grep -E 'refute|checkpoint' "$WORK/held.err" | tail -5)"
+[ "$(grep -c ' refute-checkpoint step=' "$WORK/held/events.log")" = "${#held[@]}" ] \
+  || fail "refute-checkpoint lines for ${held[*]}: $(grep refute "$WORK/held/events.log")"
+for s in "${held[@]}"; do
+  d=$(printf '%s/step-%012d' "$WORK/ck10" "$s")
+  grep -q "^trained while host ${TAG}h4's copy of --data $DATA/big.txt was still being compared with the job's, and its bytes differ$" "$d/REFUTED" \
+    || fail "step $s: REFUTED: $(cat "$d/REFUTED" 2>&1)"
+  "$OB_BIN/ob-ckpt" show --json "$d" | grep -q "\"host\": \"${TAG}h4\"" || fail "step $s: no unchecked copy in its manifest"
+done
+"$OB_BIN/ob-ckpt" show --json "$WORK/ck10/step-000000000009" | grep -q '"host"' \
+  && fail "step 9 (host 4 held the job's file) records an unchecked copy"
+"$OB_BIN/ob-ckpt" ls "$WORK/ck10" > "$WORK/ck10.ls" || fail "ob-ckpt ls"
+n=${#held[@]}
+[ "$(grep -c ' refuted ' "$WORK/ck10.ls")" = "$n" ] && grep -q "checkpoints, $((n + 2)) complete, $n of them refuted" "$WORK/ck10.ls" \
+  && grep -q '^  *9 .* \* step-000000000009$' "$WORK/ck10.ls" \
+  || fail "ob-ckpt ls: $(cat "$WORK/ck10.ls")"
+"$OB_BIN/ob-ckpt" verify "$WORK/ck10/step-000000000014" 2> "$WORK/ck10.verify" && fail "ob-ckpt verify took a refuted checkpoint"
+grep -q "refuted: trained while host ${TAG}h4's copy" "$WORK/ck10.verify" || fail "ob-ckpt verify: $(cat "$WORK/ck10.verify")"
+OTHER="$DATA/big.txt" AT="$DATA/big.txt" launch mended "$DATA/big.txt" 40 "${CK10[@]}" --resume auto
+run_wait
+[ "$RC" = 0 ] || fail "resumed with host 4 mended: exit $RC: $(tail -3 "$WORK/mended.err")"
+grep -q " resume generation=1 from .*step-0*9$" "$WORK/mended/events.log" \
+  || fail "did not resume from step 9: $(grep -E 'resume|skip' "$WORK/mended/events.log")"
+[ "$(grep -c ' skip-checkpoint .*: refuted: trained while host' "$WORK/mended/events.log")" = "$n" ] \
+  || fail "skip-checkpoint lines: $(grep skip "$WORK/mended/events.log")"
+wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
+echo "$NAME: checkpoints committed while host 4's copy was compared: refuted ${held[*]}, resumed step 9"
 echo "$NAME: ok"

@@ -620,6 +620,74 @@ TEST_CASE("NewestVerified passes over damaged and refused checkpoints, newest fi
   CHECK_THAT(none.status().message(), Catch::Contains("none of 3 checkpoint(s) can be used (newest: " + victim));
 }
 
+TEST_CASE("a refuted checkpoint is kept, and nothing resumes from it or counts it") {
+  TempDir t;
+  const std::string dir = t / "ck";
+  for (int64_t step : {1, 2, 3, 4}) SaveStep(dir, step);
+  const std::string three = StepPath(dir, 3), four = StepPath(dir, 4);
+  CHECK(RefutedWhy(four).empty());
+  CHECK(Refute(dir + "/step-000000000009", "x").code() == ob::Code::kNoInput);
+  REQUIRE(Refute(four, "trained on host h4's copy,\nwhich differs").ok());
+  REQUIRE(Refute(three, "the same").ok());
+  CHECK(RefutedWhy(four) == "trained on host h4's copy, which differs");  // one line
+  // Verify says so before it reads a file; every file is still there.
+  const ob::Status v = Verify(four);
+  CHECK(v.code() == ob::Code::kDataErr);
+  CHECK(v.message() == four + ": refuted: trained on host h4's copy, which differs (remove " + four +
+                           "/REFUTED to use it anyway)");
+  CHECK(fs::exists(four + "/" + LayerFileName(3)));
+  CHECK(LoadManifest(four).ok());
+  // `latest` named step 4: it names the newest good one now, and a resume
+  // says which newer ones it passed over.
+  CHECK(Slurp(dir + "/latest") == "step-000000000002\n");
+  {
+    auto v = NewestVerified(dir);
+    REQUIRE(v.ok());
+    CHECK(v->path == StepPath(dir, 2));
+    CHECK(v->skipped == std::vector<std::string>{Verify(four).message(), Verify(three).message()});
+  }
+  // A resume passes over both; Latest too, were `latest` to name step 4.
+  Spit(dir + "/latest", "step-000000000004\n");
+  auto newest = NewestVerified(dir);
+  REQUIRE(newest.ok());
+  CHECK(newest->path == StepPath(dir, 2));
+  REQUIRE(newest->skipped.size() == 2);
+  CHECK_THAT(newest->skipped[0], Catch::StartsWith(four + ": refuted: trained on host h4's copy"));
+  CHECK(*Latest(dir) == StepPath(dir, 2));
+  // List tells them apart; they are complete still.
+  auto all = List(dir);
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 4);
+  CHECK(all->at(3).complete);
+  CHECK(all->at(3).refuted == "trained on host h4's copy, which differs");
+  CHECK(all->at(1).refuted.empty());
+  // Prune keeps the newest good one and leaves the refuted alone.
+  auto removed = Prune(dir, 1);
+  REQUIRE(removed.ok());
+  CHECK(*removed == std::vector<std::string>{StepPath(dir, 1)});
+  CHECK(fs::exists(three));
+  CHECK(fs::exists(four));
+  // Saving the step again (a resume from step 2 gets there) replaces it, verdict and all.
+  SaveStep(dir, 4);
+  CHECK(RefutedWhy(four).empty());
+  CHECK(Verify(four).ok());
+  CHECK(*Latest(dir) == four);
+  // None left to name: no `latest` (a resume starts from none of them).
+  {
+    const std::string solo = t / "solo";
+    SaveStep(solo, 1);
+    REQUIRE(Refute(StepPath(solo, 1) + "/", "bad").ok());
+    CHECK_FALSE(fs::exists(solo + "/latest"));
+    CHECK(Latest(solo).status().code() == ob::Code::kNoInput);
+  }
+  // An empty or unreadable file still refutes.
+  Spit(three + "/REFUTED", "");
+  CHECK(RefutedWhy(three) == "no reason given");
+  fs::remove(three + "/REFUTED");
+  fs::create_directory(three + "/REFUTED");
+  CHECK_THAT(RefutedWhy(three), Catch::StartsWith("a REFUTED file that cannot be read"));
+}
+
 TEST_CASE("Export streams weights, and moments on request") {
   TempDir t;
   const std::string dir = t / "ck";

@@ -105,7 +105,12 @@ TEST_CASE("inject: stall parses, a malformed one is refused") {
   REQUIRE(other.ok());
   CHECK(other->stall_at == -1);
   CHECK_FALSE(other->any());
-  for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3"}) {
+  auto held = ParseInjection("3:check=20;1:stall=30", 3);
+  REQUIRE(held.ok());
+  CHECK(held->check_at == 20);
+  CHECK(held->stall_at == -1);
+  CHECK(held->any());
+  for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3", "1:check=1.5"}) {
     INFO(bad);
     auto r = ParseInjection(bad, 1);
     REQUIRE_FALSE(r.ok());

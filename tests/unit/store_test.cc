@@ -657,7 +657,7 @@ TEMPLATE_TEST_CASE("inputs: a copy taken on the master's facts is read whole in 
     REQUIRE(c != nullptr);
     const ob::Status st = c->Wait();
     CHECK(c->finished());
-    CHECK(c->Poll().ok());  // given once
+    CHECK(c->Poll(0).ok());  // given once
     return st;
   };
   // Host h1's copy is the job's: checked, and recorded as checked.
@@ -676,11 +676,37 @@ TEMPLATE_TEST_CASE("inputs: a copy taken on the master's facts is read whole in 
                                              "differ"));
   CHECK_THAT(st.message(), Catch::Contains(" over every byte as the master read it"));
   CHECK_FALSE(Value(s.a->Check({InputCheckDoneKey("--data", "h2")})));
+  // The claim names the copy, and the copy that differed is recorded: the
+  // master refutes the checkpoints that trained on it.
+  const std::string claim = Value(s.a->Get(InputCheckClaimKey("--data", "h2"), milliseconds(1000)));
+  CHECK(claim == "1 2 " + ob::model::FileIdentity(b));
+  CHECK(InputCheckClaimIdentity(claim) == ob::model::FileIdentity(b));
+  CHECK(InputCheckClaimIdentity("1 2") == "");
+  CHECK(Value(s.a->Get(InputCheckDiffersKey("--data", "h2"), milliseconds(1000))) == ob::model::FileIdentity(b));
+  CHECK_FALSE(Value(s.a->Check({InputCheckDiffersKey("--data", "h1")})));
   // A claim of an earlier generation is taken over (its worker is gone).
   c2.reset();
   auto c3 = Value(ContentCheck::Start(*s.a, "--data", b, "h2", "rank 3 on host h2", 2, 3));
-  CHECK(c3 != nullptr);
-  c3.reset();  // stops the read and joins
+  REQUIRE(c3 != nullptr);
+  // A verdict held until step 5 (--inject RANK:check=5) is not given at
+  // step 4, read or not (3 MiB: read within the second), then is.
+  c3->HoldVerdictUntil(5);
+  const auto held_from = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - held_from < milliseconds(1000)) {
+    REQUIRE(c3->Poll(4).ok());
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  CHECK_FALSE(c3->finished());
+  ob::Status late = ob::Status::Ok();
+  for (int i = 0; i < 500 && !c3->finished(); ++i) {
+    late = c3->Poll(5);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  CHECK(c3->finished());
+  CHECK(late.code() == Code::kDataErr);
+  auto c4 = Value(ContentCheck::Start(*s.a, "--data", b, "h2", "rank 3 on host h2", 3, 3));
+  CHECK(c4 != nullptr);
+  c4.reset();  // stops the read and joins
   // The very file the master read whole, on the master's machine: nothing to compare.
   REQUIRE(s.a->Set(InputFileKey("--data"), InputFileValue(ob::launch::BootId(), ob::model::FileIdentity(b))).ok());
   CHECK(Value(ContentCheck::Start(*s.a, "--data", b, "h4", "rank 4 on host h4", 3, 4)) == nullptr);

@@ -129,23 +129,28 @@ ob::Status Ls(const ob::cli::CommonOptions& common) {
       out += "{\"step\":" + std::to_string(c.step) + ",\"path\":" + JsonString(c.path) +
              ",\"bytes\":" + std::to_string(c.bytes) +
              ",\"complete\":" + (c.complete ? "true" : "false") +
-             ",\"latest\":" + (c.latest ? "true" : "false") + "}\n";
+             ",\"latest\":" + (c.latest ? "true" : "false") +
+             (c.refuted.empty() ? "" : ",\"refuted\":" + JsonString(c.refuted)) + "}\n";
     return ob::io::WriteFile(common.output, out);
   }
   char line[512];
   out += "# checkpoints in " + g.path + " (* = latest)\n";
   std::snprintf(line, sizeof line, "#%13s  %10s  %-12s %s\n", "step", "size", "state", "directory");
   out += line;
-  int complete = 0;
+  int complete = 0, refuted = 0;
   for (const auto& c : all) {
     complete += c.complete;
+    refuted += !c.refuted.empty();
     std::snprintf(line, sizeof line, "%14lld  %10s  %-10s %s %s\n", static_cast<long long>(c.step),
-                  HumanBytes(c.bytes).c_str(), c.complete ? "complete" : "incomplete",
-                  c.latest ? "*" : " ", BaseName(c.path).c_str());
+                  HumanBytes(c.bytes).c_str(),
+                  !c.refuted.empty() ? "refuted" : c.complete ? "complete" : "incomplete", c.latest ? "*" : " ",
+                  BaseName(c.path).c_str());
     out += line;
+    if (!c.refuted.empty()) out += "#   refuted: " + c.refuted + "\n";
   }
   out += "# " + std::to_string(all.size()) + " checkpoint" + (all.size() == 1 ? "" : "s") + ", " +
-         std::to_string(complete) + " complete\n";
+         std::to_string(complete) + " complete" +
+         (refuted ? ", " + std::to_string(refuted) + " of them refuted" : std::string()) + "\n";
   return ob::io::WriteFile(common.output, out);
 }
 
@@ -153,8 +158,8 @@ std::string ManifestText(const std::string& path, const ob::pb::Manifest& m) {
   std::string out;
   char line[512];
   auto row = [&](const char* key, const std::string& value) {
-    std::snprintf(line, sizeof line, "%-12s %s\n", key, value.c_str());
-    out += line;
+    std::snprintf(line, sizeof line, "%-12s ", key);  // a value of any length after it
+    out += line + value + "\n";
   };
   uint64_t bytes = 0;
   for (const auto& f : m.files()) bytes += f.size();
@@ -173,6 +178,10 @@ std::string ManifestText(const std::string& path, const ob::pb::Manifest& m) {
   row("plan", m.plan().empty() ? "none" : std::to_string(m.plan().size()) + " bytes");
   row("written by", m.ob_version().empty() ? "?" : "ob " + m.ob_version());
   row("files", std::to_string(m.files_size()) + ", " + HumanBytes(bytes));
+  for (const auto& u : m.unchecked()) {
+    row("unchecked", u.flag() + " on host " + u.host() + " was still being compared with the job's");
+  }
+  if (const std::string why = ob::ckpt::RefutedWhy(path); !why.empty()) row("refuted", why);
   std::snprintf(line, sizeof line, "#%-11s %10s  %-21s  %s\n", "layers", "size", "checksum", "path");
   out += line;
   for (const auto& f : m.files()) {
@@ -329,7 +338,7 @@ CLI::App* Command(CLI::App& app, const char* name, const char* what, const char*
 
 void Setup(CLI::App& app) {
   app.require_subcommand(0, 1);
-  g_ls = Command(app, "ls", "List checkpoints: step, size, complete or not, * for latest",
+  g_ls = Command(app, "ls", "List checkpoints: step, size, complete, incomplete or refuted, * for latest",
                  "Checkpoint root directory");
   g_show = Command(app, "show", "Print a checkpoint's manifest (text, or --json)",
                    "A checkpoint, or a root (its latest checkpoint)");

@@ -34,6 +34,7 @@ constexpr char kDeletingSuffix[] = ".deleting";
 constexpr char kManifestName[] = "manifest.pb";
 constexpr char kManifestJsonName[] = "manifest.json";
 constexpr char kLatestName[] = "latest";
+constexpr char kRefutedName[] = "REFUTED";
 
 using io::EndsWith;
 using io::Errno;
@@ -50,6 +51,12 @@ bool ParseStepName(const std::string& name, int64_t* step, bool* partial) {
     if (c < '0' || c > '9') return false;
   *step = std::stoll(digits);
   return true;
+}
+
+// Verify's refusal of a refuted checkpoint.
+Status Refuted(const std::string& ckpt_path, const std::string& why) {
+  return Status::DataErr(ckpt_path + ": refuted: " + why + " (remove " + io::JoinPath(ckpt_path, kRefutedName) +
+                         " to use it anyway)");
 }
 
 bool IsDir(const std::string& path) {
@@ -386,6 +393,7 @@ Result<std::vector<CheckpointInfo>> List(const std::string& dir) {
     info.complete = !partial && IsComplete(info.path, info.step, &info.bytes);
     if (!info.complete) info.bytes = DiskBytes(info.path);
     info.latest = !partial && name == latest;
+    if (info.complete) info.refuted = RefutedWhy(info.path);
     out.push_back(std::move(info));
   }
   if (ec) return Status::NoInput(dir + ": cannot list: " + ec.message());
@@ -401,15 +409,18 @@ Result<std::string> Latest(const std::string& dir) {
   int64_t step = 0;
   bool partial = false;
   uint64_t bytes = 0;
+  bool refuted = false;
   if (!name.empty() && ParseStepName(name, &step, &partial) &&
-      IsComplete(io::JoinPath(dir, name), step, &bytes))
-    return io::JoinPath(dir, name);
+      IsComplete(io::JoinPath(dir, name), step, &bytes)) {
+    refuted = !RefutedWhy(io::JoinPath(dir, name)).empty();
+    if (!refuted) return io::JoinPath(dir, name);
+  }
   OB_ASSIGN_OR_RETURN(auto all, List(dir));
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!it->complete) continue;
+    if (!it->complete || !it->refuted.empty()) continue;
     if (!name.empty()) {
-      OB_LOG(Warn) << io::JoinPath(dir, kLatestName) << " names " << name
-                   << ", which is not complete; using " << it->path;
+      OB_LOG(Warn) << io::JoinPath(dir, kLatestName) << " names " << name << ", which is "
+                   << (refuted ? "refuted" : "not complete") << "; using " << it->path;
     }
     return it->path;
   }
@@ -419,9 +430,12 @@ Result<std::string> Latest(const std::string& dir) {
 Result<Verified> NewestVerified(const std::string& dir,
                                 const std::function<std::string(const pb::Manifest&)>& accept) {
   if (!IsDir(dir)) return Status::NoInput(dir + ": no such checkpoint directory");
+  // What `latest` names first, then newest first; refuted ones too, so
+  // that each passed over is said.
   std::vector<std::string> order;
-  if (Result<std::string> latest = Latest(dir); latest.ok()) order.push_back(*latest);
   OB_ASSIGN_OR_RETURN(auto all, List(dir));
+  for (const CheckpointInfo& c : all)
+    if (c.complete && c.latest) order.push_back(c.path);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (it->complete && (order.empty() || it->path != order.front())) order.push_back(it->path);
   }
@@ -433,6 +447,14 @@ Result<Verified> NewestVerified(const std::string& dir,
     if (why.empty()) {
       out.path = path;
       out.manifest = std::move(m).value();
+      // Newer ones refuted that `latest` no longer names are passed over too.
+      const auto tried_to = std::find(order.begin(), order.end(), path);
+      for (auto c = all.rbegin(); c != all.rend(); ++c) {
+        if (c->complete && !c->refuted.empty() && c->step > static_cast<int64_t>(out.manifest.step()) &&
+            std::find(order.begin(), order.end(), c->path) > tried_to) {
+          out.skipped.push_back(Refuted(c->path, c->refuted).message());
+        }
+      }
       return out;
     }
     // Verify's messages name the file already; others get the checkpoint.
@@ -485,6 +507,7 @@ Result<pb::Manifest> LoadManifest(const std::string& ckpt_path) {
 
 Status Verify(const std::string& ckpt_path, const Progress& progress) {
   OB_ASSIGN_OR_RETURN(auto m, LoadManifest(ckpt_path));
+  if (const std::string why = RefutedWhy(ckpt_path); !why.empty()) return Refuted(ckpt_path, why);
   uint64_t total = 0, done = 0;
   for (const auto& f : m.files()) total += f.size();
   for (const auto& f : m.files()) {
@@ -564,7 +587,7 @@ Result<std::vector<std::string>> Prune(const std::string& dir, int keep) {
   OB_ASSIGN_OR_RETURN(auto all, List(dir));
   std::vector<const CheckpointInfo*> complete;
   for (const auto& c : all)
-    if (c.complete) complete.push_back(&c);
+    if (c.complete && c.refuted.empty()) complete.push_back(&c);
   std::vector<std::string> removed;
   const size_t protect_from = complete.size() > static_cast<size_t>(keep) ? complete.size() - keep : 0;
   for (size_t i = 0; i < protect_from; ++i) {
@@ -580,6 +603,40 @@ Result<std::vector<std::string>> Prune(const std::string& dir, int keep) {
     removed.push_back(c.path);
   }
   return removed;
+}
+
+Status Refute(const std::string& ckpt_path, const std::string& why) {
+  if (!IsDir(ckpt_path) || !fs::exists(io::JoinPath(ckpt_path, kManifestName)))
+    return Status::NoInput(ckpt_path + ": not a committed checkpoint");
+  std::string line = why;
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  OB_RETURN_IF_ERROR(io::WriteFile(io::JoinPath(ckpt_path, kRefutedName), line + "\n"));
+  OB_RETURN_IF_ERROR(FsyncDir(ckpt_path));
+  // `latest` names the one to resume from: not this one any more.
+  fs::path p = fs::path(ckpt_path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "…/step-…/"
+  const std::string root = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (ReadLatestName(root) != p.filename().string()) return Status::Ok();
+  const std::string latest = io::JoinPath(root, kLatestName);
+  if (Result<std::string> next = Latest(root); next.ok()) {
+    OB_RETURN_IF_ERROR(io::WriteFile(latest, fs::path(*next).filename().string() + "\n"));
+  } else if (::unlink(latest.c_str()) != 0 && errno != ENOENT) {
+    return Status::IoErr(latest + ": cannot remove: " + Errno());
+  }
+  return FsyncDir(root);
+}
+
+std::string RefutedWhy(const std::string& ckpt_path) {
+  const std::string path = io::JoinPath(ckpt_path, kRefutedName);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return "";
+  Result<std::string> text = io::ReadFile(path);
+  // Present but unreadable (or no plain file) still refutes.
+  if (!text.ok()) return "a REFUTED file that cannot be read (" + text.status().message() + ")";
+  std::string line = io::Trim(text->substr(0, std::min<size_t>(text->find('\n'), 1024)));
+  if (line.empty()) line = "no reason given";
+  return log::Printable(line, 1024);
 }
 
 }  // namespace ob::ckpt

@@ -5,6 +5,7 @@
 //   DIR/step-<12-digit step>/           a committed checkpoint
 //   DIR/step-<12-digit step>.partial/   one being written
 //   DIR/latest                          "step-…\n": the one to resume from
+//   DIR/step-…/REFUTED                  one line: why it must not be trained from
 // Inside a checkpoint: layer-<4-digit layer>.safetensors per global layer,
 // part-<rank>.pb per writer while it is being written, and at commit
 // manifest.pb with its JSON twin manifest.json.
@@ -95,6 +96,7 @@ struct CheckpointInfo {
   uint64_t bytes = 0;   // the manifest's files if complete, else what is on disk
   bool complete = false;
   bool latest = false;  // `latest` names it
+  std::string refuted;  // why it was refuted (Refute), "" when it was not
 };
 
 // Every step-… and step-….partial directory of DIR, by step. Complete: a
@@ -103,8 +105,8 @@ struct CheckpointInfo {
 // cannot be read.
 Result<std::vector<CheckpointInfo>> List(const std::string& dir);
 
-// The checkpoint to resume from: DIR/<what latest names> if that is complete,
-// else the newest complete one. kNoInput when there is none.
+// The checkpoint to resume from: DIR/<what latest names> if that is complete
+// and not refuted, else the newest such one. kNoInput when there is none.
 Result<std::string> Latest(const std::string& dir);
 
 // The checkpoint to restore from when its bytes matter (a resume, a
@@ -133,7 +135,8 @@ Result<pb::Manifest> LoadManifest(const std::string& ckpt_path);
 // Recomputes every file's checksum and parses every safetensors header.
 // kDataErr naming the first damaged file: missing, of the wrong size
 // (truncated), a checksum mismatch, a bad header, or a path that leaves the
-// checkpoint directory (also through a symbolic link).
+// checkpoint directory (also through a symbolic link); and for a refuted
+// checkpoint, before any file is read: "CKPT: refuted: WHY (…)".
 Status Verify(const std::string& ckpt_path, const Progress& progress = {});
 
 // Writes one safetensors file holding every layer's weights ("<layer>.<param>"
@@ -146,8 +149,22 @@ Status Export(const std::string& ckpt_path, const std::string& out, bool with_op
 
 // Deletes complete checkpoints older than the newest `keep` complete ones;
 // never the newest complete one, the one `latest` names, a .partial (being
-// written) or an incomplete step directory (left for a person to look at).
+// written), an incomplete step directory or a refuted one (left for a person
+// to look at; refuted ones are not counted in `keep` either).
 // Returns the paths removed. kUsage when keep < 1.
 Result<std::vector<std::string>> Prune(const std::string& dir, int keep);
+
+// A committed checkpoint found afterwards to have been trained on data that
+// was not the job's (ob-launch: a host's copy of --data still being compared
+// with the job's when the checkpoint was committed, which then differed).
+// Refute writes CKPT/REFUTED, `why` on one line, atomically, and keeps every
+// file of the checkpoint: Verify fails on it, so NewestVerified and every
+// resume pass over it, Latest never picks it (nor `latest` names it: it is
+// moved to the newest good one, or removed), and Prune leaves it. Removing
+// the file takes the verdict back. kNoInput when CKPT is not a committed
+// checkpoint; kIoErr.
+Status Refute(const std::string& ckpt_path, const std::string& why);
+// Why CKPT was refuted (its REFUTED file's line, made printable), or "".
+std::string RefutedWhy(const std::string& ckpt_path);
 
 }  // namespace ob::ckpt

@@ -81,6 +81,17 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
                          ": nothing left to train (raise --steps)");
   }
   resume_ = {from, step};
+  if (m.unchecked_size() > 0) {
+    // Not refuted (Verify): the copies were not found to differ, or the run
+    // that saved it ended before they were read whole.
+    std::vector<std::string> copies;
+    for (const pb::UncheckedCopy& u : m.unchecked()) copies.push_back(u.flag() + " on host " + u.host());
+    // The usual case for the first run on a data set: its copies were
+    // judged good after the commit, or the run was killed first.
+    OB_LOG(Info) << from << " was committed while " << io::NameSome(copies, 8)
+                 << " had not yet been compared with the job's, byte for byte; this run compares the hosts' "
+                    "copies again, and refutes it if one of them differs and is unchanged since";
+  }
   if (!o.resume_from_other && m.has_job()) {
     resume_data_fingerprint_ = m.job().data_fingerprint();
     resume_data_sum_ = m.job().data_sum();
@@ -195,6 +206,10 @@ void CheckpointKeeper::Poll(bool wait) {
     m.set_plan(plan_->SerializeAsString());
     *m.mutable_job() = job_;
     *m.mutable_optimizer() = o_.optimizer;
+    // Its steps read copies whose bytes are not yet known to be the job's.
+    if (unchecked_) {
+      for (pb::UncheckedCopy& u : unchecked_()) *m.add_unchecked() = std::move(u);
+    }
     return m;
   };
   const std::optional<CommitQueue::Outcome> done = commits_->Poll(base, wait);
@@ -214,6 +229,39 @@ void CheckpointKeeper::Poll(bool wait) {
     OB_LOG(Error) << "checkpoint of step " << step << ": " << done->manifest.status().message()
                   << " (training goes on)";
   }
+}
+
+std::vector<int64_t> CheckpointKeeper::RefuteTrainedOn(const std::vector<pb::UncheckedCopy>& differing) {
+  std::vector<int64_t> steps;
+  if (!commits_ || differing.empty()) return steps;
+  Result<std::vector<ckpt::CheckpointInfo>> all = ckpt::List(o_.dir);
+  if (!all.ok()) {
+    OB_LOG(Error) << "cannot list " << o_.dir << " to refute what trained on another copy of the data: "
+                  << all.status().message();
+    return steps;
+  }
+  for (const ckpt::CheckpointInfo& c : *all) {
+    if (!c.complete || !c.refuted.empty()) continue;
+    Result<pb::Manifest> m = ckpt::LoadManifest(c.path);
+    if (!m.ok()) continue;
+    const pb::UncheckedCopy* hit = nullptr;
+    for (const pb::UncheckedCopy& u : m->unchecked()) {
+      for (const pb::UncheckedCopy& d : differing) {
+        if (u.host() == d.host() && u.flag() == d.flag() && u.identity() == d.identity()) hit = &u;
+      }
+    }
+    if (hit == nullptr) continue;
+    const std::string why = "trained while host " + hit->host() + "'s copy of " + hit->flag() + " " + o_.data +
+                            " was still being compared with the job's, and its bytes differ";
+    if (Status st = ckpt::Refute(c.path, why); !st.ok()) {
+      OB_LOG(Error) << c.path << ": " << why << ", but it cannot be refuted: " << st.message();
+      events_->Write("refute-checkpoint", "step=" + std::to_string(c.step) + " failed: " + st.message());
+      continue;
+    }
+    events_->Write("refute-checkpoint", "step=" + std::to_string(c.step) + " " + why);
+    steps.push_back(c.step);
+  }
+  return steps;
 }
 
 Status CheckpointKeeper::Verdict() const {

@@ -22,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ob/ckpt/checkpoint.h"
 #include "ob/io/dir_lock.h"
@@ -93,6 +95,16 @@ class CheckpointKeeper {
   void LearnDataSum(const std::string& sum) {
     if (job_.data_sum().empty()) job_.set_data_sum(sum);
   }
+  // Where the copies of --data not yet compared with the job's come from
+  // (inputs.h ContentCheck): recorded in the manifest of every commit
+  // (Manifest.unchecked).
+  void set_unchecked(std::function<std::vector<pb::UncheckedCopy>()> f) { unchecked_ = std::move(f); }
+  // Refutes (ckpt::Refute) every committed checkpoint of the directory
+  // whose manifest lists one of `differing` (host, flag and identity alike)
+  // as unchecked: its steps read that copy's bytes, which are not the
+  // job's. A line each in events.log (*refute-checkpoint*); returns their
+  // steps. Call after Finish.
+  std::vector<int64_t> RefuteTrainedOn(const std::vector<pb::UncheckedCopy>& differing);
   // The newest checkpoint of the directory that verifies and is this job's.
   Result<CheckpointRef> Newest();
   // A rank's report of its part of a save (Metrics.checkpoint) of a world of `world`.
@@ -132,6 +144,7 @@ class CheckpointKeeper {
   int64_t good_step_ = -1, failed_step_ = -1;  // the newest committed, the newest failed
   std::string failure_;
   std::vector<std::string> optimizer_changes_;
+  std::function<std::vector<pb::UncheckedCopy>()> unchecked_;  // set_unchecked
 };
 
 }  // namespace ob::launch

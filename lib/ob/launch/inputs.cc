@@ -88,7 +88,7 @@ Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const st
   OB_ASSIGN_OR_RETURN(std::optional<std::string> done, ValueIfSet(store, InputCheckDoneKey(flag, host)));
   if (done == identity) return std::unique_ptr<ContentCheck>();  // checked already
   const std::string claim_key = InputCheckClaimKey(flag, host);
-  const std::string mine = std::to_string(generation) + " " + std::to_string(rank);
+  const std::string mine = InputCheckClaimValue(generation, rank, identity);
   OB_ASSIGN_OR_RETURN(std::string claim, store.CompareSet(claim_key, "", mine));
   if (claim != mine) {
     // Taken over from a worker of an earlier generation (every generation
@@ -121,8 +121,8 @@ ContentCheck::~ContentCheck() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status ContentCheck::Poll() {
-  if (finished_ || !read_) return Status::Ok();
+Status ContentCheck::Poll(int64_t step) {
+  if (finished_ || !read_ || step < hold_until_) return Status::Ok();
   finished_ = true;
   thread_.join();
   if (!sum_.ok()) {
@@ -130,7 +130,16 @@ Status ContentCheck::Poll() {
                  << sum_.status().message() << "); its fingerprint agreed";
     return Status::Ok();
   }
-  OB_RETURN_IF_ERROR(AgreeOnContent(store_, flag_, spec_, host_, who_, *sum_));
+  if (Status agree = AgreeOnContent(store_, flag_, spec_, host_, who_, *sum_); !agree.ok()) {
+    // What was trained on it so far is not the job's: the master refutes
+    // the checkpoints committed meanwhile (ckpt_keeper.h).
+    if (agree.code() == Code::kDataErr) {
+      if (Status st = store_.Set(InputCheckDiffersKey(flag_, host_), identity_); !st.ok()) {
+        OB_LOG(Warn) << "cannot record that " << spec_ << " differs: " << st.message();
+      }
+    }
+    return agree;
+  }
   // Checked: later workers of this host need not read this copy again.
   if (Status st = store_.Set(InputCheckDoneKey(flag_, host_), identity_); !st.ok()) {
     OB_LOG(Warn) << "cannot record the check of " << spec_ << ": " << st.message();
@@ -146,7 +155,8 @@ Status ContentCheck::Wait() {
                  << " MiB read) before finishing: a copy not yet compared may not be the job's";
     while (!read_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Poll();
+  hold_until_ = 0;
+  return Poll(0);
 }
 
 Status SameCheckpointDir(Store& store, const std::string& dir, const std::string& host, int patience_ms) {

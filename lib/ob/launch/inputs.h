@@ -34,6 +34,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -88,10 +89,15 @@ class ContentCheck {
   ContentCheck& operator=(const ContentCheck&) = delete;
 
   // Ok while the read goes on, and after the verdict; the verdict once:
-  // kDataErr when the sums differ (AgreeOnContent's line), Ok when they
-  // agree. A read that failed (an I/O error) is logged and counts as no
-  // check, not as a difference.
-  Status Poll();
+  // kDataErr when the sums differ (AgreeOnContent's line, and the copy
+  // recorded under InputCheckDiffersKey), Ok when they agree. A read that
+  // failed (an I/O error) is logged and counts as no check, not as a
+  // difference. `step`: the step just trained (HoldVerdictUntil).
+  Status Poll(int64_t step);
+  // No verdict from Poll before step `step` (ob-launch --inject
+  // RANK:check=STEP: what a read of a large file looks like to the steps
+  // that train meanwhile). Wait gives it regardless.
+  void HoldVerdictUntil(int64_t step) { hold_until_ = step; }
   // Waits for the read (logging what it waits for), then Poll.
   Status Wait();
   bool finished() const { return finished_; }
@@ -107,6 +113,7 @@ class ContentCheck {
   Result<std::string> sum_ = Status::Unavailable("not read yet");
   std::thread thread_;
   bool finished_ = false;  // the verdict was given
+  int64_t hold_until_ = 0;  // HoldVerdictUntil
 };
 
 // Whether `dir` on this host is the master's --ckpt-dir: its .lock holds

@@ -105,6 +105,7 @@ Status Master::Prepare() {
                                  "ob-launch, run directory " + run_dir_, opt_.optimizer},
                                 &plan_, loaded_.problem.num_layers(), &events_));
   if (ckpt_.trained()) return Status::Ok();  // Run says so; no host, no --metrics file
+  ckpt_.set_unchecked([this] { return CopiesOfData(false); });
   if (!ckpt_.resume().path.empty()) lineage_.RestoreNext(ckpt_.resume());
   for (const std::string& change : ckpt_.optimizer_changes()) {
     events_.Write("resume-change", change);
@@ -180,6 +181,16 @@ Result<int> Master::Run() {
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (state_ != State::kDone) FinishStop();
   ckpt_.Finish();  // the last commits, before we exit
+  // Checkpoints trained on a host's copy of the data while it was compared,
+  // which then differed, must not be resumed from (they are kept).
+  if (const std::vector<int64_t> refuted = ckpt_.RefuteTrainedOn(CopiesOfData(true)); !refuted.empty()) {
+    std::vector<std::string> steps;
+    for (int64_t st : refuted) steps.push_back(std::to_string(st));
+    OB_LOG(Error) << "refuted the checkpoint" << (steps.size() == 1 ? " of step " : "s of steps ")
+                  << io::NameSome(steps, 8) << " in " << opt_.ckpt_dir
+                  << ": they trained on a host's copy of --data whose bytes are not the job's (REFUTED in each; "
+                     "--resume auto passes over them)";
+  }
   if (outcome_.ok() && !ckpt_.Verdict().ok()) {
     outcome_ = ckpt_.Verdict();
     OB_LOG(Error) << outcome_.message();
@@ -800,6 +811,29 @@ void Master::RequestStop(const std::string& reason) {
   stop_reason_ = reason;
   grace_deadline_ms_ = Now() + static_cast<int64_t>(opt_.stop_grace_s * 1e3);
   AskStopCheckpoint();
+}
+
+std::vector<pb::UncheckedCopy> Master::CopiesOfData(bool differing) const {
+  std::vector<pb::UncheckedCopy> out;
+  const std::string flag = "--data";
+  for (const cluster::Host& h : hosts_) {
+    std::string identity;
+    if (differing) {
+      std::optional<std::string> d = store_.Get(InputCheckDiffersKey(flag, h.name));
+      if (!d) continue;
+      identity = *d;
+    } else {
+      std::optional<std::string> claim = store_.Get(InputCheckClaimKey(flag, h.name));
+      if (!claim) continue;
+      identity = InputCheckClaimIdentity(*claim);
+      if (store_.Get(InputCheckDoneKey(flag, h.name)) == identity) continue;  // its bytes agreed
+    }
+    pb::UncheckedCopy& u = out.emplace_back();
+    u.set_host(h.name);
+    u.set_flag(flag);
+    u.set_identity(identity);
+  }
+  return out;
 }
 
 std::string Master::Unsaved() const {

@@ -108,6 +108,10 @@ class Master {
   // The steps trained since the newest checkpoint, committed or resumed
   // from: "steps A-B, trained since …, are not on disk"; "" when none.
   std::string Unsaved() const;
+  // The hosts' copies of --data read whole in the background (inputs.h
+  // ContentCheck) and not yet found to be the job's, from their claims in
+  // the store; with `differing`, only those found to differ.
+  std::vector<pb::UncheckedCopy> CopiesOfData(bool differing) const;
   void BeginStop(const std::string& reason, Status outcome);
   // "" when the plan was priced for the kind of device the run ran on; else
   // what it was priced for and what ran ("h100 (NVIDIA H100 ...), not this

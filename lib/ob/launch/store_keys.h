@@ -29,13 +29,18 @@
 //                                 the file the master read whole: a worker
 //                                 on the master's machine reading that very
 //                                 file has nothing to compare (ContentCheck)
-//   ob/input-check/<flag>/<host>/claim   "<generation> <rank>": the worker of
-//                                 host that reads its copy whole in the
+//   ob/input-check/<flag>/<host>/claim   "<generation> <rank> <identity>":
+//                                 the worker of host that reads its copy
+//                                 (model::FileIdentity) whole in the
 //                                 background (ContentCheck), for a copy the
 //                                 workers took on the master's facts; a
-//                                 claim of an earlier generation is stale
+//                                 claim of an earlier generation is stale.
+//                                 The copy is unchecked while done is not
+//                                 its identity (checkpoints record it)
 //   ob/input-check/<flag>/<host>/done    model::FileIdentity of the copy whose
 //                                 sum agreed: not read again while it is so
+//   ob/input-check/<flag>/<host>/differs the identity of a copy whose sum
+//                                 differed (the master refutes checkpoints)
 //   ob/ckpt-dir                   the line the master's lock wrote in
 //                                 --ckpt-dir/.lock, which every worker must
 //                                 read there (inputs.h SameCheckpointDir)
@@ -111,6 +116,21 @@ inline std::string InputCheckClaimKey(const std::string& flag, const std::string
 }
 inline std::string InputCheckDoneKey(const std::string& flag, const std::string& host) {
   return "ob/input-check/" + flag + "/" + host + "/done";
+}
+// Set to the copy's identity when its bytes were found to differ from the
+// job's (the checkpoints committed while it was compared are refuted).
+inline std::string InputCheckDiffersKey(const std::string& flag, const std::string& host) {
+  return "ob/input-check/" + flag + "/" + host + "/differs";
+}
+// A claim: "GENERATION RANK IDENTITY", the copy's model::FileIdentity last.
+inline std::string InputCheckClaimValue(uint64_t generation, int rank, const std::string& identity) {
+  return std::to_string(generation) + " " + std::to_string(rank) + " " + identity;
+}
+// The identity a claim names ("" when it names none).
+inline std::string InputCheckClaimIdentity(const std::string& claim) {
+  const size_t a = claim.find(' ');
+  const size_t b = a == std::string::npos ? a : claim.find(' ', a + 1);
+  return b == std::string::npos ? "" : claim.substr(b + 1);
 }
 inline std::string CheckpointDirKey() { return "ob/ckpt-dir"; }
 inline std::string InputValue(const std::string& fingerprint, const std::string& who) {

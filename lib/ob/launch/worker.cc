@@ -509,6 +509,7 @@ Status RunWorker(const WorkerOptions& o) {
     }
     worker->SetSlowdown(inject.slow);
     worker->SetStall(inject.stall_at);
+    if (check) check->HoldVerdictUntil(inject.check_at);
   }
   OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
@@ -645,7 +646,7 @@ Status RunWorker(const WorkerOptions& o) {
     // Neither it nor what follows is saved, reported or trained from.
     Status same = data.Unchanged();
     if (same.ok() && eval) same = eval->Unchanged();
-    if (same.ok() && check) same = check->Poll();
+    if (same.ok() && check) same = check->Poll(step);
     if (!same.ok()) return permanent(same);
     // What the loop does between steps (metrics, evaluation, checkpoints),
     // as a range in a trace (OB_TRACE; bench/trace_summary.py).
