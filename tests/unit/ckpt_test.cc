@@ -685,7 +685,15 @@ TEST_CASE("a refuted checkpoint is kept, and nothing resumes from it or counts i
   CHECK(RefutedWhy(three) == "no reason given");
   fs::remove(three + "/REFUTED");
   fs::create_directory(three + "/REFUTED");
-  CHECK_THAT(RefutedWhy(three), Catch::StartsWith("a REFUTED file that cannot be read"));
+  CHECK(RefutedWhy(three) == "a REFUTED that is not a readable plain file");
+  fs::remove(three + "/REFUTED");
+  // Planted as a link to an endless device, or as a FIFO: no hang, no flood.
+  fs::create_symlink("/dev/zero", three + "/REFUTED");
+  CHECK_THAT(RefutedWhy(three), Catch::StartsWith("a REFUTED that cannot be opened"));
+  fs::remove(three + "/REFUTED");
+  REQUIRE(mkfifo((three + "/REFUTED").c_str(), 0600) == 0);
+  CHECK(RefutedWhy(three) == "a REFUTED that is not a readable plain file");
+  CHECK(Verify(three).code() == ob::Code::kDataErr);
 }
 
 TEST_CASE("Export streams weights, and moments on request") {

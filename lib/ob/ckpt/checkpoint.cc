@@ -631,10 +631,17 @@ std::string RefutedWhy(const std::string& ckpt_path) {
   const std::string path = io::JoinPath(ckpt_path, kRefutedName);
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return "";
-  Result<std::string> text = io::ReadFile(path);
-  // Present but unreadable (or no plain file) still refutes.
-  if (!text.ok()) return "a REFUTED file that cannot be read (" + text.status().message() + ")";
-  std::string line = io::Trim(text->substr(0, std::min<size_t>(text->find('\n'), 1024)));
+  // Its first line only, and never through a link, a FIFO or a device (a
+  // planted REFUTED must not hang or flood a reader): present, it refutes.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "a REFUTED that cannot be opened (" + Errno() + ")";
+  std::string text(1024, '\0');
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (n < 0) return "a REFUTED that is not a readable plain file";
+  text.resize(static_cast<size_t>(n));
+  std::string line = io::Trim(text.substr(0, text.find('\n')));
   if (line.empty()) line = "no reason given";
   return log::Printable(line, 1024);
 }

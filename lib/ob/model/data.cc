@@ -218,7 +218,7 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   src.path_ = path;
   src.map_ = map;
   src.file_bytes_ = bytes;
-  src.mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  src.mtime_ns_ = TimeNs(st.st_mtim);
   const auto* base = static_cast<const unsigned char*>(addr);
   size_t offset = 0;
   size_t payload = bytes;
@@ -360,7 +360,7 @@ Status TokenSource::Unchanged() const {
   if (map_ == nullptr || map_->fd < 0) return Status::Ok();
   struct stat st {};
   if (fstat(map_->fd, &st) != 0) return Status::IoErr(path_ + ": cannot stat: " + std::strerror(errno));
-  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const int64_t mtime = TimeNs(st.st_mtim);
   if (static_cast<uint64_t>(st.st_size) == file_bytes_ && mtime == mtime_ns_) return Status::Ok();
   auto when = [](int64_t ns) { return FormatUtcSeconds(ns / 1000000); };
   return Status::DataErr(path_ + ": rewritten while the run read it (" + std::to_string(file_bytes_) +

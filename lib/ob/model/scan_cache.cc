@@ -13,8 +13,6 @@
 namespace ob::model {
 namespace {
 
-int64_t Ns(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
-
 std::string EntryName(const struct stat& st) {
   return std::to_string(static_cast<uint64_t>(st.st_dev)) + "-" + std::to_string(static_cast<uint64_t>(st.st_ino));
 }
@@ -63,8 +61,8 @@ std::string DefaultDir() {
 
 std::string IdentityOf(const struct stat& st) {
   return std::to_string(static_cast<uint64_t>(st.st_dev)) + ":" + std::to_string(static_cast<uint64_t>(st.st_ino)) +
-         ":" + std::to_string(static_cast<uint64_t>(st.st_size)) + ":" + std::to_string(Ns(st.st_mtim)) + ":" +
-         std::to_string(Ns(st.st_ctim));
+         ":" + std::to_string(static_cast<uint64_t>(st.st_size)) + ":" + std::to_string(TimeNs(st.st_mtim)) + ":" +
+         std::to_string(TimeNs(st.st_ctim));
 }
 
 ScanCache ScanCache::FromEnvironment() { return ScanCache(DefaultDir()); }
@@ -109,7 +107,7 @@ std::optional<ScanEntry> ScanCache::Find(const struct stat& st) const {
 
 void ScanCache::Remember(const struct stat& st, ScanEntry e, int64_t pass_start_ns) const {
   if (dir_.empty()) return;
-  if (Ns(st.st_ctim) > pass_start_ns - kQuietNs || Ns(st.st_mtim) > pass_start_ns - kQuietNs) return;
+  if (TimeNs(st.st_ctim) > pass_start_ns - kQuietNs || TimeNs(st.st_mtim) > pass_start_ns - kQuietNs) return;
   if (e.format.empty()) {  // a pass that only summed keeps the count of one that counted too
     if (std::optional<ScanEntry> had = Find(st); had && had->sum == e.sum) {
       e.format = had->format;

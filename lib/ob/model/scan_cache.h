@@ -69,5 +69,7 @@ class ScanCache {
 
 // FileIdentity's text for `st`.
 std::string IdentityOf(const struct stat& st);
+// A file time (st_mtim, st_ctim) in ns since the epoch.
+inline int64_t TimeNs(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
 
 }  // namespace ob::model
