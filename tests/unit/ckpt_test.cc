@@ -696,6 +696,29 @@ TEST_CASE("a refuted checkpoint is kept, and nothing resumes from it or counts i
   CHECK(Verify(three).code() == ob::Code::kDataErr);
 }
 
+TEST_CASE("a FIFO or a device planted as latest or a manifest neither hangs nor floods a reader") {
+  TempDir t;
+  const std::string dir = t / "ck";
+  SaveStep(dir, 1);
+  SaveStep(dir, 2);
+  fs::remove(dir + "/latest");
+  fs::create_symlink("/dev/zero", dir + "/latest");  // before: read until memory ran out
+  CHECK(*Latest(dir) == StepPath(dir, 2));
+  fs::remove(StepPath(dir, 2) + "/manifest.pb");
+  REQUIRE(mkfifo((StepPath(dir, 2) + "/manifest.pb").c_str(), 0600) == 0);  // before: its open waited forever
+  auto all = List(dir);
+  REQUIRE(all.ok());
+  CHECK(all->at(0).complete);
+  CHECK_FALSE(all->at(1).complete);
+  const ob::Status v = Verify(StepPath(dir, 2));
+  CHECK(v.code() == ob::Code::kDataErr);
+  CHECK(v.message() == StepPath(dir, 2) + "/manifest.pb: not a regular file (a FIFO)");
+  CHECK(*Latest(dir) == StepPath(dir, 1));
+  auto newest = NewestVerified(dir);
+  REQUIRE(newest.ok());
+  CHECK(newest->path == StepPath(dir, 1));
+}
+
 TEST_CASE("Export streams weights, and moments on request") {
   TempDir t;
   const std::string dir = t / "ck";

@@ -106,6 +106,48 @@ TEST_CASE("DirLock: one holder at a time, released when dropped") {
   CHECK(ob::io::DirLock::Acquire(t / "missing", "x").status().code() == ob::Code::kIoErr);
 }
 
+TEST_CASE("DirLock never follows a planted link nor opens a FIFO: the file it points at is untouched") {
+  TempDir t;
+  const std::string dir = t / "shared", victim = t / "victim";
+  std::filesystem::create_directories(dir);
+  std::ofstream(victim) << "root's file\n";
+  std::filesystem::create_symlink(victim, dir + "/.lock");
+  auto linked = ob::io::DirLock::Acquire(dir, "a run");
+  REQUIRE_FALSE(linked.ok());
+  CHECK(linked.status().code() == ob::Code::kConfig);
+  CHECK(linked.status().message() == dir + "/.lock: is a symbolic link, not the lock file this directory's jobs "
+                                           "make; remove it");
+  CHECK(Slurp(victim) == "root's file\n");  // before: truncated and overwritten by the lock's line
+  std::filesystem::remove(dir + "/.lock");
+  REQUIRE(mkfifo((dir + "/.lock").c_str(), 0600) == 0);
+  auto fifo = ob::io::DirLock::Acquire(dir, "a run");
+  REQUIRE_FALSE(fifo.ok());
+  CHECK(fifo.status().code() == ob::Code::kConfig);
+  std::filesystem::remove(dir + "/.lock");
+  CHECK(ob::io::DirLock::Acquire(dir, "a run").ok());
+}
+
+TEST_CASE("ReadRegularFile reads a plain file, and refuses a FIFO, a device or too many bytes at once") {
+  TempDir t;
+  const std::string plain = t / "plain";
+  std::ofstream(plain) << "step-000000000004\n";
+  CHECK(*ob::io::ReadRegularFile(plain, 64) == "step-000000000004\n");
+  std::filesystem::create_symlink(plain, t / "link");
+  CHECK(*ob::io::ReadRegularFile(t / "link", 64) == "step-000000000004\n");
+  auto big = ob::io::ReadRegularFile(plain, 4);
+  CHECK(big.status().code() == ob::Code::kDataErr);
+  CHECK(big.status().message() == plain + ": 18 bytes, more than such a file holds (4 at most)");
+  REQUIRE(mkfifo((t / "fifo").c_str(), 0600) == 0);  // nobody writes it: ReadFile would wait forever
+  auto fifo = ob::io::ReadRegularFile(t / "fifo", 64);
+  CHECK(fifo.status().code() == ob::Code::kDataErr);
+  CHECK(fifo.status().message() == t / "fifo" + ": not a regular file (a FIFO)");
+  std::filesystem::create_symlink("/dev/zero", t / "zero");  // endless
+  auto zero = ob::io::ReadRegularFile(t / "zero", 64);
+  CHECK(zero.status().message() == t / "zero" + ": not a regular file (a device)");
+  CHECK(ob::io::ReadRegularFile(t / "missing", 64).status().code() == ob::Code::kNoInput);
+  CHECK(ob::io::ReadRegularFile(t.path.string(), 64).status().code() == ob::Code::kDataErr);
+}
+
 TEST_CASE("RemoveTree removes a tree and does not follow its links") {
   TempDir t;
   const std::string outside = t / "outside", tree = t / "tree";

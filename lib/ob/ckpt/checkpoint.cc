@@ -35,6 +35,16 @@ constexpr char kManifestName[] = "manifest.pb";
 constexpr char kManifestJsonName[] = "manifest.json";
 constexpr char kLatestName[] = "latest";
 constexpr char kRefutedName[] = "REFUTED";
+// The most a manifest or a part holds (its plan and file list: MBs at the
+// largest), and `latest`: what ReadRegularFile reads of them.
+constexpr uint64_t kManifestMaxBytes = uint64_t{1} << 30;
+constexpr uint64_t kLatestMaxBytes = 4096;
+
+// A manifest or part from a directory others may write (io::ReadRegularFile).
+Status LoadStored(const std::string& path, pb::Manifest* m) {
+  OB_ASSIGN_OR_RETURN(std::string bytes, io::ReadRegularFile(path, kManifestMaxBytes));
+  return io::ParseMessage(bytes, path, io::kManifestFormatVersion, m);
+}
 
 using io::EndsWith;
 using io::Errno;
@@ -91,7 +101,7 @@ std::string PathProblem(const std::string& path) {
 
 // What DIR/latest names ("step-…"), or "" when it is missing or not a name.
 std::string ReadLatestName(const std::string& dir) {
-  auto text = io::ReadFile(io::JoinPath(dir, kLatestName));
+  auto text = io::ReadRegularFile(io::JoinPath(dir, kLatestName), kLatestMaxBytes);
   if (!text.ok()) return "";
   std::string name = *text;
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
@@ -274,7 +284,7 @@ Result<pb::Manifest> Commit(const std::string& dir, int64_t step, const pb::Mani
   for (const auto& [rank, name] : part_names) {
     const std::string part_path = io::JoinPath(partial, name);
     pb::Manifest part;
-    OB_RETURN_IF_ERROR(io::LoadMessage(part_path, io::kManifestFormatVersion, &part));
+    OB_RETURN_IF_ERROR(LoadStored(part_path, &part));
     if (part.step() != static_cast<uint64_t>(step))
       return Status::DataErr(part_path + ": is of step " + std::to_string(part.step()) +
                              ", not " + std::to_string(step));
@@ -474,7 +484,7 @@ Result<pb::Manifest> LoadManifest(const std::string& ckpt_path) {
   if (stat(path.c_str(), &st) != 0)
     return Status::DataErr(path + ": missing (not a committed checkpoint)");
   pb::Manifest m;
-  Status s = io::LoadMessage(path, io::kManifestFormatVersion, &m);
+  Status s = LoadStored(path, &m);
   if (!s.ok()) return Status::DataErr(s.message());
   std::set<std::string> seen;
   uint64_t entries = 0;

@@ -1,6 +1,7 @@
 #include "ob/io/dir_lock.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,8 +12,18 @@ namespace ob::io {
 
 Result<DirLock> DirLock::Acquire(const std::string& dir, const std::string& what) {
   const std::string path = dir + "/.lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  // Never through a link (one planted in a shared directory, to a file of
+  // root's, would be truncated and written), nor a FIFO or a device.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == ELOOP) {
+    return Status::Config(path + ": is a symbolic link, not the lock file this directory's jobs make; remove it");
+  }
   if (fd < 0) return Status::IoErr(path + ": cannot create the lock file: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Config(path + ": is not a regular file, not the lock file this directory's jobs make; remove it");
+  }
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;

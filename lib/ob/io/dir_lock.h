@@ -27,6 +27,8 @@ class DirLock {
  public:
   DirLock() = default;
   // Locks `dir` (which must exist) for `what` (e.g. "the run in /x/run").
+  // kConfig when DIR/.lock is a symbolic link or not a regular file
+  // (planted in a directory others can write: never followed or written).
   static Result<DirLock> Acquire(const std::string& dir, const std::string& what);
   ~DirLock();
   DirLock(DirLock&& other) noexcept;

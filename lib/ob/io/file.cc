@@ -61,6 +61,44 @@ std::string DisplayName(const std::string& path, bool output) {
   return path;
 }
 
+namespace {
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+}  // namespace
+
+Result<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Status::NoInput(path + ": cannot open: " + Errno());
+  struct stat st {};
+  Status bad;
+  if (fstat(fd, &st) != 0) {
+    bad = Status::IoErr(path + ": cannot stat: " + Errno());
+  } else if (!S_ISREG(st.st_mode)) {
+    bad = Status::DataErr(path + ": not a regular file (" + FileKind(st.st_mode) + ")");
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    bad = Status::DataErr(path + ": " + std::to_string(st.st_size) + " bytes, more than such a file holds (" +
+                          std::to_string(max_bytes) + " at most)");
+  }
+  std::string out;
+  while (bad.ok()) {
+    char buf[1 << 16];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) bad = Status::IoErr(path + ": read failed: " + Errno());
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) bad = Status::DataErr(path + ": grew past " + std::to_string(max_bytes) + " bytes");
+  }
+  close(fd);
+  if (!bad.ok()) return bad;
+  return out;
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   const std::string name = DisplayName(path);
   int fd = (path == "-") ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -29,6 +29,13 @@ Status WriteAll(int fd, const std::string& data, const std::string& name);
 
 // Reads all of `path`; "-" reads stdin. Missing/unreadable → kNoInput.
 Result<std::string> ReadFile(const std::string& path);
+// Reads `path` only when it is a regular file (a symbolic link to one
+// will do) of at most `max_bytes`: for files in a directory others can
+// write (a checkpoint's manifest, `latest`, .lock), where a FIFO or a
+// device planted there must not block or flood the reader. The open does
+// not wait on a FIFO. kNoInput when it cannot be opened; kDataErr naming
+// it when it is not a regular file or is larger; kIoErr on a read error.
+Result<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes);
 
 // Where an output path (`-o PATH` and the like) really goes.
 //  - A regular file, a path that does not exist yet, or a symbolic link to

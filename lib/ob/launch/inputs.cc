@@ -166,7 +166,7 @@ Status SameCheckpointDir(Store& store, const std::string& dir, const std::string
   const std::string& want = *published;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(patience_ms);
   for (;;) {
-    Result<std::string> read = io::ReadFile(dir + "/.lock");
+    Result<std::string> read = io::ReadRegularFile(dir + "/.lock", 4096);
     const std::string seen = read.ok() ? io::Trim(*read) : "";
     if (read.ok() && seen == want) return Status::Ok();
     if (std::chrono::steady_clock::now() >= deadline) {
