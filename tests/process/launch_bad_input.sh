@@ -97,6 +97,17 @@ rc=$?
 ! grep -q "start-workers generation=2" "$WORK/run66/events.log" || fail "workers were restarted for missing data"
 
 # Secrets: none, empty, readable by others.
+# A run directory another user owns, or every user may write: its logs
+# and control socket could be links planted there (a master run as root
+# appended its events to whatever events.log pointed at).
+mkdir -p "$WORK/open-run" && chmod 0777 "$WORK/open-run"
+expect 78 "open-run: the run directory \(--run-dir\) is writable by every user \(mode 0777\)" -- \
+  "$L" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/open-run" "$WORK/plan.pb" "$WORK/hosts.txt"
+if [ "$(id -u)" = 0 ]; then
+  mkdir -p "$WORK/their-run" && chown 12345 "$WORK/their-run"
+  expect 78 "their-run: the run directory \(--run-dir\) is owned by uid 12345, not 0" -- \
+    "$L" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/their-run" "$WORK/plan.pb" "$WORK/hosts.txt"
+fi
 expect 78 'no shared secret' -- "$L" --rsh local --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"
 : > "$WORK/empty"; chmod 600 "$WORK/empty"
 expect 78 'empty' -- "$L" --rsh local --secret-file "$WORK/empty" --run-dir "$WORK/run" "$WORK/plan.pb" "$WORK/hosts.txt"

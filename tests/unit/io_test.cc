@@ -127,6 +127,29 @@ TEST_CASE("DirLock never follows a planted link nor opens a FIFO: the file it po
   CHECK(ob::io::DirLock::Acquire(dir, "a run").ok());
 }
 
+TEST_CASE("CheckOwnDirectory: ours and not writable by every user, group-writable allowed") {
+  TempDir t;
+  const std::string d = t / "run";
+  std::filesystem::create_directories(d);
+  ::chmod(d.c_str(), 0775);
+  CHECK(ob::io::CheckOwnDirectory(d, "run directory").ok());
+  ::chmod(d.c_str(), 0777);
+  const ob::Status open = ob::io::CheckOwnDirectory(d, "run directory");
+  CHECK(open.code() == ob::Code::kConfig);
+  CHECK(open.message() == d + ": the run directory is writable by every user (mode 0777): another user could put "
+                              "links there in place of the files written into it; give a directory of your own");
+  ::chmod(d.c_str(), 0700);
+  if (::geteuid() == 0) {  // only root can give it away
+    REQUIRE(::chown(d.c_str(), 12345, 12345) == 0);
+    const ob::Status theirs = ob::io::CheckOwnDirectory(d, "run directory");
+    CHECK(theirs.code() == ob::Code::kConfig);
+    CHECK_THAT(theirs.message(), Catch::StartsWith(d + ": the run directory is owned by uid 12345, not 0 (mode 0700)"));
+  }
+  CHECK(ob::io::CheckOwnDirectory(t / "missing", "run directory").code() == ob::Code::kNoInput);
+  std::ofstream(t / "file") << "x";
+  CHECK(ob::io::CheckOwnDirectory(t / "file", "run directory").code() == ob::Code::kNoInput);
+}
+
 TEST_CASE("ReadRegularFile reads a plain file, and refuses a FIFO, a device or too many bytes at once") {
   TempDir t;
   const std::string plain = t / "plain";

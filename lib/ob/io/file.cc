@@ -407,6 +407,21 @@ bool RemoveTree(const std::string& path, std::error_code* ec) {
   return remove_tree_errno == 0;
 }
 
+Status CheckOwnDirectory(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::NoInput(path + ": cannot open the " + what + ": " + Errno());
+  if (!S_ISDIR(st.st_mode)) return Status::NoInput(path + ": the " + what + " is not a directory");
+  if (st.st_uid == ::geteuid() && (st.st_mode & S_IWOTH) == 0) return Status::Ok();
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return Status::Config(path + ": the " + what + " is " +
+                        (st.st_uid != ::geteuid() ? "owned by uid " + std::to_string(st.st_uid) + ", not " +
+                                                        std::to_string(::geteuid())
+                                                  : std::string("writable by every user")) +
+                        " (mode " + mode + "): another user could put links there in place of the files written " +
+                        "into it; give a directory of your own");
+}
+
 Status MakeDirs(const std::string& path, const std::string& what, unsigned mode) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at == path.size() || path[at] == '/') {

@@ -94,6 +94,14 @@ Result<int> OpenNewStream(const std::string& path, unsigned mode, std::string* k
 // untouched.
 Status WriteFile(const std::string& path, const std::string& data);
 
+// Whether `path` is a directory no other user can change: owned by this
+// process's user and not writable by others (group-writable is allowed: a
+// group of one's own, the usual umask 002). kConfig naming it, its owner
+// and mode otherwise: the files a tool writes there (logs, a control
+// socket) could be replaced by links that the tool would follow. kNoInput
+// when it is missing or not a directory.
+Status CheckOwnDirectory(const std::string& path, const std::string& what);
+
 // Creates `path` and its parents (mode 0777 less the umask), the last one
 // with `mode` (also less the umask); one that exists is left as it is.
 // kIoErr naming the part and `what` ("run directory").

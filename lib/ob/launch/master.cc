@@ -93,6 +93,7 @@ Status Master::Prepare() {
   // Only the job's user enters it: its logs name hosts and carry the
   // losses, its control socket steers the run.
   OB_RETURN_IF_ERROR(io::MakeDirs(run_dir_, "run directory", 0700));
+  OB_RETURN_IF_ERROR(io::CheckOwnDirectory(run_dir_, "run directory (--run-dir)"));
   OB_ASSIGN_OR_RETURN(run_lock_, io::DirLock::Acquire(run_dir_, "ob-launch, run directory " + run_dir_));
   OB_RETURN_IF_ERROR(events_.Open(run_dir_ + "/events.log"));
   // The run's id (Metrics.run): 16 hex digits, so that two runs, on one
