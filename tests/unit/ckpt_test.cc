@@ -637,6 +637,12 @@ TEST_CASE("a refuted checkpoint is kept, and nothing resumes from it or counts i
                            "/REFUTED to use it anyway)");
   CHECK(fs::exists(four + "/" + LayerFileName(3)));
   CHECK(LoadManifest(four).ok());
+  CHECK(NotRefuted(four).message() == v.message());
+  CHECK(NotRefuted(StepPath(dir, 2)).ok());
+  // Nor exported, to safetensors or to Hugging Face's layout: nothing written.
+  const ob::Status out = Export(four, t / "w.safetensors", false);
+  CHECK(out.message() == v.message());
+  CHECK_FALSE(fs::exists(t / "w.safetensors"));
   // `latest` named step 4: it names the newest good one now, and a resume
   // says which newer ones it passed over.
   CHECK(Slurp(dir + "/latest") == "step-000000000002\n");

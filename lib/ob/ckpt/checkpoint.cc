@@ -517,7 +517,7 @@ Result<pb::Manifest> LoadManifest(const std::string& ckpt_path) {
 
 Status Verify(const std::string& ckpt_path, const Progress& progress) {
   OB_ASSIGN_OR_RETURN(auto m, LoadManifest(ckpt_path));
-  if (const std::string why = RefutedWhy(ckpt_path); !why.empty()) return Refuted(ckpt_path, why);
+  OB_RETURN_IF_ERROR(NotRefuted(ckpt_path));
   uint64_t total = 0, done = 0;
   for (const auto& f : m.files()) total += f.size();
   for (const auto& f : m.files()) {
@@ -537,6 +537,7 @@ Status Verify(const std::string& ckpt_path, const Progress& progress) {
 Status Export(const std::string& ckpt_path, const std::string& out, bool with_optimizer,
               const Progress& progress) {
   OB_ASSIGN_OR_RETURN(auto m, LoadManifest(ckpt_path));
+  OB_RETURN_IF_ERROR(NotRefuted(ckpt_path));  // weights trained on other data leave only on purpose
   struct Source {
     std::string path;
     const pb::CheckpointFile* file;
@@ -635,6 +636,11 @@ Status Refute(const std::string& ckpt_path, const std::string& why) {
     return Status::IoErr(latest + ": cannot remove: " + Errno());
   }
   return FsyncDir(root);
+}
+
+Status NotRefuted(const std::string& ckpt_path) {
+  const std::string why = RefutedWhy(ckpt_path);
+  return why.empty() ? Status::Ok() : Refuted(ckpt_path, why);
 }
 
 std::string RefutedWhy(const std::string& ckpt_path) {

@@ -166,5 +166,9 @@ Result<std::vector<std::string>> Prune(const std::string& dir, int keep);
 Status Refute(const std::string& ckpt_path, const std::string& why);
 // Why CKPT was refuted (its REFUTED file's line, made printable), or "".
 std::string RefutedWhy(const std::string& ckpt_path);
+// Ok, or for a refuted CKPT kDataErr "CKPT: refuted: WHY (remove
+// CKPT/REFUTED to use it anyway)": what Verify and Export (and so
+// ExportHf, which verifies first) say.
+Status NotRefuted(const std::string& ckpt_path);
 
 }  // namespace ob::ckpt
