@@ -59,6 +59,12 @@
 #     each), resumes step 9 and trains to the end. Before 2026-12-02 those
 #     checkpoints were committed as good, and the last resume took the
 #     newest of them, trained on host 4's bytes.
+#     The same copy with the master killed (-9) after step 44's checkpoint,
+#     before any verdict: that checkpoint lists the copy and is not
+#     refuted. A run with host 4 mended resumes it, and its checkpoints (49,
+#     54) list host 4's old copy too: they descend from its bytes. A run
+#     with that copy back on host 4 judges it, exits 65 and refutes 44, 49
+#     and 54 (before: 49 and 54 listed nothing and stayed good).
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -275,4 +281,35 @@ grep -q " resume generation=1 from .*step-0*9$" "$WORK/mended/events.log" \
   || fail "skip-checkpoint lines: $(grep skip "$WORK/mended/events.log")"
 wait_for 5 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 echo "$NAME: checkpoints committed while host 4's copy was compared: refuted ${held[*]}, resumed step 9"
+
+# 10b. The same copy, the master killed before the verdict: nobody judged it.
+OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch killed "$DATA/big.txt" 400 "${CK10[@]}" --resume auto \
+  --inject "0:check=1000;1:check=1000;2:check=1000;3:check=1000"
+wait_for 60 grep -q " checkpoint step=44 " "$WORK/killed/events.log" \
+  || fail "killed: no checkpoint of step 44: $(tail -3 "$WORK/killed.err")"
+pkill -9 -P "$MASTER_PID" -x ob-launch || fail "killed: no master under $MASTER_PID"  # (under timeout)
+run_wait
+wait_for 20 no_tagged || fail "killed: processes left: $(tagged | xargs -r ps -o pid,args -p)"
+ck() { printf '%s/step-%012d' "$WORK/ck10" "$1"; }
+"$OB_BIN/ob-ckpt" show --json "$(ck 44)" | grep -q "\"host\": \"${TAG}h4\"" || fail "step 44: no unchecked copy"
+[ -e "$(ck 44)/REFUTED" ] && fail "step 44 refuted with nobody to judge its copy"
+# Host 4 mended: its old copy is not there to judge; the checkpoints
+# descended from step 44 list it all the same.
+OTHER="$DATA/big.txt" AT="$DATA/big.txt" launch heir "$DATA/big.txt" 55 "${CK10[@]}" --resume auto
+run_wait
+[ "$RC" = 0 ] || fail "heir: exit $RC: $(tail -3 "$WORK/heir.err")"
+grep -q " resume generation=1 from .*step-0*44$" "$WORK/heir/events.log" || fail "heir: not resumed from 44"
+for s in 49 54; do
+  "$OB_BIN/ob-ckpt" show --json "$(ck $s)" | grep -q "\"host\": \"${TAG}h4\"" \
+    || fail "step $s, descended from step 44, does not list host 4's unchecked copy"
+done
+# That copy back on host 4, and judged: every checkpoint that came
+# through its bytes is refuted.
+OTHER="$DATA/big-other.txt" AT="$DATA/big.txt" launch judged "$DATA/big.txt" 400 "${CK10[@]}" --resume auto
+refused judged "host 4's old copy judged at last" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h4 exit status 65: --data $DATA/big.txt on host ${TAG}h4 is not the file the job reads: its bytes differ"
+for s in 44 49 54; do
+  [ -e "$(ck $s)/REFUTED" ] || fail "step $s, trained through host 4's copy, not refuted: $(grep refute "$WORK/judged/events.log")"
+done
+echo "$NAME: a copy judged by a later run: refuted 44, 49, 54"
 echo "$NAME: ok"

@@ -23,6 +23,11 @@
 namespace ob::launch {
 namespace {
 
+// One host's copy of one input as it was (UncheckedCopy).
+bool SameCopy(const pb::UncheckedCopy& a, const pb::UncheckedCopy& b) {
+  return a.host() == b.host() && a.flag() == b.flag() && a.identity() == b.identity();
+}
+
 using io::Fixed;
 using io::NameSome;
 
@@ -374,6 +379,13 @@ Status Master::LaunchGeneration() {
   }
   if (source.kind() == pb::WeightSource::CHECKPOINT) {
     events_.Write("resume", "generation=" + std::to_string(generation_) + " from " + source.checkpoint());
+    if (Result<pb::Manifest> m = ckpt::LoadManifest(source.checkpoint()); m.ok()) {
+      for (const pb::UncheckedCopy& u : m->unchecked()) {
+        const bool known = std::any_of(inherited_unchecked_.begin(), inherited_unchecked_.end(),
+                                       [&](const pb::UncheckedCopy& x) { return SameCopy(x, u); });
+        if (!known) inherited_unchecked_.push_back(u);
+      }
+    }
   }
   ranks_.assign(layout_.ranks.size(), RankState{});
   hang_.Reset(layout_.ranks.size());
@@ -833,6 +845,13 @@ std::vector<pb::UncheckedCopy> Master::CopiesOfData(bool differing) const {
     u.set_host(h.name);
     u.set_flag(flag);
     u.set_identity(identity);
+  }
+  if (differing) return out;
+  for (const pb::UncheckedCopy& u : inherited_unchecked_) {
+    if (store_.Get(InputCheckDoneKey(u.flag(), u.host())) == u.identity()) continue;  // found the job's here
+    if (std::none_of(out.begin(), out.end(), [&](const pb::UncheckedCopy& x) { return SameCopy(x, u); })) {
+      out.push_back(u);
+    }
   }
   return out;
 }

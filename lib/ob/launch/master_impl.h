@@ -112,6 +112,10 @@ class Master {
   // ContentCheck) and not yet found to be the job's, from their claims in
   // the store; with `differing`, only those found to differ.
   std::vector<pb::UncheckedCopy> CopiesOfData(bool differing) const;
+  // The unchecked copies of the checkpoints this run restored from: their
+  // weights came through those bytes, so every checkpoint descended from
+  // them lists them too, until this run finds them the job's.
+  std::vector<pb::UncheckedCopy> inherited_unchecked_;
   void BeginStop(const std::string& reason, Status outcome);
   // "" when the plan was priced for the kind of device the run ran on; else
   // what it was priced for and what ran ("h100 (NVIDIA H100 ...), not this
