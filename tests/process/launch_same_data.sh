@@ -34,9 +34,10 @@
 #     sizes and times, without a recovery. Before 2026-11-29 the run
 #     trained on the new bytes and exited 0, its checkpoints recording the
 #     old file's fingerprint;
-#  7. a new file renamed into place after step 10 (how ob's tools write):
-#     the workers' mappings keep the old one, and the run trains to the end
-#     and exits 0;
+#  7. a chmod, then a new file renamed into place after step 10 (how ob's
+#     tools write): the workers read the file they map again (its metadata
+#     changed) and find its bytes the same, their mappings keep the old
+#     one, and the run trains to the end and exits 0;
 #  8. host 4's copy of a 3 MiB file differs from the others' in 16 bytes
 #     of its middle, where the fingerprint (size, first and last MiB) does
 #     not look, and has another modification time (a copy made later):
@@ -65,6 +66,11 @@
 #     54) list host 4's old copy too: they descend from its bytes. A run
 #     with that copy back on host 4 judges it, exits 65 and refutes 44, 49
 #     and 54 (before: 49 and 54 listed nothing and stayed good).
+# 11. the file rewritten in place after step 10 and its time set back
+#     (`touch -r`): the same size and time to the nanosecond, so only its
+#     ctime moved; every host reads the file it maps again, and the run
+#     ends with exit 65 naming both sums, without a recovery. Before
+#     2026-12-02 it trained on the new bytes and exited 0.
 NAME=launch_same_data
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -208,6 +214,7 @@ refused inplace "the file rewritten in place" \
 cp "$DATA/train.txt" "$DATA/live.txt"
 OTHER="$DATA/live.txt" AT="$DATA/live.txt" launch renamed "$DATA/live.txt" 40 --metrics "$WORK/renamed.pb"
 wait_step renamed 10 || fail "a file renamed into place: no step 10: $(tail -3 "$WORK/renamed.err")"
+chmod 0600 "$DATA/live.txt"  # its metadata alone: read again, the same bytes
 cp "$DATA/other.txt" "$DATA/live.new" && mv "$DATA/live.new" "$DATA/live.txt"
 run_wait
 [ "$RC" = 0 ] || fail "a file renamed into place: exit $RC: $(tail -3 "$WORK/renamed.err")"
@@ -312,4 +319,20 @@ for s in 44 49 54; do
   [ -e "$(ck $s)/REFUTED" ] || fail "step $s, trained through host 4's copy, not refuted: $(grep refute "$WORK/judged/events.log")"
 done
 echo "$NAME: a copy judged by a later run: refuted 44, 49, 54"
+# 11. Rewritten in place with its time set back.
+cp "$DATA/train.txt" "$DATA/back.txt" && touch -d '-2 hours' "$DATA/back.txt" && cp -p "$DATA/back.txt" "$DATA/back.ref"
+OTHER="$DATA/back.txt" AT="$DATA/back.txt" launch back "$DATA/back.txt" 3000 --metrics "$WORK/back.pb"
+wait_step back 10 || fail "rewritten, its time set back: no step 10: $(tail -3 "$WORK/back.err")"
+python3 - "$DATA/back.txt" <<'PY'
+import os, sys
+with open(sys.argv[1], "r+b") as f:
+    m = os.path.getsize(sys.argv[1]) // 2
+    f.seek(m)
+    b = f.read(16)
+    f.seek(m)
+    f.write(bytes((x + 1) % 256 for x in b))
+PY
+touch -r "$DATA/back.ref" "$DATA/back.txt"
+refused back "rewritten in place, its time set back" \
+  "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/back.txt on host ${TAG}h[1-4] is not the file the job reads: its bytes differ"
 echo "$NAME: ok"

@@ -72,9 +72,10 @@ void LowestPriority() {
 Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const std::string& flag,
                                                            const std::string& spec, const std::string& host,
                                                            const std::string& who, uint64_t generation,
-                                                           int rank) {
+                                                           int rank, const std::string& read_path,
+                                                           const std::string& copy_identity) {
   if (spec.empty() || spec == "synthetic") return std::unique_ptr<ContentCheck>();
-  const std::string identity = model::FileIdentity(spec);
+  const std::string identity = copy_identity.empty() ? model::FileIdentity(spec) : copy_identity;
   if (identity.empty()) return std::unique_ptr<ContentCheck>();
   // Nothing to compare: a file every host mounts as one (read by each, it
   // would be read as many times as there are hosts), or the very file the
@@ -94,24 +95,30 @@ Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const st
     // Taken over from a worker of an earlier generation (every generation
     // starts its workers anew, so that one is gone); one of this
     // generation's is reading it already.
+    // A claim for another identity of the copy (its metadata changed
+    // since: TokenSource::Touched) is stale too.
     unsigned long long g = 0;
-    if (std::sscanf(claim.c_str(), "%llu", &g) != 1 || g >= generation) return std::unique_ptr<ContentCheck>();
+    const bool stale = InputCheckClaimIdentity(claim) != identity;
+    if (!stale && (std::sscanf(claim.c_str(), "%llu", &g) != 1 || g >= generation)) {
+      return std::unique_ptr<ContentCheck>();
+    }
     OB_ASSIGN_OR_RETURN(claim, store.CompareSet(claim_key, claim, mine));
     if (claim != mine) return std::unique_ptr<ContentCheck>();
   }
-  std::unique_ptr<ContentCheck> c(new ContentCheck(store, flag, spec, host, who, identity));
+  std::unique_ptr<ContentCheck> c(
+      new ContentCheck(store, flag, spec, host, who, identity, read_path.empty() ? spec : read_path));
   return c;
 }
 
 ContentCheck::ContentCheck(Store& store, std::string flag, std::string spec, std::string host, std::string who,
-                           std::string identity)
+                           std::string identity, std::string read_path)
     : store_(store), flag_(std::move(flag)), spec_(std::move(spec)), host_(std::move(host)),
-      who_(std::move(who)), identity_(std::move(identity)) {
+      who_(std::move(who)), identity_(std::move(identity)), read_path_(std::move(read_path)) {
   OB_LOG(Debug) << flag_ << " " << spec_ << ": this host's copy has the master's size and time; reading it "
                << "whole in the background to compare its bytes";
   thread_ = std::thread([this] {
     LowestPriority();
-    sum_ = model::FileContentSum(spec_, &stop_, &bytes_);
+    sum_ = model::FileContentSum(read_path_, &stop_, &bytes_);
     read_ = true;
   });
 }

@@ -81,9 +81,17 @@ class ContentCheck {
   // (InputFileKey: its machine's boot id and the file's identity), this
   // copy checked already, or another worker of this generation checking it. The
   // store's errors as they are.
+  //
+  // A copy whose metadata changed during the run (TokenSource::Touched)
+  // is read again: `identity` is the copy's now (FileIdentity of the file
+  // mapped) and `read_path` the file mapped (TokenSource::ReadPath, which a
+  // file renamed over it does not change); a claim of this generation for
+  // another identity of the copy is taken over.
   static Result<std::unique_ptr<ContentCheck>> Start(Store& store, const std::string& flag,
                                                      const std::string& spec, const std::string& host,
-                                                     const std::string& who, uint64_t generation, int rank);
+                                                     const std::string& who, uint64_t generation, int rank,
+                                                     const std::string& read_path = "",
+                                                     const std::string& identity = "");
   ~ContentCheck();  // stops the read and joins its thread
   ContentCheck(const ContentCheck&) = delete;
   ContentCheck& operator=(const ContentCheck&) = delete;
@@ -104,9 +112,9 @@ class ContentCheck {
 
  private:
   ContentCheck(Store& store, std::string flag, std::string spec, std::string host, std::string who,
-               std::string identity);
+               std::string identity, std::string read_path);
   Store& store_;
-  const std::string flag_, spec_, host_, who_, identity_;
+  const std::string flag_, spec_, host_, who_, identity_, read_path_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> read_{false};  // the thread's result is in sum_
   std::atomic<uint64_t> bytes_{0};

@@ -646,6 +646,21 @@ Status RunWorker(const WorkerOptions& o) {
     // Neither it nor what follows is saved, reported or trained from.
     Status same = data.Unchanged();
     if (same.ok() && eval) same = eval->Unchanged();
+    if (const std::string now = same.ok() ? data.Touched() : ""; !now.empty()) {
+      // Its metadata changed, its size and time did not: a chmod, a link,
+      // a rename, or a rewrite that set its time back, which only its bytes
+      // tell apart. They are read again (the file mapped, through its own
+      // descriptor), against the job's sum, while training goes on; the
+      // checkpoints committed meanwhile list the copy (ckpt_keeper.h).
+      OB_LOG(Info) << o.data << ": its metadata changed after step " << step
+                   << " (size and time kept); reading it whole again to compare its bytes";
+      check.reset();
+      const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
+      Result<std::unique_ptr<ContentCheck>> again =
+          ContentCheck::Start(*client, "--data", o.data, o.host, who, o.generation, o.rank, data.ReadPath(), now);
+      if (!again.ok()) return again.status();  // the store's: this worker's, not the job's
+      check = std::move(again).value();
+    }
     if (same.ok() && check) same = check->Poll(step);
     if (!same.ok()) return permanent(same);
     // What the loop does between steps (metrics, evaluation, checkpoints),

@@ -54,6 +54,7 @@ struct TokenSource::Mapping {
   void* addr = nullptr;
   size_t bytes = 0;
   int fd = -1;  // the file mapped, kept open to see whether it changes (Unchanged)
+  mutable std::atomic<int64_t> ctime_ns{0};  // as Touched last saw it
   ~Mapping() {
     if (addr != nullptr) munmap(addr, bytes);
     if (fd >= 0) ::close(fd);
@@ -213,6 +214,7 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   map->addr = addr;
   map->bytes = bytes;
   map->fd = fd;
+  map->ctime_ns = TimeNs(st.st_ctim);
 
   TokenSource src;
   src.path_ = path;
@@ -369,6 +371,20 @@ Status TokenSource::Unchanged() const {
                          "): the tokens read since are not the job's data. Restore it, or resume on the new "
                          "file with --resume-from-other; a file written anew and renamed into place leaves "
                          "running jobs the old one");
+}
+
+std::string TokenSource::Touched() const {
+  if (map_ == nullptr || map_->fd < 0) return "";
+  struct stat st {};
+  if (fstat(map_->fd, &st) != 0) return "";
+  const int64_t now = TimeNs(st.st_ctim);
+  if (map_->ctime_ns.exchange(now) == now) return "";
+  return IdentityOf(st);
+}
+
+std::string TokenSource::ReadPath() const {
+  if (map_ == nullptr || map_->fd < 0) return path_;
+  return "/proc/self/fd/" + std::to_string(map_->fd);
 }
 
 TokenSource TokenSource::Window(size_t first, size_t count) const {

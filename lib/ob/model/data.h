@@ -106,6 +106,16 @@ class TokenSource {
   // reads the new bytes. A file replaced by a rename is another file and
   // leaves the one mapped as it was: Ok. Ok for synthetic data.
   Status Unchanged() const;
+  // The file's identity (FileIdentity) when its ctime moved since it was
+  // opened or since the last call, "" otherwise (and for synthetic data):
+  // with Unchanged's size and time the same, a change of metadata only (a
+  // chmod, a link, a rename of the file or over it) or a rewrite that set
+  // its time back (`touch -r`), which only its bytes tell apart. Thread-
+  // safe; copies (Window) share what it last saw.
+  std::string Touched() const;
+  // A path that reads the very file mapped, even renamed or unlinked since
+  // (/proc/self/fd/N); `path()` for synthetic data.
+  std::string ReadPath() const;
 
   // Writes x = tokens[off, off+seq_len) and y = tokens[off+1, off+seq_len+1),
   // off = a hash of (seed, step, sample_index). REQUIRES: seq_len + 1 <= size().
