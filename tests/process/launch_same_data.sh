@@ -130,6 +130,19 @@ launch() {
     "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
   MASTER_PID=$!
 }
+# bump_middle FILE: 16 bytes of its middle changed in place (the same
+# inode, its size kept: what a mapping of it then reads).
+bump_middle() {
+  python3 - "$1" <<'PY'
+import os, sys
+with open(sys.argv[1], "r+b") as f:
+    m = os.path.getsize(sys.argv[1]) // 2
+    f.seek(m)
+    b = f.read(16)
+    f.seek(m)
+    f.write(bytes((x + 1) % 256 for x in b))
+PY
+}
 # refused RUN WHAT PATTERN: the run exited 65 with a last line matching
 # PATTERN, recovered nothing, and left no process.
 refused() {
@@ -198,15 +211,7 @@ echo "$NAME: a checkpoint directory of host 4's own: $line"
 cp "$DATA/train.txt" "$DATA/live.txt"
 OTHER="$DATA/live.txt" AT="$DATA/live.txt" launch inplace "$DATA/live.txt" 3000 --metrics "$WORK/inplace.pb"
 wait_step inplace 10 || fail "the file rewritten in place: no step 10: $(tail -3 "$WORK/inplace.err")"
-python3 - "$DATA/live.txt" <<'PY'
-import os, sys
-with open(sys.argv[1], "r+b") as f:
-    m = os.path.getsize(sys.argv[1]) // 2
-    f.seek(m)
-    b = f.read(16)
-    f.seek(m)
-    f.write(bytes((x + 1) % 256 for x in b))
-PY
+bump_middle "$DATA/live.txt"
 refused inplace "the file rewritten in place" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: $DATA/live.txt: rewritten while the run read it \([0-9]+ bytes modified [0-9: -]+ UTC when opened, now [0-9]+ bytes modified [0-9: -]+ UTC\): the tokens read since are not the job's data"
 
@@ -323,15 +328,7 @@ echo "$NAME: a copy judged by a later run: refuted 44, 49, 54"
 cp "$DATA/train.txt" "$DATA/back.txt" && touch -d '-2 hours' "$DATA/back.txt" && cp -p "$DATA/back.txt" "$DATA/back.ref"
 OTHER="$DATA/back.txt" AT="$DATA/back.txt" launch back "$DATA/back.txt" 3000 --metrics "$WORK/back.pb"
 wait_step back 10 || fail "rewritten, its time set back: no step 10: $(tail -3 "$WORK/back.err")"
-python3 - "$DATA/back.txt" <<'PY'
-import os, sys
-with open(sys.argv[1], "r+b") as f:
-    m = os.path.getsize(sys.argv[1]) // 2
-    f.seek(m)
-    b = f.read(16)
-    f.seek(m)
-    f.write(bytes((x + 1) % 256 for x in b))
-PY
+bump_middle "$DATA/back.txt"
 touch -r "$DATA/back.ref" "$DATA/back.txt"
 refused back "rewritten in place, its time set back" \
   "^ob-launch: worker rank [0-9] on host ${TAG}h[1-4] exit status 65: --data $DATA/back.txt on host ${TAG}h[1-4] is not the file the job reads: its bytes differ"
