@@ -244,13 +244,12 @@ std::vector<int64_t> CheckpointKeeper::RefuteTrainedOn(const std::vector<pb::Unc
     if (!c.complete || !c.refuted.empty()) continue;
     Result<pb::Manifest> m = ckpt::LoadManifest(c.path);
     if (!m.ok()) continue;
-    const pb::UncheckedCopy* hit = nullptr;
-    for (const pb::UncheckedCopy& u : m->unchecked()) {
-      for (const pb::UncheckedCopy& d : differing) {
-        if (u.host() == d.host() && u.flag() == d.flag() && u.identity() == d.identity()) hit = &u;
-      }
-    }
-    if (hit == nullptr) continue;
+    auto trained_on = [&](const pb::UncheckedCopy& u) {
+      return std::any_of(differing.begin(), differing.end(), [&](const auto& d) { return SameCopy(u, d); });
+    };
+    const auto found = std::find_if(m->unchecked().begin(), m->unchecked().end(), trained_on);
+    if (found == m->unchecked().end()) continue;
+    const pb::UncheckedCopy* hit = &*found;
     const std::string why = "trained while host " + hit->host() + "'s copy of " + hit->flag() + " " + o_.data +
                             " was still being compared with the job's, and its bytes differ";
     if (Status st = ckpt::Refute(c.path, why); !st.ok()) {

@@ -40,6 +40,12 @@
 
 namespace ob::launch {
 
+// One host's copy of one input as it was (Manifest.unchecked): host, flag
+// and identity alike.
+inline bool SameCopy(const pb::UncheckedCopy& a, const pb::UncheckedCopy& b) {
+  return a.host() == b.host() && a.flag() == b.flag() && a.identity() == b.identity();
+}
+
 class CheckpointKeeper {
  public:
   struct Options {

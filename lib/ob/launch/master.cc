@@ -23,11 +23,6 @@
 namespace ob::launch {
 namespace {
 
-// One host's copy of one input as it was (UncheckedCopy).
-bool SameCopy(const pb::UncheckedCopy& a, const pb::UncheckedCopy& b) {
-  return a.host() == b.host() && a.flag() == b.flag() && a.identity() == b.identity();
-}
-
 using io::Fixed;
 using io::NameSome;
 

@@ -290,8 +290,8 @@ Status RunWorker(const WorkerOptions& o) {
   };
   std::optional<model::TokenSource> train, eval;
   std::unique_ptr<ContentCheck> check;  // of a copy taken on the master's facts (inputs.h)
+  const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;  // for the store's readings
   {
-    const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
     Status st = [&]() -> Status {
       OB_ASSIGN_OR_RETURN(model::TokenSource d, OpenData(o.data, cfg, o.seed, o.data_facts));
       OB_RETURN_IF_ERROR(AgreeOnInput(*client, "--data", o.data, o.host, who));
@@ -655,7 +655,6 @@ Status RunWorker(const WorkerOptions& o) {
       OB_LOG(Info) << o.data << ": its metadata changed after step " << step
                    << " (size and time kept); reading it whole again to compare its bytes";
       check.reset();
-      const std::string who = "rank " + std::to_string(o.rank) + " on host " + o.host;
       Result<std::unique_ptr<ContentCheck>> again =
           ContentCheck::Start(*client, "--data", o.data, o.host, who, o.generation, o.rank, data.ReadPath(), now);
       if (!again.ok()) return again.status();  // the store's: this worker's, not the job's
