@@ -39,6 +39,22 @@ rc=$?
 [ "$rc" = 0 ] || fail "--inject did not reach the workers as given: exit $rc: $(tail -3 "$WORK/err-inject")"
 wait_for 2 no_tagged || fail "processes left: $(tagged | xargs -r ps -o pid,args -p)"
 
+# The open-file limit (fd_limit.h): a job started under a soft limit of
+# 256 gives its workers the hard limit (at most 2^20), for Gloo's
+# connection per peer rank.
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -gt 1048576 ]; then hard=1048576; fi
+if [ "$hard" -gt 256 ]; then
+  ( ulimit -Sn 256
+    WANT=$hard OB_TEST_WORKER_CMD='[ "$(ulimit -Sn)" = "$WANT" ]' timeout 30 "$OB_BIN/ob-launch" \
+      --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/run-nofile" \
+      "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err-nofile" )
+  rc=$?
+  [ "$rc" = 0 ] || fail "workers did not get the hard open-file limit $hard: exit $rc: $(tail -3 "$WORK/err-nofile")"
+else
+  echo "launch_local: the hard open-file limit is $hard: nothing to raise, not tested"
+fi
+
 # 2. Workers that write Metrics records (step 5, loss 2.5, 1000 tokens/s,
 #    and a host "forged" and generation 99 that are not theirs, encoded by
 #    hand): relayed to --metrics with host, rank and generation the agent's,

@@ -2,10 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "ob/io/dir_lock.h"
+#include "ob/io/fd_limit.h"
 #include "ob/control.pb.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -470,4 +473,28 @@ TEST_CASE("OnSharedFileSystem: NFS, Lustre, GPFS, FUSE and the like by their mag
   CHECK_FALSE(ob::io::OnSharedFileSystem(dir));  // this machine's own disk (or its tmpfs)
   CHECK_FALSE(ob::io::OnSharedFileSystem(dir + "/absent"));
   ::rmdir(dir.c_str());
+}
+
+TEST_CASE("the open-file limit is raised to the hard limit, never lowered, and capped") {
+  rlimit was{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &was) == 0);
+  const rlim_t hard = std::min<rlim_t>(was.rlim_max, ob::io::kMaxOpenFiles);
+  if (hard <= 64) {
+    WARN("the hard open-file limit is " << was.rlim_max << ": nothing to raise");
+    return;
+  }
+  rlimit low = was;
+  low.rlim_cur = 64;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const ob::io::FileLimit l = ob::io::RaiseOpenFileLimit();
+  rlimit now{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
+  CHECK(l.before == 64);
+  CHECK(l.after == hard);
+  CHECK(now.rlim_cur == hard);
+  CHECK(now.rlim_max == was.rlim_max);  // the hard limit untouched
+  const ob::io::FileLimit again = ob::io::RaiseOpenFileLimit();
+  CHECK(again.before == hard);
+  CHECK(again.after == hard);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &was) == 0);
 }

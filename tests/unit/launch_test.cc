@@ -2,6 +2,7 @@
 // channel, and the master's set-up decisions (design §5).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -534,6 +536,72 @@ TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a 
   CHECK(!r[1]);
   CHECK(r[2] == gateway_answers);
   CHECK(r[3]);
+}
+
+// A peer that never answers, on any network: a listener on every address
+// whose accept queue (backlog 0) is full, so the kernel drops each further
+// connection request unanswered (and repeats none within a second).
+struct SilentListener {
+  int listener = -1;
+  int queued = -1;
+  int port = 0;
+  SilentListener() {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listener, 0) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+    queued = ::socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(queued, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~SilentListener() {
+    ::close(queued);
+    ::close(listener);
+  }
+};
+
+TEST_CASE("peer probes judge every peer when descriptors run short, and never hold more than kProbeInFlight") {
+  // Before: every attempt at once, and each socket(2) past the limit
+  // counted as an answer ("our own trouble"): the silent peers past it
+  // were never judged, and the process had no descriptor left meanwhile.
+  SilentListener full;
+  const auto loopback = [](size_t i) {
+    return "127.0." + std::to_string(1 + i / 250) + "." + std::to_string(1 + i % 250);
+  };
+  std::vector<Peer> silent;
+  for (size_t i = 0; i < 40; ++i) silent.push_back({"h" + std::to_string(i), loopback(i)});
+  const auto open_now = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  rlimit was{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &was) == 0);
+  rlimit low = was;
+  low.rlim_cur = open_now() + 8;  // room for about 8 attempts at a time
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const int64_t t0 = ob::SteadyMs();
+  const std::vector<bool> r = ProbeOnce(silent, full.port, 150);
+  const int64_t took = ob::SteadyMs() - t0;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &was) == 0);
+  CHECK(r == std::vector<bool>(silent.size(), false));
+  // Each attempt had its own 150 ms, however long it waited for a slot.
+  CHECK(took >= 4 * 150);
+  // Beyond kProbeInFlight, attempts wait: a full window of silent peers
+  // and one more take two timeouts, not one.
+  std::vector<Peer> many;
+  for (size_t i = 0; i <= kProbeInFlight; ++i) many.push_back({"m" + std::to_string(i), loopback(i)});
+  const int64_t t1 = ob::SteadyMs();
+  const std::vector<bool> m = ProbeOnce(many, full.port, 200);
+  const int64_t took_many = ob::SteadyMs() - t1;
+  CHECK(m == std::vector<bool>(many.size(), false));
+  CHECK(took_many >= 2 * 200);
+  CHECK(took_many < 3 * 200 + 500);
 }
 
 TEST_CASE("the metrics sink stamps every record with the run and the master's clock, a worker's own run field included") {

@@ -18,6 +18,7 @@
 #include "ob/build_info.h"
 #include "ob/cli/cli.h"
 #include "ob/cluster/rsh.h"
+#include "ob/io/fd_limit.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
@@ -202,6 +203,14 @@ std::string RuntimeDetails() {
          "worker: " + runtime + "\n";
 }
 
+// fd_limit.h: said at -v, for whoever set a limit and wonders where it went.
+void RaiseOpenFileLimit() {
+  const ob::io::FileLimit l = ob::io::RaiseOpenFileLimit();
+  if (l.after != l.before) {
+    OB_LOG(Debug) << "open-file limit raised from " << l.before << " to " << l.after << " (the hard limit)";
+  }
+}
+
 ob::Status Run(const ob::cli::CommonOptions& common) {
   if (g.as_worker || g.probe) {
     return ob::Status::Usage(std::string("--worker and --probe are ") + kWorkerExeName + "'s (started by agents)");
@@ -210,6 +219,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     ob::launch::AgentOptions& o = g.agent;
     if (o.master.empty() || o.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
     ob::log::Init("agent", -1, o.host);
+    RaiseOpenFileLimit();  // for its probes, and the workers' groups (they inherit it)
     o.master_timeout_s = g.master.master_timeout_s;
     o.standby_exe = WorkerExe(LaunchPath());
     OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
@@ -236,6 +246,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
   ob::log::Init("master");
+  RaiseOpenFileLimit();  // one connection per agent
   // Read once, checked and run as read: "-" and a pipe cannot be read again,
   // and a file replaced meanwhile would be checked as one plan, run as another.
   OB_ASSIGN_OR_RETURN(const ob::launch::PlanData plan, ob::launch::LoadPlanData(Absolute(o.plan_path)));

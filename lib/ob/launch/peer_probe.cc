@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,63 +16,99 @@
 
 
 namespace ob::launch {
+namespace {
+
+// `address`:`port` as a socket address; false when it is not an IP address.
+bool ToSockaddr(const std::string& address, int port, sockaddr_storage* addr, socklen_t* len) {
+  *addr = {};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(addr);
+  if (inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof *v4;
+    return true;
+  }
+  if (inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof *v6;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeout_ms) {
   std::vector<bool> reached(peers.size(), false);
+  // The attempts in flight: their sockets, which peer each is for, and
+  // when each gives up. Each peer has `timeout_ms` of its own from its
+  // connect, however long it waited for a slot.
   std::vector<pollfd> fds;
   std::vector<size_t> which;
-  for (size_t i = 0; i < peers.size(); ++i) {
-    sockaddr_storage addr{};
-    socklen_t len = 0;
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-    if (inet_pton(AF_INET, peers[i].address.c_str(), &v4->sin_addr) == 1) {
-      v4->sin_family = AF_INET;
-      v4->sin_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *v4;
-    } else if (inet_pton(AF_INET6, peers[i].address.c_str(), &v6->sin6_addr) == 1) {
-      v6->sin6_family = AF_INET6;
-      v6->sin6_port = htons(static_cast<uint16_t>(port));
-      len = sizeof *v6;
-    } else {
-      reached[i] = true;  // not an address we can judge: never accuse it
+  std::vector<int64_t> due;
+  size_t next = 0;
+  while (next < peers.size() || !fds.empty()) {
+    while (next < peers.size() && fds.size() < kProbeInFlight) {
+      sockaddr_storage addr;
+      socklen_t len = 0;
+      if (!ToSockaddr(peers[next].address, port, &addr, &len)) {
+        reached[next++] = true;  // not an address we can judge: never accuse it
+        continue;
+      }
+      const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        // Out of descriptors while attempts are in flight: wait for one to
+        // end. Otherwise it is our own trouble, not the peer's.
+        if ((errno == EMFILE || errno == ENFILE) && !fds.empty()) break;
+        reached[next++] = true;
+        continue;
+      }
+      const size_t i = next++;
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 || errno == ECONNREFUSED) {
+        reached[i] = true;
+        ::close(fd);
+      } else if (errno == EINPROGRESS) {
+        fds.push_back({fd, POLLOUT, 0});
+        which.push_back(i);
+        due.push_back(SteadyMs() + timeout_ms);
+      } else {
+        ::close(fd);  // no route: blackholed, unreachable, the network down
+      }
+    }
+    if (fds.empty()) continue;
+    const int64_t wait = *std::min_element(due.begin(), due.end()) - SteadyMs();
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
+    if (n < 0 && errno != EINTR) {
+      for (size_t k = 0; k < fds.size(); ++k) reached[which[k]] = true;  // cannot judge: never accuse
+      for (auto& p : fds) ::close(p.fd);
+      fds.clear();
+      which.clear();
+      due.clear();
       continue;
     }
-    const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      reached[i] = true;  // our own trouble, not the peer's
-      continue;
-    }
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 || errno == ECONNREFUSED) {
-      reached[i] = true;
-      ::close(fd);
-    } else if (errno == EINPROGRESS) {
-      fds.push_back({fd, POLLOUT, 0});
-      which.push_back(i);
-    } else {
-      ::close(fd);  // no route: blackholed, unreachable, the network down
-    }
-  }
-  const int64_t deadline = SteadyMs() + timeout_ms;
-  size_t open = fds.size();
-  while (open > 0) {
-    const int64_t left = deadline - SteadyMs();
-    if (left <= 0) break;
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(left));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    const int64_t now = SteadyMs();
+    size_t kept = 0;
     for (size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
-      int err = 0;
-      socklen_t el = sizeof err;
-      ::getsockopt(fds[k].fd, SOL_SOCKET, SO_ERROR, &err, &el);
-      reached[which[k]] = err == 0 || err == ECONNREFUSED;
-      ::close(fds[k].fd);
-      fds[k].fd = -1;  // poll ignores it from now on
-      --open;
+      if (n > 0 && fds[k].revents != 0) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        ::getsockopt(fds[k].fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        reached[which[k]] = err == 0 || err == ECONNREFUSED;
+        ::close(fds[k].fd);
+      } else if (now >= due[k]) {
+        ::close(fds[k].fd);  // silence: not reached
+      } else {
+        fds[kept] = {fds[k].fd, POLLOUT, 0};
+        which[kept] = which[k];
+        due[kept] = due[k];
+        ++kept;
+      }
     }
-  }
-  for (auto& p : fds) {
-    if (p.fd >= 0) ::close(p.fd);
+    fds.resize(kept);
+    which.resize(kept);
+    due.resize(kept);
   }
   return reached;
 }

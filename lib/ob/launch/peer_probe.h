@@ -1,7 +1,7 @@
 // Can this host reach its data-plane peers? (issue 10: a host↔host
 // partition, both hosts still reaching the master, hung every collective
 // for the group timeout.) An agent probes the hosts its StartWorkers names,
-// once every kProbeMs, all at once: a TCP connection attempt to a port
+// once every kProbeMs, kProbeInFlight at a time: a TCP connection attempt to a port
 // nobody listens on (kProbePort). A reply of any kind, the connection or
 // its refusal (RST), means the peer's kernel answered: reachable. No reply
 // within kProbeTimeoutMs, or a route that refuses (blackhole, unreachable,
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,7 +33,17 @@ struct Peer {
   std::string address;  // IPv4 or IPv6
 };
 
-// One round: for each peer, whether it answered within `timeout_ms`.
+// At most this many attempts are in flight at once, and fewer when the
+// process runs out of descriptors (an attempt then waits for one to end).
+// All at once, an agent of a 1,024-host job held 1,023 sockets each round,
+// and at a soft limit of 1,024 its own work (a worker's pipes, an accepted
+// connection) failed meanwhile. Peers that answer take a round-trip each,
+// so a round of 1,023 takes a few ms; a round where every peer is silent
+// takes ceil(peers / kProbeInFlight) x the timeout.
+inline constexpr size_t kProbeInFlight = 128;
+
+// One round: for each peer, whether it answered within `timeout_ms` of
+// its connection attempt.
 std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeout_ms);
 
 class PeerProbe {
