@@ -565,7 +565,7 @@ struct SilentListener {
   }
 };
 
-TEST_CASE("peer probes judge every peer when descriptors run short, and never hold more than kProbeInFlight") {
+TEST_CASE("peer probes judge every peer when descriptors run short, and never hold more than their window") {
   // Before: every attempt at once, and each socket(2) past the limit
   // counted as an answer ("our own trouble"): the silent peers past it
   // were never judged, and the process had no descriptor left meanwhile.
@@ -585,6 +585,7 @@ TEST_CASE("peer probes judge every peer when descriptors run short, and never ho
   rlimit low = was;
   low.rlim_cur = open_now() + 8;  // room for about 8 attempts at a time
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  CHECK(ProbeWindow() == low.rlim_cur / 4);
   const int64_t t0 = ob::SteadyMs();
   const std::vector<bool> r = ProbeOnce(silent, full.port, 150);
   const int64_t took = ob::SteadyMs() - t0;
@@ -592,13 +593,22 @@ TEST_CASE("peer probes judge every peer when descriptors run short, and never ho
   CHECK(r == std::vector<bool>(silent.size(), false));
   // Each attempt had its own 150 ms, however long it waited for a slot.
   CHECK(took >= 4 * 150);
-  // Beyond kProbeInFlight, attempts wait: a full window of silent peers
-  // and one more take two timeouts, not one.
+  // Beyond the window, attempts wait: a full window of silent peers and
+  // one more take two timeouts, not one.
+  low.rlim_cur = 4 * 100;
+  if (low.rlim_max < low.rlim_cur) {
+    WARN("the hard open-file limit is " << low.rlim_max << ": the window is not tested");
+    return;
+  }
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  REQUIRE(ProbeWindow() == 100);
   std::vector<Peer> many;
-  for (size_t i = 0; i <= kProbeInFlight; ++i) many.push_back({"m" + std::to_string(i), loopback(i)});
+  for (size_t i = 0; i <= 100; ++i) many.push_back({"m" + std::to_string(i), loopback(i)});
   const int64_t t1 = ob::SteadyMs();
   const std::vector<bool> m = ProbeOnce(many, full.port, 200);
   const int64_t took_many = ob::SteadyMs() - t1;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &was) == 0);
+  CHECK(ProbeWindow() == std::min<size_t>(kProbeInFlight, was.rlim_cur / 4));
   CHECK(m == std::vector<bool>(many.size(), false));
   CHECK(took_many >= 2 * 200);
   CHECK(took_many < 3 * 200 + 500);

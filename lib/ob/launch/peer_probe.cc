@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +41,12 @@ bool ToSockaddr(const std::string& address, int port, sockaddr_storage* addr, so
 
 }  // namespace
 
+size_t ProbeWindow() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return kProbeInFlight;
+  return std::clamp<size_t>(static_cast<size_t>(r.rlim_cur / 4), 1, kProbeInFlight);
+}
+
 std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeout_ms) {
   std::vector<bool> reached(peers.size(), false);
   // The attempts in flight: their sockets, which peer each is for, and
@@ -48,9 +55,10 @@ std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeou
   std::vector<pollfd> fds;
   std::vector<size_t> which;
   std::vector<int64_t> due;
+  const size_t window = ProbeWindow();
   size_t next = 0;
   while (next < peers.size() || !fds.empty()) {
-    while (next < peers.size() && fds.size() < kProbeInFlight) {
+    while (next < peers.size() && fds.size() < window) {
       sockaddr_storage addr;
       socklen_t len = 0;
       if (!ToSockaddr(peers[next].address, port, &addr, &len)) {

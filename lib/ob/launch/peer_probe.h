@@ -1,7 +1,7 @@
 // Can this host reach its data-plane peers? (issue 10: a host↔host
 // partition, both hosts still reaching the master, hung every collective
 // for the group timeout.) An agent probes the hosts its StartWorkers names,
-// once every kProbeMs, kProbeInFlight at a time: a TCP connection attempt to a port
+// once every kProbeMs, up to kProbeInFlight at a time: a TCP connection attempt to a port
 // nobody listens on (kProbePort). A reply of any kind, the connection or
 // its refusal (RST), means the peer's kernel answered: reachable. No reply
 // within kProbeTimeoutMs, or a route that refuses (blackhole, unreachable,
@@ -33,14 +33,17 @@ struct Peer {
   std::string address;  // IPv4 or IPv6
 };
 
-// At most this many attempts are in flight at once, and fewer when the
+// At most this many attempts are in flight at once, and at most a quarter
+// of the process's open-file limit (ProbeWindow); fewer still when the
 // process runs out of descriptors (an attempt then waits for one to end).
 // All at once, an agent of a 1,024-host job held 1,023 sockets each round,
 // and at a soft limit of 1,024 its own work (a worker's pipes, an accepted
 // connection) failed meanwhile. Peers that answer take a round-trip each,
 // so a round of 1,023 takes a few ms; a round where every peer is silent
-// takes ceil(peers / kProbeInFlight) x the timeout.
-inline constexpr size_t kProbeInFlight = 128;
+// takes ceil(peers / window) x the timeout: one timeout up to 1,024 peers
+// at the limit ob-launch raises itself to (fd_limit.h).
+inline constexpr size_t kProbeInFlight = 1024;
+size_t ProbeWindow();
 
 // One round: for each peer, whether it answered within `timeout_ms` of
 // its connection attempt.
