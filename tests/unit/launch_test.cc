@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "ob/clock.h"
 #include "ob/launch/channel.h"
@@ -507,35 +508,18 @@ TEST_CASE("control socket requests") {
   CHECK(json.find("\"state\":\"running\"") != std::string::npos);
 }
 
-TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a non-address is never accused") {
-  // A listener we accept nothing on, a port nobody listens on, the
-  // broadcast address (no route: refused at once) and reserved space
-  // nobody answers from.
-  int l = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(l >= 0);
+// A TCP listener on `addr` (host order) with `backlog`, and its port.
+std::pair<int, int> Listen(uint32_t addr, int backlog) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(l, 4) == 0);
+  a.sin_addr.s_addr = htonl(addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, backlog) == 0);
   socklen_t len = sizeof a;
-  REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  const int open_port = ntohs(a.sin_port);
-  std::vector<bool> r = ProbeOnce({{"self", "127.0.0.1"}}, open_port, 300);
-  CHECK(r == std::vector<bool>{true});
-  ::close(l);
-  r = ProbeOnce({{"closed", "127.0.0.1"}, {"no route", "255.255.255.255"}, {"silent", "240.0.0.1"},
-                 {"name", "not-an-ip"}},
-                open_port, 300);
-  // Reserved space is silent unless this machine's network answers for
-  // every address (a default route to a gateway that resets unknown
-  // destinations): then 240.0.0.1 is, truly, an answer, and proves nothing.
-  const bool gateway_answers = ProbeOnce({{"again", "240.0.0.1"}}, 9, 300).front();
-  if (gateway_answers) WARN("this network answers for 240.0.0.1: the silent case is not tested");
-  CHECK(r[0]);
-  CHECK(!r[1]);
-  CHECK(r[2] == gateway_answers);
-  CHECK(r[3]);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return {fd, ntohs(a.sin_port)};
 }
 
 // A peer that never answers, on any network: a listener on every address
@@ -546,16 +530,11 @@ struct SilentListener {
   int queued = -1;
   int port = 0;
   SilentListener() {
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    std::tie(listener, port) = Listen(INADDR_ANY, 0);
+    queued = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(listener, 0) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port = ntohs(a.sin_port);
-    queued = ::socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_port = htons(static_cast<uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(queued, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   }
@@ -564,6 +543,30 @@ struct SilentListener {
     ::close(listener);
   }
 };
+
+TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a non-address is never accused") {
+  // A listener we accept nothing on, a port nobody listens on, the
+  // broadcast address (no route: refused at once), reserved space nobody
+  // answers from, and a listener whose full queue drops the attempt.
+  const auto [l, open_port] = Listen(INADDR_LOOPBACK, 4);
+  std::vector<bool> r = ProbeOnce({{"self", "127.0.0.1"}}, open_port, 300);
+  CHECK(r == std::vector<bool>{true});
+  ::close(l);
+  r = ProbeOnce({{"closed", "127.0.0.1"}, {"no route", "255.255.255.255"}, {"silent", "240.0.0.1"},
+                 {"name", "not-an-ip"}},
+                open_port, 300);
+  // Reserved space is silent unless this machine's network answers for
+  // every address (a default route to a gateway that resets unknown
+  // destinations): then 240.0.0.1 is, truly, an answer, and proves nothing.
+  const bool gateway_answers = ProbeOnce({{"again", "240.0.0.1"}}, 9, 300).front();
+  if (gateway_answers) WARN("this network answers for 240.0.0.1: reserved space is not tested as silent");
+  CHECK(r[0]);
+  CHECK(!r[1]);
+  CHECK(r[2] == gateway_answers);
+  CHECK(r[3]);
+  SilentListener full;
+  CHECK(ProbeOnce({{"silent", "127.0.0.1"}}, full.port, 300) == std::vector<bool>{false});
+}
 
 TEST_CASE("peer probes judge every peer when descriptors run short, and never hold more than their window") {
   // Before: every attempt at once, and each socket(2) past the limit
