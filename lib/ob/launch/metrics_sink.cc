@@ -54,7 +54,7 @@ void MetricsSink::Publish(const pb::Metrics& record) {
     m.set_run(run_);
   }
   m.set_received_unix_ms(UnixMs());
-  if (out_) {
+  if (out_ && ToFile(m)) {
     Status st = out_->Write(m);
     if (!st.ok()) {
       lost_ = "--metrics lacks the records from step " + std::to_string(m.step()) + " on: " + st.message();
@@ -66,6 +66,26 @@ void MetricsSink::Publish(const pb::Metrics& record) {
     std::string bytes;
     io::AppendRecord(m, &bytes);
     watchers_->Broadcast(bytes);
+  }
+}
+
+bool MetricsSink::ToFile(const pb::Metrics& m) {
+  if (m.has_exit()) return true;  // the master's own record: never thinned
+  const int64_t now = SteadyMs();
+  Written& w = written_[{m.generation(), m.rank()}];
+  const bool plain_beat = m.heartbeat() && !m.has_hang() && !m.has_checkpoint();
+  if (plain_beat && w.at_ms > 0 && now - w.at_ms < kFileBeatMs && m.phase() == w.phase) return false;
+  w = {now, static_cast<int>(m.phase())};
+  return true;
+}
+
+void MetricsSink::NewGeneration() {
+  last_.clear();
+  // The generations before the last: their late beats are written, and
+  // the map stays the size of a generation or two.
+  if (!written_.empty()) {
+    const uint64_t newest = written_.rbegin()->first.first;
+    written_.erase(written_.begin(), written_.lower_bound({newest, 0}));
   }
 }
 

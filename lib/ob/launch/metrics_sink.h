@@ -37,7 +37,14 @@ class MetricsSink {
   // worker's heartbeat) and the time it is published
   // (Metrics.received_unix_ms). A write that fails ends --metrics, once,
   // with a log line; training goes on (lost() says so again at the end).
+  // Watchers get every heartbeat; --metrics a rank's plain heartbeat (no
+  // hang, no checkpoint) only when that rank has had no record there for
+  // kFileBeatMs, or its phase changed: two beats a second a worker were
+  // most of a long run's file (7 GB a day at 1,024 workers), and a rank
+  // still has a record there at least every kFileBeatMs (plus one beat's
+  // period), a third of ob-watch's default hang timeout.
   void Publish(const pb::Metrics& m);
+  static constexpr int64_t kFileBeatMs = 1000;
   // "" while every record reached --metrics; else which did not, and why.
   const std::string& lost() const { return lost_; }
   // A worker's exit, as a record of its own (host, rank, generation, its
@@ -50,7 +57,7 @@ class MetricsSink {
             const std::string& line);
   // A completed step of the current generation (not a heartbeat).
   void Step(const pb::Metrics& m);
-  void NewGeneration() { last_.clear(); }
+  void NewGeneration();
   uint64_t last_step() const { return last_step_; }
   // Whether any rank completed a step in this run.
   bool stepped() const { return stepped_; }
@@ -86,6 +93,14 @@ class MetricsSink {
   int fd_ = -1;
   std::unique_ptr<io::RecordWriter> out_;
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
+  // Each rank's newest record in --metrics: when (steady ms) and its phase,
+  // by generation and rank (an older generation's beats may come late).
+  struct Written {
+    int64_t at_ms = 0;
+    int phase = 0;
+  };
+  std::map<std::pair<uint64_t, uint32_t>, Written> written_;
+  bool ToFile(const pb::Metrics& m);  // whether --metrics gets it (Publish's rule)
   uint64_t last_step_ = 0;
   int64_t total_steps_ = 0;
   std::string Compared(double predicted, const std::string& priced_for) const;  // Summary's comparison with the plan
