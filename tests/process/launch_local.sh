@@ -55,6 +55,33 @@ else
   echo "launch_local: the hard open-file limit is $hard: nothing to raise, not tested"
 fi
 
+# --probe-port reaches the agents: with a port where nothing answers (a
+# listener whose full queue drops each attempt), every agent reports every
+# other host unreachable, which the master takes for its own firewall, not
+# a partition ("nobody excluded"). With the default port 9 on loopback
+# (refused: an answer), no partition line at all. (--standby off: a
+# stand-in, not a worker, would miss the 3 s a standby has to answer.)
+python3 - "$WORK/silent-port" <<'PY' &
+import socket, sys, time
+l = socket.socket(); l.bind(("0.0.0.0", 0)); l.listen(0)
+q = socket.socket(); q.connect(("127.0.0.1", l.getsockname()[1]))
+open(sys.argv[1], "w").write(str(l.getsockname()[1]))
+time.sleep(30)
+PY
+silent_pid=$!
+wait_for 5 test -s "$WORK/silent-port" || fail "no silent listener"
+OB_TEST_WORKER_CMD="exec sleep 9" timeout 30 "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" \
+  --run-dir "$WORK/run-probe" --standby off --probe-port "$(cat "$WORK/silent-port")" "$WORK/plan.pb" "$WORK/hosts.txt" \
+  2> "$WORK/err-probe"
+rc=$?
+kill "$silent_pid" 2> /dev/null
+[ "$rc" = 0 ] || fail "--probe-port run: exit $rc: $(tail -3 "$WORK/err-probe")"
+grep -q " partition cut .*nobody excluded" "$WORK/run-probe/events.log" \
+  || fail "the agents did not probe the port given: $(grep -c partition "$WORK/run-probe/events.log") partition lines"
+[ "$(grep -c ' start-workers ' "$WORK/run-probe/events.log")" = 1 ] \
+  || fail "probes that every host fails excluded a host: $(grep -m1 ' partition cut' "$WORK/run-probe/events.log" | cut -d' ' -f3- | cut -c1-200)"
+! grep -q " partition " "$WORK/run1/events.log" || fail "a partition line with the default port"
+
 # 2. Workers that write Metrics records (step 5, loss 2.5, 1000 tokens/s,
 #    and a host "forged" and generation 99 that are not theirs, encoded by
 #    hand): relayed to --metrics with host, rank and generation the agent's,

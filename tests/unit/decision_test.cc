@@ -304,3 +304,39 @@ TEST_CASE("a host-to-host partition: exclude the side that cannot reach the majo
 
 }  // namespace
 }  // namespace ob::launch
+
+TEST_CASE("cut reports: a host that reaches some peers is judged at once, one that reaches none once reports settle") {
+  using ob::launch::CutReports;
+  using ob::launch::kCutSettleMs;
+  using Cuts = std::set<std::pair<int, int>>;
+  // Four hosts behind a firewall that drops the probes: host 3 confirms
+  // first, the others a round later, each reporting every peer. Judged at
+  // once, host 3 alone looked cut off and was excluded, then the next.
+  ob::launch::CutSettle s;
+  const Cuts first{{0, 3}, {1, 3}, {2, 3}};
+  Cuts all;
+  for (int a = 0; a < 4; ++a)
+    for (int b = a + 1; b < 4; ++b) all.insert({a, b});
+  CHECK(!s.Update(CutReports{}, 0));
+  CHECK(!s.Update(CutReports{{}, first}, 1000));
+  CHECK(!s.Update(CutReports{{}, first}, 1000 + kCutSettleMs - 1));
+  CHECK(!s.Update(CutReports{{}, all}, 2500));  // changed: the wait starts again
+  CHECK(!s.Update(CutReports{{}, all}, 2500 + kCutSettleMs - 1));
+  const auto settled = s.Update(CutReports{{}, all}, 2500 + kCutSettleMs);
+  REQUIRE(settled);
+  CHECK(*settled == all);
+  CHECK(ob::launch::PartitionExclusions({0, 1, 2, 3}, *settled).exclude.empty());
+  // A partition (hosts 1 and 2 lose each other, both reach the rest):
+  // judged at the first report, as before.
+  ob::launch::CutSettle t;
+  CHECK(t.Update(CutReports{{{1, 2}}, {}}, 0) == Cuts{{1, 2}});
+  CHECK(!t.Update(CutReports{}, 100));  // healed
+  // Host 3 cut off from everyone: its own report is whole, the others'
+  // partial, and those are judged at once.
+  ob::launch::CutSettle u;
+  CHECK(!u.Update(CutReports{{}, first}, 0));
+  const auto now = u.Update(CutReports{{{0, 3}, {1, 3}}, first}, 300);
+  REQUIRE(now);
+  CHECK(*now == Cuts{{0, 3}, {1, 3}});
+  CHECK(ob::launch::PartitionExclusions({0, 1, 2, 3}, *now).exclude == std::vector<int>{3});
+}

@@ -569,6 +569,32 @@ TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a 
   CHECK(ProbeOnce({{"silent", "127.0.0.1"}}, full.port, 300) == std::vector<bool>{false});
 }
 
+TEST_CASE("the --probe-port flag: a port or off, and the probes try that port") {
+  CHECK(*ParseProbePort("9") == 9);
+  CHECK(*ParseProbePort("65535") == 65535);
+  CHECK(*ParseProbePort("off") == 0);
+  for (const char* bad : {"", "0", "65536", "-1", "+9", " 9", "9x", "99999999999999999999", "on"}) {
+    const ob::Result<int> r = ParseProbePort(bad);
+    REQUIRE(!r.ok());
+    CHECK(r.status().code() == ob::Code::kUsage);
+    CHECK(r.status().message() == std::string("--probe-port ") + bad + ": expected a port (1-65535) or 'off'");
+  }
+  // The same peer through a silent port and through a closed one: only
+  // the first is reported, after kConfirmRounds rounds.
+  SilentListener full;
+  const auto [l, closed] = Listen(INADDR_LOOPBACK, 1);
+  ::close(l);
+  PeerProbe silent(full.port), refused(closed);
+  silent.SetPeers({{"self", "127.0.0.1"}});
+  refused.SetPeers({{"self", "127.0.0.1"}});
+  const int64_t end = ob::SteadyMs() + (kConfirmRounds + 2) * (kProbeMs + kProbeTimeoutMs);
+  while (silent.Unreachable().empty() && ob::SteadyMs() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(silent.Unreachable() == std::vector<std::string>{"self"});
+  CHECK(refused.Unreachable().empty());
+}
+
 TEST_CASE("peer probes judge every peer when descriptors run short, and never hold more than their window") {
   // Before: every attempt at once, and each socket(2) past the limit
   // counted as an answer ("our own trouble"): the silent peers past it

@@ -28,6 +28,7 @@
 #include "ob/launch/inject.h"
 #include "ob/launch/master.h"
 #include "ob/launch/master_setup.h"
+#include "ob/launch/peer_probe.h"
 #include "ob/launch/run_checks.h"
 #include "ob/log.h"
 #include "options.h"
@@ -221,6 +222,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     ob::log::Init("agent", -1, o.host);
     RaiseOpenFileLimit();  // for its probes, and the workers' groups (they inherit it)
     o.master_timeout_s = g.master.master_timeout_s;
+    OB_ASSIGN_OR_RETURN(o.probe_port, ob::launch::ParseProbePort(g.probe_port));
     o.standby_exe = WorkerExe(LaunchPath());
     OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
     if (g.standby == "off") {
@@ -266,6 +268,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.agent_flags.push_back("--device");
     o.agent_flags.push_back(g.worker.device);
     o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
+    OB_RETURN_IF_ERROR(ob::launch::ParseProbePort(g.probe_port).status());
+    o.agent_flags.insert(o.agent_flags.end(), {"--probe-port", g.probe_port});
   }
   // Refuse a plan whose model cannot take the data before any host is touched.
   OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,

@@ -115,6 +115,10 @@ void Setup(CLI::App& app) {
   app.add_option("--master-timeout", g.master.master_timeout_s,
                  "Agents kill their workers after a silent master (default 3 s)")
       ->option_text("SECONDS")->check(ob::cli::Seconds());
+  app.add_option("--probe-port", g.probe_port,
+                 "The port the agents' partition probes try on the other hosts (any answer, a refusal "
+                 "included, means reachable), or 'off' (default 9)")
+      ->option_text("PORT");
   app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
       ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--hang-timeout", g.master.hang_timeout_s,

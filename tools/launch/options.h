@@ -26,6 +26,7 @@ struct Options {
   std::string agent_exe;  // ob-launch's path on the hosts (default: this one's)
   std::vector<std::string> log_flags;  // -v or -q, passed on to agents and workers
   std::string standby = "on";  // --standby: each agent keeps a standby worker per slot
+  std::string probe_port = "9";  // --probe-port (peer_probe.h ParseProbePort)
   // Hidden: the roles ob-launch starts itself (--agent) and those of
   // ob-launch-worker (--worker, --probe).
   bool as_agent = false, as_worker = false, probe = false;

@@ -416,7 +416,7 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
   }
   std::vector<Peer> peers;
   for (const auto& p : sw.peers()) peers.push_back({p.host(), p.address()});
-  if (!peers.empty() && !probe_) probe_ = std::make_unique<PeerProbe>();
+  if (!peers.empty() && !probe_ && opt_.probe_port > 0) probe_ = std::make_unique<PeerProbe>(opt_.probe_port);
   if (probe_) probe_->SetPeers(std::move(peers));
   OB_LOG(Info) << "starting " << sw.workers_size() << " worker(s), generation " << sw.generation();
   pending_.assign(sw.workers().begin(), sw.workers().end());

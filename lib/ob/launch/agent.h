@@ -98,6 +98,7 @@ struct AgentOptions {
   std::string master;            // HOST:PORT of the master's control server
   std::string host;              // the name the master started us for
   double master_timeout_s = 3.0; // silence after which the master counts as lost
+  int probe_port = 9;            // the peer probes' port (peer_probe.h); 0: no probes
   int connect_timeout_ms = 10000;
   int secret_fd = 0;             // secret: its first line; its end of file means "stop"
   // Keep one standby worker per worker slot: `standby_exe --standby-worker`

@@ -123,19 +123,23 @@ std::vector<pb::PeerHost> AgentPool::Peers() const {
   return out;
 }
 
-std::set<std::pair<int, int>> AgentPool::Cuts() const {
-  std::set<std::pair<int, int>> cuts;
+CutReports AgentPool::Cuts() const {
+  CutReports out;
   for (const auto& a : agents_) {
     if (!a->connected()) continue;
-    for (const std::string& h : a->unreachable) {
-      for (const auto& b : agents_) {
-        if (b->host.name == h && b->connected() && b->node != a->node) {
-          cuts.insert({std::min(a->node, b->node), std::max(a->node, b->node)});
-        }
+    std::set<std::pair<int, int>> mine;
+    size_t peers = 0;  // what it probes: the other hosts of the generation (Peers)
+    for (const auto& b : agents_) {
+      if (b->node == a->node || !b->connected()) continue;
+      if (b->conn && !b->ranks.empty()) ++peers;
+      for (const std::string& h : a->unreachable) {
+        if (b->host.name == h) mine.insert({std::min(a->node, b->node), std::max(a->node, b->node)});
       }
     }
+    auto& into = peers > 0 && mine.size() >= peers ? out.whole : out.partial;
+    into.insert(mine.begin(), mine.end());
   }
-  return cuts;
+  return out;
 }
 
 std::vector<AgentPool::Loss> AgentPool::Judge(int64_t now) {

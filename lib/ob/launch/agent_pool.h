@@ -27,6 +27,7 @@
 #include "ob/cluster/rsh.h"
 #include "ob/control.pb.h"
 #include "ob/launch/channel.h"
+#include "ob/launch/decision.h"
 #include "ob/launch/event_log.h"
 #include "ob/status.h"
 
@@ -94,7 +95,7 @@ class AgentPool {
   std::vector<pb::PeerHost> Peers() const;
   // Pairs (a < b) of connected nodes one of which reports the other
   // unreachable (peer_probe.h).
-  std::set<std::pair<int, int>> Cuts() const;
+  CutReports Cuts() const;
   // Agents whose silence is judged a loss now (above): each with the line
   // that says so and the silence in ms.
   struct Loss {

@@ -181,6 +181,19 @@ PartitionVerdict PartitionExclusions(const std::vector<int>& live, const std::se
   }
 }
 
+std::optional<std::set<std::pair<int, int>>> CutSettle::Update(const CutReports& reports, int64_t now_ms) {
+  std::set<std::pair<int, int>> all = reports.partial;
+  all.insert(reports.whole.begin(), reports.whole.end());
+  if (all != seen_) {
+    seen_ = all;
+    since_ms_ = now_ms;
+  }
+  if (all.empty()) return std::nullopt;
+  if (reports.whole.empty() || now_ms - since_ms_ >= kCutSettleMs) return all;
+  if (!reports.partial.empty()) return reports.partial;
+  return std::nullopt;
+}
+
 Result<plan::Instantiation> InstantiateOn(const plan::LoadedPlan& plan, const std::vector<int>& live) {
   plan::Problem p = plan.problem;
   p.cluster.nodes = static_cast<int>(live.size());

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <utility>
 #include <string>
@@ -103,6 +104,34 @@ struct PartitionVerdict {
   std::string why;  // one line: who cannot reach whom, and the choice
 };
 PartitionVerdict PartitionExclusions(const std::vector<int>& live, const std::set<std::pair<int, int>>& cut);
+
+// The cuts agents report (AgentPool::Cuts), by what their reporter saw:
+// `whole`, from a host that reports every peer of its generation
+// unreachable; `partial`, from one that still reaches some.
+struct CutReports {
+  std::set<std::pair<int, int>> partial;
+  std::set<std::pair<int, int>> whole;
+};
+
+// Which reported cuts to judge now. A host that reaches some of its peers
+// and not others is evidence at once (a partition; the far side reports it
+// too, a round later at most). A host that reaches none is either cut off,
+// and then the others report it as well (partial reports, judged at once),
+// or behind a firewall that drops the probes everywhere, and then every
+// host will report every other. The agents confirm on probe rounds of their
+// own, so the first such reports named one host alone: judged at once, it
+// was excluded, then the next, until the job stopped. Whole reports are
+// judged once every report has stayed the same for kCutSettleMs (a probe
+// round with its timeout, and two agent heartbeats).
+inline constexpr int64_t kCutSettleMs = 2200;
+class CutSettle {
+ public:
+  std::optional<std::set<std::pair<int, int>>> Update(const CutReports& reports, int64_t now_ms);
+
+ private:
+  std::set<std::pair<int, int>> seen_;
+  int64_t since_ms_ = 0;
+};
 
 // The templates instantiated afresh on `live` nodes (for a restart from a
 // checkpoint): with the plan's fault tolerance if they allow it, else as

@@ -656,11 +656,11 @@ void Master::Progress() {
 // cannot reach the majority is excluded (decision.h), for good (its agent
 // would rejoin into the same partition).
 void Master::CheckPartition() {
-  const std::set<std::pair<int, int>> cuts = agents_.Cuts();
-  if (cuts.empty()) {
-    partition_said_.clear();
-    return;
-  }
+  const CutReports reported = agents_.Cuts();
+  if (reported.partial.empty() && reported.whole.empty()) partition_said_.clear();
+  const std::optional<std::set<std::pair<int, int>>> settled = cut_settle_.Update(reported, Now());
+  if (!settled) return;
+  const std::set<std::pair<int, int>>& cuts = *settled;
   const PartitionVerdict v = PartitionExclusions(agents_.Live(), cuts);
   std::string pairs;
   for (const auto& [x, y] : cuts) {

@@ -206,6 +206,7 @@ class Master {
   uint64_t generation_ = 0;
   std::set<std::string> lost_hosts_;        // hosts lost and not back
   std::string partition_said_;              // the inconclusive partition last logged
+  CutSettle cut_settle_;                    // cuts are judged once their reports settle
 };
 
 }  // namespace ob::launch::detail

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 
@@ -121,7 +123,18 @@ std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeou
   return reached;
 }
 
-PeerProbe::PeerProbe() : thread_([this] { Loop(); }) {}
+Result<int> ParseProbePort(const std::string& text) {
+  if (text == "off") return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < 1 || v > 65535 || !std::isdigit(static_cast<unsigned char>(text[0]))) {
+    return Status::Usage("--probe-port " + text + ": expected a port (1-65535) or 'off'");
+  }
+  return static_cast<int>(v);
+}
+
+PeerProbe::PeerProbe(int port) : port_(port), thread_([this] { Loop(); }) {}
 
 PeerProbe::~PeerProbe() {
   {
@@ -152,7 +165,7 @@ void PeerProbe::Loop() {
   while (!cv_.wait_for(lock, std::chrono::milliseconds(kProbeMs), [this] { return stop_; })) {
     const std::vector<Peer> peers = peers_;
     lock.unlock();
-    const std::vector<bool> reached = ProbeOnce(peers, kProbePort, kProbeTimeoutMs);
+    const std::vector<bool> reached = ProbeOnce(peers, port_, kProbeTimeoutMs);
     lock.lock();
     if (peers.size() != peers_.size()) continue;  // SetPeers meanwhile: this round is stale
     for (size_t i = 0; i < peers.size(); ++i) {

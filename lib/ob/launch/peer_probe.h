@@ -21,12 +21,20 @@
 #include <thread>
 #include <vector>
 
+#include "ob/status.h"
+
 namespace ob::launch {
 
 inline constexpr int kProbeMs = 1000;
 inline constexpr int kProbeTimeoutMs = 800;
 inline constexpr int kConfirmRounds = 2;
 inline constexpr int kProbePort = 9;  // discard: closed on any ordinary host
+
+// ob-launch --probe-port: a port (1-65535), or "off" (0: no probes). A
+// firewall that drops or rejects kProbePort toward some hosts only would
+// make them look cut off; such a cluster names a port its firewalls let
+// through, or turns the probes off. kUsage naming the flag otherwise.
+Result<int> ParseProbePort(const std::string& text);
 
 struct Peer {
   std::string host;
@@ -51,7 +59,7 @@ std::vector<bool> ProbeOnce(const std::vector<Peer>& peers, int port, int timeou
 
 class PeerProbe {
  public:
-  PeerProbe();
+  explicit PeerProbe(int port = kProbePort);  // REQUIRES: 1 <= port <= 65535
   ~PeerProbe();
   PeerProbe(const PeerProbe&) = delete;
   PeerProbe& operator=(const PeerProbe&) = delete;
@@ -62,6 +70,7 @@ class PeerProbe {
  private:
   void Loop();
 
+  const int port_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
