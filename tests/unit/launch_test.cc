@@ -547,24 +547,19 @@ struct SilentListener {
 
 TEST_CASE("peer probes: a refusal is an answer, silence and no route are not, a non-address is never accused") {
   // A listener we accept nothing on, a port nobody listens on, the
-  // broadcast address (no route: refused at once), reserved space nobody
-  // answers from, and a listener whose full queue drops the attempt.
+  // broadcast address (no route: refused at once), and a listener whose
+  // full queue drops the attempt: silence on any network. (Reserved space,
+  // 240.0.0.1, is no test of silence: a network whose gateway resets
+  // unknown destinations answers for it some times and not others, seen
+  // in a CI run: silent, then answered 300 ms later.)
   const auto [l, open_port] = Listen(INADDR_LOOPBACK, 4);
   std::vector<bool> r = ProbeOnce({{"self", "127.0.0.1"}}, open_port, 300);
   CHECK(r == std::vector<bool>{true});
   ::close(l);
-  r = ProbeOnce({{"closed", "127.0.0.1"}, {"no route", "255.255.255.255"}, {"silent", "240.0.0.1"},
-                 {"name", "not-an-ip"}},
-                open_port, 300);
-  // Reserved space is silent unless this machine's network answers for
-  // every address (a default route to a gateway that resets unknown
-  // destinations): then 240.0.0.1 is, truly, an answer, and proves nothing.
-  const bool gateway_answers = ProbeOnce({{"again", "240.0.0.1"}}, 9, 300).front();
-  if (gateway_answers) WARN("this network answers for 240.0.0.1: reserved space is not tested as silent");
+  r = ProbeOnce({{"closed", "127.0.0.1"}, {"no route", "255.255.255.255"}, {"name", "not-an-ip"}}, open_port, 300);
   CHECK(r[0]);
   CHECK(!r[1]);
-  CHECK(r[2] == gateway_answers);
-  CHECK(r[3]);
+  CHECK(r[2]);
   SilentListener full;
   CHECK(ProbeOnce({{"silent", "127.0.0.1"}}, full.port, 300) == std::vector<bool>{false});
 }
