@@ -27,7 +27,10 @@ expect 64 'bind' -- run --bind 1.2.3.4:99999 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 "--bind: 'not-an-ip' is not an IP address" -- run --bind not-an-ip "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 "--bind: '999.1.1.1' is not an IP address" -- run --bind 999.1.1.1 "$WORK/plan.pb" "$WORK/hosts.txt"
 expect 64 "--standby: maybe not in .on,exec,off." -- run --standby maybe "$WORK/plan.pb" "$WORK/hosts.txt"
-expect 64 "--probe-port 70000: expected a port .1-65535. or 'off'" -- run --probe-port 70000 "$WORK/plan.pb" "$WORK/hosts.txt"
+# Flags are judged before any file is read: a missing plan does not hide them.
+for v in 70000 0 -1 9x ''; do
+  expect 64 "--probe-port: '$v' is not a port .1-65535. or 'off'" -- run --probe-port "$v" "$WORK/nothere.pb" "$WORK/hosts.txt"
+done
 # TEST-NET-1: never an address of this machine.
 expect 78 '--bind 192.0.2.1: not an address of this machine' -- run --bind 192.0.2.1 "$WORK/plan.pb" "$WORK/hosts.txt"
 # Permanent mistakes in the training flags: at once, before any host starts.

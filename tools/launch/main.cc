@@ -268,7 +268,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.agent_flags.push_back("--device");
     o.agent_flags.push_back(g.worker.device);
     o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
-    OB_RETURN_IF_ERROR(ob::launch::ParseProbePort(g.probe_port).status());
     o.agent_flags.insert(o.agent_flags.end(), {"--probe-port", g.probe_port});
   }
   // Refuse a plan whose model cannot take the data before any host is touched.

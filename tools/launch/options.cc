@@ -8,6 +8,7 @@
 
 #include "ob/build_info.h"
 #include "ob/io/file.h"
+#include "ob/launch/peer_probe.h"
 
 namespace ob::launch_tool {
 
@@ -118,7 +119,13 @@ void Setup(CLI::App& app) {
   app.add_option("--probe-port", g.probe_port,
                  "The port the agents' partition probes try on the other hosts (any answer, a refusal "
                  "included, means reachable), or 'off' (default 9)")
-      ->option_text("PORT");
+      ->option_text("PORT")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return ob::launch::ParseProbePort(v).ok() ? std::string()
+                                                       : "'" + v + "' is not a port (1-65535) or 'off'";
+          },
+          "PORT|off"));
   app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")
       ->option_text("SECONDS")->check(ob::cli::Seconds());
   app.add_option("--hang-timeout", g.master.hang_timeout_s,
