@@ -572,7 +572,7 @@ TEST_CASE("the --probe-port flag: a port or off, and the probes try that port") 
     const ob::Result<int> r = ParseProbePort(bad);
     REQUIRE(!r.ok());
     CHECK(r.status().code() == ob::Code::kUsage);
-    CHECK(r.status().message() == std::string("--probe-port ") + bad + ": expected a port (1-65535) or 'off'");
+    CHECK(r.status().message() == "'" + std::string(bad) + "' is not a port (1-65535) or 'off'");
   }
   // The same peer through a silent port and through a closed one: only
   // the first is reported, after kConfirmRounds rounds.

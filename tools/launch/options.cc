@@ -122,8 +122,8 @@ void Setup(CLI::App& app) {
       ->option_text("PORT")
       ->check(CLI::Validator(
           [](std::string& v) {
-            return ob::launch::ParseProbePort(v).ok() ? std::string()
-                                                       : "'" + v + "' is not a port (1-65535) or 'off'";
+            const Result<int> port = ob::launch::ParseProbePort(v);
+            return port.ok() ? std::string() : port.status().message();
           },
           "PORT|off"));
   app.add_option("--start-timeout", g.master.start_timeout_s, "Time for every agent to connect (default 30 s)")

@@ -129,7 +129,7 @@ Result<int> ParseProbePort(const std::string& text) {
   errno = 0;
   const long v = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno != 0 || v < 1 || v > 65535 || !std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return Status::Usage("--probe-port " + text + ": expected a port (1-65535) or 'off'");
+    return Status::Usage("'" + text + "' is not a port (1-65535) or 'off'");
   }
   return static_cast<int>(v);
 }

@@ -33,7 +33,8 @@ inline constexpr int kProbePort = 9;  // discard: closed on any ordinary host
 // ob-launch --probe-port: a port (1-65535), or "off" (0: no probes). A
 // firewall that drops or rejects kProbePort toward some hosts only would
 // make them look cut off; such a cluster names a port its firewalls let
-// through, or turns the probes off. kUsage naming the flag otherwise.
+// through, or turns the probes off. kUsage otherwise, with the text that
+// CLI11 puts after the flag's name: "'X' is not a port (1-65535) or 'off'".
 Result<int> ParseProbePort(const std::string& text);
 
 struct Peer {
