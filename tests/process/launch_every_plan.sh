@@ -6,7 +6,9 @@
 # every rank's metrics (once per distinct layout: ranks, templates used). Not hand-written plans: the ones the planner
 # chooses, so a planner choice the runtime cannot run fails here. Nothing
 # fails in these runs: --standby off (no standby process is seen once a
-# step is done; with standbys, each run would start twice the processes).
+# step is done; with standbys, each run would start twice the processes),
+# and every worker is forked from its host's seed, which the agents say:
+# a host loads LibTorch once, whatever its slots.
 NAME=launch_every_plan
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
@@ -53,14 +55,22 @@ PY
       case " $layouts " in *":$ranks:$layout:$stages "*) skipped+=" $run"; continue ;; esac
       RUN_PLAN="$WORK/p-$run.pb" RUN_HOSTS="$WORK/$run.hosts" run_start "$run" "$STEPS" --standby off
       wait_step "$run" 1 || fail "$run: no step: $(tail -3 "$WORK/$run.err")"
+      # A worker forked from its host's seed shows the command line of a
+      # standby; one that trains has named itself ob-worker-RANK.
       for p in $(pgrep -f -- "--standby-worker"); do
-        ! grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" || fail "$run: a standby worker with --standby off: pid $p"
+        grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" && [[ "$(cat "/proc/$p/comm" 2>/dev/null)" != ob-worker-* ]] \
+          && fail "$run: a standby worker with --standby off: pid $p"
       done
       run_wait
       [ "$RC" = 0 ] || fail "$run ($layout, stages $stages): exit $RC: $(tail -3 "$WORK/$run.err")"
       python3 "$METRICS_PY" check "$WORK/$run.pb" "$STEPS" "$ranks" > /dev/null \
         || fail "$run ($layout): metrics of $ranks ranks for $STEPS steps"
       wait_for 3 no_tagged || fail "$run: processes left behind: $(tagged)"
+      # One load a host, and every worker forked from it.
+      [ "$(grep -c "standby seed loaded in [0-9]* ms" "$WORK/$run.err")" = "$n" ] \
+        || fail "$run: not one seed a host: $(grep -c "standby seed loaded" "$WORK/$run.err") of $n"
+      [ "$(grep -c "worker rank [0-9]* started, pid [0-9]*, forked from the seed" "$WORK/$run.err")" = "$ranks" ] \
+        || fail "$run: not every worker forked from a seed: $(grep -m3 "worker rank [0-9]* started" "$WORK/$run.err")"
       rm -rf "${WORK:?}/$run"
       layouts+=" $run:$ranks:$layout:$stages"
     done

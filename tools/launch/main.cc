@@ -226,8 +226,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.standby_exe = WorkerExe(LaunchPath());
     OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
     if (g.standby == "off") {
-      o.standby_exe.clear();
-      OB_LOG(Info) << "no standby workers (--standby off): each worker loads LibTorch when it starts";
+      o.spare_standbys = false;
+      OB_LOG(Info) << "no standby workers (--standby off): the workers fork from one process that loads "
+                      "LibTorch once";
     } else if (g.standby == "exec") {
       o.standby_seed = false;
       OB_LOG(Info) << "no standby seed (--standby exec): each standby loads LibTorch itself";

@@ -92,7 +92,8 @@ void Setup(CLI::App& app) {
   app.add_option("--standby", g.standby,
                  "on (the default): each agent keeps a standby worker per slot, LibTorch loaded (and a CUDA "
                  "context made), for fast restarts, forked from one process per agent that loads LibTorch once; "
-                 "exec: the same standbys, each loading LibTorch itself; off: none")
+                 "exec: the same standbys, each loading LibTorch itself; off: none (the workers still fork from that "
+                 "process)")
       ->option_text("on|exec|off")
       ->check(CLI::IsMember({"on", "exec", "off"}));
   app.add_option("--precision", g.worker.precision,

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -90,6 +92,7 @@ struct Standby {
   cluster::ChildProcess proc;
   uint64_t store_client = 0;
   int64_t spawned_ms = 0;     // on the loop's clock
+  bool forked = false;        // from the seed, not by exec
 };
 
 class Agent {
@@ -148,12 +151,18 @@ class Agent {
   // workers share the host's cores, leaving out those the user set.
   std::map<std::string, std::string> ThreadEnv(int sharing) const;
   std::vector<std::string> WorkerEnv(const pb::WorkerSpec* spec, uint32_t slot);
-  // Forks `argv` with the slot's snapshot arena and a new store endpoint;
-  // sets *store_client to the endpoint's id.
+  // Forks `argv` with the slot's snapshot arena and a new store endpoint
+  // (a standby, without `spec`, from the seed when it is ready); sets
+  // *store_client to the endpoint's id, and *forked (if given) to whether
+  // the seed forked it.
   Result<cluster::ChildProcess> Spawn(const std::vector<std::string>& argv,
                                       const pb::WorkerSpec* spec, uint32_t slot,
-                                      uint64_t* store_client);
+                                      uint64_t* store_client, bool* forked = nullptr);
   void SpawnStandby(uint32_t slot);
+  // Whether `spec`'s worker starts as a standby (a waiting one, or one
+  // forked from the seed for it): always with spare standbys; without
+  // (AgentOptions::spare_standbys), when it runs the worker program.
+  bool StartsAsStandby(const pb::WorkerSpec& spec) const;
   // The standby seed (standby_seed.h): started with the first standby;
   // OnSeedOutput sees it loaded (or dead); SeedFailed gives it up for
   // good, and standbys start by exec from then on. SeedSettled starts
@@ -332,7 +341,11 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
                << conn_->peer();
   rejoin_until_ms_ = -1;
   master_suspect_ = false;
-  SpawnStandby(0);  // loading while the master waits for the other agents
+  if (opt_.spare_standbys) {
+    SpawnStandby(0);  // loading while the master waits for the other agents
+  } else if (seed_state_ == Seed::kNone) {
+    StartSeed();  // the same, for the workers to fork from
+  }
   conn_->SetHandlers([this](Connection&, pb::Control& m) { OnMessage(m); },
                      [this](Connection&, const std::string& reason) { Detach(reason); });
   uv_timer_start(&heartbeat_, [](uv_timer_t* t) {
@@ -523,7 +536,7 @@ void Agent::StartPending() {
       still.push_back(std::move(spec));
       continue;
     }
-    if (seed_state_ == Seed::kLoading && standby_.count(spec.local_rank()) == 0) {
+    if (seed_state_ == Seed::kLoading && standby_.count(spec.local_rank()) == 0 && StartsAsStandby(spec)) {
       still.push_back(std::move(spec));  // the seed's fork is nearer than a load of its own
       continue;
     }
@@ -536,7 +549,20 @@ void Agent::StartPending() {
     started.push_back(spec.local_rank());
   }
   pending_ = std::move(still);
-  for (uint32_t slot : started) SpawnStandby(slot);
+  if (opt_.spare_standbys) {
+    for (uint32_t slot : started) SpawnStandby(slot);
+  }
+}
+
+bool Agent::StartsAsStandby(const pb::WorkerSpec& spec) const {
+  if (opt_.spare_standbys) return true;  // whatever it runs, a standby takes it
+  if (opt_.standby_exe.empty() || spec.argv_size() == 0) return false;
+  // The standby runs a spec of this program in its own process, and execs
+  // any other (a test's stand-in, which would then have a standby's 3 s to
+  // answer: kRoleAckMs).
+  char a[PATH_MAX], b[PATH_MAX];
+  return ::realpath(spec.argv(0).c_str(), a) != nullptr && ::realpath(opt_.standby_exe.c_str(), b) != nullptr &&
+         std::strcmp(a, b) == 0;
 }
 
 // The environment of a worker in `slot`: ours without the secret, the
@@ -586,7 +612,7 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
 
 Result<cluster::ChildProcess> Agent::Spawn(const std::vector<std::string>& argv,
                                            const pb::WorkerSpec* spec, uint32_t slot,
-                                           uint64_t* store_client) {
+                                           uint64_t* store_client, bool* forked) {
   OB_ASSIGN_OR_RETURN(StoreRelay::Endpoint ep, relay_->Open());
   std::vector<std::string> env = WorkerEnv(spec, slot);
   Result<cluster::ChildProcess> child = Status::Unavailable("no seed");
@@ -594,6 +620,7 @@ Result<cluster::ChildProcess> Agent::Spawn(const std::vector<std::string>& argv,
     child = seed_->Fork(env, {ArenaFd(slot), ep.child_fd}, kSeedAnswerMs);
     if (!child.ok()) SeedFailed(child.status().message());
   }
+  if (forked != nullptr) *forked = child.ok();
   if (!child.ok()) child = cluster::SpawnWithPipes(argv, &env, {ArenaFd(slot), ep.child_fd});
   if (!child.ok()) {
     relay_->Close(ep.client);
@@ -622,7 +649,7 @@ void Agent::SpawnStandby(uint32_t slot) {
   }
   Standby s;
   Result<cluster::ChildProcess> child =
-      Spawn({opt_.standby_exe, "--standby-worker"}, nullptr, slot, &s.store_client);
+      Spawn({opt_.standby_exe, "--standby-worker"}, nullptr, slot, &s.store_client, &s.forked);
   if (!child.ok()) {
     OB_LOG(Warn) << "no standby worker: " << child.status().message();
     return;
@@ -724,11 +751,15 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
   Result<cluster::ChildProcess> child = Status::Config("empty worker command");
   const int64_t now = static_cast<int64_t>(uv_now(&loop_));
   w->deadline_ms = now + kColdStartMs;
-  if (seed_state_ == Seed::kReady && standby_.count(spec.local_rank()) == 0) SpawnStandby(spec.local_rank());
+  if (seed_state_ == Seed::kReady && standby_.count(spec.local_rank()) == 0 && StartsAsStandby(spec)) {
+    SpawnStandby(spec.local_rank());
+  }
   auto standby = standby_.find(spec.local_rank());
+  const char* how = "by exec";
   if (standby != standby_.end()) {  // hand the spec to the waiting process
     cluster::ChildProcess proc = std::move(standby->second.proc);
     const uint64_t store_client = standby->second.store_client;
+    const bool forked = standby->second.forked;
     // A standby that has loaded said so on its stdout (main.cc's
     // RunStandby): it gets kRoleAckMs; one still loading, its cold start.
     int64_t deadline = std::max(now + kRoleAckMs, standby->second.spawned_ms + kColdStartMs);
@@ -744,6 +775,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
         ::write(proc.stdin_fd(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size())) {
       proc.CloseStdin();
       child = std::move(proc);
+      how = forked ? "forked from the seed" : "a standby started by exec";
       w->store_client = store_client;
       w->deadline_ms = deadline;
     } else {
@@ -766,7 +798,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
     return;
   }
   w->proc = std::move(child).value();
-  OB_LOG(Info) << "worker rank " << w->rank << " started, pid " << w->proc.pid();
+  OB_LOG(Info) << "worker rank " << w->rank << " started, pid " << w->proc.pid() << ", " << how;
   // The loop gets its own descriptor for the stdout pipe; ChildProcess keeps
   // (and closes) the original.
   int fd = ::dup(w->proc.stdout_fd());

@@ -110,6 +110,13 @@ struct AgentOptions {
   // Fork the standbys from a standby seed (standby_seed.h); false: each
   // starts by exec (ob-launch --standby exec).
   bool standby_seed = true;
+  // Keep that standby per slot ahead of need (--standby on, exec); false
+  // (--standby off): none waits, and a worker that runs standby_exe starts
+  // as a standby forked from the seed for it and handed its spec at once,
+  // so a host loads LibTorch once, not once a worker, and holds no process
+  // (nor CUDA context) beyond its workers and the seed. Any other command
+  // starts by exec.
+  bool spare_standbys = true;
   // --device (devices.h): "auto", "cpu" or "cuda", and the GPUs this host
   // has (main.cc: $OB_GPUS_PER_HOST when set, for tests, else what LibTorch
   // sees). On CUDA every worker and standby gets CUDA_VISIBLE_DEVICES for
