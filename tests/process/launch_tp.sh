@@ -28,7 +28,7 @@ NAME=launch_tp
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
 
-"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
+"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -b 1,4 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
 (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
@@ -57,9 +57,13 @@ PY
 # 1. Equivalence with one worker.
 plan p-one h0 -- -g 1 -f 0
 RUN_PLAN="$WORK/p-one.pb" RUN_HOSTS="$WORK/p-one.hosts" reference_run 20
-plan p-a "h1 slots=2" -- -g 2 --tp 2 -f 0
+# The one-stage layouts take micro-batches of 4 sequences (2 a step, not
+# 8: each costs ~20 all-reduces of its tp group, and 4 ranks' all-reduces
+# on 2 cores take ~8 ms each); the one worker's are of 1, so the sums
+# agree across micro-batch sizes too.
+plan p-a "h1 slots=2" -- -g 2 --tp 2 -f 0 -b 4
 plan p-b "h1 slots=4" "h2 slots=4" -- -g 4 --tp 2 -f 1
-plan p-c "h1 slots=4" -- -g 4 --tp 4 -f 0
+plan p-c "h1 slots=4" -- -g 4 --tp 4 -f 0 -b 4
 python3 - "$WORK/p-b.json" <<'PY' || fail "plan p-b is not 2 pipelines x 2 stages: $(head -c 600 "$WORK/p-b.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))
