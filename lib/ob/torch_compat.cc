@@ -10,6 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include <ATen/autocast_mode.h>
@@ -161,9 +164,23 @@ c10::intrusive_ptr<Backend> MakeProcessGroup(const c10::intrusive_ptr<c10d::Stor
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   // Gloo listens on, and advertises, this address: OB_GLOO_ADDR (the launch
   // worker sets it to its address facing the master), else loopback.
-  const char* addr = std::getenv("OB_GLOO_ADDR");
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
-      addr != nullptr && *addr != '\0' ? addr : "127.0.0.1"));
+  const char* env = std::getenv("OB_GLOO_ADDR");
+  const std::string addr = env != nullptr && *env != '\0' ? env : "127.0.0.1";
+  // One Gloo device an address for the whole process, shared by its groups
+  // (a device is a transport endpoint; each group's context makes its own
+  // pairs on it). Each device runs a thread that wakes every 10 ms: one a
+  // group had a worker of 8 groups wake 800 times a second doing nothing,
+  // and a unit test's 200 groups (ranks as threads) spent more time in
+  // epoll_wait than in training. Never freed: its thread must outlive
+  // every group, and exit needs no join.
+  static std::mutex mu;
+  static auto* devices = new std::map<std::string, std::shared_ptr<::gloo::transport::Device>>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& d = (*devices)[addr];
+    if (!d) d = c10d::ProcessGroupGloo::createDeviceForHostname(addr);
+    opts->devices.push_back(d);
+  }
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
 }
 
