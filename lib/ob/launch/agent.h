@@ -101,11 +101,11 @@ struct AgentOptions {
   int probe_port = 9;            // the peer probes' port (peer_probe.h); 0: no probes
   int connect_timeout_ms = 10000;
   int secret_fd = 0;             // secret: its first line; its end of file means "stop"
-  // Keep one standby worker per worker slot: `standby_exe --standby-worker`
-  // (main.cc: ob-launch-worker beside ob-launch),
-  // started ahead of need so a (re)started worker skips loading its
-  // libraries; it reads its WorkerSpec on stdin and becomes that worker.
-  // "" = none: workers are started from scratch.
+  // The worker program, `standby_exe --standby-worker` a standby (main.cc:
+  // ob-launch-worker beside ob-launch): one per worker slot, started ahead
+  // of need so a (re)started worker skips loading its libraries (unless
+  // !spare_standbys, below); it reads its WorkerSpec on stdin and becomes
+  // that worker. "" = none: workers are started from scratch.
   std::string standby_exe;
   // Fork the standbys from a standby seed (standby_seed.h); false: each
   // starts by exec (ob-launch --standby exec).
