@@ -1,2 +1,19 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+namespace {
+// One OpenBLAS thread, as the workers run where they share a host's cores
+// (the agent's OPENBLAS_NUM_THREADS): a pool of every core spins in
+// sched_yield between calls, which under ctest -j2 took the other test's
+// core (gpt-tiny's 300 steps: 30 s of CPU against 19 with one thread), and
+// in the runtime tests, whose ranks are threads that each call BLAS, 12% of
+// a tensor-parallel recovery test's time. A test binary without OpenBLAS
+// finds no such function.
+[[maybe_unused]] const bool kOneBlasThread = [] {
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
+  return true;
+}();
+}  // namespace

@@ -2,20 +2,7 @@
 
 #include "runtime_testing.h"
 
-#include <dlfcn.h>
-
 namespace ob::runtime::testing {
-namespace {
-// The ranks are threads that each run BLAS on their own, as the workers
-// do with one BLAS thread each (the agent's OPENBLAS_NUM_THREADS): a
-// pool of the machine's cores, shared by 8 rank threads, spun in
-// sched_yield for 12% of a tensor-parallel recovery test's time.
-[[maybe_unused]] const bool kOneBlasThread = [] {
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
-  return true;
-}();
-}  // namespace
 
 model::GptConfig Small() {
   model::GptConfig c;
