@@ -12,6 +12,8 @@
 #     agent says the seed is gone and starts standbys by exec; training
 #     recovers from the snapshots with the uninterrupted run's losses, and
 #     nothing is left behind;
+#  2b. --standby off: no spare standby, yet every worker, the recovery's
+#     after a kill -9 of h1's worker too, is forked from its host's seed;
 #  3. --standby exec: no seed; the standbys are started by exec (children
 #     of their agent all the same) and the run trains to its end;
 #  4. a worker command leaves an orphan that dies 0.3 s later: the agent,
@@ -68,6 +70,21 @@ victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
 kill -9 "$victim"
 run_wait
 check_recovered seed "$STEPS" "kill -9 of h1's seed, then of its worker"
+
+# 2b. --standby off: no spare standby, but the workers fork from the seed,
+# and so do those of the recovery after a kill -9 of h1's worker.
+run_start off "$STEPS" --standby off
+wait_step off 10 || fail "--standby off: did not reach step 10: $(tail -3 "$WORK/off.err")"
+victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
+  grep -qsa "OB_HOST=${TAG}h1\b" "/proc/$p/environ" && echo "$p"; done | head -1)
+[ -n "$victim" ] || fail "--standby off: no worker on h1"
+kill -9 "$victim"
+run_wait
+check_recovered off "$STEPS" "--standby off, kill -9 of h1's worker"
+forked=$(grep -c "worker rank [0-9] started, pid [0-9]*, forked from the seed" "$WORK/off.err")
+[ "$forked" -ge 3 ] && ! grep -q "worker rank [0-9] started, pid [0-9]*, by exec" "$WORK/off.err" \
+  || fail "--standby off: workers not forked from the seed: $(grep "worker rank [0-9] started" "$WORK/off.err")"
+echo "$NAME: --standby off: $forked workers forked from the seeds, the recovery's among them"
 
 run_start exec 10 --standby exec
 wait_step exec 3 || fail "--standby exec: did not reach step 3: $(tail -3 "$WORK/exec.err")"
