@@ -63,24 +63,24 @@ echo "$NAME: standby $sb on h1: parent $ppid (agent), seed $seed; '$cmd'"
 kill -9 "$seed"
 wait_for 5 grep -q "${TAG}h1:.*standby seed: it exited (killed by signal 9); standbys start by exec" "$WORK/seed.err" \
   || fail "the agent did not see its seed die: $(grep -i seed "$WORK/seed.err" | tail -3)"
-wait_step seed 15 || fail "did not reach step 15: $(tail -3 "$WORK/seed.err")"
-victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
-  grep -qsa "OB_HOST=${TAG}h1\b" "/proc/$p/environ" && echo "$p"; done | head -1)
-[ -n "$victim" ] || fail "no worker on h1"
-kill -9 "$victim"
-run_wait
-check_recovered seed "$STEPS" "kill -9 of h1's seed, then of its worker"
+# kill_h1_worker RUN STEP WHAT: once RUN reported STEP, kill -9 of h1's
+# worker; RUN recovers in place with the reference's losses.
+kill_h1_worker() {
+  local victim
+  wait_step "$1" "$2" || fail "$3: did not reach step $2: $(tail -3 "$WORK/$1.err")"
+  victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
+    grep -qsa "OB_HOST=${TAG}h1\b" "/proc/$p/environ" && echo "$p"; done | head -1)
+  [ -n "$victim" ] || fail "$3: no worker on h1"
+  kill -9 "$victim"
+  run_wait
+  check_recovered "$1" "$STEPS" "$3"
+}
+kill_h1_worker seed 15 "kill -9 of h1's seed, then of its worker"
 
 # 2b. --standby off: no spare standby, but the workers fork from the seed,
 # and so do those of the recovery after a kill -9 of h1's worker.
 run_start off "$STEPS" --standby off
-wait_step off 10 || fail "--standby off: did not reach step 10: $(tail -3 "$WORK/off.err")"
-victim=$(for p in $(pgrep -x ob-worker-0) $(pgrep -x ob-worker-1); do
-  grep -qsa "OB_HOST=${TAG}h1\b" "/proc/$p/environ" && echo "$p"; done | head -1)
-[ -n "$victim" ] || fail "--standby off: no worker on h1"
-kill -9 "$victim"
-run_wait
-check_recovered off "$STEPS" "--standby off, kill -9 of h1's worker"
+kill_h1_worker off 10 "--standby off, kill -9 of h1's worker"
 forked=$(grep -c "worker rank [0-9] started, pid [0-9]*, forked from the seed" "$WORK/off.err")
 [ "$forked" -ge 3 ] && ! grep -q "worker rank [0-9] started, pid [0-9]*, by exec" "$WORK/off.err" \
   || fail "--standby off: workers not forked from the seed: $(grep "worker rank [0-9] started" "$WORK/off.err")"
