@@ -1,7 +1,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
-#include <dlfcn.h>
+#include "ob/launch/devices.h"
 
 namespace {
 // One OpenBLAS thread, as the workers run where they share a host's cores
@@ -10,10 +10,6 @@ namespace {
 // core (gpt-tiny's 300 steps: 30 s of CPU against 19 with one thread), and
 // in the runtime tests, whose ranks are threads that each call BLAS, 12% of
 // a tensor-parallel recovery test's time. A test binary without OpenBLAS
-// finds no such function.
-[[maybe_unused]] const bool kOneBlasThread = [] {
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
-  return true;
-}();
+// has no pool to size (SetBlasThreads finds no such function).
+[[maybe_unused]] const bool kOneBlasThread = (ob::launch::SetBlasThreads(1, 0), true);
 }  // namespace
