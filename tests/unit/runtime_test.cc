@@ -425,18 +425,23 @@ TEST_CASE("one step's gradients in bf16 are fp32's within bf16's rounding, param
   CHECK(differ == compared);  // bf16 did run
 }
 
-// At step 100 this 64-wide model is still on the steep part of its curve,
-// where a bf16 run a step or two behind fp32 is 0.4-3.4% off (measured over
-// LibTorch 1.13, 2.6 and 2.11 and small changes of rounding, 2026-11-27);
-// by step 200 the two are within 0.1%. Issue 13's own check, gpt-tiny on 2
-// hosts x 2 stages at step 100, is the process test launch_bf16.
-TEST_CASE("bf16 autocast on the CPU trains within 2% of fp32 by step 200",
+// At the suite's learning rate (3e-3, Options) this 64-wide model has loss
+// spikes, and where bf16's rounding moves one a few steps the two curves
+// part by several per cent: the mean loss of steps 190-199 was bf16 -4.1%
+// to +2.6% off fp32 over seeds 1, 2, 3 and 1.6% over seed 1234 (LibTorch
+// 1.13, 2026-12-02), so which precision came out lower was the seed's doing,
+// and summation order alone moved the gap by a per cent. At 1e-3 it trains
+// without spikes: steps 90-99 within 0.54% over seeds 1, 2, 3, 7 and 1234,
+// and the test checks there, at step 100 as issue 13 asks. (The process
+// test launch_bf16 checks gpt-tiny on 2 hosts x 2 stages.)
+TEST_CASE("bf16 autocast on the CPU trains within 2% of fp32 at step 100",
           "[runtime][precision]") {
   const std::vector<PipelineSpec> specs{{{{0, 2}, {3, 5}}, 2}, {{{0, 2}, {3, 5}}, 2}};
-  constexpr int kLong = 200;
+  constexpr int kLong = 100;
   auto longer = [](ob::model::Precision p) {
     return [p](TrainOptions* o) {
       o->steps = kLong;
+      o->lr = 1e-3;
       o->precision = p;
     };
   };
