@@ -7,7 +7,9 @@
 #     line; the closing line names the last; one worker's evaluations
 #     are the same within 1e-5;
 #     --steps 0 --resume of its checkpoint of step 199 on one worker
-#     evaluates to the same loss within 1e-5 and trains nothing; with
+#     evaluates to the same loss within 1e-5 and trains nothing (its
+#     progress line shows no loss, and ob-watch finds nothing in its
+#     metrics: the records are marked evaluation_only); with
 #     --eval-data the training data, it warns that the loss is not held out;
 #  2. kill -9 of host 1 at step 120: the run recovers from snapshots and
 #     every evaluation equals the uninterrupted run's within 1e-4;
@@ -58,6 +60,12 @@ assert got[0] == want[0] == "199" and abs(float(got[1]) - float(want[1])) <= 1e-
 PY
 grep -q "evaluated the weights after step 199: eval loss" "$WORK/ckeval.err" || fail "no closing line: $(tail -2 "$WORK/ckeval.err")"
 grep -q "trained" "$WORK/ckeval.err" && fail "--steps 0 trained: $(grep trained "$WORK/ckeval.err")"
+# Nothing trained is no NaN loss: not in the progress line, and not to
+# ob-watch (before 2026-12-02: "loss nan" there, and a critical loss_nan).
+grep -q "step 200  loss -  eval [0-9.]*  tokens/s -" "$WORK/ckeval.err" \
+  || fail "--steps 0: progress line: $(grep -m1 'step 200 ' "$WORK/ckeval.err")"
+"$OB_BIN/ob-watch" --json "$WORK/ckeval.pb" > "$WORK/ckeval.events" 2>&1 && [ ! -s "$WORK/ckeval.events" ] \
+  || fail "ob-watch on the evaluation's metrics: $(head -3 "$WORK/ckeval.events")"
 echo "$NAME: the checkpoint of step 199 evaluated alone: $(cat "$WORK/ckeval.evals")"
 # --eval-data naming the training data: evaluated, with a warning that the
 # loss is not a held-out one (a link to it too).

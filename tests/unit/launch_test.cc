@@ -808,8 +808,19 @@ TEST_CASE("a run that ends with a loss that is not finite is not a success") {
   CHECK(recovered.LossVerdict().ok());
 
   ob::launch::MetricsSink evaluated(nullptr);  // --steps 0: nothing trained
-  evaluated.Step(step(0, 4, std::nan("")));
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    ob::pb::Metrics m = step(rank, 4, std::nan(""));
+    m.clear_tokens_per_second();
+    m.clear_step_seconds();
+    m.set_eval_loss(4.422);
+    m.set_evaluation_only(true);
+    evaluated.Step(m);
+  }
   CHECK(evaluated.LossVerdict().ok());
+  // Its progress line has no loss to show, not a NaN one (before
+  // 2026-12-02: "step 5  loss nan  eval 4.4220").
+  CHECK_THAT(evaluated.Progress(), Catch::StartsWith("step 5  loss -  eval 4.4220  tokens/s -"));
+  CHECK(evaluated.Summary() == "evaluated the weights after step 4: eval loss 4.4220");
 }
 
 TEST_CASE("the closing line puts the measured step beside the plan's prediction") {

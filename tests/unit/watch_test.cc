@@ -246,6 +246,42 @@ TEST_CASE("loss: a stream with the loss on the last stage only (NaN elsewhere) i
   CHECK(events[0].step() == 50);
 }
 
+// ob-launch --steps 0 --resume evaluates a checkpoint and trains nothing:
+// each rank sends one record, its loss NaN, its eval_loss set. Before
+// 2026-12-02 ob-watch read it as a diverged run (a critical loss_nan, "loss
+// is NaN at step 9", and an --act would have asked for a rollback).
+TEST_CASE("loss: the records of a run that only evaluates are no NaN loss") {
+  std::vector<Metrics> records;
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    Metrics m;
+    m.set_host("h" + std::to_string(rank + 1));
+    m.set_rank(rank);
+    m.set_generation(1);
+    m.set_step(9);
+    m.set_unix_ms(1000 + rank);
+    m.set_loss(std::nan(""));
+    m.set_eval_loss(4.422);
+    m.set_evaluation_only(true);
+    records.push_back(m);
+  }
+  for (uint32_t rank = 0; rank < 4; ++rank) {  // then each worker exits 0
+    Metrics x = records[rank];
+    x.clear_loss();
+    x.clear_eval_loss();
+    x.clear_evaluation_only();
+    x.set_unix_ms(1010 + rank);
+    x.mutable_exit()->set_exit_status(0);
+    x.mutable_exit()->set_description("exit status 0");
+    records.push_back(x);
+  }
+  const auto events = Watch(records);
+  INFO((events.empty() ? std::string() : events[0].message()));
+  CHECK(events.empty());
+  // The same records of a trained step are a NaN loss.
+  for (auto& m : records) m.clear_evaluation_only();
+  CHECK(OfKind(Watch(records), ob::pb::EVENT_LOSS_NAN).size() == 1);
+}
+
 TEST_CASE("loss: a spike is flagged at its step and a falling loss never is") {
   SyntheticRun run = Run(6, 150);
   run.faults.push_back(Fault(SyntheticFault::kSpike, 0, 100, 1.5));

@@ -184,6 +184,7 @@ std::string MetricsSink::Progress() {
       mfu_sum += m.mfu();
       ++mfus;
     }
+    if (m.evaluation_only()) continue;  // no step trained: its NaN loss is no divergence
     if (!std::isfinite(m.loss())) {
       nonfinite = true;
       continue;

@@ -583,6 +583,7 @@ Status RunWorker(const WorkerOptions& o) {
     pb::Metrics m = record(first_step - 1);
     m.set_loss(std::nan(""));
     m.set_eval_loss(eval_loss);
+    m.set_evaluation_only(true);
     OB_RETURN_IF_ERROR(emit(m));
   }
   // OB_TRACE=DIR: a Kineto trace (ops, and CUDA kernels on a GPU) of steps

@@ -59,7 +59,7 @@ double Percentile(std::vector<double> v, double q) {
 }  // namespace
 
 void Timeline::Add(const pb::Metrics& m) {
-  if (m.heartbeat() || m.has_exit()) return;
+  if (m.heartbeat() || m.has_exit() || m.evaluation_only()) return;
   Series& s = series_[{m.generation(), m.rank()}];
   if (!m.host().empty()) s.host = m.host();
   s.points.push_back({m.step(), m.step_seconds(), m.forward_seconds() + m.backward_seconds()});

@@ -134,7 +134,7 @@ void Watcher::Feed(const pb::Metrics& m, int64_t wall_ms, std::vector<pb::Event>
       liveness_.OnExit(run_, r, m, now, out);
     } else if (m.has_hang()) {
       liveness_.OnHung(run_, r, m, now, out);
-    } else if (!m.heartbeat()) {
+    } else if (!m.heartbeat() && !m.evaluation_only()) {
       TakeStep(r, m, now, out);
     }
     liveness_.Check(run_, now, out);
