@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Evaluation (issue 12, acceptance 1): gpt-tiny on 4 local hosts (2
 # pipelines x 2 stages, f = 1), the last 10% of the corpus held out
-# (--eval-split 0.1), evaluated every 50 steps over 2 fixed batches:
-#  1. 200 steps: evaluations after steps 49, 99, 149 and 199, every rank
+# (--eval-split 0.1), evaluated every 25 steps over 2 fixed batches:
+#  1. 100 steps: evaluations after steps 24, 49, 74 and 99, every rank
 #     the same value, the loss falling; in events.log and the progress
 #     line; the closing line names the last; one worker's evaluations
 #     are the same within 1e-5;
-#     --steps 0 --resume of its checkpoint of step 199 on one worker
+#     --steps 0 --resume of its checkpoint of step 99 on one worker
 #     evaluates to the same loss within 1e-5 and trains nothing (its
 #     progress line shows no loss, and ob-watch finds nothing in its
 #     metrics: the records are marked evaluation_only); with
 #     --eval-data the training data, it warns that the loss is not held out;
-#  2. kill -9 of host 1 at step 120: the run recovers from snapshots and
+#  2. kill -9 of host 1 at step 60: the run recovers from snapshots and
 #     every evaluation equals the uninterrupted run's within 1e-4;
 #  3. bad flags exit 64 and a missing eval file 66 before any host starts,
 #     one line each; a split too small for a sequence exits 65.
@@ -19,36 +19,36 @@ NAME=launch_eval
 source "$(dirname "$0")/../lib/launch.sh"
 command -v python3 >/dev/null || skip "no python3"
 make_two_by_two
-EVAL=(--eval-split 0.1 --eval-every 50 --eval-batches 2)
+EVAL=(--eval-split 0.1 --eval-every 25 --eval-batches 2)
 
-run_start ref 200 "${EVAL[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 100 --standby off
+run_start ref 100 "${EVAL[@]}" --ckpt-dir "$WORK/ck" --ckpt-every 50 --standby off
 run_wait
 [ "$RC" = 0 ] || fail "uninterrupted run: exit $RC: $(tail -3 "$WORK/ref.err")"
-python3 "$METRICS_PY" check "$WORK/ref.pb" 200 4 > /dev/null || fail "uninterrupted run's metrics"
+python3 "$METRICS_PY" check "$WORK/ref.pb" 100 4 > /dev/null || fail "uninterrupted run's metrics"
 python3 "$METRICS_PY" evals "$WORK/ref.pb" > "$WORK/ref.evals" || fail "evals: $(cat "$WORK/ref.evals")"
-[ "$(cut -d' ' -f1 "$WORK/ref.evals" | xargs)" = "49 99 149 199" ] || fail "evaluated after: $(cat "$WORK/ref.evals")"
+[ "$(cut -d' ' -f1 "$WORK/ref.evals" | xargs)" = "24 49 74 99" ] || fail "evaluated after: $(cat "$WORK/ref.evals")"
 python3 - "$WORK/ref.evals" <<'PY' || fail "the eval loss does not fall: $(cat "$WORK/ref.evals")"
 import sys
 losses = [float(l.split()[1]) for l in open(sys.argv[1])]
 assert losses[-1] < losses[0] - 0.1, losses
 PY
-grep -q " eval generation=1 step=199 loss=" "$WORK/ref/events.log" || fail "no eval in events.log"
-grep -q "step 200/200  loss [0-9.]*  eval [0-9.]*  tokens/s" "$WORK/ref.err" || fail "no eval in the progress line"
-grep -q "trained 200 steps: final loss [0-9.]*, eval loss [0-9.]*," "$WORK/ref.err" || fail "no eval in the closing line"
+grep -q " eval generation=1 step=99 loss=" "$WORK/ref/events.log" || fail "no eval in events.log"
+grep -q "step 100/100  loss [0-9.]*  eval [0-9.]*  tokens/s" "$WORK/ref.err" || fail "no eval in the progress line"
+grep -q "trained 100 steps: final loss [0-9.]*, eval loss [0-9.]*," "$WORK/ref.err" || fail "no eval in the closing line"
 echo "$NAME: evaluations $(tr '\n' ' ' < "$WORK/ref.evals")"
 # The same evaluations as one worker computes them (the model unsplit).
 echo "${TAG}h0" > "$WORK/one.hosts"
 "$OB_BIN/ob-plan" --hosts "$WORK/one.hosts" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
   -o "$WORK/one.plan" "$WORK/tiny.pb" || fail "ob-plan for one worker"
-RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start one 200 "${EVAL[@]}" --standby off
+RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start one 100 "${EVAL[@]}" --standby off
 run_wait
 [ "$RC" = 0 ] || fail "one worker: exit $RC: $(tail -3 "$WORK/one.err")"
 python3 "$METRICS_PY" compare-evals "$WORK/one.pb" "$WORK/ref.pb" 1e-5 > "$WORK/one.cmp" \
   || fail "2 x 2 against one worker: $(cat "$WORK/one.cmp")"
 echo "$NAME: 2 pipelines x 2 stages against one worker: $(cat "$WORK/one.cmp")"
-# --steps 0 --resume: the checkpoint of step 199 evaluated on one worker.
+# --steps 0 --resume: the checkpoint of step 99 evaluated on one worker.
 RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start ckeval 0 --eval-split 0.1 --eval-batches 2 \
-  --resume "$WORK/ck/step-000000000199"
+  --resume "$WORK/ck/step-000000000099"
 run_wait
 [ "$RC" = 0 ] || fail "--steps 0 --resume: exit $RC: $(tail -3 "$WORK/ckeval.err")"
 python3 "$METRICS_PY" evals "$WORK/ckeval.pb" > "$WORK/ckeval.evals" || fail "$(cat "$WORK/ckeval.evals")"
@@ -56,30 +56,30 @@ python3 - "$WORK/ckeval.evals" "$WORK/ref.evals" <<'PY' || fail "checkpoint eval
 import sys
 got = open(sys.argv[1]).read().split()
 want = open(sys.argv[2]).read().split()[-2:]
-assert got[0] == want[0] == "199" and abs(float(got[1]) - float(want[1])) <= 1e-5 * float(want[1]), (got, want)
+assert got[0] == want[0] == "99" and abs(float(got[1]) - float(want[1])) <= 1e-5 * float(want[1]), (got, want)
 PY
-grep -q "evaluated the weights after step 199: eval loss" "$WORK/ckeval.err" || fail "no closing line: $(tail -2 "$WORK/ckeval.err")"
+grep -q "evaluated the weights after step 99: eval loss" "$WORK/ckeval.err" || fail "no closing line: $(tail -2 "$WORK/ckeval.err")"
 grep -q "trained" "$WORK/ckeval.err" && fail "--steps 0 trained: $(grep trained "$WORK/ckeval.err")"
 # Nothing trained is no NaN loss: not in the progress line, and not to
 # ob-watch (before 2026-12-02: "loss nan" there, and a critical loss_nan).
-grep -q "step 200  loss -  eval [0-9.]*  tokens/s -" "$WORK/ckeval.err" \
-  || fail "--steps 0: progress line: $(grep -m1 'step 200 ' "$WORK/ckeval.err")"
+grep -q "step 100  loss -  eval [0-9.]*  tokens/s -" "$WORK/ckeval.err" \
+  || fail "--steps 0: progress line: $(grep -m1 'step 100 ' "$WORK/ckeval.err")"
 "$OB_BIN/ob-watch" --json "$WORK/ckeval.pb" > "$WORK/ckeval.events" 2>&1 && [ ! -s "$WORK/ckeval.events" ] \
   || fail "ob-watch on the evaluation's metrics: $(head -3 "$WORK/ckeval.events")"
-echo "$NAME: the checkpoint of step 199 evaluated alone: $(cat "$WORK/ckeval.evals")"
+echo "$NAME: the checkpoint of step 99 evaluated alone: $(cat "$WORK/ckeval.evals")"
 # --eval-data naming the training data: evaluated, with a warning that the
 # loss is not a held-out one (a link to it too).
 ln -s "$OB_SOURCE_DIR/tests/data/corpus.txt" "$WORK/corpus-link.txt"
 RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start sameeval 0 --eval-data "$WORK/corpus-link.txt" \
-  --resume "$WORK/ck/step-000000000199"
+  --resume "$WORK/ck/step-000000000099"
 run_wait
 [ "$RC" = 0 ] || fail "--eval-data the training data: exit $RC: $(tail -3 "$WORK/sameeval.err")"
 grep -q "warn.*--eval-data $WORK/corpus-link.txt is the training data (--data .*corpus.txt): its loss is not a held-out one" \
   "$WORK/sameeval.err" || fail "no warning for --eval-data the training data: $(head -3 "$WORK/sameeval.err")"
 
-run_start host 200 "${EVAL[@]}"
-kill_host_at host 120 "${TAG}h1"
-check_recovered host 200 "kill -9 of ${TAG}h1 at step 120"
+run_start host 100 "${EVAL[@]}"
+kill_host_at host 60 "${TAG}h1"
+check_recovered host 100 "kill -9 of ${TAG}h1 at step 60"
 python3 "$METRICS_PY" compare-evals "$WORK/ref.pb" "$WORK/host.pb" 1e-4 > "$WORK/host.cmp" \
   || fail "evaluations after the recovery: $(cat "$WORK/host.cmp")"
 echo "$NAME: after the recovery: $(cat "$WORK/host.cmp")"
