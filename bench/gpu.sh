@@ -29,8 +29,8 @@
 # gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
 # KILL_STEP (50), WIDE_MB (32) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
 # the build; default the model's GPU product and kernel tests; a failed
-# GeluMlp or LayerNorm check switches that kernel off for the runs, OB_LT_GELU=0
-# or OB_LN_KERNEL=0, and says so), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
+# GeluMlp, LayerNorm, Linear or cross-entropy check switches that kernel off for the
+# runs, OB_LT_GELU=0, OB_LN_KERNEL=0, OB_GEMM_ACCUMULATE=0 or OB_FUSED_LOSS=0, and says so), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
 # plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
 # directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
 # for a dry run of this script on a machine without a GPU).
@@ -156,6 +156,8 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
       case "$filter" in
         GeluMlp*) echo OB_LT_GELU=0 >> "$out/fallbacks" ;;
         LayerNorm*) echo OB_LN_KERNEL=0 >> "$out/fallbacks" ;;
+        "Linear sums"*) echo OB_GEMM_ACCUMULATE=0 >> "$out/fallbacks" ;;
+        "the head's cross-entropy"*) echo OB_FUSED_LOSS=0 >> "$out/fallbacks" ;;
       esac
     fi
     grep -a -B2 -A12 'FAILED' "$out/check-$n.log" | head -60 | tee -a "$summary"
@@ -166,6 +168,15 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
     # shellcheck disable=SC2046
     export $(sort -u "$out/fallbacks")
     say "after failed checks, the runs below use: $(sort -u "$out/fallbacks" | tr '\n' ' ')"
+    # The same checks again on the path the runs will take (a switched-off
+    # kernel's test then checks ATen's path, or skips its GPU half).
+    (n=0; while read -r check filter; do
+      [ -n "$check" ] || continue
+      n=$((n + 1))
+      (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$check" "$filter" > "$out/recheck-$n.log" 2>&1)
+      rc=$?
+      say "check again with them: $check \"$filter\": exit $rc; $(grep -a 'passed\|failed' "$out/recheck-$n.log" | tail -1)"
+    done <<< "$CHECKS")
   fi
 fi
 

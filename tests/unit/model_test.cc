@@ -16,6 +16,7 @@
 #include "ob/model/data.h"
 #include "ob/model/cross_entropy.h"
 #include "ob/model/gpt.h"
+#include "ob/model/kernel_switch.h"
 #include "ob/model/linear.h"
 #include "ob/model/train.h"
 #include "ob/torch_compat.h"
@@ -416,6 +417,25 @@ TEST_CASE("head logits over a padded vocabulary equal the plain product", "[mode
     auto b = torch::nn::functional::cross_entropy(padded.reshape({-1, v}), t);
     CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-12));
   }
+}
+
+// A kernel's switch (kernel_switch.h): "0" turns it off, as the other
+// OB_* switches of the man page, and nothing else does (the worker's
+// first-step line says which kernels ran).
+TEST_CASE("a kernel switch is off for \"0\" only", "[model]") {
+  const char* var = "OB_TEST_KERNEL_SWITCH";
+  unsetenv(var);
+  CHECK(ob::model::KernelSwitchedOn(var));
+  setenv(var, "0", 1);
+  CHECK_FALSE(ob::model::KernelSwitchedOn(var));
+  for (const char* on : {"1", "", "00", "off"}) {
+    INFO(var << "=" << on);
+    setenv(var, on, 1);
+    CHECK(ob::model::KernelSwitchedOn(var));
+  }
+  unsetenv(var);
+  // Without a GPU or ob's CUDA kernels the gradient GEMMs are never on.
+  if (!torch::cuda::is_available()) CHECK_FALSE(ob::model::GradientGemmsOn(torch::Device(torch::kCPU)));
 }
 
 // The head's loss over padded logits: ATen's log-softmax and NLL of the

@@ -40,6 +40,7 @@
 #include "ob/launch/store_keys.h"
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
+#include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
 #include "ob/model/linear.h"
 #include "ob/plan/plan_io.h"
@@ -692,7 +693,10 @@ Status RunWorker(const WorkerOptions& o) {
       const auto [forwards, backwards] = model::GeluMlpEpilogueCounts();
       OB_LOG(Info) << "step " << step << ": the MLP's cuBLASLt GELU epilogues ran in " << forwards
                    << " forward(s) and " << backwards << " backward(s) (0: ATen's kernels); the layer norms' "
-                   << "gain and bias gradient kernels in " << model::LayerNormKernelCount() << " backward(s)";
+                   << "gain and bias gradient kernels in " << model::LayerNormKernelCount() << " backward(s); "
+                   << "the fused loss " << (model::FusedCrossEntropyOn(t.device) ? "on" : "off")
+                   << ", gradients summed by cuBLAS into fp32 "
+                   << (model::GradientGemmsOn(t.device) ? "on" : "off");
     }
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);

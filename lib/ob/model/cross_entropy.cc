@@ -1,6 +1,8 @@
 // The head's loss (see cross_entropy.h).
 #include "ob/model/cross_entropy.h"
 
+#include "ob/model/kernel_switch.h"
+
 #ifdef OB_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -72,7 +74,8 @@ struct FusedCrossEntropyFn : public torch::autograd::Function<FusedCrossEntropyF
 
 bool FusedCrossEntropyOn(const torch::Device& device) {
 #ifdef OB_WITH_CUDA_KERNELS
-  return device.is_cuda();
+  static const bool on = KernelSwitchedOn("OB_FUSED_LOSS");
+  return on && device.is_cuda();
 #else
   (void)device;
   return false;

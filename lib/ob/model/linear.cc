@@ -2,8 +2,11 @@
 #include "ob/model/linear.h"
 
 #include "ob/model/compute_copies.h"
+#include "ob/model/kernel_switch.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "ob/torch_compat.h"
@@ -17,8 +20,6 @@
 #include "ob/model/norm_grad.h"
 
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <optional>
 #endif
@@ -72,13 +73,6 @@ void CublasAccumulateBias(torch::Tensor& g, const torch::Tensor& dy) {
   CublasAccumulate(column, dy, Ones(rows, dy.options()).narrow(0, 0, rows).view({rows, 1}));
 }
 
-// A kernel of ob's own that the environment variable `name` set to "0"
-// switches off (ATen's kernels instead), read once by each caller.
-bool SwitchedOn(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 // cuBLASLt products with a GELU epilogue (the MLP's, GeluMlp below). Each
 // returns false, having launched nothing, where cuBLASLt has no algorithm
 // for the case (or OB_LT_GELU=0): the caller then runs ATen's kernels.
@@ -124,7 +118,7 @@ class LtGelu {
 
  private:
   static bool Enabled() {
-    static const bool on = SwitchedOn("OB_LT_GELU");
+    static const bool on = KernelSwitchedOn("OB_LT_GELU");
     return on;
   }
   // bf16, contiguous, on one GPU, and aligned as cuBLASLt's heuristic
@@ -314,7 +308,11 @@ void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const to
   const bool in_place = SummableGradient(w, x);
 #ifdef OB_WITH_CUDA_KERNELS
   if (in_place && g.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat)) {
-    CublasAccumulate(g, dy, x);
+    if (GradientGemmsOn(g.device())) {
+      CublasAccumulate(g, dy, x);
+    } else {  // ATen's product in the operands' dtype, then an add (autograd's arithmetic)
+      g.add_(torch::mm(dy.t(), x));
+    }
     return;
   }
 #endif
@@ -331,7 +329,7 @@ void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const to
 // b.grad() += Σ_rows dy for dy [N, out], summed in fp32.
 void AddBiasGradient(const torch::Tensor& b, const torch::Tensor& dy) {
 #ifdef OB_WITH_CUDA_KERNELS
-  if (SummableGradient(b, dy) && dy.is_cuda() &&
+  if (GradientGemmsOn(dy.device()) && SummableGradient(b, dy) &&
       (dy.scalar_type() == torch::kBFloat16 || dy.scalar_type() == torch::kFloat)) {
     auto& g = const_cast<torch::Tensor&>(b).mutable_grad();
     CublasAccumulateBias(g, dy);
@@ -496,7 +494,7 @@ struct MlpNoBias2Fn : public torch::autograd::Function<MlpNoBias2Fn> {
 // gradients to add into (OB_LN_KERNEL=0: never). False: nothing done.
 bool NormKernelGradients(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
                          const torch::Tensor& rstd, const torch::Tensor& w, const torch::Tensor& b) {
-  static const bool enabled = SwitchedOn("OB_LN_KERNEL");
+  static const bool enabled = KernelSwitchedOn("OB_LN_KERNEL");
   if (!enabled || !x.is_cuda() || x.scalar_type() != torch::kBFloat16 || dy.scalar_type() != torch::kBFloat16 ||
       !x.is_contiguous() || !dy.is_contiguous() || dy.sizes() != x.sizes() || w.dim() != 1 ||
       mean.scalar_type() != torch::kFloat || rstd.scalar_type() != torch::kFloat || !mean.is_contiguous() ||
@@ -603,6 +601,21 @@ torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const tor
   }
   return MlpFn::apply(xc, w1, b1, w2, b2, InDtype(w1, dtype), InDtype(b1, dtype), InDtype(w2, dtype),
                       InDtype(b2, dtype));
+}
+
+bool GradientGemmsOn(const torch::Device& device) {
+#ifdef OB_WITH_CUDA_KERNELS
+  static const bool on = KernelSwitchedOn("OB_GEMM_ACCUMULATE");
+  return on && device.is_cuda();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+bool KernelSwitchedOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 int64_t LayerNormKernelCount() { return norm_kernels.load(std::memory_order_relaxed); }

@@ -62,6 +62,11 @@ torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const tor
 // Without autocast, or x not in its dtype, torch::layer_norm.
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                         const std::vector<int64_t>& shape, double eps);
+// Whether Linear and GeluMlp sum weight and bias gradients into the fp32
+// gradients by cuBLAS (beta = 1) for tensors on `device`: a build with
+// OB_WITH_CUDA_KERNELS, a GPU, and not OB_GEMM_ACCUMULATE=0 (then ATen's
+// product in the operands' dtype and an add, autograd's arithmetic).
+bool GradientGemmsOn(const torch::Device& device);
 // How many of LayerNorm's backwards (this process's) ran norm_grad.cu's
 // kernels: tests and benches see whether the GPU took them.
 int64_t LayerNormKernelCount();
