@@ -140,6 +140,14 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
   # shellcheck disable=SC2086
   timeout 120 cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" -- $bins > "$out/build-checks.log" 2>&1 \
     || say "checks: build FAILED: $(grep -a -m5 'error' "$out/build-checks.log")"
+  # run_check LOG WHAT CHECK FILTER: one check, its exit code and the
+  # binary's own pass/fail line in the summary; returns its exit code.
+  run_check() {
+    (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$3" "$4" > "$1" 2>&1)
+    local rc=$?
+    say "$2 $3 \"$4\": exit $rc; $(grep -a 'passed\|failed' "$1" | tail -1)"
+    return $rc
+  }
   n=0
   rm -f "$out/fallbacks"
   # In a subshell, and not named `bin` (the tools' directory below): the
@@ -147,9 +155,8 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
   (while read -r check filter; do
     [ -n "$check" ] || continue
     n=$((n + 1))
-    (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$check" "$filter" > "$out/check-$n.log" 2>&1)
+    run_check "$out/check-$n.log" check "$check" "$filter"
     rc=$?
-    say "check $check \"$filter\": exit $rc; $(grep -a 'passed\|failed' "$out/check-$n.log" | tail -1)"
     # A kernel of ob's own that fails its check is switched off for the
     # runs below (ATen's kernels instead), so they still train the model.
     if [ $rc != 0 ]; then
@@ -173,9 +180,7 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
     (n=0; while read -r check filter; do
       [ -n "$check" ] || continue
       n=$((n + 1))
-      (cd "$bd" && OMP_NUM_THREADS=1 timeout 90 "tests/$check" "$filter" > "$out/recheck-$n.log" 2>&1)
-      rc=$?
-      say "check again with them: $check \"$filter\": exit $rc; $(grep -a 'passed\|failed' "$out/recheck-$n.log" | tail -1)"
+      run_check "$out/recheck-$n.log" "check again with them:" "$check" "$filter"
     done <<< "$CHECKS")
   fi
 fi

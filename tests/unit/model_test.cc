@@ -434,8 +434,9 @@ TEST_CASE("a kernel switch is off for \"0\" only", "[model]") {
     CHECK(ob::model::KernelSwitchedOn(var));
   }
   unsetenv(var);
-  // Without a GPU or ob's CUDA kernels the gradient GEMMs are never on.
-  if (!torch::cuda::is_available()) CHECK_FALSE(ob::model::GradientGemmsOn(torch::Device(torch::kCPU)));
+  // On the CPU the gradient GEMMs and the fused loss are never on.
+  CHECK_FALSE(ob::model::GradientGemmsOn(torch::Device(torch::kCPU)));
+  CHECK_FALSE(ob::model::FusedCrossEntropyOn(torch::Device(torch::kCPU)));
 }
 
 // The head's loss over padded logits: ATen's log-softmax and NLL of the

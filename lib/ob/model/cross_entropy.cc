@@ -73,13 +73,8 @@ struct FusedCrossEntropyFn : public torch::autograd::Function<FusedCrossEntropyF
 #endif
 
 bool FusedCrossEntropyOn(const torch::Device& device) {
-#ifdef OB_WITH_CUDA_KERNELS
-  static const bool on = KernelSwitchedOn("OB_FUSED_LOSS");
+  static const bool on = kCudaKernels && KernelSwitchedOn("OB_FUSED_LOSS");
   return on && device.is_cuda();
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab) {

@@ -18,4 +18,12 @@ namespace ob::model {
 // or holds anything else.
 bool KernelSwitchedOn(const char* name);
 
+// Whether this build has ob's CUDA kernels (OB_WITH_CUDA_KERNELS: a CUDA
+// LibTorch and a toolkit with nvcc).
+#ifdef OB_WITH_CUDA_KERNELS
+inline constexpr bool kCudaKernels = true;
+#else
+inline constexpr bool kCudaKernels = false;
+#endif
+
 }  // namespace ob::model

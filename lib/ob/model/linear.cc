@@ -604,13 +604,8 @@ torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const tor
 }
 
 bool GradientGemmsOn(const torch::Device& device) {
-#ifdef OB_WITH_CUDA_KERNELS
-  static const bool on = KernelSwitchedOn("OB_GEMM_ACCUMULATE");
+  static const bool on = kCudaKernels && KernelSwitchedOn("OB_GEMM_ACCUMULATE");
   return on && device.is_cuda();
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 bool KernelSwitchedOn(const char* name) {
