@@ -142,10 +142,25 @@ int RunSeed() {
   return RunStandby();
 }
 
+// The way out of every role skips the C++ static destructors. LibTorch's
+// deregister each of its thousands of operator kernels one by one; in a
+// worker forked from the seed (standby_seed.h) the tables they write are on
+// pages shared with the seed, so each write is a copy-on-write fault and a
+// TLB flush on every CPU: 0.3-0.5 s of CPU on the 2-core test VMs, after
+// the heartbeat thread has stopped, and seconds of silence on a loaded
+// host, where the agent took it for a stuck start and the master for a
+// hang (issue 54). Nothing is lost: the roles have joined their threads
+// and closed their files by the time they return, logs are written
+// unbuffered (log.h), and stdio is flushed here.
+[[noreturn]] void Exit(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) return RunStandby();
-  if (argc == 2 && std::strcmp(argv[1], ob::launch::kSeedFlag) == 0) return RunSeed();
-  return ob::cli::Main(argc, argv, kTool);
+  if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) Exit(RunStandby());
+  if (argc == 2 && std::strcmp(argv[1], ob::launch::kSeedFlag) == 0) Exit(RunSeed());
+  Exit(ob::cli::Main(argc, argv, kTool));
 }

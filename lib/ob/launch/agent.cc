@@ -950,7 +950,9 @@ void Agent::ReapStrangers() {
 void Agent::CheckDeadlines() {
   const int64_t now = static_cast<int64_t>(uv_now(&loop_));
   for (auto& w : workers_) {
-    if (w->exited || w->stepped || !w->stuck.empty() || now <= w->deadline_ms) {
+    // Past its last step (the last save, its exit) it is judged by nobody:
+    // a run's end is not a start.
+    if (w->exited || w->stepped || w->phase == pb::PHASE_FINISHING || !w->stuck.empty() || now <= w->deadline_ms) {
       w->suspect = false;
       continue;
     }

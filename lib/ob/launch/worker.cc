@@ -725,6 +725,10 @@ Status RunWorker(const WorkerOptions& o) {
     OB_RETURN_IF_ERROR(emit(m));
   }
   off_step = 1;  // the last save, and the way out, report no progress of their own
+  // Past the last step: the agent and the master judge what is left (the
+  // last save, the exit) as the end of a run, not as a step or a start.
+  phase = pb::PHASE_FINISHING;
+  beat();
   if (check) {  // a run is not done on a copy not yet compared
     if (Status st = check->Wait(); !st.ok()) return permanent(st);
   }
