@@ -44,13 +44,17 @@ TEST_CASE("a stalled rank that is not waiting is named, the ranks waiting for it
     for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, r == 1 ? 100 : 103, r != 1, -1, t + 20);
     REQUIRE_FALSE(h.Check(t + 20));
   }
-  REQUIRE(h.Check(stall + 3000, /*peek=*/true));  // a peek is not the verdict
-  auto v = h.Check(stall + 3000);
+  // The others' counters last moved 70 ms after rank 1's: the generation
+  // hangs when every rank has stopped for the 3 s deadline.
+  REQUIRE_FALSE(h.Check(stall + 3069));
+  REQUIRE(h.Check(stall + 3070, /*peek=*/true));  // a peek is not the verdict
+  auto v = h.Check(stall + 3070);
   REQUIRE(v);
   CHECK(Ranks(*v) == std::vector<uint32_t>{1});
-  CHECK(v->stalled_ms == 3000);
-  CHECK(v->ranks[0].why == "no progress for 3.0 s in step 10 (its counter at 100), not waiting for a peer; "
-                     "ranks 0, 2, 3 wait");
+  CHECK(v->stalled_ms == 3070);
+  CHECK(v->ranks[0].deadline_ms == 3000);
+  CHECK(v->ranks[0].why == "no progress for 3.1 s in step 10 (its counter at 100; deadline 3.0 s: --hang-timeout), "
+                           "not waiting for a peer; ranks 0, 2, 3 wait");
   CHECK(v->ranks[0].step == 10);
   CHECK_FALSE(v->ranks[0].waiting);
   CHECK_FALSE(h.Check(stall + 4000));  // once per generation
@@ -63,7 +67,7 @@ TEST_CASE("when every stopped rank waits, the one furthest behind is named") {
   HangWatch h = Trained(&now);
   // Rank 2 completed one step less than the others; all wait.
   for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, r == 2 ? 95 : 105, true, r == 2 ? -1 : 10, now);
-  auto v = h.Check(now + 3000);
+  auto v = h.Check(now + 3000);  // (the steps' 50 ms intervals: 4 x is under the floor)
   REQUIRE(v);
   CHECK(Ranks(*v) == std::vector<uint32_t>{2});
   CHECK(v->ranks[0].why.find("waiting for a peer like every stopped rank") != std::string::npos);
@@ -86,13 +90,79 @@ TEST_CASE("no hang while counters move, outside training, after an exit, or befo
   g.Record(1, pb::PHASE_JOINING, 0, false, -1, 0);
   CHECK_FALSE(g.Check(60000));
   // Before its first completed step a rank gets first_step_timeout_ms.
-  HangWatch f(HangOptions{3000, 20000, 1000});
+  HangWatch f(HangOptions{3000, 20000});
   f.Reset(1);
-  f.Record(0, kTraining, 0, false, -1, 0);
+  f.Record(0, kTraining, 0, true, -1, 0);  // (waiting: computing alone would be a slowdown)
   CHECK_FALSE(f.Check(19999));
   auto v = f.Check(20000);
   REQUIRE(v);
   CHECK(Ranks(*v) == std::vector<uint32_t>{0});
+}
+
+TEST_CASE("slow is not dead: a rank whose counter moves keeps its waiting peers from a verdict") {
+  int64_t now = 0;
+  HangWatch h = Trained(&now);
+  // Rank 3 is on a starved host: its counter moves once every 2.5 s; the
+  // others wait for it, for 20 s. No verdict: they wait for a live peer.
+  uint64_t slow = 100;
+  h.Record(3, kTraining, ++slow, false, -1, now);
+  for (int i = 0; i < 8; ++i) {
+    for (int t = 0; t < 5; ++t) {
+      for (uint32_t r = 0; r < 3; ++r) h.Record(r, kTraining, 105, true, -1, now);
+      h.Record(3, kTraining, slow, false, -1, now);
+      now += 500;
+      REQUIRE_FALSE(h.Check(now));
+    }
+    h.Record(3, kTraining, ++slow, false, -1, now);
+  }
+  // Its intervals, 2.5 s, raised the deadline: 4 x that, 10 s, not 3.
+  CHECK(h.Limit() == 10000);
+  // Then it stops for good: found once every rank has stopped for 10 s.
+  const int64_t stopped = now;
+  for (; now < stopped + 9999; now += 500) {
+    for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, r == 3 ? slow : 105, r != 3, -1, now);
+    REQUIRE_FALSE(h.Check(now));
+  }
+  auto v = h.Check(stopped + 10000);
+  REQUIRE(v);
+  CHECK(Ranks(*v) == std::vector<uint32_t>{3});
+  CHECK(v->ranks[0].deadline_ms == 10000);
+  CHECK(v->ranks[0].why.find("deadline 10.0 s: 4 x the longest interval between counter moves seen in a step, 2.5 s")
+        != std::string::npos);
+}
+
+TEST_CASE("a job-wide slowdown is no hang: every rank computing gets the deadline four times over") {
+  int64_t now = 0;
+  HangWatch h = Trained(&now);
+  const int64_t moved = now - 50;  // every counter's last move (Trained)
+  // Every rank in a long compute at once, none waiting for a peer.
+  for (; now < moved + 11999; now += 500) {
+    for (uint32_t r = 0; r < 4; ++r) h.Record(r, kTraining, 100, false, -1, now);
+    REQUIRE_FALSE(h.Check(now));
+  }
+  REQUIRE_FALSE(h.Check(moved + 11999));
+  // A single rank's stall with nobody to wait (one rank a generation) is
+  // still found, at 4 x 3 s.
+  auto v = h.Check(moved + 12000);
+  REQUIRE(v);
+  CHECK(v->ranks.size() == 4);
+  CHECK(v->ranks[0].deadline_ms == 12000);
+  CHECK(v->ranks[0].why.find("x4 with every rank computing") != std::string::npos);
+}
+
+TEST_CASE("the first step after a recovery has a deadline of its own, learnt from earlier recoveries") {
+  HangWatch h(HangOptions{3000, 30000});
+  h.Reset(1);
+  h.Record(0, kTraining, 0, false, -1, 0);
+  h.Record(0, kTraining, 1, false, 0, 12000, 12.0);  // a 12 s first step: the run's first
+  CHECK(h.Deadline(false) == 48000);
+  h.Reset(1, /*recovery=*/true);
+  CHECK(h.Deadline(false) == 36000);  // 3 x the median step, 12 s; no recovery seen yet
+  h.Record(0, kTraining, 1, false, -1, 100000);
+  h.Record(0, kTraining, 2, false, 0, 120000, 0.5);  // 20 s to the first step after it
+  h.Reset(1, /*recovery=*/true);
+  CHECK(h.Deadline(false) == 80000);
+  CHECK(h.Deadline(true) == 36000);
 }
 
 TEST_CASE("inject: stall parses, a malformed one is refused") {
@@ -121,10 +191,16 @@ TEST_CASE("inject: stall parses, a malformed one is refused") {
 TEST_CASE("slow steps raise the bound to three median step times") {
   HangWatch h;
   h.Reset(1);
-  for (int64_t s = 0; s < 10; ++s) h.Record(0, kTraining, static_cast<uint64_t>(s + 1), false, s, s * 2000, 2.0);
+  // 2 s steps, the counter moving every 0.5 s (4 x that is under 3 s).
+  for (int64_t s = 0; s < 10; ++s) {
+    for (int64_t q = 1; q <= 4; ++q) {
+      h.Record(0, kTraining, static_cast<uint64_t>(4 * s + q), true, q == 4 ? s : -1, s * 2000 + q * 500,
+               q == 4 ? 2.0 : 0);
+    }
+  }
   CHECK(h.Limit() == 6000);
-  CHECK_FALSE(h.Check(18000 + 5999));  // the last step's record came at 18 s
-  CHECK(h.Check(18000 + 6000));
+  CHECK_FALSE(h.Check(20000 + 5999));  // the last step's record came at 20 s
+  CHECK(h.Check(20000 + 6000));
   HangWatch fast;
   fast.Reset(1);
   fast.Record(0, kTraining, 1, false, 0, 0, 0.05);

@@ -81,6 +81,7 @@ struct Worker {
   bool exited = false;
   // Its deadlines before the first step (agent.h), on the loop's clock.
   int64_t deadline_ms = 0;    // for the next sign of life
+  int64_t heard_ms = -1;      // its last record before its first step
   bool stepped = false;       // a step record came: no more deadlines
   bool suspect = false;       // past the deadline at the last check
   int phase = 0;              // pb::WorkerPhase of its last record
@@ -199,6 +200,15 @@ class Agent {
   uv_poll_t seed_poll_{};         // on the seed's stdout, while it lives
   bool subreaper_ = false;        // PR_SET_CHILD_SUBREAPER, for the seed's standbys
   int64_t seed_started_ms_ = 0;   // on the loop's clock
+  // What this host has shown (agent.h, "Deadlines"): how long its seed took
+  // to load LibTorch, and the longest interval between two records of a
+  // worker before its first step.
+  int64_t seed_load_ms_ = 0;
+  int64_t start_gap_ms_ = 0;
+  int64_t RoleAckMs() const { return std::max<int64_t>(kRoleAckMs, kLoadsOfSilence * seed_load_ms_); }
+  int64_t StartSilentMs() const {
+    return std::max<int64_t>({kStartSilentMs, kLoadsOfSilence * seed_load_ms_, kGapsOfStartSilence * start_gap_ms_});
+  }
   std::vector<uint32_t> seed_wanted_;  // slots whose standby waits for the seed
   // How many workers shared the cores at the last start (a standby starts
   // with the threads it would get: LibTorch's and BLAS's pools are sized
@@ -681,7 +691,8 @@ void Agent::OnSeedOutput() {
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (n == 1 && seed_state_ == Seed::kLoading) {
     seed_state_ = Seed::kReady;
-    OB_LOG(Info) << "standby seed loaded in " << static_cast<int64_t>(uv_now(&loop_)) - seed_started_ms_
+    seed_load_ms_ = static_cast<int64_t>(uv_now(&loop_)) - seed_started_ms_;
+    OB_LOG(Info) << "standby seed loaded in " << seed_load_ms_
                  << " ms, pid " << seed_->pid() << ": standbys fork from it";
     SeedSettled();
     return;
@@ -762,12 +773,12 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
     const bool forked = standby->second.forked;
     // A standby that has loaded said so on its stdout (main.cc's
     // RunStandby): it gets kRoleAckMs; one still loading, its cold start.
-    int64_t deadline = std::max(now + kRoleAckMs, standby->second.spawned_ms + kColdStartMs);
+    int64_t deadline = std::max(now + RoleAckMs(), standby->second.spawned_ms + kColdStartMs);
     standby_.erase(standby);
     pollfd ready{proc.stdout_fd(), POLLIN, 0};
     if (::poll(&ready, 1, 0) == 1 && (ready.revents & POLLIN)) {
       char discard[512];
-      if (::read(proc.stdout_fd(), discard, sizeof discard) > 0) deadline = now + kRoleAckMs;
+      if (::read(proc.stdout_fd(), discard, sizeof discard) > 0) deadline = now + RoleAckMs();
     }
     proc.WaitFor(0);
     const std::string bytes = spec.SerializeAsString();
@@ -862,7 +873,10 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
         metrics->set_host(opt_.host);
         metrics->set_rank(w->rank);
         metrics->set_generation(w->generation);
-        w->deadline_ms = static_cast<int64_t>(uv_now(&loop_)) + kStartSilentMs;
+        const int64_t at = static_cast<int64_t>(uv_now(&loop_));
+        if (!w->stepped && w->heard_ms >= 0) start_gap_ms_ = std::max(start_gap_ms_, at - w->heard_ms);
+        w->heard_ms = at;
+        w->deadline_ms = at + StartSilentMs();
         w->suspect = false;
         w->phase = metrics->phase();
         if (!metrics->heartbeat()) w->stepped = true;
@@ -967,7 +981,8 @@ void Agent::CheckDeadlines() {
     w->stuck = (w->phase == 0 ? std::string("showed no sign of life since it got its role")
                               : std::string("went silent") + kPhases[phase] + " before its first step") +
                " (stopped, or stuck; no heartbeat for " + std::to_string(now - w->deadline_ms) +
-               " ms past its deadline); killed";
+               " ms past its deadline: " + std::to_string(StartSilentMs()) + " ms between heartbeats, " +
+               std::to_string(RoleAckMs()) + " ms to the first after its role); killed";
     OB_LOG(Error) << "worker rank " << w->rank << " " << w->stuck;
     w->proc.Kill();
   }

@@ -49,13 +49,20 @@
 //
 // Deadlines before a worker's first step (every phase of a recovery has
 // one): a worker shows life by a heartbeat (worker.h) within kColdStartMs
-// of its spawn, or, handed to a standby, within kRoleAckMs of the handing
-// (a standby that has not said it finished loading LibTorch: no sooner than
-// kColdStartMs after its own spawn), and then
-// beats at least every kStartSilentMs until its first step. One that misses
-// a deadline is stopped or stuck: it is SIGKILLed and its exit reported as
-// such; the master restarts it, and a fresh process takes the role. (After
-// the first step a hang is ob-watch's to judge.)
+// of its spawn, or, handed to a standby, within the role deadline of the
+// handing (a standby that has not said it finished loading LibTorch: no
+// sooner than kColdStartMs after its own spawn), and then beats at least
+// once a start deadline until its first step. Slow is not dead: both follow
+// what this host has shown. The role deadline is kRoleAckMs, or
+// kLoadsOfSilence times as long as this host's seed took to load LibTorch
+// when that is longer (a loaded host loads slowly, and starts slowly); the
+// start deadline is kStartSilentMs, or that, or kGapsOfStartSilence times
+// the longest interval between two records of one of its workers before
+// their first step, when longer. One that misses a deadline is stopped or
+// stuck: it is SIGKILLed and its exit reported as such; the master restarts
+// it, and a fresh process takes the role. Past its last step
+// (PHASE_FINISHING: the last save, its exit) a worker has no deadline.
+// (After the first step a hang is the master's to judge: hang_watch.h.)
 //
 // Peers: the agent probes the other hosts of its generation
 // (StartWorkers.peers) once a second and names, in its heartbeats, those it
@@ -91,6 +98,8 @@ inline constexpr int kHeartbeatMs = 200;
 inline constexpr int kColdStartMs = 30000;    // spawn to a worker's first heartbeat
 inline constexpr int kRoleAckMs = 3000;       // a standby handed its role to its first heartbeat
 inline constexpr int kStartSilentMs = 3000;   // between heartbeats before the first step
+inline constexpr int kLoadsOfSilence = 2;     // this host's seed loads: the role and start deadlines at least
+inline constexpr int kGapsOfStartSilence = 4; // this host's longest start interval: the start deadline at least
 inline constexpr int kRejoinMs = 30000;       // an evicted agent asks to rejoin this long
 inline constexpr int kRejoinRetryMs = 500;
 

@@ -383,7 +383,7 @@ Status Master::LaunchGeneration() {
     }
   }
   ranks_.assign(layout_.ranks.size(), RankState{});
-  hang_.Reset(layout_.ranks.size());
+  hang_.Reset(layout_.ranks.size(), /*recovery=*/generation_ > 1);
   hang_suspect_ = false;
   metrics_.NewGeneration();
   ranks_reported_ = 0;
@@ -704,7 +704,8 @@ void Master::CheckHang() {
     const std::string line = "worker rank " + std::to_string(n.rank) + " on host " + host + " hung: " + n.why;
     events_.Write("worker-hang", "rank=" + std::to_string(n.rank) + " host=" + host +
                                      " step=" + std::to_string(n.step) +
-                                     " stalled_ms=" + std::to_string(n.stalled_ms));
+                                     " stalled_ms=" + std::to_string(n.stalled_ms) +
+                                     " deadline_ms=" + std::to_string(n.deadline_ms));
     metrics_.Hung(host, n, generation_, line);
     what += (what.empty() ? "" : "; ") + line;
   }
