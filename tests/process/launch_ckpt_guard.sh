@@ -132,7 +132,11 @@ p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"]
 print(p[0]["nodes"][0], p[1]["nodes"][0])
 PY
 )
-run_start damaged 60 --ckpt-dir "$WORK/ck-dmg" --ckpt-every 10
+# (Every rank parked before step 35 until the kill: the run is still going
+# when it comes, whatever this machine's speed.)
+export OB_INJECT_RELEASE="$WORK/release"
+park() { echo "0:park=$1;1:park=$1;2:park=$1;3:park=$1"; }
+run_start damaged 60 --ckpt-dir "$WORK/ck-dmg" --ckpt-every 10 --inject "$(park 35)"
 committed() { grep -q " checkpoint step=29 " "$WORK/damaged/events.log" 2>/dev/null; }
 wait_for 90 committed || fail "no checkpoint of step 29: $(tail -3 "$WORK/damaged.err")"
 python3 - "$WORK/ck-dmg/step-000000000029/layer-0001.safetensors" <<'PY'
@@ -141,6 +145,7 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(-10, 2); b = f.read(1); f.seek(-10, 2); f.write(bytes([b[0] ^ 0xFF]))
 PY
 kill -9 $(host_pids "$first_a") $(host_pids "$first_b")
+touch "$OB_INJECT_RELEASE"
 run_wait
 [ "$RC" = 0 ] || fail "beyond f, newest damaged: exit $RC: $(tail -3 "$WORK/damaged.err")"
 grep -q "skip-checkpoint .*step-000000000029/layer-0001.safetensors" "$WORK/damaged/events.log" \
@@ -150,13 +155,33 @@ grep -q "restarting from checkpoint .*step-000000000019 " "$WORK/damaged/events.
 [ "$(max_step "$WORK/damaged.pb")" = 59 ] || fail "beyond f, newest damaged: did not reach the last step"
 echo "$NAME: beyond f: $(grep -o 'skip-checkpoint .*' "$WORK/damaged/events.log" | cut -c 1-160)"
 
+# 7. The newest checkpoint with a truncated file (issue 54): --resume auto
+# passes over it to the one before, with its skip-checkpoint line, as for a
+# flipped bit.
+run_start cut 20 --ckpt-dir "$WORK/ck-cut" --ckpt-every 10 --standby off
+run_wait
+[ "$RC" = 0 ] || fail "cut: exit $RC: $(tail -3 "$WORK/cut.err")"
+victim="$WORK/ck-cut/step-000000000019/layer-0001.safetensors"
+[ -f "$victim" ] || fail "cut: no $victim"
+truncate -s $(( $(stat -c %s "$victim") / 2 )) "$victim"
+run_start cut2 25 --ckpt-dir "$WORK/ck-cut" --resume auto --standby off
+run_wait
+[ "$RC" = 0 ] || fail "cut: resume past a truncated checkpoint: exit $RC: $(tail -3 "$WORK/cut2.err")"
+grep -q "skip-checkpoint $victim: .*(truncated)" "$WORK/cut2/events.log" \
+  || fail "cut: the truncated checkpoint is passed over in silence: $(grep -E 'skip|resume' "$WORK/cut2/events.log")"
+grep -q " resume .*step-000000000009" "$WORK/cut2/events.log" \
+  || fail "cut: not resumed from step 9: $(grep resume "$WORK/cut2/events.log")"
+echo "$NAME: truncated: $(grep -o 'skip-checkpoint .*' "$WORK/cut2/events.log" | cut -c 1-160)"
+
 # 5. The final save fails: not exit 0.
 if [ "$(id -u)" = 0 ] && mkdir -p "$WORK/mnt" && mount -t tmpfs -o size=16m tmpfs "$WORK/mnt" 2>/dev/null; then
   trap 'umount "$WORK/mnt" 2>/dev/null || umount -l "$WORK/mnt"; cleanup' EXIT
-  run_start full 20 --ckpt-dir "$WORK/mnt/ck" --ckpt-every 10
+  rm -f "$OB_INJECT_RELEASE"  # parked before step 15 until the disk is full
+  run_start full 20 --ckpt-dir "$WORK/mnt/ck" --ckpt-every 10 --inject "$(park 15)"
   committed() { grep -q " checkpoint step=9 " "$WORK/full/events.log" 2>/dev/null; }
   wait_for 60 committed || fail "no checkpoint of step 9: $(tail -3 "$WORK/full.err")"
   dd if=/dev/zero of="$WORK/mnt/filler" bs=64k 2>/dev/null
+  touch "$OB_INJECT_RELEASE"
   run_wait
   [ "$RC" = 74 ] || fail "final save on a full disk: exit $RC, expected 74: $(tail -3 "$WORK/full.err")"
   grep -q "the checkpoint of step 19 failed (.*No space left on device.*); the latest good one is .*/step-000000000009" \

@@ -57,9 +57,11 @@ PY
       wait_step "$run" 1 || fail "$run: no step: $(tail -3 "$WORK/$run.err")"
       # A worker forked from its host's seed shows the command line of a
       # standby; one that trains has named itself ob-worker-RANK.
+      # (One gone between two reads, a worker that finished, is no standby.)
       for p in $(pgrep -f -- "--standby-worker"); do
-        grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" && [[ "$(cat "/proc/$p/comm" 2>/dev/null)" != ob-worker-* ]] \
-          && fail "$run: a standby worker with --standby off: pid $p"
+        grep -qsa "OB_HOST=$TAG" "/proc/$p/environ" || continue
+        comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+        [[ "$comm" != ob-worker-* ]] && fail "$run: a standby worker with --standby off: pid $p ($comm)"
       done
       run_wait
       [ "$RC" = 0 ] || fail "$run ($layout, stages $stages): exit $RC: $(tail -3 "$WORK/$run.err")"

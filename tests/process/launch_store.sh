@@ -14,16 +14,16 @@
 # finishes every step with exit 0 on generation 1.
 NAME=launch_store
 source "$(dirname "$0")/../lib/launch.sh"
+export OB_INJECT_RELEASE="$WORK/release"
 command -v ss >/dev/null || skip "no ss"
 ss -ltnpH >/dev/null 2>&1 || skip "ss -ltnpH does not work here"
 make_pipelines 2 0
 
-# The stranger is done in a fixed time (its longest wait is the
-# handshake's timeout): at step 56 on the 2-core VM (2026-12-02); 160
-# steps leave a machine almost three times as fast room, and the test
-# says so if it is not enough.
-STEPS=${LAUNCH_STORE_STEPS:-160}
-run_start run "$STEPS"
+# The run is held at step PARK (every rank parked, --inject park, until
+# $WORK/release exists) while the stranger acts: whatever this machine's
+# speed, training is still going when the stranger is done.
+STEPS=20 PARK=5
+run_start run "$STEPS" --inject "0:park=$PARK;1:park=$PARK"
 # Gloo's listeners live while groups form: sample them until the first step.
 : > "$WORK/ss.txt"
 until [ "$(max_step "$WORK/run.pb")" -ge 1 ]; do
@@ -209,10 +209,11 @@ rss_after=$(rss)
 echo "$NAME: master RSS ${rss_before} kB before the stranger, ${rss_after} kB after"
 [ $((rss_after - rss_before)) -le 8192 ] ||
   fail "the master grew by $((rss_after - rss_before)) kB under hostile frames"
-kill -0 "$MASTER_PID" 2>/dev/null || fail "the run ended before the stranger was done: raise LAUNCH_STORE_STEPS"
+kill -0 "$MASTER_PID" 2>/dev/null || fail "the run ended while it was parked"
 done_steps=$(max_step "$WORK/run.pb")
-[ "$done_steps" -lt $((STEPS - 1)) ] || fail "training finished before the stranger was done"
-echo "$NAME: the stranger was done at step $done_steps of $STEPS"
+[ "$done_steps" = $((PARK - 1)) ] || fail "the run was not parked at step $PARK: its last step $done_steps"
+echo "$NAME: the stranger was done with the run parked after step $done_steps; releasing it"
+touch "$WORK/release"
 
 # --- the run is undisturbed ------------------------------------------------------
 run_wait

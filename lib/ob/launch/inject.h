@@ -9,6 +9,10 @@
 //                 and its heartbeats go on (a hang with nobody dead, as a
 //                 stuck NCCL peer looks: runtime::StageWorker::SetStall)
 //   0:nan=40      rank 0 reports a NaN loss for step 40
+//   0:park=5      rank 0 waits before step 5 until the file named by
+//                 $OB_INJECT_RELEASE exists, its heartbeats counting as
+//                 progress (a test holds a run at a step while it acts,
+//                 instead of hoping the run is still going)
 //   3:check=20    rank 3's background read of its host's copy of --data
 //                 (inputs.h ContentCheck), if it makes one, gives no verdict
 //                 before step 20: a large file read while training goes on
@@ -29,7 +33,10 @@ struct Injection {
   int64_t nan_at = -1;    // step whose loss is reported as NaN
   int64_t stall_at = -1;  // step in which the training loop stops making progress
   int64_t check_at = -1;  // step before which the data's background read gives no verdict
-  bool any() const { return slow > 1 || hang_at >= 0 || nan_at >= 0 || stall_at >= 0 || check_at >= 0; }
+  int64_t park_at = -1;   // step before which the rank waits for $OB_INJECT_RELEASE
+  bool any() const {
+    return slow > 1 || hang_at >= 0 || nan_at >= 0 || stall_at >= 0 || check_at >= 0 || park_at >= 0;
+  }
 };
 
 // The items of `spec` for `rank` (every item is checked). kUsage naming

@@ -508,6 +508,10 @@ Status RunWorker(const WorkerOptions& o) {
     if (inject.any()) {
       OB_LOG(Warn) << "fault injection: " << spec;
     }
+    if (inject.park_at >= 0 && std::getenv("OB_INJECT_RELEASE") == nullptr) {
+      return Status::Usage("--inject " + std::to_string(o.rank) + ":park=" + std::to_string(inject.park_at) +
+                           ": no $OB_INJECT_RELEASE names the file that releases it");
+    }
     worker->SetSlowdown(inject.slow);
     worker->SetStall(inject.stall_at);
     if (check) check->HoldVerdictUntil(inject.check_at);
@@ -616,6 +620,14 @@ Status RunWorker(const WorkerOptions& o) {
     if (step == inject.hang_at) {
       OB_LOG(Warn) << "fault injection: stopping before step " << step;
       ::raise(SIGSTOP);
+    }
+    if (step == inject.park_at) {
+      const char* release = std::getenv("OB_INJECT_RELEASE");
+      OB_LOG(Warn) << "fault injection: parked before step " << step << " until " << release << " exists";
+      off_step = 1;  // alive, and saying so: a parked run is no hang
+      while (::access(release, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      off_step = 0;
+      OB_LOG(Info) << "fault injection: released before step " << step;
     }
     if (step == inject.stall_at) {
       OB_LOG(Warn) << "fault injection: stalling in step " << step
