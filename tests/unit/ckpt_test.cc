@@ -614,6 +614,15 @@ TEST_CASE("NewestVerified passes over damaged and refused checkpoints, newest fi
   CHECK_THAT(v->skipped[0], Catch::StartsWith(victim + ": checksum mismatch"));
   CHECK(v->skipped[1] == dir + "/step-000000000002: not ours");
 
+  // A truncated file in the newest (issue 54): passed over with its reason
+  // too, not in silence.
+  Spit(victim, bytes.substr(0, bytes.size() / 2));
+  v = NewestVerified(dir, refuse2);
+  REQUIRE(v.ok());
+  CHECK(v->path == dir + "/step-000000000001");
+  REQUIRE(v->skipped.size() == 2);
+  CHECK_THAT(v->skipped[0], Catch::StartsWith(victim + ": ") && Catch::Contains("(truncated)"));
+
   // None qualifies: kDataErr naming the newest and why (never "none").
   auto none = NewestVerified(dir, [](const ob::pb::Manifest&) { return std::string("another job"); });
   CHECK(none.status().code() == ob::Code::kDataErr);

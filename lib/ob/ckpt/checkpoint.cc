@@ -442,12 +442,20 @@ Result<Verified> NewestVerified(const std::string& dir,
   if (!IsDir(dir)) return Status::NoInput(dir + ": no such checkpoint directory");
   // What `latest` names first, then newest first; refuted ones too, so
   // that each passed over is said.
+  // A committed one (step-…, not step-….partial) that is not complete (a
+  // file truncated or gone) is damaged, and passed over with the others,
+  // saying why, never in silence.
   std::vector<std::string> order;
   OB_ASSIGN_OR_RETURN(auto all, List(dir));
+  auto committed = [](const CheckpointInfo& c) {
+    int64_t step = 0;
+    bool partial = true;
+    return ParseStepName(fs::path(c.path).filename().string(), &step, &partial) && !partial;
+  };
   for (const CheckpointInfo& c : all)
     if (c.complete && c.latest) order.push_back(c.path);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->complete && (order.empty() || it->path != order.front())) order.push_back(it->path);
+    if (committed(*it) && (order.empty() || it->path != order.front())) order.push_back(it->path);
   }
   Verified out;
   for (const std::string& path : order) {
