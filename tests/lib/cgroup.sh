@@ -29,7 +29,19 @@ _cg_duty() {
     sleep "$run_s"
   done
 }
-cg_root() { case "$(cg_kind)" in v1) echo /sys/fs/cgroup/cpu ;; v2) echo /sys/fs/cgroup ;; esac; }
+# cg_root: the cgroup this test runs in (cpu controller), under which the
+# throttles are made and to which their processes go back: a suite run
+# inside scripts/cpu-limit stays inside its limit.
+cg_root() {
+  case "$(cg_kind)" in
+    v1) echo "/sys/fs/cgroup/cpu$(awk -F: '$2 == "cpu" || $2 ~ /(^|,)cpu(,|$)/ {print $3; exit}' /proc/$$/cgroup)" ;;
+    v2)
+      local own
+      own="/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3; exit}' /proc/$$/cgroup)"
+      if grep -qw cpu "$own/cgroup.subtree_control" 2>/dev/null; then echo "${own%/}"; else echo /sys/fs/cgroup; fi
+      ;;
+  esac
+}
 # cg_throttle NAME QUOTA_US PERIOD_US PID...: the processes (every thread)
 # get QUOTA_US of CPU time every PERIOD_US between them. Prints the kind.
 cg_throttle() {
@@ -38,13 +50,13 @@ cg_throttle() {
   kind=$(cg_kind)
   case "$kind" in
     v1)
-      dir=/sys/fs/cgroup/cpu/ob-$TAG-$name
+      dir=$(cg_root)/ob-$TAG-$name
       mkdir "$dir" && echo "$period" > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us" \
         || fail "cannot make a v1 CPU cgroup at $dir"
       ;;
     v2)
       grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
-      dir=/sys/fs/cgroup/ob-$TAG-$name
+      dir=$(cg_root)/ob-$TAG-$name
       mkdir "$dir" && echo "$quota $period" > "$dir/cpu.max" || fail "cannot make a v2 CPU cgroup at $dir"
       ;;
     duty)

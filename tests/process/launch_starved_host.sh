@@ -14,7 +14,7 @@
 #     a stall in all but name): found as a hang within its derived deadline
 #     + 2 s (the deadline is the one the master states in its worker-hang
 #     line), naming that rank and host, and recovered in place: exit 0,
-#     losses equal.
+#     losses equal. (STARVED_ONLY_STALL=1 runs this case alone.)
 NAME=launch_starved_host
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/cgroup.sh"
