@@ -10,11 +10,14 @@
 #     uninterrupted run's within 1e-4. The run is parked at step PARK (every
 #     rank, --inject park) until the throttle is lifted, so training is
 #     still going for the whole 20 s on any machine.
-#  2. Host h2's worker alone held to 0.1% of a core (1 ms every second:
-#     a stall in all but name): found as a hang within its derived deadline
-#     + 2 s (the deadline is the one the master states in its worker-hang
-#     line), naming that rank and host, and recovered in place: exit 0,
-#     losses equal. (STARVED_ONLY_STALL=1 runs this case alone.)
+#  2. Host h2's worker alone held to 0.1% of a core (1 ms every second),
+#     its forwards and backwards made 10 times as costly in CPU (--inject
+#     spin=10: gpt-tiny's are a millisecond, which 0.1% still runs about
+#     once a second): a stall in all but name. Found as a hang within its
+#     derived deadline + 2 s of the throttle (the deadline the master
+#     states in its worker-hang line), naming that rank and host, and
+#     recovered in place: exit 0, losses equal. (STARVED_ONLY_STALL=1 runs
+#     this case alone.)
 NAME=launch_starved_host
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/cgroup.sh"
@@ -55,14 +58,17 @@ fi
 
 # --- 2. 0.1% of a core: a stall in all but name, found ------------------------------
 rm -f "$WORK/release"
-run_start stall "$STEPS" --inject "$park_all"
+# h2's rank: ranks go pipeline by pipeline, stage by stage.
+victim=$(python3 - "$WORK/plan.json" "$h2" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["instantiation"]["pipelines"]
+ranks = [n for q in p for n in q["nodes"]]
+print(ranks.index(sys.argv[2]))
+PY
+) || fail "stall: no rank on $h2 in the plan"
+run_start stall "$STEPS" --inject "$park_all;$victim:spin=10"
 wait_step stall "$AT" || fail "stall: no step $AT: $(tail -3 "$WORK/stall.err")"
-victim=""
-for r in 0 1 2 3; do
-  p=$(worker_pid "$r")
-  [ -n "$p" ] && grep -qsa "OB_HOST=$h2" "/proc/$p/environ" && victim=$r && break
-done
-[ -n "$victim" ] || fail "stall: no worker on $h2"
+grep -qsa "OB_HOST=$h2" "/proc/$(worker_pid "$victim")/environ" || fail "stall: rank $victim is not on $h2"
 kind=$(cg_throttle stall 1000 1000000 "$(worker_pid "$victim")") && [ -n "$kind" ] || fail "stall: no throttle"
 t0=$(now_ms)
 found() { grep -q " detect worker rank $victim on host $h2 hung: " "$WORK/stall/events.log"; }

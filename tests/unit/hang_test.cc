@@ -180,7 +180,16 @@ TEST_CASE("inject: stall parses, a malformed one is refused") {
   CHECK(held->check_at == 20);
   CHECK(held->stall_at == -1);
   CHECK(held->any());
-  for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3", "1:check=1.5"}) {
+  auto spun = ParseInjection("2:spin=10;2:park=5", 2);
+  REQUIRE(spun.ok());
+  CHECK(spun->slow == 10);
+  CHECK(spun->spin);
+  CHECK(spun->park_at == 5);
+  auto slept = ParseInjection("2:slow=3", 2);
+  REQUIRE(slept.ok());
+  CHECK_FALSE(slept->spin);
+  for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3", "1:check=1.5",
+                          "1:spin=0.5", "1:park=-2"}) {
     INFO(bad);
     auto r = ParseInjection(bad, 1);
     REQUIRE_FALSE(r.ok());

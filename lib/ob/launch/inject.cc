@@ -11,7 +11,7 @@ Result<Injection> ParseInjection(const std::string& spec, int rank) {
   while (std::getline(items, item, ';')) {
     if (item.find_first_not_of(" \t") == std::string::npos) continue;
     const auto colon = item.find(':'), eq = item.find('=');
-    const std::string bad = "--inject: '" + item + "' is not RANK:slow=F, RANK:hang=STEP, RANK:stall=STEP, RANK:nan=STEP, RANK:check=STEP or RANK:park=STEP";
+    const std::string bad = "--inject: '" + item + "' is not RANK:slow=F, RANK:spin=F, RANK:hang=STEP, RANK:stall=STEP, RANK:nan=STEP, RANK:check=STEP or RANK:park=STEP";
     if (colon == std::string::npos || eq == std::string::npos || eq < colon) return Status::Usage(bad);
     const std::string what = item.substr(colon + 1, eq - colon - 1);
     int r = 0;
@@ -26,9 +26,12 @@ Result<Injection> ParseInjection(const std::string& spec, int rank) {
     } catch (const std::exception&) {
       return Status::Usage(bad);
     }
-    if (what == "slow") {
+    if (what == "slow" || what == "spin") {
       if (!(value >= 1)) return Status::Usage("--inject: '" + item + "': the factor must be >= 1");
-      if (r == rank) out.slow = value;
+      if (r == rank) {
+        out.slow = value;
+        out.spin = what == "spin";
+      }
     } else if (what == "hang" || what == "stall" || what == "nan" || what == "check" || what == "park") {
       if (value < 0 || value != static_cast<int64_t>(value)) {
         return Status::Usage("--inject: '" + item + "': the step must be a whole number >= 0");

@@ -4,6 +4,8 @@
 //
 // A spec is one or more ';'-separated items RANK:WHAT=VALUE:
 //   2:slow=1.5    rank 2 computes every forward and backward 1.5× as long
+//   2:spin=1.5    the same, the extra time burnt on the CPU (a busy loop)
+//                 rather than slept: a CPU throttle slows it further
 //   1:hang=30     rank 1 stops itself (SIGSTOP) before step 30
 //   1:stall=30    rank 1's training loop stops in step 30 while the process
 //                 and its heartbeats go on (a hang with nobody dead, as a
@@ -29,6 +31,7 @@ namespace ob::launch {
 
 struct Injection {
   double slow = 1;        // > 1: slowdown factor
+  bool spin = false;      // the slowdown burns CPU time (spin=) rather than sleeping (slow=)
   int64_t hang_at = -1;   // step before which the worker stops itself
   int64_t nan_at = -1;    // step whose loss is reported as NaN
   int64_t stall_at = -1;  // step in which the training loop stops making progress

@@ -512,7 +512,7 @@ Status RunWorker(const WorkerOptions& o) {
       return Status::Usage("--inject " + std::to_string(o.rank) + ":park=" + std::to_string(inject.park_at) +
                            ": no $OB_INJECT_RELEASE names the file that releases it");
     }
-    worker->SetSlowdown(inject.slow);
+    worker->SetSlowdown(inject.slow, inject.spin);
     worker->SetStall(inject.stall_at);
     if (check) check->HoldVerdictUntil(inject.check_at);
   }

@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <ctime>
 #include <thread>
 #include <utility>
 
@@ -193,7 +194,21 @@ const StageSnapshot* StageWorker::SnapshotAt(int64_t step) const {
 
 void StageWorker::SlowDown(Clock::time_point since) const {
   if (slowdown_ <= 1) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * SecondsSince(since)));
+  const double extra = (slowdown_ - 1) * SecondsSince(since);
+  if (!spin_) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+    return;
+  }
+  auto cpu = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  };
+  const double start = cpu();
+  volatile uint64_t sink = 0;
+  while (cpu() - start < extra) {
+    for (uint64_t i = 0; i < 4096; ++i) sink = sink + i;
+  }
 }
 
 namespace {

@@ -249,7 +249,13 @@ class StageWorker {
 
   // Fault injection (tests and demos, ob-launch --inject): every forward
   // and backward computation of this rank takes `factor` (> 1) times as long.
-  void SetSlowdown(double factor) { slowdown_ = factor; }
+  // With `spin`, the extra time is burnt on the CPU (a busy loop for as
+  // much thread CPU time), as a slow computation would: a CPU throttle
+  // slows it further, where a sleep would not.
+  void SetSlowdown(double factor, bool spin = false) {
+    slowdown_ = factor;
+    spin_ = spin;
+  }
   // Fault injection (ob-launch --inject RANK:stall=STEP): in step `step`,
   // just before its first backward, this rank stops making progress: the
   // training thread sleeps until the process is killed, without throwing,
@@ -395,6 +401,7 @@ class StageWorker {
   double join_seconds_ = 0;
   RestoreTimes restore_times_;
   double slowdown_ = 1;
+  bool spin_ = false;
   int64_t stall_at_ = -1;
   std::atomic<int64_t>* progress_ = nullptr;
   std::atomic<int>* waiting_ = nullptr;
