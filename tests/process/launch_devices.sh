@@ -65,7 +65,23 @@ export OB_GPUS_PER_HOST=1 MKL_NUM_THREADS=3
 unset OPENBLAS_NUM_THREADS OMP_NUM_THREADS
 stand_in_start c --device cuda --precision fp32
 unset OB_GPUS_PER_HOST MKL_NUM_THREADS
-want=$(( $(nproc) / 4 )); [ "$want" -ge 1 ] || want=1  # --rsh local: 4 workers share this machine
+# The cores the agents see: this machine's, or fewer where this test runs
+# under a CPU quota (scripts/cpu-limit: its whole CPUs, rounded up, as the
+# agents count them, devices.h).
+cores=$(nproc) quota_said=""
+v1=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3; exit}' /proc/self/cgroup)
+if [ -n "$v1" ] && [ -f "/sys/fs/cgroup/cpu$v1/cpu.cfs_quota_us" ]; then
+  q=$(cat "/sys/fs/cgroup/cpu$v1/cpu.cfs_quota_us") per=$(cat "/sys/fs/cgroup/cpu$v1/cpu.cfs_period_us")
+elif [ -f "/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup)/cpu.max" ]; then
+  read -r q per < "/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup)/cpu.max"
+else
+  q=max per=1
+fi
+if [[ "$q" =~ ^[0-9]+$ ]] && [ "$(( (q + per - 1) / per ))" -lt "$cores" ]; then
+  cores=$(( (q + per - 1) / per )); [ "$cores" -ge 1 ] || cores=1
+  quota_said=" (the CPU quota of its cgroup)"
+fi
+want=$(( cores / 4 )); [ "$want" -ge 1 ] || want=1  # --rsh local: 4 workers share this machine
 for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -lsa "OB_RANK=" | cut -d/ -f3); do
   env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null) || continue
   grep -qx "CUDA_VISIBLE_DEVICES=0" <<< "$env" || fail "worker $p: $(grep CUDA_VISIBLE <<< "$env")"
@@ -85,7 +101,7 @@ for p in $(grep -lsa "OB_HOST=$TAG" /proc/[0-9]*/environ | xargs -r grep -Lsa "O
   standbys=$((standbys + 1))
 done
 [ "$standbys" -gt 0 ] || fail "no standby worker to check"
-grep -q "1 worker(s) here, 4 sharing $(nproc) core(s), cuda: OMP_NUM_THREADS=$want, OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=3 (from the environment)" \
+grep -q "1 worker(s) here, 4 sharing $cores core(s)$quota_said, cuda: OMP_NUM_THREADS=$want, OPENBLAS_NUM_THREADS=$want, MKL_NUM_THREADS=3 (from the environment)" \
   "$WORK/c.err" || fail "no agent line on threads: $(grep -m1 'worker(s) on' "$WORK/c.err")"
 stop_master c
 echo "$NAME: $(grep -m1 -o '1 worker(s) here.*' "$WORK/c.err")"

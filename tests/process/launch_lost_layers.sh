@@ -29,8 +29,9 @@ run_and_kill() {  # run_and_kill HOST...: kill those agents once training runs
   kill -0 "$MASTER_PID" 2>/dev/null && fail "ob-launch still running 10 s after the kill"
   wait "$MASTER_PID"; RC=$?; MASTER_PID=""
   ELAPSED_MS=$(( ($(date +%s%N) - start) / 1000000 ))
-  sleep 0.5
-  [ -z "$(tagged)" ] || fail "processes left behind: $(tagged)"
+  # (The agents' workers die with them, by PDEATHSIG: on a loaded machine
+  # their exits take a while; a fixed half second raced them.)
+  wait_for 10 no_tagged || fail "processes left behind: $(tagged | xargs -r ps -o pid,stat,args -p)"
 }
 
 run_and_kill "$first_a" "$first_b"
