@@ -772,7 +772,7 @@ void Agent::StartWorker(const pb::WorkerSpec& spec) {
     const uint64_t store_client = standby->second.store_client;
     const bool forked = standby->second.forked;
     // A standby that has loaded said so on its stdout (main.cc's
-    // RunStandby): it gets kRoleAckMs; one still loading, its cold start.
+    // RunStandby): it gets the role deadline; one still loading, its cold start.
     int64_t deadline = std::max(now + RoleAckMs(), standby->second.spawned_ms + kColdStartMs);
     standby_.erase(standby);
     pollfd ready{proc.stdout_fd(), POLLIN, 0};
