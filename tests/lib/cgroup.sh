@@ -43,7 +43,9 @@ cg_root() {
   esac
 }
 # cg_throttle NAME QUOTA_US PERIOD_US PID...: the processes (every thread)
-# get QUOTA_US of CPU time every PERIOD_US between them. Prints the kind.
+# get QUOTA_US of CPU time every PERIOD_US between them; CG_KIND says how.
+# (Not in a command substitution: its subshell would forget the cgroup, and
+# cg_release and cg_cleanup with it.)
 cg_throttle() {
   local name=$1 quota=$2 period=$3 kind dir p
   shift 3
@@ -66,13 +68,13 @@ cg_throttle() {
       stop_s=$(awk -v q="$quota" -v p="$period" 'BEGIN { printf "%.3f", (p - q) / 1e6 }')
       _cg_duty "$stop_s" "$run_s" "$@" &
       CG_DUTY_PIDS+=("$!:$name")
-      echo duty
+      CG_KIND=duty
       return 0
       ;;
   esac
   CG_DIRS+=("$dir")
   for p in "$@"; do echo "$p" > "$dir/cgroup.procs" 2> /dev/null || true; done
-  echo "$kind"
+  CG_KIND=$kind
 }
 # cg_release NAME: the processes throttled as NAME run freely again (moved
 # back to the root cgroup, or their duty cycle ended).

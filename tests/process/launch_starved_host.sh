@@ -36,7 +36,10 @@ rm -f "$WORK/release"
 run_start starve "$STEPS" --inject "$park_all"
 wait_step starve "$AT" || fail "starve: no step $AT: $(tail -3 "$WORK/starve.err")"
 # shellcheck disable=SC2046
-kind=$(cg_throttle starve 15000 100000 $(host_pids "$h2")) && [ -n "$kind" ] || fail "starve: no throttle"
+CG_KIND=""
+cg_throttle starve 15000 100000 $(host_pids "$h2")
+kind=$CG_KIND
+[ -n "$kind" ] || fail "starve: no throttle"
 at=$(max_step "$WORK/starve.pb")
 sleep "$STARVE_S"
 during=$(( $(max_step "$WORK/starve.pb") - at ))
@@ -69,7 +72,10 @@ PY
 run_start stall "$STEPS" --inject "$park_all;$victim:spin=10"
 wait_step stall "$AT" || fail "stall: no step $AT: $(tail -3 "$WORK/stall.err")"
 grep -qsa "OB_HOST=$h2" "/proc/$(worker_pid "$victim")/environ" || fail "stall: rank $victim is not on $h2"
-kind=$(cg_throttle stall 1000 1000000 "$(worker_pid "$victim")") && [ -n "$kind" ] || fail "stall: no throttle"
+CG_KIND=""
+cg_throttle stall 1000 1000000 "$(worker_pid "$victim")"
+kind=$CG_KIND
+[ -n "$kind" ] || fail "stall: no throttle"
 t0=$(now_ms)
 found() { grep -q " detect worker rank $victim on host $h2 hung: " "$WORK/stall/events.log"; }
 wait_for 120 found || fail "stall: rank $victim on $h2 at 0.1% of a core was not found hung in 120 s:" \
@@ -86,4 +92,6 @@ deadline=${BASH_REMATCH[1]}
 run_wait
 RC=$RC check_recovered stall "$STEPS" "rank $victim on $h2 held to 0.1% of a core ($kind)"
 echo "$NAME: stall: found $((t1 - t0)) ms after the throttle began (deadline $deadline ms): $(grep -m1 -o "worker rank $victim on host $h2 hung: [^;]*" "$WORK/stall/events.log")"
+# Every throttle released and its cgroup gone.
+for d in "${CG_DIRS[@]}"; do [ ! -d "$d" ] || fail "cgroup $d left behind"; done
 echo "$NAME: ok"
