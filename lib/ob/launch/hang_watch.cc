@@ -32,13 +32,13 @@ void HangWatch::Reset(size_t ranks, bool recovery) {
 }
 
 int64_t HangWatch::Deadline(bool stepped) const {
-  const Period p = stepped ? kSteady : recovery_ ? kRecoveryStep : kFirstStep;
+  const Period p = PeriodOf(stepped);
   const int64_t floor = stepped ? o_.timeout_ms : std::max(o_.first_step_timeout_ms, o_.timeout_ms);
   return std::max({floor, kGapsOfSilence * longest_gap_ms_[p], kStepsOfSilence * MedianMs(steps_)});
 }
 
 std::string HangWatch::DeadlineBasis(bool stepped) const {
-  const Period p = stepped ? kSteady : recovery_ ? kRecoveryStep : kFirstStep;
+  const Period p = PeriodOf(stepped);
   const int64_t d = Deadline(stepped);
   if (d == kGapsOfSilence * longest_gap_ms_[p] && longest_gap_ms_[p] > 0) {
     return std::to_string(kGapsOfSilence) + " x the longest interval between counter moves seen " +
@@ -64,7 +64,7 @@ void HangWatch::Record(uint32_t rank, int phase, uint64_t progress, bool waiting
     // An interval between two moves of a training rank's counter: what a
     // rank of this job has shown it may take (in this period).
     if (r.heard && r.phase == pb::PHASE_TRAINING && phase == pb::PHASE_TRAINING) {
-      int64_t& longest = longest_gap_ms_[PeriodOf(r)];
+      int64_t& longest = longest_gap_ms_[PeriodOf(r.stepped)];
       longest = std::max(longest, now_ms - r.moved_ms);
     }
     r.moved_ms = now_ms;
@@ -89,11 +89,13 @@ std::optional<HangWatch::Verdict> HangWatch::Check(int64_t now_ms, bool peek) {
   // Every training rank stopped past its deadline (while one moves, the
   // others wait for a live peer); when none of them waits for a peer,
   // kSlowdownFactor times past it.
+  // (Two deadlines, computed once a check: not a median per rank per tick.)
+  const int64_t deadline_of[2] = {Deadline(false), Deadline(true)};
   std::vector<uint32_t> stopped, busy, waiting;
   for (uint32_t q = 0; q < ranks_.size(); ++q) {
     const Rank& r = ranks_[q];
     if (!judged(r)) continue;
-    if (now_ms - r.moved_ms < Deadline(r.stepped)) return std::nullopt;
+    if (now_ms - r.moved_ms < deadline_of[r.stepped]) return std::nullopt;
     stopped.push_back(q);
     (r.waiting ? waiting : busy).push_back(q);
   }
@@ -101,7 +103,7 @@ std::optional<HangWatch::Verdict> HangWatch::Check(int64_t now_ms, bool peek) {
   const bool slowdown = waiting.empty();
   if (slowdown) {
     for (uint32_t q : stopped) {
-      if (now_ms - ranks_[q].moved_ms < kSlowdownFactor * Deadline(ranks_[q].stepped)) return std::nullopt;
+      if (now_ms - ranks_[q].moved_ms < kSlowdownFactor * deadline_of[ranks_[q].stepped]) return std::nullopt;
     }
   }
   judged_ = !peek;
@@ -127,7 +129,7 @@ std::optional<HangWatch::Verdict> HangWatch::Check(int64_t now_ms, bool peek) {
     const Rank& r = ranks_[q];
     const int64_t silent = now_ms - r.moved_ms;
     v.stalled_ms = std::max(v.stalled_ms, silent);
-    const int64_t deadline = (slowdown ? kSlowdownFactor : 1) * Deadline(r.stepped);
+    const int64_t deadline = (slowdown ? kSlowdownFactor : 1) * deadline_of[r.stepped];
     char text[160];
     std::snprintf(text, sizeof text, "no progress for %.1f s in step %lld (its counter at %llu; deadline ",
                   static_cast<double>(silent) / 1e3, static_cast<long long>(r.last_step + 1),

@@ -102,7 +102,7 @@ class HangWatch {
   };
   // The periods whose counter intervals are kept apart.
   enum Period { kFirstStep = 0, kRecoveryStep = 1, kSteady = 2, kPeriods = 3 };
-  Period PeriodOf(const Rank& r) const { return r.stepped ? kSteady : recovery_ ? kRecoveryStep : kFirstStep; }
+  Period PeriodOf(bool stepped) const { return stepped ? kSteady : recovery_ ? kRecoveryStep : kFirstStep; }
   // "--hang-timeout", "4 x the longest interval seen, 1.2 s", ...
   std::string DeadlineBasis(bool stepped) const;
 
