@@ -189,12 +189,31 @@ TEST_CASE("inject: stall parses, a malformed one is refused") {
   REQUIRE(slept.ok());
   CHECK_FALSE(slept->spin);
   for (const char* bad : {"1:stall=-1", "1:stall=2.5", "1:stall=", "x:stall=3", "1:stal=3", "1:check=1.5",
-                          "1:spin=0.5", "1:park=-2"}) {
+                          "1:spin=0.5", "1:park=-2", "1:park=3@0", "1:park=3@", "1:park=3@2x", "1:park=@2"}) {
     INFO(bad);
     auto r = ParseInjection(bad, 1);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == ob::Code::kUsage);
   }
+}
+
+TEST_CASE("inject: an item applies in the first generation, or in the one its @GEN names") {
+  // Before, every item applied in generation 1 only, so a test could not
+  // hold a run after a recovery (a Slurm node failure, then Slurm's verdict).
+  auto first = ParseInjection("0:park=30@2;0:nan=5", 0, 1);
+  REQUIRE(first.ok());
+  CHECK(first->park_at == -1);
+  CHECK(first->nan_at == 5);
+  auto second = ParseInjection("0:park=30@2;0:nan=5", 0, 2);
+  REQUIRE(second.ok());
+  CHECK(second->park_at == 30);
+  CHECK(second->nan_at == -1);
+  auto third = ParseInjection("0:park=30@2", 0, 3);
+  REQUIRE(third.ok());
+  CHECK_FALSE(third->any());
+  auto slow = ParseInjection("1:slow=2@3", 1, 3);
+  REQUIRE(slow.ok());
+  CHECK(slow->slow == 2);
 }
 
 TEST_CASE("slow steps raise the bound to three median step times") {

@@ -143,7 +143,7 @@ void Setup(CLI::App& app) {
   app.add_option("--ckpt-keep", g.master.ckpt_keep, "Keep only the newest N checkpoints (default 0: all)")
       ->option_text("N")->check(ob::cli::NonNegative());
   app.add_option("--inject", g.inject,
-                 "Fault injection for tests: RANK:slow=F, RANK:spin=F, RANK:hang=STEP, RANK:stall=STEP, RANK:nan=STEP, RANK:check=STEP or RANK:park=STEP")
+                 "Fault injection for tests: RANK:slow=F, RANK:spin=F, RANK:hang=STEP, RANK:stall=STEP, RANK:nan=STEP, RANK:check=STEP or RANK:park=STEP; @GEN after one: in that generation only")
       ->option_text("SPEC")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

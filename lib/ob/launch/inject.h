@@ -18,8 +18,11 @@
 //   3:check=20    rank 3's background read of its host's copy of --data
 //                 (inputs.h ContentCheck), if it makes one, gives no verdict
 //                 before step 20: a large file read while training goes on
-// The master passes the whole spec to every worker ($OB_INJECT); each
-// worker takes the items naming its rank in the first generation.
+// An item applies in the first generation, or with a suffix @GEN in
+// generation GEN only (0:park=30@2: rank 0 of generation 2, the first after
+// a recovery, waits before step 30; a test holds the recovered run while it
+// acts). The master passes the whole spec to every worker ($OB_INJECT);
+// each worker takes the items naming its rank and its generation.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +45,8 @@ struct Injection {
   }
 };
 
-// The items of `spec` for `rank` (every item is checked). kUsage naming
-// the malformed item.
-Result<Injection> ParseInjection(const std::string& spec, int rank);
+// The items of `spec` for `rank` in `generation` (every item is checked).
+// kUsage naming the malformed item.
+Result<Injection> ParseInjection(const std::string& spec, int rank, int64_t generation = 1);
 
 }  // namespace ob::launch

@@ -503,8 +503,8 @@ Status RunWorker(const WorkerOptions& o) {
   worker->SetProgress(&progress, &peer_wait);
   const auto& me = worker->info();
   Injection inject;
-  if (const char* spec = std::getenv("OB_INJECT"); spec != nullptr && o.generation == 1) {
-    OB_ASSIGN_OR_RETURN(inject, ParseInjection(spec, o.rank));
+  if (const char* spec = std::getenv("OB_INJECT"); spec != nullptr) {
+    OB_ASSIGN_OR_RETURN(inject, ParseInjection(spec, o.rank, o.generation));
     if (inject.any()) {
       OB_LOG(Warn) << "fault injection: " << spec;
     }
