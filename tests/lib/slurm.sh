@@ -25,7 +25,8 @@ slurm_require() {
 }
 
 # slurm_up DIR NODE...: the cluster, its files in DIR; exports SLURM_CONF.
-# Waits (bounded) until every node is idle.
+# Waits (bounded) until every node is idle. $SLURM_CONF_EXTRA (lines) is
+# appended to slurm.conf (e.g. SlurmdTimeout=10).
 slurm_up() {
   SLURM_DIR=$1
   shift
@@ -80,6 +81,7 @@ slurm_up() {
     for i in "${!SLURM_NODES[@]}"; do
       echo "NodeName=${SLURM_NODES[$i]} NodeAddr=10.$SLURM_R.0.$((i + 2)) CPUs=$(nproc) State=UNKNOWN"
     done
+    [ -n "${SLURM_CONF_EXTRA:-}" ] && echo "$SLURM_CONF_EXTRA"
     echo "PartitionName=obtest Nodes=$(IFS=,; echo "${SLURM_NODES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
   } > "$SLURM_DIR/slurm.conf"
   printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n' > "$SLURM_DIR/cgroup.conf"
@@ -91,6 +93,21 @@ slurm_up() {
   done
   _slurm_idle() { [ "$(timeout 5 sinfo -h -t idle -o %D 2>/dev/null)" = "${#SLURM_NODES[@]}" ]; }
   wait_for 30 _slurm_idle || fail "Slurm nodes not idle in 30 s: $(timeout 5 sinfo 2>&1 | tr '\n' '|') $(tail -3 "$SLURM_DIR"/slurmd-*.log | tr '\n' '|')"
+}
+
+# slurm_power_off NODE: NODE as when its machine loses power: its link goes
+# down, then every process in its namespace (its slurmd, the steps that
+# slurmd started and all they started) is SIGKILLed; nothing leaves it.
+slurm_power_off() {
+  local ns="obs$$-$1" pid
+  ip -n "$ns" link set eth0 down || fail "link down in $ns"
+  _slurm_ns_empty() {
+    local p=$(ip netns pids "$ns" 2>/dev/null)
+    [ -z "$p" ] && return 0
+    for pid in $p; do kill -9 "$pid" 2>/dev/null; done
+    return 1
+  }
+  wait_for 10 _slurm_ns_empty || fail "processes left in $ns: $(ip netns pids "$ns" | xargs -r ps -o pid,args -p)"
 }
 
 # slurm_down: every daemon and step of ours killed, namespaces and links gone.

@@ -8,7 +8,8 @@
 # JOB.STEP): the master recovers in place (generation 2, from snapshots)
 # and finishes with exit 0, its losses those of the uninterrupted
 # one-worker run within 1e-4. After the job no step and no process of it
-# is left. Outside an allocation --rsh slurm exits 64 with one line.
+# is left; ob-launch warned at start that Slurm would end the job on a
+# node failure (no --no-kill). Outside an allocation --rsh slurm exits 64 with one line.
 # Skipped (77) without root or without Slurm (apt-get install slurm-wlm).
 NAME=launch_slurm
 source "$(dirname "$0")/../lib/launch.sh"
@@ -62,6 +63,10 @@ rec=$(grep " recovered generation=2 " "$WORK/run/events.log") || fail "no recove
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/slurm.pb" 1e-4 > "$WORK/slurm.cmp" \
   || fail "losses: $(cat "$WORK/slurm.cmp")"
 ! grep -q "kill-agent" "$WORK/run/events.log" || fail "an srun step was SIGKILLed: $(grep kill-agent "$WORK/run/events.log")"
+# Submitted without --no-kill: ob-launch said, in one line at its start,
+# that Slurm would end the job on a node failure, naming the flag.
+[ "$(grep -c -- "submit with sbatch --no-kill" "$WORK/job.out")" = 1 ] \
+  || fail "no one-line --no-kill warning: $(head -3 "$WORK/job.out")"
 left=$(timeout 5 squeue -h -s 2>/dev/null | grep -c .)
 [ "$left" = 0 ] || fail "steps left after the job: $(timeout 5 squeue -s)"
 # The cancelled step ended by Slurm; no agent or worker of ours anywhere.

@@ -6,10 +6,12 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "ob/cluster/hosts.h"
 #include "ob/cluster/rsh.h"
+#include "ob/cluster/slurm.h"
 
 using ob::Code;
 using ob::cluster::Host;
@@ -271,4 +273,53 @@ TEST_CASE("rsh: descriptors passed to a child land on 3, 4, ... whatever their n
   n = ::read(c[0], buf, sizeof buf);
   CHECK(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0) == "ok\n");
   ::close(c[0]);
+}
+
+// --- What Slurm does on a node failure (cluster/slurm.h) -------------------
+
+TEST_CASE("slurm: --no-kill is read from the #SBATCH lines as sbatch reads them") {
+  using ob::cluster::NoKillDirective;
+  CHECK(NoKillDirective("#!/bin/bash\n#SBATCH -N4\n#SBATCH --no-kill\nsrun x\n") == true);
+  CHECK(NoKillDirective("#!/bin/bash\n#SBATCH -N4 -k --exclusive\n") == true);
+  CHECK(NoKillDirective("#!/bin/sh\n\n# a comment\n#SBATCH --no-kill=yes\n") == true);
+  CHECK(NoKillDirective("#!/bin/bash\n#SBATCH --no-kill=off\n") == false);
+  CHECK(NoKillDirective("#!/bin/bash\n#SBATCH --no-kill=OFF\n") == false);
+  // A later directive wins.
+  CHECK(NoKillDirective("#SBATCH --no-kill\n#SBATCH --no-kill=off\n") == false);
+  CHECK(NoKillDirective("#SBATCH --no-kill=off\n#SBATCH -k\n") == true);
+  // None: no directive, one past the first command, one commented out, or
+  // another option that merely looks alike.
+  CHECK_FALSE(NoKillDirective("#!/bin/bash\nsrun hostname\n").has_value());
+  CHECK_FALSE(NoKillDirective("#!/bin/bash\nset -u\n#SBATCH --no-kill\n").has_value());
+  CHECK_FALSE(NoKillDirective("#!/bin/bash\n##SBATCH --no-kill\n").has_value());
+  CHECK_FALSE(NoKillDirective("#!/bin/bash\n#SBATCH -N2 # --no-kill later\n").has_value());
+  CHECK_FALSE(NoKillDirective("#!/bin/bash\n#SBATCH --kill-on-invalid-dep=yes\n#SBATCH --no-killer\n").has_value());
+  CHECK_FALSE(NoKillDirective("").has_value());
+  // contrib/ob-train.sbatch asks for it.
+  std::ifstream in(std::string(OB_SOURCE_DIR) + "/contrib/ob-train.sbatch");
+  REQUIRE(in);
+  std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(NoKillDirective(script) == true);
+}
+
+TEST_CASE("slurm: the environment over the script, and unknown when neither says") {
+  using ob::cluster::JudgeNodeFail;
+  using Kind = ob::cluster::NodeFailPolicy::Kind;
+  const std::string keeps = "#!/bin/bash\n#SBATCH --no-kill\n", plain = "#!/bin/bash\necho\n";
+  CHECK(JudgeNodeFail(nullptr, nullptr, keeps).kind == Kind::kKeepsJob);
+  CHECK(JudgeNodeFail(nullptr, nullptr, plain).kind == Kind::kUnknown);
+  CHECK(JudgeNodeFail(nullptr, nullptr, std::nullopt).kind == Kind::kUnknown);
+  CHECK(JudgeNodeFail("1", nullptr, plain).kind == Kind::kKeepsJob);
+  CHECK(JudgeNodeFail("", nullptr, std::nullopt).kind == Kind::kKeepsJob);
+  CHECK(JudgeNodeFail(nullptr, "yes", std::nullopt).kind == Kind::kKeepsJob);
+  auto off = JudgeNodeFail("off", nullptr, keeps);
+  CHECK(off.kind == Kind::kEndsJob);
+  CHECK(off.source == "SBATCH_NO_KILL=off");
+  auto w = ob::cluster::NodeFailWarning(off, "12");
+  CHECK(w.find('\n') == std::string::npos);
+  CHECK(w.find("job 12") != std::string::npos);
+  CHECK(w.find("--no-kill") != std::string::npos);
+  auto u = ob::cluster::NodeFailWarning(JudgeNodeFail(nullptr, nullptr, plain), "7");
+  CHECK(u.find('\n') == std::string::npos);
+  CHECK(u.find("sbatch --no-kill") != std::string::npos);
 }

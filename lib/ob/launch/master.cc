@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "ob/clock.h"
+#include "ob/cluster/slurm.h"
 #include "ob/io/file.h"
 #include "ob/io/text.h"
 #include "ob/launch/agent.h"
@@ -118,6 +119,13 @@ Status Master::Prepare() {
   metrics_.set_total_steps(opt_.steps);
   if (opt_.log_to_run_dir && !log::SetFile(run_dir_ + "/master.log")) {
     return Status::IoErr(run_dir_ + "/master.log: cannot open");
+  }
+  if (opt_.rsh == "slurm") {
+    // By default Slurm ends the whole job once a node of it stops
+    // answering: a node failure would undo every recovery ob makes.
+    const std::string job = std::getenv("SLURM_JOB_ID");
+    const cluster::NodeFailPolicy p = cluster::ReadNodeFailPolicy(job);
+    if (p.kind != cluster::NodeFailPolicy::Kind::kKeepsJob) OB_LOG(Warn) << cluster::NodeFailWarning(p, job);
   }
   return Status::Ok();
 }
