@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ob/model/config.h"
+#include "ob/model/llama_config.h"
 
 using ob::Code;
 using ob::model::GptConfig;
@@ -50,12 +51,15 @@ TEST_CASE("gpt2 has 124439808 parameters", "[config]") {
 
 TEST_CASE("every preset is valid and its exact count is within 1% of the formula", "[config]") {
   const auto& names = ob::model::PresetNames();
-  REQUIRE(names.size() == 11);
+  REQUIRE(names.size() == 21);
   CHECK(names.front() == "gpt-tiny");
-  CHECK(names.back() == "gpt3-175b");
+  CHECK(names[10] == "gpt3-175b");
+  CHECK(names.back() == "qwen3-32b");
   int64_t previous = 0;
   for (const auto& name : names) {
     INFO(name);
+    // A family starts anew.
+    if (name == "llama-tiny" || name == "qwen3-tiny" || name == "llama3.2-1b" || name == "qwen3-0.6b") previous = 0;
     auto c = MustPreset(name);
     CHECK(c.name == name);
     CHECK(c.Validate().ok());
@@ -69,6 +73,7 @@ TEST_CASE("every preset is valid and its exact count is within 1% of the formula
     CHECK(back.name == c.name);
     CHECK(back.n_layer == c.n_layer);
     CHECK(back.vocab_size == c.vocab_size);
+    CHECK(back.ToProto().SerializeAsString() == c.ToProto().SerializeAsString());
   }
   auto tiny = MustPreset("gpt-tiny");
   CHECK(tiny.vocab_size == 256);
@@ -158,7 +163,7 @@ TEST_CASE("a HuggingFace config that asks for another architecture than ob's GPT
   CHECK(ob::model::LoadConfigFile(tanh.path).ok());
   struct Case { const char* line; const char* says; };
   const Case cases[] = {
-      {"model_type: llama", "model_type 'llama': ob trains GPT-2's architecture"},
+      {"model_type: gpt_neox", "model_type 'gpt_neox': ob trains GPT-2 (model_type gpt2) and the Llama family"},
       {"activation_function: relu", "activation_function 'relu': ob's GPT-2 uses gelu_new"},
       {"activation_function: gelu", "activation_function 'gelu': "},
       {"n_inner: 128", "n_inner 128: ob's MLP is 4 x n_embd (256)"},
@@ -258,4 +263,125 @@ TEST_CASE("one architecture whatever its name, and another named field by field"
   b.set_vocab_size(512);
   CHECK(ob::model::ArchitectureDifference(a, b, "there", "in the plan") ==
         "n_head 4 there, 8 in the plan, vocab_size 256 there, 512 in the plan");
+}
+
+// --- The Llama family (llama_config.h) -------------------------------------
+
+TEST_CASE("Llama 3 and Qwen3 presets count their published parameters", "[config][llama]") {
+  // Llama 3.1 8B: 8,030,261,248 (Meta's model card: 8.03B); untied head.
+  auto l8 = MustPreset("llama3.1-8b");
+  CHECK(l8.llama());
+  CHECK(l8.kv_heads() == 8);
+  CHECK(l8.head_dim() == 128);
+  CHECK(ob::model::ExactParams(l8) == 8030261248);
+  // Qwen3-0.6B: 0.44B without the (tied) embedding, 0.6B with it (Qwen's
+  // model card); head_dim 128 though hidden / heads is 64.
+  auto q = MustPreset("qwen3-0.6b");
+  CHECK(q.head_dim() == 128);
+  CHECK(q.tied);
+  CHECK(q.qk_norm);
+  CHECK(q.n_layer * ob::model::BlockParams(q) == 440466432);
+  CHECK(ob::model::ExactParams(q) == 596049920);
+  // Llama 3.1 70B and 405B within 1% of their names.
+  CHECK(std::abs(static_cast<double>(ob::model::ExactParams(MustPreset("llama3.1-70b"))) - 70.55e9) < 0.01 * 70.55e9);
+  CHECK(std::abs(static_cast<double>(ob::model::ExactParams(MustPreset("llama3.1-405b"))) - 405.85e9) < 0.01 * 405.85e9);
+  // GPT-2's proto is what it was before the family existed.
+  auto g = MustPreset("gpt2").ToProto();
+  CHECK(g.family() == ob::pb::FAMILY_GPT2);
+  CHECK(g.n_kv_head() == 0);
+  CHECK(g.rope_theta() == 0);
+}
+
+TEST_CASE("llama3 rope scaling as Hugging Face computes it", "[config][llama]") {
+  auto c = MustPreset("llama3.1-8b");  // theta 5e5, d 128, factor 8, low 1, high 4, original 8192
+  auto f = ob::model::RopeInverseFrequencies(c);
+  REQUIRE(f.size() == 64);
+  CHECK(f[0] == Approx(1.0));  // wavelength 2π, far below 8192/4: kept
+  // The lowest frequency, wavelength ~2.5e6 > 8192: divided by 8.
+  CHECK(f[63] == Approx(std::pow(500000.0, -126.0 / 128.0) / 8).epsilon(1e-6));
+  // Between the two wavelengths (2048 and 8192): the smooth blend.
+  for (int i = 0; i < 64; ++i) {
+    const double raw = std::pow(500000.0, -2.0 * i / 128.0), wavelen = 2 * M_PI / raw;
+    INFO(i);
+    if (wavelen < 2048) CHECK(f[i] == Approx(raw).epsilon(1e-6));
+    if (wavelen > 8192) CHECK(f[i] == Approx(raw / 8).epsilon(1e-6));
+    if (wavelen >= 2048 && wavelen <= 8192) {
+      const double a = (8192 / wavelen - 1) / 3;
+      CHECK(f[i] == Approx((1 - a) * raw / 8 + a * raw).epsilon(1e-6));
+    }
+  }
+  auto linear = c;
+  linear.rope.type = "linear";
+  linear.rope.factor = 4;
+  CHECK(ob::model::RopeInverseFrequencies(linear)[10] == Approx(std::pow(500000.0, -20.0 / 128.0) / 4).epsilon(1e-6));
+}
+
+TEST_CASE("Hugging Face config.json of the Llama family", "[config][llama]") {
+  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false, "mlp_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"})";
+  TempFile f("llama.json", llama);
+  auto c = ob::model::LoadConfigFile(f.path);
+  REQUIRE(c.ok());
+  auto preset = MustPreset("llama3.1-8b").ToProto();
+  auto read = c->ToProto();
+  preset.clear_name();
+  read.clear_name();
+  CHECK(read.SerializeAsString() == preset.SerializeAsString());
+  // The newer rope_parameters (theta inside), and "type" for "rope_type".
+  std::string newer = llama;
+  newer.replace(newer.find("\"rope_scaling\""), 14, "\"rope_parameters\"");
+  newer.replace(newer.find("\"rope_type\": \"llama3\""), 21, "\"type\": \"llama3\", \"rope_theta\": 500000.0");
+  TempFile g("newer.json", newer);
+  auto c2 = ob::model::LoadConfigFile(g.path);
+  REQUIRE(c2.ok());
+  auto read2 = c2->ToProto();
+  read2.clear_name();
+  CHECK(read2.SerializeAsString() == preset.SerializeAsString());
+  // Qwen2: q/k/v biases; Qwen3: q/k norms.
+  TempFile q2("qwen2.json", R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+    "max_position_embeddings": 64, "tie_word_embeddings": true})");
+  auto qc = ob::model::LoadConfigFile(q2.path);
+  REQUIRE(qc.ok());
+  CHECK(qc->qkv_bias);
+  CHECK_FALSE(qc->qk_norm);
+  CHECK(qc->head_dim() == 16);
+  struct Case { const char* edit; const char* says; };
+  const Case cases[] = {
+      {R"("rope_type": "yarn")", "rope_scaling.rope_type' is 'yarn'"},
+      {R"("rope_type": "dynamic")", "linear and llama3 only"},
+      {R"("hidden_act": "gelu")", "hidden_act"},
+      {R"("attention_bias": true)", "attention_bias"},
+      {R"("num_local_experts": 8)", "mixtures of experts"},
+      {R"("use_sliding_window": true)", "sliding window"},
+      {R"("num_key_value_heads": 5)", "not a multiple of 'num_key_value_heads'"},
+  };
+  for (const Case& k : cases) {
+    INFO(k.edit);
+    std::string text = llama;
+    const std::string key = std::string(k.edit).substr(0, std::string(k.edit).find(':'));
+    const size_t at = text.find(key + ":");
+    if (at != std::string::npos) {
+      text.replace(at, text.find_first_of(",}", at) - at, k.edit);
+    } else {
+      text.insert(1, std::string(k.edit) + ", ");
+    }
+    TempFile bad("bad.json", text);
+    auto r = ob::model::LoadConfigFile(bad.path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kConfig);
+    CHECK_THAT(r.status().message(), Catch::Contains(bad.path) && Catch::Contains(k.says));
+  }
+  // A missing field names itself.
+  std::string missing = llama;
+  missing.erase(missing.find("\"intermediate_size\": 14336,"), 27);
+  TempFile m("missing.json", missing);
+  auto r = ob::model::LoadConfigFile(m.path);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("intermediate_size") && Catch::Contains("missing"));
 }

@@ -271,13 +271,14 @@ ob::Status PruneCmd(const ob::cli::CommonOptions& common) {
   return ob::io::WriteFile(common.output, out);
 }
 
-// A HuggingFace GPT-2 directory (config.json, model.safetensors) into the
-// checkpoint root -o DIR.
+// A HuggingFace directory (config.json, model.safetensors or shards with
+// their index) of GPT-2 or the Llama family into the checkpoint root -o DIR.
 ob::Status ImportCmd(const ob::cli::CommonOptions& common) {
   if (common.output == "-" || common.output.empty())
     return ob::Status::Usage("import writes a checkpoint root: give -o DIR");
-  const std::string config = g.path + "/config.json", weights = g.path + "/model.safetensors";
+  const std::string config = g.path + "/config.json";
   OB_ASSIGN_OR_RETURN(ob::pb::ModelConfig shape, ob::ckpt::ReadHfConfig(config));
+  OB_ASSIGN_OR_RETURN(std::vector<std::string> weights, ob::ckpt::HfWeightFiles(g.path));
   ob::pb::ModelConfig model;
   if (!g.model.empty()) {
     OB_ASSIGN_OR_RETURN(ob::model::GptConfig cfg, ob::model::ResolveModel(g.model));

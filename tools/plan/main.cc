@@ -360,9 +360,7 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     }
     problem->tp = g.tp;
     if (ob::plan::TensorParallelChoices(*problem).empty()) {
-      return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the model's " +
-                               std::to_string(problem->n_head) + " attention heads and MLP width " +
-                               std::to_string(4 * problem->n_embd));
+      return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide " + problem->SplitText());
     }
   }
   for (const std::string& spec : g.template_tp) {
@@ -377,13 +375,9 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     } catch (const std::exception&) {
       return ob::Status::Usage("--template-tp " + spec + ": not NODES=T");
     }
-    if (nodes < 1 || tp < 1 || c.gpus_per_node % tp != 0 ||
-        (problem->n_head > 0 && problem->n_head % tp != 0) ||
-        (problem->n_embd > 0 && (4 * problem->n_embd) % tp != 0)) {
+    if (nodes < 1 || tp < 1 || c.gpus_per_node % tp != 0 || !problem->TpDivides(tp)) {
       return ob::Status::Usage("--template-tp " + spec + ": " + std::to_string(tp) + " does not divide the " +
-                               std::to_string(c.gpus_per_node) + " GPUs of a node, or the model's " +
-                               std::to_string(problem->n_head) + " attention heads and MLP width " +
-                               std::to_string(4 * problem->n_embd));
+                               std::to_string(c.gpus_per_node) + " GPUs of a node, or " + problem->SplitText());
     }
     problem->tp_at[nodes] = tp;
   }

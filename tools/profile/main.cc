@@ -98,7 +98,10 @@ ob::Result<ob::pb::Profile> Analytic(const ob::model::GptConfig& cfg) {
   o.gpu = gpu;
   OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
   o.seq_len = g.seq_len;
-  o.fused_attention = g.fused_attention;
+  // The Llama family trains only where SDPA's fused kernels run it (flash
+  // or memory-efficient attention keep no score matrix): a 70B block's
+  // scores at sequence 8192 would be 21 GiB a micro-batch.
+  o.fused_attention = g.fused_attention || cfg.llama();
   o.fp32 = fp32;
   return ob::profile::AnalyticProfile(cfg, o);
 }

@@ -1,9 +1,12 @@
 #include "ob/ckpt/hf.h"
 
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -14,6 +17,7 @@
 #include "ob/io/file.h"
 #include "ob/io/message.h"
 #include "ob/model/config.h"
+#include "ob/model/llama_config.h"
 
 namespace ob::ckpt {
 namespace {
@@ -80,6 +84,115 @@ std::string ObName(const std::string& hf, uint32_t n_layer) {
 std::string Param(const std::string& ob) {
   const size_t dot = ob.find('.');
   return dot == std::string::npos ? ob : ob.substr(dot + 1);
+}
+
+// One tensor of a Hugging Face file: its name and shape there, its ob
+// name, and whether the two are transposes (GPT-2's Conv1D).
+struct HfTensor {
+  std::string hf, ob;
+  std::vector<int64_t> shape;
+  bool transpose = false;
+};
+
+bool IsLlama(const pb::ModelConfig& m) { return m.family() == pb::FAMILY_LLAMA; }
+
+// Every tensor of `m` in HF's file order. The Llama family (LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM):
+//   model.embed_tokens.weight [V, h]            ob "tied", or "0.wte.weight" untied
+//   model.layers.<i>.input_layernorm.weight      "<i+1>.ln_1.weight"
+//   model.layers.<i>.self_attn.{q,k,v}_proj.weight (.bias: Qwen2)  "<i+1>.attn.…"
+//   model.layers.<i>.self_attn.{q,k}_norm.weight (Qwen3)
+//   model.layers.<i>.self_attn.o_proj.weight
+//   model.layers.<i>.post_attention_layernorm.weight   "<i+1>.ln_2.weight"
+//   model.layers.<i>.mlp.{gate,up,down}_proj.weight
+//   model.norm.weight                            "<L+1>.ln_f.weight"
+//   lm_head.weight [V, h] (untied only)          "<L+1>.lm_head.weight"
+// all [out, in] as torch's Linear, as ob's: nothing is transposed.
+std::vector<HfTensor> HfLayout(const pb::ModelConfig& m) {
+  std::vector<HfTensor> out;
+  const uint32_t L = m.n_layer();
+  if (!IsLlama(m)) {
+    for (auto& [hf, shape] : HfShapes(m)) {
+      const std::string ob = ObName(hf, L);
+      out.push_back({hf, ob, shape, IsConv1DWeight(Param(ob)) && ob != "tied"});
+    }
+    return out;
+  }
+  const int64_t h = m.n_embd(), v = m.vocab_size(), d = m.head_dim(), q = int64_t{m.n_head()} * d,
+                kv = int64_t{m.n_kv_head()} * d, inner = m.intermediate_size();
+  out.push_back({"model.embed_tokens.weight", m.untied() ? "0.wte.weight" : "tied", {v, h}});
+  for (uint32_t i = 0; i < L; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".", o = std::to_string(i + 1) + ".";
+    out.push_back({p + "input_layernorm.weight", o + "ln_1.weight", {h}});
+    for (const auto& [name, rows] : {std::pair<std::string, int64_t>{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}}) {
+      out.push_back({p + "self_attn." + name + ".weight", o + "attn." + name + ".weight", {rows, h}});
+      if (m.qkv_bias()) out.push_back({p + "self_attn." + name + ".bias", o + "attn." + name + ".bias", {rows}});
+    }
+    if (m.qk_norm()) {
+      out.push_back({p + "self_attn.q_norm.weight", o + "attn.q_norm.weight", {d}});
+      out.push_back({p + "self_attn.k_norm.weight", o + "attn.k_norm.weight", {d}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", o + "attn.o_proj.weight", {h, q}});
+    out.push_back({p + "post_attention_layernorm.weight", o + "ln_2.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", o + "mlp.gate_proj.weight", {inner, h}});
+    out.push_back({p + "mlp.up_proj.weight", o + "mlp.up_proj.weight", {inner, h}});
+    out.push_back({p + "mlp.down_proj.weight", o + "mlp.down_proj.weight", {h, inner}});
+  }
+  out.push_back({"model.norm.weight", std::to_string(L + 1) + ".ln_f.weight", {h}});
+  if (m.untied()) out.push_back({"lm_head.weight", std::to_string(L + 1) + ".lm_head.weight", {v, h}});
+  return out;
+}
+
+// The shortest decimal that reads back as `x`.
+std::string JsonReal(double x) {
+  char buf[40];
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string LlamaConfigJson(const pb::ModelConfig& m) {
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  const std::string type = m.hf_model_type().empty() ? "llama" : m.hf_model_type();
+  const std::string arch = type == "mistral" ? "MistralForCausalLM"
+                           : type == "qwen2" ? "Qwen2ForCausalLM"
+                           : type == "qwen3" ? "Qwen3ForCausalLM"
+                                             : "LlamaForCausalLM";
+  std::string rope = "null";
+  if (m.rope_type() == "linear") {
+    rope = "{\"rope_type\": \"linear\", \"factor\": " + JsonReal(m.rope_factor()) + "}";
+  } else if (m.rope_type() == "llama3") {
+    rope = "{\"rope_type\": \"llama3\", \"factor\": " + JsonReal(m.rope_factor()) + ", \"low_freq_factor\": " +
+           JsonReal(m.rope_low_freq_factor()) + ", \"high_freq_factor\": " + JsonReal(m.rope_high_freq_factor()) +
+           ", \"original_max_position_embeddings\": " + n(m.rope_original_context()) + "}";
+  }
+  return "{\n"
+         "  \"architectures\": [\"" + arch + "\"],\n"
+         "  \"model_type\": \"" + type + "\",\n"
+         "  \"vocab_size\": " + n(m.vocab_size()) + ",\n"
+         "  \"hidden_size\": " + n(m.n_embd()) + ",\n"
+         "  \"intermediate_size\": " + n(m.intermediate_size()) + ",\n"
+         "  \"num_hidden_layers\": " + n(m.n_layer()) + ",\n"
+         "  \"num_attention_heads\": " + n(m.n_head()) + ",\n"
+         "  \"num_key_value_heads\": " + n(m.n_kv_head()) + ",\n"
+         "  \"head_dim\": " + n(m.head_dim()) + ",\n"
+         "  \"max_position_embeddings\": " + n(m.n_positions()) + ",\n"
+         "  \"rope_theta\": " + JsonReal(m.rope_theta()) + ",\n"
+         "  \"rope_scaling\": " + rope + ",\n"
+         "  \"rms_norm_eps\": " + JsonReal(m.norm_eps()) + ",\n"
+         "  \"tie_word_embeddings\": " + (m.untied() ? "false" : "true") + ",\n"
+         "  \"hidden_act\": \"silu\",\n"
+         "  \"attention_bias\": false,\n"
+         "  \"attention_dropout\": 0.0,\n"
+         "  \"mlp_bias\": false,\n"
+         "  \"use_sliding_window\": false,\n"
+         "  \"initializer_range\": 0.02,\n"
+         "  \"torch_dtype\": \"float32\"\n"
+         "}\n";
 }
 
 std::string ConfigJson(const pb::ModelConfig& m) {
@@ -184,33 +297,57 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
   }
   std::vector<std::vector<char>> buffers;
   std::vector<TensorView> views;
-  const auto shapes = HfShapes(model);
-  buffers.reserve(shapes.size());
-  for (const auto& [hf, shape] : shapes) {
-    const std::string ob = ObName(hf, model.n_layer());
-    auto it = where.find(ob);
-    if (it == where.end()) return Status::DataErr(ckpt_path + ": no tensor " + ob + " (for " + hf + ")");
+  const auto layout = HfLayout(model);
+  buffers.reserve(layout.size());
+  for (const HfTensor& t : layout) {
+    auto it = where.find(t.ob);
+    if (it == where.end()) return Status::DataErr(ckpt_path + ": no tensor " + t.ob + " (for " + t.hf + ")");
     const auto& [path, e] = it->second;
-    std::vector<int64_t> want = shape;
-    const bool conv = IsConv1DWeight(Param(ob)) && ob != "tied";
-    if (conv) std::swap(want[0], want[1]);
-    if (e.shape != want) return Status::DataErr(path + ": " + ob + " is not of " + hf + "'s shape");
+    std::vector<int64_t> want = t.shape;
+    if (t.transpose) std::swap(want[0], want[1]);
+    if (e.shape != want) return Status::DataErr(path + ": " + t.ob + " is not of " + t.hf + "'s shape");
     std::vector<char> bytes(e.end - e.begin);
     OB_RETURN_IF_ERROR(ReadTensor(path, headers.at(path), e, bytes.data()));
-    if (conv) bytes = Transpose(bytes, e.shape[0], e.shape[1], DTypeSize(e.dtype));
+    if (t.transpose) bytes = Transpose(bytes, e.shape[0], e.shape[1], DTypeSize(e.dtype));
     buffers.push_back(std::move(bytes));
-    views.push_back({hf, e.dtype, shape, buffers.back().data(), buffers.back().size()});
+    views.push_back({t.hf, e.dtype, t.shape, buffers.back().data(), buffers.back().size()});
     where.erase(it);
   }
   for (const auto& [name, w] : where) {
-    if (name != std::to_string(model.n_layer() + 1) + ".lm_head.weight") {
-      return Status::DataErr(w.first + ": tensor " + name + " has no place in a GPT-2 model");
-    }
+    // A tied head's own copy (a stage holding the head but not the embed
+    // saves none; older checkpoints may): the token table, not written.
+    if (!model.untied() && name == std::to_string(model.n_layer() + 1) + ".lm_head.weight") continue;
+    return Status::DataErr(w.first + ": tensor " + name + " has no place in the model");
   }
   OB_RETURN_IF_ERROR(io::MakeDirs(out_dir, "export directory"));
   OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(out_dir, "model.safetensors"), views,
                                       {{"format", "pt"}, {"ob.step", std::to_string(m.step())}}, nullptr, nullptr));
-  return io::WriteFile(io::JoinPath(out_dir, "config.json"), ConfigJson(model));
+  return io::WriteFile(io::JoinPath(out_dir, "config.json"), IsLlama(model) ? LlamaConfigJson(model) : ConfigJson(model));
+}
+
+Result<std::vector<std::string>> HfWeightFiles(const std::string& dir) {
+  const std::string single = io::JoinPath(dir, "model.safetensors"), index = io::JoinPath(dir, "model.safetensors.index.json");
+  if (::access(single.c_str(), F_OK) == 0) return std::vector<std::string>{single};
+  if (::access(index.c_str(), F_OK) != 0) {
+    return Status::NoInput(dir + ": no model.safetensors and no model.safetensors.index.json");
+  }
+  OB_ASSIGN_OR_RETURN(std::string text, io::ReadFile(index));
+  std::vector<std::string> files;
+  try {
+    const YAML::Node map = YAML::Load(text)["weight_map"];
+    if (!map || !map.IsMap() || map.size() == 0) return Status::DataErr(index + ": no weight_map of tensor names to files");
+    std::set<std::string> seen;
+    for (const auto& kv : map) {
+      const std::string f = kv.second.as<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
+        return Status::DataErr(index + ": weight_map names '" + f + "', not a file of this directory");
+      }
+      if (seen.insert(f).second) files.push_back(io::JoinPath(dir, f));
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::DataErr(index + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  return files;
 }
 
 Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
@@ -226,7 +363,7 @@ Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
   return m;
 }
 
-Status ImportHf(const std::string& config_json, const std::string& safetensors, const pb::ModelConfig& model,
+Status ImportHf(const std::string& config_json, const std::vector<std::string>& files, const pb::ModelConfig& model,
                 const std::string& dir, int64_t step) {
   OB_ASSIGN_OR_RETURN(pb::ModelConfig hf_model, ReadHfConfig(config_json));
   pb::ModelConfig shape = model;
@@ -236,66 +373,87 @@ Status ImportHf(const std::string& config_json, const std::string& safetensors, 
                            model.name() + "'s (" + shape.ShortDebugString() + ")");
   }
   if (step < 0) return Status::Usage("--step must not be negative");
-  OB_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(safetensors));
-  std::map<std::string, const SafetensorsEntry*> by_name;  // HF names, "transformer." prefixed
-  for (const auto& e : h.tensors) {
-    std::string name = e.name;
-    if (name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") name = "transformer." + name;
-    const size_t attn = name.rfind(".attn.");
-    if (attn != std::string::npos && (name.compare(attn, std::string::npos, ".attn.bias") == 0 ||
-                                      name.compare(attn, std::string::npos, ".attn.masked_bias") == 0)) {
-      continue;  // causal masks, not weights
+  if (files.empty()) return Status::NoInput(config_json + ": no safetensors file beside it");
+  const bool llama = IsLlama(model);
+  std::vector<SafetensorsHeader> headers(files.size());
+  struct Found {
+    size_t file;
+    const SafetensorsEntry* e;
+  };
+  std::map<std::string, Found> by_name;  // HF names (GPT-2's "transformer." prefixed)
+  for (size_t f = 0; f < files.size(); ++f) {
+    OB_ASSIGN_OR_RETURN(headers[f], ReadSafetensorsHeader(files[f]));
+    for (const auto& e : headers[f].tensors) {
+      std::string name = e.name;
+      if (!llama) {
+        if (name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") name = "transformer." + name;
+        const size_t attn = name.rfind(".attn.");
+        if (attn != std::string::npos && (name.compare(attn, std::string::npos, ".attn.bias") == 0 ||
+                                          name.compare(attn, std::string::npos, ".attn.masked_bias") == 0)) {
+          continue;  // causal masks, not weights
+        }
+      } else if (name.size() > 15 && name.compare(name.size() - 15, 15, ".rotary_emb.inv_freq") == 0) {
+        continue;  // older Llama files carry the rotation's frequencies: not weights
+      }
+      if (!by_name.emplace(name, Found{f, &e}).second) {
+        return Status::DataErr(files[f] + ": tensor " + e.name + " is in " + files[by_name.at(name).file] + " too");
+      }
     }
-    by_name[name] = &e;
   }
+  auto read = [&](const Found& found) -> Result<std::vector<char>> {
+    const SafetensorsEntry& e = *found.e;
+    const std::string& path = files[found.file];
+    if (e.dtype != DType::kF32 && e.dtype != DType::kF16 && e.dtype != DType::kBF16) {
+      return Status::DataErr(path + ": " + e.name + " is " + DTypeName(e.dtype) + "; ob imports F32, F16 or BF16");
+    }
+    std::vector<char> raw(e.end - e.begin);
+    OB_RETURN_IF_ERROR(ReadTensor(path, headers[found.file], e, raw.data()));
+    return AsFloat32(std::move(raw), e.dtype, path + ": " + e.name);
+  };
   const uint32_t L = model.n_layer();
   std::vector<std::vector<TensorView>> layers(L + 2);
   std::vector<std::map<std::string, std::string>> metadata(L + 2);
   std::vector<std::vector<char>> buffers;
-  const auto shapes = HfShapes(model);
-  buffers.reserve(3 * shapes.size());
+  const auto layout = HfLayout(model);
+  buffers.reserve(3 * layout.size());
   std::vector<char> wte;
-  for (const auto& [hf, want] : shapes) {
-    auto it = by_name.find(hf);
-    if (it == by_name.end()) return Status::DataErr(safetensors + ": no tensor " + hf);
-    const SafetensorsEntry& e = *it->second;
-    if (e.dtype != DType::kF32 && e.dtype != DType::kF16 && e.dtype != DType::kBF16) {
-      return Status::DataErr(safetensors + ": " + e.name + " is " + DTypeName(e.dtype) + "; ob imports F32, F16 or BF16");
+  for (const HfTensor& t : layout) {
+    auto it = by_name.find(t.hf);
+    if (it == by_name.end()) return Status::DataErr(files.front() + ": no tensor " + t.hf);
+    const SafetensorsEntry& e = *it->second.e;
+    if (e.shape != t.shape) {
+      return Status::DataErr(files[it->second.file] + ": " + e.name + " is not of " +
+                             (llama ? model.hf_model_type() : std::string("GPT-2")) + "'s shape");
     }
-    if (e.shape != want) return Status::DataErr(safetensors + ": " + e.name + " is not of GPT-2's shape");
-    std::vector<char> raw(e.end - e.begin);
-    OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, e, raw.data()));
-    OB_ASSIGN_OR_RETURN(std::vector<char> bytes, AsFloat32(std::move(raw), e.dtype, safetensors + ": " + e.name));
-    const std::string ob = ObName(hf, L);
-    std::vector<int64_t> shape = want;
-    if (IsConv1DWeight(Param(ob)) && ob != "tied") {
-      bytes = Transpose(bytes, want[0], want[1], 4);
+    OB_ASSIGN_OR_RETURN(std::vector<char> bytes, read(it->second));
+    std::vector<int64_t> shape = t.shape;
+    if (t.transpose) {
+      bytes = Transpose(bytes, t.shape[0], t.shape[1], 4);
       std::swap(shape[0], shape[1]);
     }
-    if (ob == "tied") wte = bytes;
-    const int layer = ob == "tied" ? 0 : std::stoi(ob.substr(0, ob.find('.')));
+    if (t.ob == "tied") wte = bytes;
+    const int layer = t.ob == "tied" ? 0 : std::stoi(t.ob.substr(0, t.ob.find('.')));
     buffers.push_back(std::move(bytes));
     const uint64_t n = buffers.back().size();
-    layers[layer].push_back({ob, DType::kF32, shape, buffers.back().data(), n});
+    layers[layer].push_back({t.ob, DType::kF32, shape, buffers.back().data(), n});
     for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {  // AdamW starts afresh
       buffers.emplace_back(n, 0);
-      layers[layer].push_back({ob + moment, DType::kF32, shape, buffers.back().data(), n});
+      layers[layer].push_back({t.ob + moment, DType::kF32, shape, buffers.back().data(), n});
     }
-    metadata[layer][ob + ".adam_step"] = "0";
+    metadata[layer][t.ob + ".adam_step"] = "0";
     by_name.erase(it);
   }
-  for (const auto& [name, e] : by_name) {
-    if (name == "lm_head.weight") {  // tied: must be the embedding
+  for (const auto& [name, found] : by_name) {
+    if (name == "lm_head.weight" && !model.untied()) {  // tied: must be the embedding
       std::vector<char> head;
-      if (e->shape == std::vector<int64_t>{model.vocab_size(), model.n_embd()}) {
-        std::vector<char> raw(e->end - e->begin);
-        OB_RETURN_IF_ERROR(ReadTensor(safetensors, h, *e, raw.data()));
-        OB_ASSIGN_OR_RETURN(head, AsFloat32(std::move(raw), e->dtype, safetensors + ": " + e->name));
+      if (found.e->shape == std::vector<int64_t>{model.vocab_size(), model.n_embd()}) {
+        OB_ASSIGN_OR_RETURN(head, read(found));
       }
-      if (head != wte) return Status::DataErr(safetensors + ": lm_head.weight is not the embedding (untied)");
+      if (head != wte) return Status::DataErr(files[found.file] + ": lm_head.weight is not the embedding (untied)");
       continue;
     }
-    return Status::DataErr(safetensors + ": tensor " + e->name + " has no place in a GPT-2 model");
+    return Status::DataErr(files[found.file] + ": tensor " + found.e->name + " has no place in " +
+                           (llama ? "a " + model.hf_model_type() + " model" : std::string("a GPT-2 model")));
   }
   OB_RETURN_IF_ERROR(io::MakeDirs(dir, "checkpoint directory"));
   OB_ASSIGN_OR_RETURN(io::DirLock lock, io::DirLock::Acquire(dir, "ob-ckpt import"));

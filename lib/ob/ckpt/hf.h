@@ -1,5 +1,9 @@
-// GPT-2 checkpoints in HuggingFace's layout, in and out (ob-ckpt export
-// --format hf, ob-ckpt import).
+// Checkpoints in HuggingFace's layout, in and out (ob-ckpt export --format
+// hf, ob-ckpt import): GPT-2's (below), and the Llama family's
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM: names in hf.cc HfLayout, nothing transposed; a tied
+// model's lm_head.weight is not written, and on import must be the
+// embedding if present; sharded files with their index are read).
 //
 // HuggingFace's GPT2LMHeadModel saves model.safetensors with
 //   transformer.wte.weight [V, h]          ob layer 0 "tied"
@@ -34,6 +38,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ob/ckpt/checkpoint.h"
 #include "ob/model.pb.h"
@@ -48,8 +53,16 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
 // Reads HF_DIR/config.json and HF_DIR/model.safetensors (or the files
 // named) and commits them as step `step` under the checkpoint root `dir`.
 // kDataErr when config.json's shape is not `model`'s.
-Status ImportHf(const std::string& config_json, const std::string& safetensors, const pb::ModelConfig& model,
+// `files`: model.safetensors, or the shards model.safetensors.index.json
+// names (HfWeightFiles); a tensor in two of them is kDataErr.
+Status ImportHf(const std::string& config_json, const std::vector<std::string>& files, const pb::ModelConfig& model,
                 const std::string& dir, int64_t step);
+
+// The weight files of HF directory `dir`: dir/model.safetensors, else the
+// files dir/model.safetensors.index.json's weight_map names (each once, in
+// the order of first mention; kDataErr naming the index when malformed or
+// when a name leaves the directory), else kNoInput.
+Result<std::vector<std::string>> HfWeightFiles(const std::string& dir);
 
 // The model config.json describes (name "", for the caller to match).
 Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json);

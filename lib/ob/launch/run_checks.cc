@@ -14,7 +14,7 @@ namespace ob::launch {
 
 int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
   const int seq = static_cast<int>(plan.sequence_length());
-  return seq > 0 ? seq : cfg.n_positions;
+  return seq > 0 ? seq : cfg.default_seq_len();
 }
 
 Result<PlanData> LoadPlanData(const std::string& path) {

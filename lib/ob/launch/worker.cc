@@ -453,7 +453,7 @@ Status RunWorker(const WorkerOptions& o) {
       }
       auto loaded_state = runtime::LoadStageSnapshot(
           source.checkpoint(), me.first_layer, me.last_layer,
-          me.first_layer == 0 || me.last_layer == topo.num_layers - 1, me.tp, me.tp_rank);
+          cfg.tied && (me.first_layer == 0 || me.last_layer == topo.num_layers - 1), me.tp, me.tp_rank);
       if (!loaded_state.ok()) return refuse(loaded_state.status());
       own = std::move(loaded_state).value();
       sp.step = source.step();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -15,6 +16,7 @@
 #include "ob/io/message.h"
 #include "ob/io/text.h"
 #include "ob/log.h"
+#include "ob/model/llama_config.h"
 
 namespace ob::model {
 namespace {
@@ -126,7 +128,7 @@ Status CheckArchitecture(const YAML::Node& root, const std::string& path, const 
   };
   if (present("model_type") && scalar("model_type") != "gpt2") {
     return Status::Config(at("model_type") + "'" + scalar("model_type") +
-                          "': ob trains GPT-2's architecture (model_type gpt2)");
+                          "': ob trains GPT-2 (model_type gpt2) and the Llama family (llama, mistral, qwen2, qwen3)");
   }
   if (present("activation_function")) {
     const std::string act = scalar("activation_function");
@@ -181,6 +183,27 @@ pb::ModelConfig GptConfig::ToProto() const {
   p.set_n_head(n_head);
   p.set_n_positions(n_positions);
   p.set_vocab_size(vocab_size);
+  if (llama()) {
+    p.set_family(pb::FAMILY_LLAMA);
+    p.set_n_kv_head(kv_heads());
+    p.set_head_dim(head_dim());
+    p.set_intermediate_size(mlp_width());
+    p.set_rope_theta(rope_theta);
+    p.set_rope_type(rope.type);
+    if (!rope.type.empty()) {
+      p.set_rope_factor(rope.factor);
+      if (rope.type == "llama3") {
+        p.set_rope_low_freq_factor(rope.low_freq_factor);
+        p.set_rope_high_freq_factor(rope.high_freq_factor);
+        p.set_rope_original_context(rope.original_context);
+      }
+    }
+    p.set_norm_eps(norm_eps);
+    p.set_untied(!tied);
+    p.set_qkv_bias(qkv_bias);
+    p.set_qk_norm(qk_norm);
+    p.set_hf_model_type(hf_type);
+  }
   return p;
 }
 
@@ -192,6 +215,27 @@ GptConfig GptConfig::FromProto(const pb::ModelConfig& p) {
   c.n_head = static_cast<int>(p.n_head());
   c.n_positions = static_cast<int>(p.n_positions());
   c.vocab_size = static_cast<int>(p.vocab_size());
+  if (p.family() == pb::FAMILY_LLAMA) {
+    c.family = Family::kLlama;
+    c.n_kv_head = static_cast<int>(p.n_kv_head());
+    c.head_size = static_cast<int>(p.head_dim());
+    c.n_inner = static_cast<int>(p.intermediate_size());
+    c.rope_theta = p.rope_theta();
+    c.rope.type = p.rope_type();
+    if (!c.rope.type.empty()) {
+      c.rope.factor = p.rope_factor();
+      if (c.rope.type == "llama3") {
+        c.rope.low_freq_factor = p.rope_low_freq_factor();
+        c.rope.high_freq_factor = p.rope_high_freq_factor();
+        c.rope.original_context = static_cast<int>(p.rope_original_context());
+      }
+    }
+    c.norm_eps = p.norm_eps();
+    c.tied = !p.untied();
+    c.qkv_bias = p.qkv_bias();
+    c.qk_norm = p.qk_norm();
+    c.hf_type = p.hf_model_type();
+  }
   return c;
 }
 
@@ -206,7 +250,9 @@ Status GptConfig::Validate() const {
                             std::to_string(value));
     }
   }
-  if (n_embd % n_head != 0) {
+  if (llama()) {
+    OB_RETURN_IF_ERROR(ValidateLlama(*this, who));
+  } else if (n_embd % n_head != 0) {
     return Status::Config(who + ": field 'n_embd' (" + std::to_string(n_embd) +
                           ") is not divisible by 'n_head' (" + std::to_string(n_head) + ")");
   }
@@ -221,6 +267,7 @@ const std::vector<std::string>& PresetNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (const auto& p : kPresets) v.emplace_back(p.name);
+    for (const auto& n : LlamaPresetNames()) v.push_back(n);
     return v;
   }();
   return names;
@@ -230,6 +277,7 @@ Result<GptConfig> Preset(const std::string& name) {
   for (const auto& p : kPresets) {
     if (name == p.name) return FromShape(p);
   }
+  if (std::optional<GptConfig> c = LlamaPreset(name)) return *c;
   std::string known;
   for (const auto& n : PresetNames()) known += (known.empty() ? "" : ", ") + n;
   return Status::Config("unknown model '" + name + "' (known: " + known +
@@ -253,6 +301,7 @@ Result<GptConfig> ParseConfig(const std::string& text, const std::string& path) 
     return Status::Config(path + ": expected a mapping of model fields (n_layer, n_embd, ...)");
   }
   OB_RETURN_IF_ERROR(CheckUniqueKeys(root, path));
+  if (IsLlamaFamily(root)) return ParseLlamaConfig(root, path);
   GptConfig c;
   c.name = path;
   OB_RETURN_IF_ERROR(ReadField(root, path, {"n_layer"}, &c.n_layer));
@@ -276,21 +325,30 @@ Result<GptConfig> ResolveModel(const std::string& name_or_path) {
 
 int64_t BlockParams(const GptConfig& c) {
   const int64_t h = c.n_embd;
+  if (c.llama()) {
+    const int64_t q = static_cast<int64_t>(c.n_head) * c.head_dim(), kv = static_cast<int64_t>(c.kv_heads()) * c.head_dim();
+    return 2 * h * q + 2 * h * kv + 3 * h * c.mlp_width() + 2 * h + (c.qkv_bias ? q + 2 * kv : 0) +
+           (c.qk_norm ? 2 * c.head_dim() : 0);
+  }
   return 12 * h * h + 13 * h;
 }
 
 int64_t EmbeddingParams(const GptConfig& c) {
-  return static_cast<int64_t>(c.vocab_size) * c.n_embd +
-         static_cast<int64_t>(c.n_positions) * c.n_embd;
+  const int64_t table = static_cast<int64_t>(c.vocab_size) * c.n_embd;
+  return c.llama() ? table : table + static_cast<int64_t>(c.n_positions) * c.n_embd;
 }
 
-int64_t HeadOwnParams(const GptConfig& c) { return 2 * static_cast<int64_t>(c.n_embd); }
+int64_t HeadOwnParams(const GptConfig& c) {
+  if (!c.llama()) return 2 * static_cast<int64_t>(c.n_embd);
+  return c.n_embd + (c.tied ? 0 : static_cast<int64_t>(c.vocab_size) * c.n_embd);
+}
 
 int64_t FormulaParams(const GptConfig& c) {
-  return EmbeddingParams(c) + c.n_layer * BlockParams(c);
+  const int64_t lm = c.llama() && !c.tied ? static_cast<int64_t>(c.vocab_size) * c.n_embd : 0;
+  return EmbeddingParams(c) + c.n_layer * BlockParams(c) + lm;
 }
 
-int64_t ExactParams(const GptConfig& c) { return FormulaParams(c) + HeadOwnParams(c); }
+int64_t ExactParams(const GptConfig& c) { return EmbeddingParams(c) + c.n_layer * BlockParams(c) + HeadOwnParams(c); }
 
 const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 

@@ -9,6 +9,7 @@
 #include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
 #include "ob/model/linear.h"
+#include "ob/model/llama.h"
 #include "ob/torch_compat.h"
 
 namespace ob::model {
@@ -70,9 +71,9 @@ torch::Tensor InComputeDtype(const torch::Tensor& x) {
 
 }  // namespace
 
-DenseImpl::DenseImpl(int64_t in, int64_t out) {
+DenseImpl::DenseImpl(int64_t in, int64_t out, bool with_bias) {
   weight = register_parameter("weight", torch::empty({out, in}));
-  bias = register_parameter("bias", torch::empty({out}));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out}));
 }
 
 TableImpl::TableImpl(int64_t rows, int64_t width) {
@@ -82,11 +83,11 @@ TableImpl::TableImpl(int64_t rows, int64_t width) {
 EmbedLayerImpl::EmbedLayerImpl(const GptConfig& cfg, uint64_t seed, TpGroupPtr tp, bool init)
     : PlannerLayerImpl(pb::LAYER_EMBED, 0, "embed"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
   wte = register_module("wte", Table(cfg.vocab_size, cfg.n_embd));
-  wpe = register_module("wpe", Table(cfg.n_positions, cfg.n_embd));
+  if (!cfg.llama()) wpe = register_module("wpe", Table(cfg.n_positions, cfg.n_embd));
   if (init) {
     auto gen = LayerGenerator(seed, 0);
     InitTokenTable(wte->weight, gen);
-    InitNormal(wpe->weight, kInitStd, gen);
+    if (wpe) InitNormal(wpe->weight, kInitStd, gen);
   }
   if (Sharded(tp_)) ShardParameters(*this, *tp_);
 }
@@ -95,6 +96,7 @@ torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Ten
   const int64_t t = ids.size(1);
   auto pos = torch::arange(t, ids.options().dtype(torch::kLong));
   auto tokens = Sharded(tp_) ? TpEmbedding(wte->weight, ids, vocab_, *tp_) : torch::embedding(wte->weight, ids);
+  if (!wpe) return InComputeDtype(tokens);  // positions are rotations in the blocks
   return InComputeDtype(tokens + torch::embedding(wpe->weight, pos).unsqueeze(0));  // [b,t,h]
 }
 
@@ -174,7 +176,11 @@ LmHeadImpl::LmHeadImpl(int vocab_size, int n_embd) {
 HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor tied, TpGroupPtr tp, bool init)
     : PlannerLayerImpl(pb::LAYER_HEAD, cfg.n_layer + 1, "head"), vocab_(cfg.vocab_size), tp_(std::move(tp)) {
   const int64_t h = cfg.n_embd;
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+  if (cfg.llama()) {
+    rms_f = register_module("ln_f", std::make_shared<RmsNormImpl>(h, cfg.norm_eps));
+  } else {
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+  }
   if (tied.defined()) {
     // Not registered: the stage already holds it as the embed's wte.weight.
     lm_weight_ = std::move(tied);
@@ -183,7 +189,9 @@ HeadLayerImpl::HeadLayerImpl(const GptConfig& cfg, uint64_t seed, torch::Tensor 
     lm_head = register_module("lm_head", LmHead(cfg.vocab_size, cfg.n_embd));
     lm_weight_ = lm_head->weight;
     if (init) {
-      auto gen = LayerGenerator(seed, 0);
+      // Tied: a copy of the token table (layer 0's stream); untied: the
+      // head's own draw.
+      auto gen = LayerGenerator(seed, cfg.tied ? 0 : index());
       InitTokenTable(lm_weight_, gen);
     }
   }
@@ -221,13 +229,18 @@ namespace {
 int64_t HeadPadding(const torch::Tensor& x) { return HeadRowsMultiple(x.device()); }
 }  // namespace
 
+torch::Tensor HeadLayerImpl::Normed(const torch::Tensor& x) {
+  if (rms_f) return static_cast<RmsNormImpl&>(*rms_f).forward(x);
+  return Norm(ln_f, x);
+}
+
 torch::Tensor HeadLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
   if (Sharded(tp_)) {  // logits for our vocabulary range only: [b,t,V_r]
     TORCH_CHECK(targets.defined(), "a tensor-parallel head needs the targets");
-    auto logits = LogitsOf(CopyToTp(Norm(ln_f, x), *tp_), lm_weight_, HeadPadding(x));
+    auto logits = LogitsOf(CopyToTp(Normed(x), *tp_), lm_weight_, HeadPadding(x));
     return TpCrossEntropy(logits, targets, vocab_, *tp_);
   }
-  auto h = Norm(ln_f, x);
+  auto h = Normed(x);
   if (!targets.defined()) return LogitsOf(h, lm_weight_, HeadPadding(x)).contiguous();  // [b,t,V]
   // The loss in fp32 whatever the autocast (cross_entropy.h), of the padded
   // product itself: the fused kernels give the padding a zero gradient, so
@@ -244,6 +257,7 @@ PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, Tp
   if (global_index == cfg.num_layers() - 1) {
     return std::make_shared<HeadLayerImpl>(cfg, seed, torch::Tensor(), tp, init);
   }
+  if (cfg.llama()) return std::make_shared<LlamaBlockLayerImpl>(cfg, global_index - 1, seed, tp, init);
   return std::make_shared<BlockLayerImpl>(cfg, global_index - 1, seed, tp, init);
 }
 
@@ -253,7 +267,7 @@ GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t s
   assert(0 <= first && first <= last && last < cfg.num_layers());
   for (int i = first; i <= last; ++i) {
     PlannerLayer layer;
-    if (i == cfg.num_layers() - 1 && first == 0) {
+    if (i == cfg.num_layers() - 1 && first == 0 && cfg.tied) {
       auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_.front());
       layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_, init);
     } else {
@@ -271,6 +285,7 @@ torch::Tensor GptStageImpl::forward(const torch::Tensor& input, const torch::Ten
 
 std::vector<torch::Tensor> GptStageImpl::tied_weights() const {
   std::vector<torch::Tensor> out;
+  if (!cfg_.tied) return out;
   if (has_embed()) {
     out.push_back(std::static_pointer_cast<EmbedLayerImpl>(layers_.front())->token_table());
   }

@@ -94,7 +94,8 @@ using TpGroupPtr = std::shared_ptr<TpGroup>;
 // 2 cores).
 class DenseImpl : public torch::nn::Module {
  public:
-  DenseImpl(int64_t in, int64_t out);
+  // Without `with_bias`, bias stays undefined (the Llama family's layers).
+  DenseImpl(int64_t in, int64_t out, bool with_bias = true);
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(Dense);
@@ -114,7 +115,7 @@ class EmbedLayerImpl : public PlannerLayerImpl {
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets) override;
   torch::Tensor token_table() const { return wte->weight; }  // this rank's rows when sharded
 
-  Table wte{nullptr}, wpe{nullptr};
+  Table wte{nullptr}, wpe{nullptr};  // wpe: GPT-2 only (the Llama family rotates)
 
  private:
   int64_t vocab_;
@@ -191,10 +192,13 @@ class HeadLayerImpl : public PlannerLayerImpl {
   torch::Tensor lm_weight() const { return lm_weight_; }
   bool tied() const { return tied_; }
 
-  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};        // GPT-2
+  std::shared_ptr<torch::nn::Module> rms_f;  // the Llama family's RMSNorm, named ln_f
   LmHead lm_head{nullptr};  // null when tied
 
  private:
+  torch::Tensor Normed(const torch::Tensor& x);
+
   torch::Tensor lm_weight_;
   bool tied_ = false;
   int64_t vocab_;
@@ -232,7 +236,9 @@ class GptStageImpl : public torch::nn::Module {
   bool has_embed() const { return first_ == 0; }
   bool has_head() const { return last_ == cfg_.num_layers() - 1; }
   // The LM weights whose gradients a pipeline sums between first and last
-  // stage (design §2): the embed's wte.weight and/or the head's lm_head.weight.
+  // stage (design §2): the embed's wte.weight and/or the head's
+  // lm_head.weight; none for a model whose head is untied (Llama's own
+  // lm_head is a parameter of the head like any other).
   std::vector<torch::Tensor> tied_weights() const;
   const GptConfig& config() const { return cfg_; }
   // The stage's TP group (null when unsharded), as the layers see it.

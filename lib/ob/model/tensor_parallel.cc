@@ -55,9 +55,16 @@ Status CheckTensorParallel(const GptConfig& cfg, int t) {
     return Status::Config("tensor parallelism " + std::to_string(t) + " does not divide the model's " +
                           std::to_string(cfg.n_head) + " attention heads");
   }
-  if ((4 * cfg.n_embd) % t != 0 || t > cfg.vocab_size) {
+  // Each rank computes whole kv heads: a degree above them would need
+  // them replicated (and their gradients summed) across the ranks that
+  // share one, which ob does not do.
+  if (cfg.kv_heads() % t != 0) {
+    return Status::Config("tensor parallelism " + std::to_string(t) + " does not divide the model's " +
+                          std::to_string(cfg.kv_heads()) + " key/value heads");
+  }
+  if (cfg.mlp_width() % t != 0 || t > cfg.vocab_size) {
     return Status::Config("tensor parallelism " + std::to_string(t) + " does not divide the MLP width " +
-                          std::to_string(4 * cfg.n_embd) + " or exceeds the vocabulary");
+                          std::to_string(cfg.mlp_width()) + " or exceeds the vocabulary");
   }
   return Status::Ok();
 }
@@ -77,6 +84,13 @@ ShardKind ShardKindOf(const std::string& p) {
   if (p == "attn.c_attn.weight" || p == "attn.c_attn.bias") return ShardKind::kHeadRows;
   if (p == "mlp.c_fc.weight" || p == "mlp.c_fc.bias") return ShardKind::kRows;
   if (p == "attn.c_proj.weight" || p == "mlp.c_proj.weight") return ShardKind::kColumns;
+  // The Llama family (llama.h): q, k and v separately by heads (k and v by
+  // kv heads), the SwiGLU's gate and up by rows; o and down by columns.
+  if (p == "attn.q_proj.weight" || p == "attn.q_proj.bias" || p == "attn.k_proj.weight" || p == "attn.k_proj.bias" ||
+      p == "attn.v_proj.weight" || p == "attn.v_proj.bias" || p == "mlp.gate_proj.weight" || p == "mlp.up_proj.weight") {
+    return ShardKind::kRows;
+  }
+  if (p == "attn.o_proj.weight" || p == "mlp.down_proj.weight") return ShardKind::kColumns;
   return ShardKind::kReplicated;  // LayerNorms, wpe, row-parallel biases
 }
 

@@ -116,6 +116,8 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
   p.sequence_length = static_cast<int>(profile.sequence_length());
   p.n_embd = static_cast<int>(profile.model().n_embd());
   p.n_head = static_cast<int>(profile.model().n_head());
+  p.n_kv_head = static_cast<int>(profile.model().n_kv_head());
+  p.mlp_width = static_cast<int>(profile.model().intermediate_size());
   for (int i = 0; i < profile.layers_size(); ++i) {
     const auto& l = profile.layers(i);
     const std::string who = "layer " + std::to_string(i) + " (" + l.name() + ")";

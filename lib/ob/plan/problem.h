@@ -68,8 +68,24 @@ struct Problem {
   int microbatches = 0;            // M: global batch / micro-batch size
   int microbatch_size = 1;         // sequences per micro-batch
   int sequence_length = 0;
-  // Model shape, for the tensor-parallel activation formula of design §8.
-  int n_embd = 0, n_head = 0;
+  // Model shape, for the tensor-parallel activation formula of design §8
+  // and the degrees the model splits by: heads, kv heads (0: the heads)
+  // and MLP width (0: 4 × n_embd).
+  int n_embd = 0, n_head = 0, n_kv_head = 0, mlp_width = 0;
+  // Whether tensor parallelism of degree t splits the model (every
+  // rank whole heads, whole kv heads, an equal part of the MLP); a
+  // Problem without a shape allows any degree.
+  bool TpDivides(int t) const {
+    const int kv = n_kv_head > 0 ? n_kv_head : n_head, mlp = mlp_width > 0 ? mlp_width : 4 * n_embd;
+    return (n_head <= 0 || n_head % t == 0) && (kv <= 0 || kv % t == 0) && (mlp <= 0 || mlp % t == 0);
+  }
+  // "the model's 32 attention heads (8 key/value heads) and MLP width 14336"
+  std::string SplitText() const {
+    const int kv = n_kv_head > 0 ? n_kv_head : n_head, mlp = mlp_width > 0 ? mlp_width : 4 * n_embd;
+    return "the model's " + std::to_string(n_head) + " attention heads" +
+           (kv != n_head ? " (" + std::to_string(kv) + " key/value heads)" : std::string()) + " and MLP width " +
+           std::to_string(mlp);
+  }
   // The tensor-parallel degree every stage must use (ob-plan --tp); 0: the
   // planner chooses among the degrees g/k the model splits by.
   int tp = 0;

@@ -181,7 +181,7 @@ std::vector<int> StagesPerNodeChoices(const Problem& p) {
     const int tp = p.cluster.gpus_per_node / k;
     const bool forced = std::any_of(p.tp_at.begin(), p.tp_at.end(), [&](const auto& a) { return a.second == tp; });
     if (p.tp > 0 && tp != p.tp && !forced) continue;
-    if (tp > 1 && ((p.n_head > 0 && p.n_head % tp != 0) || (p.n_embd > 0 && (4 * p.n_embd) % tp != 0))) continue;
+    if (tp > 1 && !p.TpDivides(tp)) continue;
     ks.push_back(k);
   }
   return ks;
@@ -465,7 +465,7 @@ Status NothingFits(const Problem& p) {
   if (std::none_of(ks.begin(), ks.end(), [&](int k) { return k <= L; })) {
     int widest = 1;  // the largest tensor-parallel degree the model allows
     for (int t = 1; t <= std::max(1, p.n_head); ++t) {
-      const bool divides = (p.n_head <= 0 || p.n_head % t == 0) && (p.n_embd <= 0 || (4 * p.n_embd) % t == 0);
+      const bool divides = p.TpDivides(t);
       if (divides && (p.tp <= 0 || t == p.tp)) widest = t;
     }
     return Status::Config(

@@ -21,10 +21,13 @@ std::string LayerName(pb::LayerKind kind, int index) {
 
 double TrainingFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len) {
   const double h = c.n_embd, V = c.vocab_size;
+  // The attention's two products (QKᵀ and its product with V) over the
+  // query heads' width H·d (h for GPT-2; Qwen3's is not).
+  const double attn_width = static_cast<double>(c.n_head) * c.head_dim();
   switch (kind) {
     case pb::LAYER_EMBED: return 0.0;
-    case pb::LAYER_BLOCK: return 6.0 * static_cast<double>(model::BlockParams(c)) + 12.0 * h * seq_len;
-    case pb::LAYER_HEAD: return 6.0 * (V * h + 2.0 * h);
+    case pb::LAYER_BLOCK: return 6.0 * static_cast<double>(model::BlockParams(c)) + 12.0 * attn_width * seq_len;
+    case pb::LAYER_HEAD: return 6.0 * (V * h + (c.llama() ? h : 2.0 * h));
     default: return 0.0;
   }
 }
@@ -37,6 +40,17 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
     case pb::LAYER_BLOCK: {
       // design §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
       double per = 34.0 + (fused_attention ? 0.0 : 5.0 * c.n_head * s / static_cast<double>(c.n_embd));
+      if (c.llama()) {
+        // What autograd keeps of a Llama block, 2 bytes an element: the
+        // two norms' inputs and outputs (4h), q, its rotation and the
+        // attention's output (3·H·d), k and v (2·K·d; rotated k counted in
+        // the attention's own), the SwiGLU's gate, up, silu(gate) and
+        // product (4I): per token 2·(4h + 3Hd + 2Kd + 4I) bytes.
+        const double h = c.n_embd, q = static_cast<double>(c.n_head) * c.head_dim(),
+                     kv = static_cast<double>(c.kv_heads()) * c.head_dim();
+        per = 2.0 * (4 * h + 3 * q + 2 * kv + 4.0 * c.mlp_width()) / h +
+              (fused_attention ? 0.0 : 5.0 * c.n_head * s / h);
+      }
       return static_cast<uint64_t>(static_cast<double>(sbh) * per * elem_bytes / 2.0);
     }
     case pb::LAYER_HEAD:
@@ -101,8 +115,8 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
     switch (kind) {
       case pb::LAYER_EMBED: params = model::EmbeddingParams(c); break;
       case pb::LAYER_BLOCK: params = model::BlockParams(c); break;
-      default:
-        tied = static_cast<uint64_t>(c.vocab_size) * c.n_embd;
+      default:  // a tied head's table is the embed's, counted there too
+        tied = c.tied ? static_cast<uint64_t>(c.vocab_size) * c.n_embd : 0;
         params = model::HeadOwnParams(c) + tied;
     }
     l->set_parameter_count(params);

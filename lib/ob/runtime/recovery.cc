@@ -159,7 +159,7 @@ bool Covered(const std::vector<StageWorker::Held>& held, int layer, const RankIn
 // The transfers every rank derives alike (see the file comment).
 Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
                                             const std::vector<StageWorker::Held>& held,
-                                            const std::vector<plan::LayerFetch>& fetches, int T) {
+                                            const std::vector<plan::LayerFetch>& fetches, int T, bool tied) {
   const int L = topo.num_layers;
   // The ranks of each node (several when a node runs several stages).
   std::map<int, std::vector<int>> ranks_of;
@@ -190,7 +190,7 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
   std::vector<Transfer> transfers;
   for (const auto& r : topo.ranks) {
     const StageWorker::Held& old = held[r.rank];
-    bool tied_pending = HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
+    bool tied_pending = tied && HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
     for (int l = r.first_layer; l <= r.last_layer; ++l) {
       if (HoldsShard(old, l, r)) continue;
       const bool with_tied = tied_pending && (l == 0 || l == L - 1);
@@ -317,7 +317,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
   const int T = CommonPieces(next, held);
   for (const Held& h : held) {
     if (h.first_layer <= h.last_layer && (h.tp < 1 || T % h.tp != 0 || cfg.n_head % T != 0 ||
-                                          (4 * cfg.n_embd) % T != 0)) {
+                                          cfg.kv_heads() % T != 0 || cfg.mlp_width() % T != 0)) {
       return Status::Config(who + ": a snapshot of tensor parallelism " + std::to_string(h.tp) +
                             " cannot be cut into the " + std::to_string(T) + " pieces the new plan needs");
     }
@@ -333,7 +333,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
   }
   static const StageSnapshot kNothing;
   if (own == nullptr) own = &kNothing;
-  OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches, T));
+  OB_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, PlanTransfers(next, held, fetches, T, cfg.tied));
   auto t_phase = Clock::now();
   // Not drawn: every parameter is set below (drawing gpt2-medium's takes
   // seconds a restarted worker must not spend).

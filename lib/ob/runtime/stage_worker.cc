@@ -133,7 +133,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Build(
                           " do not match the plan's " + std::to_string(topo.global_batch()) +
                           " / " + std::to_string(topo.microbatch_size));
   }
-  const int seq_len = opts.seq_len > 0 ? opts.seq_len : cfg.n_positions;
+  const int seq_len = opts.seq_len > 0 ? opts.seq_len : cfg.default_seq_len();
   if (seq_len > cfg.n_positions) {
     return Status::Config(cfg.name + ": sequence length " + std::to_string(seq_len) +
                           " exceeds n_positions " + std::to_string(cfg.n_positions));
@@ -845,9 +845,11 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   std::vector<Work> tied_sums;
   std::vector<torch::Tensor> spare_losses;  // a rank of several pieces: the later pieces' copies
   for (auto& [piece, group] : groups_->tied) {
-    std::vector<torch::Tensor> grad{tied_.grad()};
-    if (topo_.PiecesOf(rank_) > 1) grad = {PieceOfGradient("wte.weight", tied_.grad(), piece).front()};
-    tied_sums.push_back(group->allreduce(grad));
+    if (tied_.defined()) {  // an untied model (cfg_.tied false) sums only the losses here
+      std::vector<torch::Tensor> grad{tied_.grad()};
+      if (topo_.PiecesOf(rank_) > 1) grad = {PieceOfGradient("wte.weight", tied_.grad(), piece).front()};
+      tied_sums.push_back(group->allreduce(grad));
+    }
     std::vector<torch::Tensor> loss{loss_sum};
     if (piece != topo_.FirstPieceOf(rank_)) {
       spare_losses.push_back(loss_sum.clone());

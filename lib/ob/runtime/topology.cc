@@ -86,13 +86,16 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
       const std::string where = "the template for " + std::to_string(t.nodes) + " node(s), stage " +
                                 std::to_string(s) + ": tensor parallelism " + std::to_string(tp);
       if (tp < 1) return Status::Config(where + " is not a degree");
-      if (model.n_head % tp != 0) {
+      if (model.n_head % tp != 0 || model.kv_heads() % tp != 0) {
         return Status::Config(where + " does not divide the model's " + std::to_string(model.n_head) +
-                              " attention heads");
+                              " attention heads" +
+                              (model.kv_heads() != model.n_head
+                                   ? " (" + std::to_string(model.kv_heads()) + " key/value heads)"
+                                   : std::string()));
       }
-      if ((4 * model.n_embd) % tp != 0 || tp > model.vocab_size) {
+      if (model.mlp_width() % tp != 0 || tp > model.vocab_size) {
         return Status::Config(where + " does not divide the model's MLP width " +
-                              std::to_string(4 * model.n_embd) + " or exceeds its vocabulary");
+                              std::to_string(model.mlp_width()) + " or exceeds its vocabulary");
       }
       if (!t.mixed() && tp != t.stages.front().tp) {
         return Status::Config(where + ", stage 0's " + std::to_string(t.stages.front().tp) +
