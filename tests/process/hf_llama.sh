@@ -14,7 +14,8 @@
 #     hf_llama.py compare for why not the largest element);
 #  2. the export has exactly the names, shapes and dtypes of the HF files
 #     it came from and a config.json HF reads back as the same model;
-#     importing it and exporting again is bit-identical;
+#     importing it and exporting again (in shards with their index) is
+#     bit-identical;
 #  3. ob-launch resumes from that import: its loss of step 11 is the
 #     independent model's on the exported weights, within 1e-5.
 # Skipped (77) when /usr/bin/python3 has no torch (apt-get install
@@ -106,8 +107,20 @@ print(len(b), "tensors")
 PY
   "$CKPT" import --step 10 "$WORK/out-$model" -o "$WORK/back-$model" > /dev/null 2> "$WORK/import.err" \
     || fail "$model: import of the export: $(cat "$WORK/import.err")"
-  "$CKPT" export --format hf "$WORK/back-$model" -o "$WORK/again-$model" 2> "$WORK/export.err" \
-    || fail "$model: export again: $(cat "$WORK/export.err")"
+  # Again, in shards of at most 200 kB (HF's layout above --max-shard-size).
+  "$CKPT" export --format hf --max-shard-size 200KB "$WORK/back-$model" -o "$WORK/again-$model" \
+    2> "$WORK/export.err" || fail "$model: export again: $(cat "$WORK/export.err")"
+  python3 - "$WORK/again-$model" <<'PY' || fail "$model: not HF's sharded layout: $(ls "$WORK/again-$model")"
+import json, os, sys
+d = sys.argv[1]
+idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+files = sorted(set(idx["weight_map"].values()))
+n = len(files)
+assert n > 1 and files == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)], files
+assert not os.path.exists(os.path.join(d, "model.safetensors"))
+sizes = sum(os.path.getsize(os.path.join(d, f)) for f in files)
+assert 0 < idx["metadata"]["total_size"] < sizes, (idx["metadata"], sizes)
+PY
   "$REF_PY" "$REF" compare "$WORK/out-$model" "$WORK/again-$model" --rel 0 > /dev/null \
     || fail "$model: import -> export is not bit-identical"
 

@@ -24,6 +24,7 @@ struct Options {
   bool with_optimizer = false;  // export: Adam moments too
   int keep = 0;                 // prune: complete checkpoints to keep
   std::string format = "ob";    // export: "ob" (one safetensors file) or "hf"
+  std::string max_shard_size = "5GB";  // export --format hf: as HF's save_pretrained
   std::string model;            // import: the ob model (preset or config) it is
   int64_t step = 0;             // import: the step it counts as
 };
@@ -244,13 +245,33 @@ ob::Status VerifyCmd(const ob::cli::CommonOptions& common) {
   return ob::io::WriteFile("-", out);
 }
 
+// "5GB", "500MB", "64KiB", "1000": bytes (KB, MB, GB decimal as HF's;
+// KiB, MiB, GiB binary); kUsage naming --max-shard-size otherwise.
+ob::Result<uint64_t> ParseSize(const std::string& text) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const std::pair<const char*, double> units[] = {{"", 1},      {"B", 1},      {"KB", 1e3},         {"MB", 1e6},
+                                                  {"GB", 1e9},  {"KiB", 1024}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, scale] : units) {
+    if (used > 0 && unit == name && v > 0 && v * scale < 1.8e19) return static_cast<uint64_t>(v * scale);
+  }
+  return ob::Status::Usage("--max-shard-size '" + text + "': not a positive size such as 5GB, 500MB or 2GiB");
+}
+
 ob::Status ExportCmd(const ob::cli::CommonOptions& common) {
   if (g.format == "hf") {
     if (common.output == "-" || common.output.empty())
       return ob::Status::Usage("--format hf writes a directory (model.safetensors, config.json): give -o DIR");
     OB_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(g.path));
+    OB_ASSIGN_OR_RETURN(uint64_t shard, ParseSize(g.max_shard_size));
     ProgressBar bar("export", common.quiet);
-    return ob::ckpt::ExportHf(path, common.output, bar.Callback());
+    return ob::ckpt::ExportHf(path, common.output, bar.Callback(), shard);
   }
   if (g.format != "ob") return ob::Status::Usage("--format must be 'ob' or 'hf', not '" + g.format + "'");
   if ((common.output == "-" || common.output.empty()) && ob::io::StdoutIsTerminal())
@@ -350,11 +371,14 @@ void Setup(CLI::App& app) {
   g_export->add_flag("--with-optimizer", g.with_optimizer,
                      "Also export the Adam moments (<name>.exp_avg, <name>.exp_avg_sq)");
   g_export->add_option("--format", g.format,
-                       "'ob' (one safetensors file, ob's names) or 'hf' (-o DIR: a HuggingFace GPT-2, "
+                       "'ob' (one safetensors file, ob's names) or 'hf' (-o DIR: a HuggingFace model, "
                        "model.safetensors and config.json)")
       ->option_text("ob|hf");
-  g_import = Command(app, "import", "Make a checkpoint (-o DIR) of a HuggingFace GPT-2 directory",
-                     "A directory with config.json and model.safetensors");
+  g_export->add_option("--max-shard-size", g.max_shard_size,
+                       "--format hf: weights above this go to shards with an index (default 5GB, as HF's)")
+      ->option_text("SIZE");
+  g_import = Command(app, "import", "Make a checkpoint (-o DIR) of a HuggingFace directory (GPT-2, Llama family)",
+                     "A directory with config.json and model.safetensors (or shards and their index)");
   g_import->add_option("--model", g.model,
                        "The ob model it is, a preset or config file (default: the preset of its shape)")
       ->option_text("NAME|FILE");

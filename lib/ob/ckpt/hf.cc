@@ -15,6 +15,7 @@
 
 #include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
+#include "ob/io/json.h"
 #include "ob/io/message.h"
 #include "ob/model/config.h"
 #include "ob/model/llama_config.h"
@@ -278,7 +279,8 @@ Result<std::vector<char>> AsFloat32(std::vector<char> bytes, DType dtype, const 
 
 }  // namespace
 
-Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const Progress& progress) {
+Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const Progress& progress,
+                uint64_t max_shard_bytes) {
   OB_RETURN_IF_ERROR(Verify(ckpt_path, progress));
   OB_ASSIGN_OR_RETURN(pb::Manifest m, LoadManifest(ckpt_path));
   const pb::ModelConfig& model = m.model();
@@ -320,8 +322,41 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
     return Status::DataErr(w.first + ": tensor " + name + " has no place in the model");
   }
   OB_RETURN_IF_ERROR(io::MakeDirs(out_dir, "export directory"));
-  OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(out_dir, "model.safetensors"), views,
-                                      {{"format", "pt"}, {"ob.step", std::to_string(m.step())}}, nullptr, nullptr));
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"ob.step", std::to_string(m.step())}};
+  // Shards of at most max_shard_bytes, tensors in file order (one larger
+  // than that alone), as Hugging Face's save_pretrained cuts them.
+  std::vector<std::vector<TensorView>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const TensorView& v : views) {
+    if (max_shard_bytes > 0 && !shards.back().empty() && in_shard + v.bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(v);
+    in_shard += v.bytes;
+    total += v.bytes;
+  }
+  // Nothing of an earlier export left to mix with this one.
+  for (const char* stale : {"model.safetensors", "model.safetensors.index.json"}) {
+    ::unlink(io::JoinPath(out_dir, stale).c_str());
+  }
+  if (shards.size() == 1) {
+    OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(out_dir, "model.safetensors"), views, meta, nullptr, nullptr));
+  } else {
+    std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) + "},\n  \"weight_map\": {";
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      OB_RETURN_IF_ERROR(WriteSafetensors(io::JoinPath(out_dir, name), shards[i], meta, nullptr, nullptr));
+      for (const TensorView& v : shards[i]) {
+        index += std::string(i == 0 && &v == &shards[i].front() ? "\n    " : ",\n    ");
+        io::AppendJsonString(&index, v.name);
+        index += ": \"" + std::string(name) + "\"";
+      }
+    }
+    index += "\n  }\n}\n";
+    OB_RETURN_IF_ERROR(io::WriteFile(io::JoinPath(out_dir, "model.safetensors.index.json"), index));
+  }
   return io::WriteFile(io::JoinPath(out_dir, "config.json"), IsLlama(model) ? LlamaConfigJson(model) : ConfigJson(model));
 }
 

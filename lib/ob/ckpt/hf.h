@@ -48,7 +48,13 @@ namespace ob::ckpt {
 
 // Writes OUT_DIR/model.safetensors and OUT_DIR/config.json from the
 // checkpoint at `ckpt_path` (every checksum checked; nothing left on error).
-Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const Progress& progress = {});
+// Above `max_shard_bytes` (0: never) the weights go to shards
+// model-00001-of-0000N.safetensors with model.safetensors.index.json
+// ({"metadata": {"total_size"}, "weight_map"}), as HF's save_pretrained
+// writes them; a model.safetensors or index of an earlier export there is
+// removed first.
+Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const Progress& progress = {},
+                uint64_t max_shard_bytes = 0);
 
 // Reads HF_DIR/config.json and HF_DIR/model.safetensors (or the files
 // named) and commits them as step `step` under the checkpoint root `dir`.
