@@ -126,6 +126,20 @@ PY
 }
 make_two_by_two() { make_pipelines 4 1; }
 
+# plan_hosts NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb, NAME.hosts and
+# NAME.json, planned from $WORK/tiny.pb for local hosts "HOST slots=N" (the
+# names get this test's tag), -B 8 and no overhead.
+plan_hosts() {
+  local name=$1
+  shift
+  : > "$WORK/$name.hosts"
+  while [ "$1" != "--" ]; do echo "${TAG}$1" >> "$WORK/$name.hosts"; shift; done
+  shift
+  local flags=(--hosts "$WORK/$name.hosts" -B 8 --overhead-gib 0 "$@")
+  "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/$name.pb" "$WORK/tiny.pb" || fail "ob-plan $name"
+  "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/$name.json" || fail "ob-plan --json $name"
+}
+
 METRICS_PY="$OB_SOURCE_DIR/tests/lib/metrics.py"
 
 # run_start RUN STEPS [FLAGS...]: trains $WORK/plan.pb on $WORK/hosts.txt (or

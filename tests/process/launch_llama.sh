@@ -21,22 +21,10 @@ MODEL=llama-tiny
   -o "$WORK/tiny.pb" || fail "ob-profile"
 (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
-# plan NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb, NAME.hosts and NAME.json
-# for local hosts "HOST slots=N".
-plan() {
-  local name=$1
-  shift
-  : > "$WORK/$name.hosts"
-  while [ "$1" != "--" ]; do echo "${TAG}$1" >> "$WORK/$name.hosts"; shift; done
-  shift
-  local flags=(--hosts "$WORK/$name.hosts" -B 8 --overhead-gib 0 "$@")
-  "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/$name.pb" "$WORK/tiny.pb" || fail "ob-plan $name"
-  "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/$name.json" || fail "ob-plan --json $name"
-}
-plan p-one h0 -- -g 1 -f 0 --gpu-memory 0.1
+plan_hosts p-one h0 -- -g 1 -f 0 --gpu-memory 0.1
 # GPUs so small that a pipeline needs 2 nodes: 2 x 2.
-plan p-pp h1 h2 h3 h4 -- -g 1 -f 1 --gpu-memory 0.01
-plan p-tp "h1 slots=2" -- -g 2 --tp 2 -f 0 -b 4 --gpu-memory 0.1
+plan_hosts p-pp h1 h2 h3 h4 -- -g 1 -f 1 --gpu-memory 0.01
+plan_hosts p-tp "h1 slots=2" -- -g 2 --tp 2 -f 0 -b 4 --gpu-memory 0.1
 python3 - "$WORK/p-pp.json" "$WORK/p-tp.json" <<'PY' || fail "not the layouts this test is about"
 import json, sys
 pp, tp = (json.load(open(p)) for p in sys.argv[1:3])

@@ -36,16 +36,12 @@ protoc -I "$PROTO_DIR" --encode=ob.pb.Profile ob/profile.proto < "$WORK/tiny.txt
   || fail "protoc --encode"
 (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
 
-# plan NAME HOSTS... -- OB-PLAN FLAGS: $WORK/NAME.pb, NAME.hosts, NAME.json.
+# plan NAME HOSTS... -- OB-PLAN FLAGS: plan_hosts with GPUs of 0.1 GiB.
 plan() {
-  local name=$1
+  local hosts=()
+  while [ "$1" != "--" ]; do hosts+=("$1"); shift; done
   shift
-  : > "$WORK/$name.hosts"
-  while [ "$1" != "--" ]; do echo "${TAG}$1" >> "$WORK/$name.hosts"; shift; done
-  shift
-  local flags=(--hosts "$WORK/$name.hosts" -B 8 --gpu-memory 0.1 --overhead-gib 0 "$@")
-  "$OB_BIN/ob-plan" "${flags[@]}" -o "$WORK/$name.pb" "$WORK/tiny.pb" || fail "ob-plan $name"
-  "$OB_BIN/ob-plan" "${flags[@]}" --json "$WORK/tiny.pb" > "$WORK/$name.json" || fail "ob-plan --json $name"
+  plan_hosts "${hosts[@]}" -- --gpu-memory 0.1 "$@"
 }
 # is_mixed NAME: NAME's 2-node template is the mixed one this test is about.
 is_mixed() {

@@ -156,6 +156,24 @@ std::string JsonReal(double x) {
   return s;
 }
 
+// A JSON object of (key, value text) pairs, one a line, as HF writes
+// config.json.
+std::string JsonObject(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out = "{\n";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    out += "  ";
+    io::AppendJsonString(&out, fields[i].first);
+    out += ": " + fields[i].second + (i + 1 < fields.size() ? ",\n" : "\n");
+  }
+  return out + "}\n";
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out;
+  io::AppendJsonString(&out, s);
+  return out;
+}
+
 std::string LlamaConfigJson(const pb::ModelConfig& m) {
   auto n = [](uint64_t v) { return std::to_string(v); };
   const std::string type = m.hf_model_type().empty() ? "llama" : m.hf_model_type();
@@ -171,54 +189,50 @@ std::string LlamaConfigJson(const pb::ModelConfig& m) {
            JsonReal(m.rope_low_freq_factor()) + ", \"high_freq_factor\": " + JsonReal(m.rope_high_freq_factor()) +
            ", \"original_max_position_embeddings\": " + n(m.rope_original_context()) + "}";
   }
-  return "{\n"
-         "  \"architectures\": [\"" + arch + "\"],\n"
-         "  \"model_type\": \"" + type + "\",\n"
-         "  \"vocab_size\": " + n(m.vocab_size()) + ",\n"
-         "  \"hidden_size\": " + n(m.n_embd()) + ",\n"
-         "  \"intermediate_size\": " + n(m.intermediate_size()) + ",\n"
-         "  \"num_hidden_layers\": " + n(m.n_layer()) + ",\n"
-         "  \"num_attention_heads\": " + n(m.n_head()) + ",\n"
-         "  \"num_key_value_heads\": " + n(m.n_kv_head()) + ",\n"
-         "  \"head_dim\": " + n(m.head_dim()) + ",\n"
-         "  \"max_position_embeddings\": " + n(m.n_positions()) + ",\n"
-         "  \"rope_theta\": " + JsonReal(m.rope_theta()) + ",\n"
-         "  \"rope_scaling\": " + rope + ",\n"
-         "  \"rms_norm_eps\": " + JsonReal(m.norm_eps()) + ",\n"
-         "  \"tie_word_embeddings\": " + (m.untied() ? "false" : "true") + ",\n"
-         "  \"hidden_act\": \"silu\",\n"
-         "  \"attention_bias\": false,\n"
-         "  \"attention_dropout\": 0.0,\n"
-         "  \"mlp_bias\": false,\n"
-         "  \"use_sliding_window\": false,\n"
-         "  \"initializer_range\": 0.02,\n"
-         "  \"torch_dtype\": \"float32\"\n"
-         "}\n";
+  return JsonObject({{"architectures", "[" + Quoted(arch) + "]"},
+                     {"model_type", Quoted(type)},
+                     {"vocab_size", n(m.vocab_size())},
+                     {"hidden_size", n(m.n_embd())},
+                     {"intermediate_size", n(m.intermediate_size())},
+                     {"num_hidden_layers", n(m.n_layer())},
+                     {"num_attention_heads", n(m.n_head())},
+                     {"num_key_value_heads", n(m.n_kv_head())},
+                     {"head_dim", n(m.head_dim())},
+                     {"max_position_embeddings", n(m.n_positions())},
+                     {"rope_theta", JsonReal(m.rope_theta())},
+                     {"rope_scaling", rope},
+                     {"rms_norm_eps", JsonReal(m.norm_eps())},
+                     {"tie_word_embeddings", m.untied() ? "false" : "true"},
+                     {"hidden_act", Quoted("silu")},
+                     {"attention_bias", "false"},
+                     {"attention_dropout", "0.0"},
+                     {"mlp_bias", "false"},
+                     {"use_sliding_window", "false"},
+                     {"initializer_range", "0.02"},
+                     {"torch_dtype", Quoted("float32")}});
 }
 
 std::string ConfigJson(const pb::ModelConfig& m) {
   auto n = [](uint64_t v) { return std::to_string(v); };
-  return "{\n"
-         "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-         "  \"model_type\": \"gpt2\",\n"
-         "  \"vocab_size\": " + n(m.vocab_size()) + ",\n"
-         "  \"n_positions\": " + n(m.n_positions()) + ",\n"
-         "  \"n_ctx\": " + n(m.n_positions()) + ",\n"
-         "  \"n_embd\": " + n(m.n_embd()) + ",\n"
-         "  \"n_layer\": " + n(m.n_layer()) + ",\n"
-         "  \"n_head\": " + n(m.n_head()) + ",\n"
-         "  \"n_inner\": null,\n"
-         "  \"activation_function\": \"gelu_new\",\n"
-         "  \"layer_norm_epsilon\": 1e-05,\n"
-         "  \"tie_word_embeddings\": true,\n"
-         "  \"resid_pdrop\": 0.0,\n"
-         "  \"embd_pdrop\": 0.0,\n"
-         "  \"attn_pdrop\": 0.0,\n"
-         "  \"initializer_range\": 0.02,\n"
-         "  \"bos_token_id\": " + n(m.vocab_size() - 1) + ",\n"
-         "  \"eos_token_id\": " + n(m.vocab_size() - 1) + ",\n"
-         "  \"torch_dtype\": \"float32\"\n"
-         "}\n";
+  return JsonObject({{"architectures", "[" + Quoted("GPT2LMHeadModel") + "]"},
+                     {"model_type", Quoted("gpt2")},
+                     {"vocab_size", n(m.vocab_size())},
+                     {"n_positions", n(m.n_positions())},
+                     {"n_ctx", n(m.n_positions())},
+                     {"n_embd", n(m.n_embd())},
+                     {"n_layer", n(m.n_layer())},
+                     {"n_head", n(m.n_head())},
+                     {"n_inner", "null"},
+                     {"activation_function", Quoted("gelu_new")},
+                     {"layer_norm_epsilon", "1e-05"},
+                     {"tie_word_embeddings", "true"},
+                     {"resid_pdrop", "0.0"},
+                     {"embd_pdrop", "0.0"},
+                     {"attn_pdrop", "0.0"},
+                     {"initializer_range", "0.02"},
+                     {"bos_token_id", n(m.vocab_size() - 1)},
+                     {"eos_token_id", n(m.vocab_size() - 1)},
+                     {"torch_dtype", Quoted("float32")}});
 }
 
 // The fp32 value of an IEEE half (F16) or a bfloat16 (BF16): exact, as
