@@ -442,7 +442,7 @@ uint64_t LeastMemoryFor(const Problem& p, int max_nodes) {
 
 // Rounded up (a need is not understated); under 0.1 GiB in MiB, where the
 // tenths of a GiB said "0.1 GiB" of --gpu-memory 1e-9.
-std::string GiB(uint64_t bytes) {
+std::string GiBText(uint64_t bytes) {
   char buf[32];
   const double gib = static_cast<double>(bytes) / (1ull << 30);
   if (gib < 0.1) {
@@ -476,18 +476,18 @@ Status NothingFits(const Problem& p) {
         std::to_string(L * widest) + " GPUs a node (--gpus-per-node)");
   }
   const uint64_t need = LeastMemoryFor(p, p.num_layers());
-  const std::string have = GiB(p.cluster.gpu_memory) + " per GPU";
+  const std::string have = GiBText(p.cluster.gpu_memory) + " per GPU";
   for (int l = 0; l < p.num_layers(); ++l) {
     if (StageFits(p, l, l, g, 1)) continue;
     return Status::Config("layer " + std::to_string(l) + " does not fit in " + have +
                           " even alone with tensor parallelism " + std::to_string(g) +
-                          " (needs " + GiB(StageMemoryBytes(p, l, l, g, 1)) +
-                          "); the model needs at least " + GiB(need) + " per GPU");
+                          " (needs " + GiBText(StageMemoryBytes(p, l, l, g, 1)) +
+                          "); the model needs at least " + GiBText(need) + " per GPU");
   }
   return Status::Config("no stage partition fits in " + have + " at any node count (" +
                         std::to_string(p.num_layers()) +
                         " layers, 1F1B in-flight activations); the model needs at least " +
-                        GiB(need) + " per GPU");
+                        GiBText(need) + " per GPU");
 }
 
 }  // namespace
@@ -584,7 +584,7 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
     const int allowed = N / (f + 1);
     if (allowed >= 1) {
       if (const uint64_t need = LeastMemoryFor(p, allowed); need > 0)
-        msg += "; with " + GiB(need) + " per GPU n0 would be at most " + std::to_string(allowed);
+        msg += "; with " + GiBText(need) + " per GPU n0 would be at most " + std::to_string(allowed);
     }
     return Status::Config(msg);
   }
