@@ -22,7 +22,7 @@ struct LlamaShape {
 };
 
 // The published config.json files' shapes (Hugging Face meta-llama/Llama-3.x
-// and Qwen/Qwen3-*). The tiny ones are ours, for tests: GQA (2 kv heads for
+// and Qwen/Qwen3-*). The tiny ones are ours, for tests and the quick start: GQA (2 kv heads for
 // 4), llama-tiny untied with llama3 scaling over an original context of 16
 // (so every branch of it is used at sequence 32), qwen3-tiny tied with q/k
 // norms and a head size that is not hidden / heads.
@@ -30,6 +30,9 @@ constexpr int kLlama3Vocab = 128256, kQwen3Vocab = 151936;
 constexpr LlamaShape kLlamaShapes[] = {
     {"llama-tiny", "llama", 4, 128, 4, 2, 32, 352, 256, 64, 500000, 8, 1e-5, false, false},
     {"qwen3-tiny", "qwen3", 4, 128, 4, 2, 64, 384, 256, 64, 1e6, 0, 1e-6, true, true},
+    // llama-tiny's blocks with Llama 3's vocabulary, tied as Llama 3.2's:
+    // for a quick start on text through Llama 3's tokenizer.json.
+    {"llama3-tiny", "llama", 4, 128, 4, 2, 32, 352, kLlama3Vocab, 256, 500000, 32, 1e-5, true, false},
     {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, kLlama3Vocab, 131072, 500000, 32, 1e-5, true, false},
     {"llama3.2-3b", "llama", 28, 3072, 24, 8, 128, 8192, kLlama3Vocab, 131072, 500000, 32, 1e-5, true, false},
     {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, kLlama3Vocab, 131072, 500000, 8, 1e-5, false, false},

@@ -23,7 +23,8 @@ class Node;
 
 namespace ob::model {
 
-// llama-tiny, qwen3-tiny (tests: GQA with fewer kv heads than heads), then
+// llama-tiny, qwen3-tiny (tests: GQA with fewer kv heads than heads),
+// llama3-tiny (llama-tiny's blocks, Llama 3's vocabulary), then
 // llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b, llama3.1-405b,
 // qwen3-0.6b, qwen3-8b, qwen3-32b.
 const std::vector<std::string>& LlamaPresetNames();
