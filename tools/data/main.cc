@@ -1,5 +1,7 @@
-// ob-data: text → token files (GPT-2 BPE), and back.
+// ob-data: text → token files (GPT-2's BPE, or a Hugging Face
+// tokenizer.json's byte-level BPE), and back.
 #include <cstdio>
+#include <optional>
 
 #include "ob/cli/cli.h"
 #include "ob/data/tokenize.h"
@@ -9,11 +11,14 @@
 namespace {
 
 struct Options {
-  std::string vocab, merges;
+  std::string vocab, merges, tokenizer;
   std::vector<std::string> inputs;
   std::string val_output;
   double val_fraction = 0;
   bool eot = false;
+  std::string eot_token;
+  bool bos = false, no_bos = false;
+  bool split_special_tokens = false;
 };
 
 Options g;
@@ -26,15 +31,40 @@ std::string Mib(uint64_t bytes) {
   return buf;
 }
 
+// The tokenizer the options name: GPT-2's two files or a tokenizer.json.
+struct Loaded {
+  std::optional<ob::data::Bpe> bpe;
+  std::optional<ob::data::HfTokenizer> hf;
+};
+ob::Result<Loaded> LoadTokenizer() {
+  Loaded t;
+  const bool gpt2 = !g.vocab.empty() || !g.merges.empty();
+  if (gpt2 == !g.tokenizer.empty()) {
+    return ob::Status::Usage("give --tokenizer tokenizer.json, or --vocab FILE and --merges FILE (not both)");
+  }
+  if (gpt2 && (g.vocab.empty() || g.merges.empty())) {
+    return ob::Status::Usage(g.vocab.empty() ? "--merges needs --vocab FILE" : "--vocab needs --merges FILE");
+  }
+  if (gpt2) {
+    OB_ASSIGN_OR_RETURN(t.bpe, ob::data::Bpe::Load(g.vocab, g.merges));
+  } else {
+    OB_ASSIGN_OR_RETURN(t.hf, ob::data::HfTokenizer::Load(g.tokenizer));
+  }
+  return t;
+}
+
 ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
   if (common.output == "-") return ob::Status::Usage("tokenize writes a token file: give -o FILE.bin or -o FILE.u32");
-  OB_ASSIGN_OR_RETURN(ob::data::Bpe bpe, ob::data::Bpe::Load(g.vocab, g.merges));
+  OB_ASSIGN_OR_RETURN(Loaded tok, LoadTokenizer());
   ob::data::TokenizeOptions o;
   o.inputs = g.inputs;
   o.output = common.output;
   o.val_output = g.val_output;
   o.val_fraction = g.val_fraction;
-  o.eot = g.eot;
+  o.eot = g.eot || !g.eot_token.empty();
+  o.eot_token = g.eot_token;
+  o.bos = g.bos ? 1 : g.no_bos ? 0 : -1;
+  o.split_special_tokens = g.split_special_tokens;
   if (!common.quiet) {
     o.progress = [](uint64_t done, uint64_t total, uint64_t tokens) {
       std::string line = "ob-data: " + Mib(done);
@@ -42,7 +72,8 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
       std::fprintf(stderr, "%s, %llu tokens\n", line.c_str(), static_cast<unsigned long long>(tokens));
     };
   }
-  OB_ASSIGN_OR_RETURN(ob::data::TokenizeStats s, ob::data::Tokenize(bpe, o));
+  OB_ASSIGN_OR_RETURN(ob::data::TokenizeStats s,
+                      tok.bpe ? ob::data::Tokenize(*tok.bpe, o) : ob::data::Tokenize(*tok.hf, o));
   if (!common.quiet) {
     std::fprintf(stderr, "ob-data: %s → %llu tokens in %s", Mib(s.bytes).c_str(),
                  static_cast<unsigned long long>(s.train_tokens), common.output.c_str());
@@ -55,10 +86,11 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
 }
 
 ob::Status DecodeCmd(const ob::cli::CommonOptions& common) {
-  OB_ASSIGN_OR_RETURN(ob::data::Bpe bpe, ob::data::Bpe::Load(g.vocab, g.merges));
   if (g.inputs.size() != 1) return ob::Status::Usage("decode takes one token file");
+  OB_ASSIGN_OR_RETURN(Loaded tok, LoadTokenizer());
   std::string text;
-  OB_RETURN_IF_ERROR(ob::data::Detokenize(bpe, g.inputs[0], &text));
+  OB_RETURN_IF_ERROR(tok.bpe ? ob::data::Detokenize(*tok.bpe, g.inputs[0], &text)
+                             : ob::data::Detokenize(*tok.hf, g.inputs[0], &text));
   return ob::io::WriteFile(common.output, text);
 }
 
@@ -70,11 +102,12 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 
 CLI::App* Command(CLI::App& app, const char* name, const char* what, const char* inputs) {
   CLI::App* sub = ob::cli::AddCommand(app, name, what);
-  sub->add_option("--vocab", g.vocab, "GPT-2's vocab.json (or encoder.json): {\"token\": id}")
-      ->required()
+  sub->add_option("--tokenizer", g.tokenizer,
+                  "A Hugging Face tokenizer.json of byte-level BPE (Llama 3, Qwen3, GPT-2); "
+                  "tokenizer_config.json beside it, if any, names BOS and EOS")
       ->option_text("FILE");
+  sub->add_option("--vocab", g.vocab, "GPT-2's vocab.json (or encoder.json): {\"token\": id}")->option_text("FILE");
   sub->add_option("--merges", g.merges, "GPT-2's merges.txt (or vocab.bpe): one merge a line, in rank order")
-      ->required()
       ->option_text("FILE");
   sub->add_option("FILE", g.inputs, inputs)->required()->option_text(" ");
   return sub;
@@ -90,7 +123,21 @@ void Setup(CLI::App& app) {
       ->check(ob::cli::NonNegative())  // CLI::Range lets NaN through
       ->check(CLI::Range(0.0, 0.999999));
   g_tokenize->add_option("--val-output", g.val_output, "The validation split's token file")->option_text("FILE");
-  g_tokenize->add_flag("--eot", g.eot, "End each input file with <|endoftext|> (a document each)");
+  g_tokenize->add_flag("--eot", g.eot,
+                       "End each input file (a document) with the end-of-text token: GPT-2's <|endoftext|>, "
+                       "tokenizer_config.json's eos_token");
+  g_tokenize->add_option("--eot-token", g.eot_token, "--eot with this token instead (its text, e.g. '<|endoftext|>')")
+      ->option_text("TOKEN");
+  auto* bos = g_tokenize->add_flag("--bos", g.bos,
+                                   "Start each input with the BOS token even where the tokenizer adds none "
+                                   "(tokenizer_config.json's bos_token)");
+  auto* no_bos = g_tokenize->add_flag("--no-bos", g.no_bos,
+                                      "Start each input with no BOS, where the tokenizer's template or "
+                                      "add_bos_token adds one");
+  bos->excludes(no_bos);
+  g_tokenize->add_flag("--split-special-tokens", g.split_special_tokens,
+                       "Tokenize special tokens' text in the input as text (default: it becomes their ids, "
+                       "as HF's encode)");
   g_decode = Command(app, "decode", "A token file back to text (-o FILE, or stdout)", "A token file (*.bin or *.u32)");
   app.footer(
       "Each command has its own --help, e.g. 'ob-data tokenize --help'.\n"
@@ -98,7 +145,8 @@ void Setup(CLI::App& app) {
       "  ob-data tokenize --vocab vocab.json --merges merges.txt --eot \\\n"
       "      corpus/*.txt --val-fraction 0.01 --val-output val.bin -o train.bin\n"
       "  ob-launch --data train.bin ...\n"
-      "  ob-data decode --vocab vocab.json --merges merges.txt val.bin | head");
+      "  ob-data decode --vocab vocab.json --merges merges.txt val.bin | head\n"
+      "  ob-data tokenize --tokenizer Llama-3.1-8B/tokenizer.json --eot corpus/*.txt -o train.u32");
 }
 
 }  // namespace
@@ -106,9 +154,11 @@ void Setup(CLI::App& app) {
 int main(int argc, char** argv) {
   return ob::cli::Main(
       argc, argv,
-      {"data", "Turn text into token files with GPT-2's BPE, and back.", Setup, Run, nullptr,
+      {"data", "Turn text into token files with GPT-2's or a Hugging Face tokenizer's BPE, and back.", Setup, Run,
+       nullptr,
        [] {
-         std::vector<ob::cli::NamedFile> reads{{"--vocab", g.vocab}, {"--merges", g.merges}};
+         std::vector<ob::cli::NamedFile> reads{
+             {"--vocab", g.vocab}, {"--merges", g.merges}, {"--tokenizer", g.tokenizer}};
          for (const std::string& in : g.inputs) reads.push_back({"an input", in});
          return reads;
        },

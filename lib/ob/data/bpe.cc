@@ -225,60 +225,76 @@ Result<Bpe> Bpe::Load(const std::string& vocab_json, const std::string& merges_t
 
 Result<Bpe> Bpe::Parse(const std::string& vtext, const std::string& vocab_json, const std::string& mtext,
                        const std::string& merges_txt) {
-  Bpe bpe;
   std::vector<std::pair<std::string, uint32_t>> entries;
   OB_RETURN_IF_ERROR(ParseVocab(vocab_json, vtext, &entries));
-  std::string bytes;
-  for (auto& [spelled, id] : entries) {
-    if (!AlphabetToBytes(spelled, &bytes)) {
-      return Status::DataErr(vocab_json + ": token " + std::to_string(id) +
-                             " is not spelled in GPT-2's byte alphabet");
-    }
-    if (!bpe.ids_.emplace(bytes, id).second) {
-      return Status::DataErr(vocab_json + ": token " + std::to_string(id) + " is given twice");
-    }
-    bpe.vocab_size_ = std::max(bpe.vocab_size_, id + 1);
-  }
-  bpe.bytes_.assign(bpe.vocab_size_, std::string());
-  for (const auto& [b, id] : bpe.ids_) {
-    if (!bpe.bytes_[id].empty()) return Status::DataErr(vocab_json + ": id " + std::to_string(id) + " is given twice");
-    bpe.bytes_[id] = b;
-  }
-  for (int b = 0; b < 256; ++b) {
-    const int64_t id = bpe.Id(std::string(1, static_cast<char>(b)));
-    if (id < 0) return Status::DataErr(vocab_json + ": byte " + std::to_string(b) + " has no token of its own");
-    bpe.byte_id_[b] = static_cast<uint32_t>(id);
-  }
-
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<size_t> line_of;  // merge → its line in merges.txt
   std::istringstream lines(mtext);
-  std::string line, left, right;
+  std::string line;
   size_t number = 0;
-  uint32_t rank = 0;
   while (std::getline(lines, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t space = line.find(' ');
-    const std::string where = merges_txt + ":" + std::to_string(number);
     if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-      return Status::DataErr(where + ": expected two tokens separated by one space");
+      return Status::DataErr(merges_txt + ":" + std::to_string(number) +
+                             ": expected two tokens separated by one space");
     }
-    if (!AlphabetToBytes(std::string_view(line).substr(0, space), &left) ||
-        !AlphabetToBytes(std::string_view(line).substr(space + 1), &right)) {
-      return Status::DataErr(where + ": a token not spelled in GPT-2's byte alphabet");
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    line_of.push_back(number);
+  }
+  return FromSpelled(entries, merges, vocab_json,
+                     [&](size_t i) { return merges_txt + ":" + std::to_string(line_of[i]); });
+}
+
+Result<Bpe> Bpe::FromSpelled(const std::vector<std::pair<std::string, uint32_t>>& entries,
+                             const std::vector<std::pair<std::string, std::string>>& merges,
+                             const std::string& vocab_name, const std::function<std::string(size_t)>& merge_name) {
+  Bpe bpe;
+  std::string bytes;
+  bpe.ids_.reserve(entries.size());
+  for (const auto& [spelled, id] : entries) {
+    if (!AlphabetToBytes(spelled, &bytes)) {
+      return Status::DataErr(vocab_name + ": token " + std::to_string(id) + " is not spelled in GPT-2's byte alphabet");
     }
-    const int64_t a = bpe.Id(left), b = bpe.Id(right), m = bpe.Id(left + right);
+    if (id >= (uint32_t{1} << 31)) {
+      return Status::DataErr(vocab_name + ": token id " + std::to_string(id) + " is not below 2^31");
+    }
+    if (!bpe.ids_.emplace(bytes, id).second) {
+      return Status::DataErr(vocab_name + ": token " + std::to_string(id) + " is given twice");
+    }
+    bpe.vocab_size_ = std::max(bpe.vocab_size_, id + 1);
+  }
+  bpe.bytes_.assign(bpe.vocab_size_, std::string());
+  for (const auto& [b, id] : bpe.ids_) {
+    if (!bpe.bytes_[id].empty()) return Status::DataErr(vocab_name + ": id " + std::to_string(id) + " is given twice");
+    bpe.bytes_[id] = b;
+  }
+  for (int b = 0; b < 256; ++b) {
+    const int64_t id = bpe.Id(std::string(1, static_cast<char>(b)));
+    if (id < 0) return Status::DataErr(vocab_name + ": byte " + std::to_string(b) + " has no token of its own");
+    bpe.byte_id_[b] = static_cast<uint32_t>(id);
+  }
+  std::string left, right, both;
+  bpe.merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    if (!AlphabetToBytes(merges[rank].first, &left) || !AlphabetToBytes(merges[rank].second, &right)) {
+      return Status::DataErr(merge_name(rank) + ": a token not spelled in GPT-2's byte alphabet");
+    }
+    both.assign(left).append(right);
+    const int64_t a = bpe.Id(left), b = bpe.Id(right), m = bpe.Id(both);
     if (a < 0 || b < 0 || m < 0) {
-      return Status::DataErr(where + ": merges " + (a < 0 || b < 0 ? "a token" : "into a token") +
-                             " that " + vocab_json + " does not have");
+      return Status::DataErr(merge_name(rank) + ": merges " + (a < 0 || b < 0 ? "a token" : "into a token") +
+                             " that " + vocab_name + " does not have");
     }
-    // A pair merged twice keeps its first (lowest) rank, as every
-    // implementation that builds a rank table does.
-    bpe.merges_.emplace((static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b),
-                        Merge{rank++, static_cast<uint32_t>(m)});
+    bpe.merges_[(static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b)] =
+        Merge{static_cast<uint32_t>(rank), static_cast<uint32_t>(m)};
   }
   return bpe;
 }
+
+bool Bpe::SpellingToBytes(std::string_view spelled, std::string* out) { return AlphabetToBytes(spelled, out); }
 
 int64_t Bpe::Id(const std::string& bytes) const {
   auto it = ids_.find(bytes);

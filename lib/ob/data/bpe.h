@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,6 +42,15 @@ class Bpe {
   // `merges_name`.
   static Result<Bpe> Parse(const std::string& vocab_text, const std::string& vocab_name,
                            const std::string& merges_text, const std::string& merges_name);
+  // The same from tokens already read (a Hugging Face tokenizer.json's
+  // "model"): `vocab` as (spelling, id), `merges` as (left, right) spellings
+  // in rank order. Errors name `vocab_name` and merge i as merge_name(i).
+  // A pair merged twice keeps its last rank, as GPT-2's encoder.py (a dict)
+  // and HF's tokenizers (a hash map filled in order) do.
+  static Result<Bpe> FromSpelled(const std::vector<std::pair<std::string, uint32_t>>& vocab,
+                                 const std::vector<std::pair<std::string, std::string>>& merges,
+                                 const std::string& vocab_name,
+                                 const std::function<std::string(size_t)>& merge_name);
 
   // One past the largest id.
   uint32_t vocab_size() const { return vocab_size_; }
@@ -48,6 +58,9 @@ class Bpe {
   int64_t Id(const std::string& bytes) const;
   // The bytes of id (empty for an id the vocabulary does not have).
   const std::string& Bytes(uint32_t id) const;
+  // The bytes of a token spelled in the byte alphabet; false if a character
+  // is outside it.
+  static bool SpellingToBytes(std::string_view spelled, std::string* out);
 
   // Appends the ids of one pre-token's bytes.
   void EncodeWord(std::string_view word, std::vector<uint32_t>* out) const;

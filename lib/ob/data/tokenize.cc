@@ -91,35 +91,38 @@ class TokenWriter {
 };
 
 // The bytes of an id in the token file `path`, as ob-launch will read it.
-Result<int> IdWidth(const std::string& path, const Bpe& bpe) {
+Result<int> IdWidth(const std::string& path, uint32_t vocab_size) {
   const model::TokenFormat format = model::TokenFormatForPath(path);
   if (format == model::TokenFormat::kU32) return 4;
   if (format != model::TokenFormat::kU16) {
     return Status::Usage(path + ": name a token file *.bin (uint16 ids) or *.u32 (uint32 ids)");
   }
-  if (bpe.vocab_size() > 65536) {
-    return Status::Usage(path + ": a vocabulary of " + std::to_string(bpe.vocab_size()) +
+  if (vocab_size > 65536) {
+    return Status::Usage(path + ": a vocabulary of " + std::to_string(vocab_size) +
                          " ids does not fit uint16 ids (*.bin); name it *.u32");
   }
   return 2;
 }
 
-}  // namespace
+Status EncoderStatus(const Encoder&) { return Status::Ok(); }
+Status EncoderStatus(const HfEncoder& enc) { return enc.status(); }
 
-Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
+// The inputs through `enc`, each input a document: `prefix` before it, its
+// ids, then `eot` (when >= 0).
+template <typename Enc>
+Result<TokenizeStats> Run(Enc& enc, uint32_t vocab_size, const std::vector<uint32_t>& prefix, int64_t eot,
+                          const TokenizeOptions& o) {
   const auto t0 = Clock::now();
   if (o.inputs.empty()) return Status::Usage("no input: give text files, or - for stdin");
   if (o.val_fraction < 0 || o.val_fraction >= 1) return Status::Usage("--val-fraction must be in [0, 1)");
   const bool split = o.val_fraction > 0;
   if (split && o.val_output.empty()) return Status::Usage("--val-fraction needs --val-output FILE");
   if (!split && !o.val_output.empty()) return Status::Usage("--val-output needs --val-fraction F");
-  OB_ASSIGN_OR_RETURN(int width, IdWidth(o.output, bpe));
+  OB_ASSIGN_OR_RETURN(int width, IdWidth(o.output, vocab_size));
   int val_width = width;
   if (split) {
-    OB_ASSIGN_OR_RETURN(val_width, IdWidth(o.val_output, bpe));
+    OB_ASSIGN_OR_RETURN(val_width, IdWidth(o.val_output, vocab_size));
   }
-  const int64_t eot = o.eot ? bpe.Id("<|endoftext|>") : -1;
-  if (o.eot && eot < 0) return Status::Usage("--eot: the vocabulary has no <|endoftext|>");
 
   // Sizes, for the split and the progress line.
   uint64_t total = 0;
@@ -143,7 +146,6 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
     OB_ASSIGN_OR_RETURN(val, TokenWriter::Open(o.val_output, val_width));
   }
   TokenWriter* out = train.get();
-  Encoder enc(bpe);
   // 0: before the split point; 1: past it, looking for the end of its line; 2: split.
   int phase = split ? 0 : 2;
   uint64_t done = 0;
@@ -152,6 +154,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
 
   auto to_val = [&]() -> Status {
     enc.End();
+    OB_RETURN_IF_ERROR(EncoderStatus(enc));
     OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
     out = val.get();
     phase = 2;
@@ -167,6 +170,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
         if (fd != STDIN_FILENO) ::close(fd);
       }
     } closer{fd};
+    enc.ids().insert(enc.ids().end(), prefix.begin(), prefix.end());
     for (;;) {
       ssize_t n = ::read(fd, chunk.data(), chunk.size());
       if (n < 0 && errno == EINTR) continue;
@@ -184,6 +188,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
         }
       }
       enc.Add(data);
+      OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));
       OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
       done += static_cast<uint64_t>(n);
       if (o.progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
@@ -192,6 +197,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
       }
     }
     enc.End();
+    OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));
     if (eot >= 0) enc.ids().push_back(static_cast<uint32_t>(eot));
     OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
     if (phase == 1) OB_RETURN_IF_ERROR(to_val());  // no newline after the split point in this input
@@ -207,7 +213,9 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
   return s;
 }
 
-Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out) {
+// The bytes of each id in the token file `path`, by `bytes` (empty: none).
+template <typename Bytes>
+Status DetokenizeWith(const Bytes& bytes, const std::string& path, std::string* out) {
   const int width = model::TokenFormatForPath(path) == model::TokenFormat::kU32 ? 4 : 2;
   OB_ASSIGN_OR_RETURN(std::string data, io::ReadFile(path));
   if (data.size() % width != 0) {
@@ -217,14 +225,58 @@ Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out) {
   for (size_t i = 0; i < data.size(); i += width) {
     uint32_t id = 0;
     for (int b = 0; b < width; ++b) id |= static_cast<uint32_t>(static_cast<unsigned char>(data[i + b])) << (8 * b);
-    const std::string& bytes = bpe.Bytes(id);
-    if (bytes.empty()) {
+    const std::string& text = bytes(id);
+    if (text.empty()) {
       return Status::DataErr(path + ": id " + std::to_string(id) + " at position " + std::to_string(i / width) +
                              " is not in the vocabulary");
     }
-    out->append(bytes);
+    out->append(text);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
+  const std::string eot_token = o.eot_token.empty() ? "<|endoftext|>" : o.eot_token;
+  const int64_t eot = o.eot ? bpe.Id(eot_token) : -1;
+  if (o.eot && eot < 0) return Status::Usage("--eot: the vocabulary has no " + eot_token);
+  if (o.bos > 0) return Status::Usage("--bos: GPT-2's vocabulary has no BOS token (give --tokenizer for one that has)");
+  if (o.split_special_tokens) {
+    return Status::Usage("--split-special-tokens: GPT-2's files have no added tokens; their text is always text");
+  }
+  Encoder enc(bpe);
+  return Run(enc, bpe.vocab_size(), {}, eot, o);
+}
+
+Result<TokenizeStats> Tokenize(const HfTokenizer& tok, const TokenizeOptions& o) {
+  int64_t eot = -1;
+  if (o.eot) {
+    eot = o.eot_token.empty() ? tok.eos_id() : tok.Id(o.eot_token);
+    if (eot < 0 && o.eot_token.empty()) {
+      return Status::Usage("--eot: no tokenizer_config.json beside the tokenizer names an eos_token: "
+                           "name the token with --eot-token TOKEN");
+    }
+    if (eot < 0) return Status::Usage("--eot-token: " + o.eot_token + " is not a token of the tokenizer");
+  }
+  std::vector<uint32_t> prefix = o.bos == 0 ? std::vector<uint32_t>() : tok.prefix();
+  if (o.bos > 0 && prefix.empty()) {
+    if (tok.bos_id() < 0) {
+      return Status::Usage("--bos: the tokenizer names no BOS token (no template adds one, and no "
+                           "tokenizer_config.json beside it names a bos_token)");
+    }
+    prefix.push_back(static_cast<uint32_t>(tok.bos_id()));
+  }
+  HfEncoder enc(tok, o.split_special_tokens);
+  return Run(enc, tok.vocab_size(), prefix, eot, o);
+}
+
+Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out) {
+  return DetokenizeWith([&](uint32_t id) -> const std::string& { return bpe.Bytes(id); }, path, out);
+}
+
+Status Detokenize(const HfTokenizer& tok, const std::string& path, std::string* out) {
+  return DetokenizeWith([&](uint32_t id) -> const std::string& { return tok.Bytes(id); }, path, out);
 }
 
 }  // namespace ob::data

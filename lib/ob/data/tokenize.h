@@ -1,6 +1,7 @@
 // Text files → the token files ob-launch trains on (ob-data(1)): GPT-2's
-// BPE (bpe.h) streamed over the inputs in fixed-size chunks, so memory does
-// not grow with the input, and an optional train/validation split.
+// BPE (bpe.h) or a Hugging Face tokenizer.json (hf_tokenizer.h) streamed
+// over the inputs in fixed-size chunks, so memory does not grow with the
+// input, and an optional train/validation split.
 //
 // Outputs: "*.bin" holds little-endian uint16 ids (nanoGPT's train.bin; the
 // vocabulary must fit), "*.u32" uint32 ids; ob-launch's --data reads both by
@@ -11,13 +12,20 @@
 // The split: the last `val_fraction` of the input bytes (all inputs in
 // order), moved forward to the end of the line it falls in, goes to the
 // validation output; the rest to the training output. Pre-tokens never span
-// the split or an input's end; with `eot`, each input ends with the
-// vocabulary's "<|endoftext|>".
+// the split or an input's end.
+//
+// Documents: each input is one. A Hugging Face tokenizer starts it with
+// what its encode(text) adds (HfTokenizer::prefix(): Llama 3's
+// <|begin_of_text|>, where its template or config says so; `bos` forces or
+// drops it); with `eot`, each input ends with the end-of-text token: GPT-2's
+// "<|endoftext|>", a tokenizer.json's eos_token (tokenizer_config.json), or
+// the token named by `eot_token`.
 //
 // Torch-free. Failure: kUsage for an option mistake (an output suffix that
-// is not .bin or .u32, a vocabulary too large for .bin, a split of stdin);
-// kNoInput naming an unreadable input; kIoErr naming an output that cannot
-// be written; Bpe::Load's errors.
+// is not .bin or .u32, a vocabulary too large for .bin, a split of stdin, a
+// BOS or EOS the tokenizer does not have); kNoInput naming an unreadable
+// input; kIoErr naming an output that cannot be written; kDataErr naming
+// the input where PCRE2 gave up on its text.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "ob/data/bpe.h"
+#include "ob/data/hf_tokenizer.h"
 #include "ob/status.h"
 
 namespace ob::data {
@@ -35,7 +44,10 @@ struct TokenizeOptions {
   std::string output;               // training (or only) output
   std::string val_output;           // with val_fraction > 0
   double val_fraction = 0;          // in [0, 1)
-  bool eot = false;                 // "<|endoftext|>" after each input
+  bool eot = false;                 // the end-of-text token after each input
+  std::string eot_token;            // with eot: that token's content ("": the default above)
+  int bos = -1;                     // the prefix: -1 as the tokenizer says, 0 none, 1 BOS at least
+  bool split_special_tokens = false;  // special added tokens' text is text (HF's encode_special_tokens)
   size_t chunk_bytes = size_t{1} << 20;
   // Called about once a second: bytes read so far, bytes in all (0: not
   // known), tokens written so far.
@@ -50,10 +62,13 @@ struct TokenizeStats {
 };
 
 Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o);
+Result<TokenizeStats> Tokenize(const HfTokenizer& tokenizer, const TokenizeOptions& o);
 
 // The text of a token file (*.bin or *.u32, as above): the bytes of its ids,
 // appended to `out`. kDataErr naming the file for an id the vocabulary does
 // not have (with its position) or a size that is not a whole number of ids.
 Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out);
+// The same for a tokenizer.json: an added token's id gives its content.
+Status Detokenize(const HfTokenizer& tokenizer, const std::string& path, std::string* out);
 
 }  // namespace ob::data
