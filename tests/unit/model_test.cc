@@ -296,10 +296,13 @@ TEST_CASE("gradient accumulation matches one large batch", "[model][train]") {
   CHECK(ob::model::train_steps(cfg, data, o).status().code() == ob::Code::kConfig);
 }
 
-TEST_CASE("gpt-tiny trained on README.md halves its loss in 300 steps", "[model][train]") {
-  // OB_TRAIN_TEXT overrides the file for experiments; the suite uses README.md.
+TEST_CASE("gpt-tiny trained on the test corpus halves its loss in 300 steps", "[model][train]") {
+  // OB_TRAIN_TEXT overrides the file for experiments; the suite uses
+  // tests/data/corpus.txt, which only tests change. (It used README.md,
+  // and an edit of the README moved the last steps' loss across the bound:
+  // 2.59 against 2.58 after the Llama quick-start step went in.)
   const char* env = std::getenv("OB_TRAIN_TEXT");
-  const std::string path = env != nullptr ? env : OB_SOURCE_DIR "/README.md";
+  const std::string path = env != nullptr ? env : OB_SOURCE_DIR "/tests/data/corpus.txt";
   auto data = ob::model::TokenSource::Open(path, ob::model::TokenFormat::kText);
   INFO(data.status().message());
   REQUIRE(data.ok());
