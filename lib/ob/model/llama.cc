@@ -58,8 +58,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const GptConfig& cfg, TpGroupPtr tp) : tp
     k_norm = register_module("k_norm", RmsNorm(d, cfg.norm_eps));
   }
   const std::vector<double> f = RopeInverseFrequencies(cfg);
-  inv_freq_ = torch::empty({static_cast<int64_t>(f.size())}, torch::kFloat);
-  for (size_t i = 0; i < f.size(); ++i) inv_freq_[static_cast<int64_t>(i)] = static_cast<float>(f[i]);
+  inv_freq_ = torch::tensor(std::vector<float>(f.begin(), f.end()), torch::kFloat);
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaAttentionImpl::Rotation(int64_t t, const torch::Device& device) {

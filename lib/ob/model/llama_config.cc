@@ -16,7 +16,8 @@ struct LlamaShape {
   const char* hf_type;
   int n_layer, hidden, heads, kv_heads, head_dim, inner, vocab, positions;
   double theta;
-  double rope_factor;  // llama3 scaling with low 1, high 4 and original 8192 when > 1
+  double rope_factor;  // llama3 scaling with low 1 and high 4 when > 0
+  int rope_original;   // its original_max_position_embeddings
   double eps;
   bool tied, qk_norm;
 };
@@ -28,19 +29,19 @@ struct LlamaShape {
 // norms and a head size that is not hidden / heads.
 constexpr int kLlama3Vocab = 128256, kQwen3Vocab = 151936;
 constexpr LlamaShape kLlamaShapes[] = {
-    {"llama-tiny", "llama", 4, 128, 4, 2, 32, 352, 256, 64, 500000, 8, 1e-5, false, false},
-    {"qwen3-tiny", "qwen3", 4, 128, 4, 2, 64, 384, 256, 64, 1e6, 0, 1e-6, true, true},
+    {"llama-tiny", "llama", 4, 128, 4, 2, 32, 352, 256, 64, 500000, 8, 16, 1e-5, false, false},
+    {"qwen3-tiny", "qwen3", 4, 128, 4, 2, 64, 384, 256, 64, 1e6, 0, 0, 1e-6, true, true},
     // llama-tiny's blocks with Llama 3's vocabulary, tied as Llama 3.2's:
     // for a quick start on text through Llama 3's tokenizer.json.
-    {"llama3-tiny", "llama", 4, 128, 4, 2, 32, 352, kLlama3Vocab, 256, 500000, 32, 1e-5, true, false},
-    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, kLlama3Vocab, 131072, 500000, 32, 1e-5, true, false},
-    {"llama3.2-3b", "llama", 28, 3072, 24, 8, 128, 8192, kLlama3Vocab, 131072, 500000, 32, 1e-5, true, false},
-    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, kLlama3Vocab, 131072, 500000, 8, 1e-5, false, false},
-    {"llama3.1-70b", "llama", 80, 8192, 64, 8, 128, 28672, kLlama3Vocab, 131072, 500000, 8, 1e-5, false, false},
-    {"llama3.1-405b", "llama", 126, 16384, 128, 8, 128, 53248, kLlama3Vocab, 131072, 500000, 8, 1e-5, false, false},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, kQwen3Vocab, 40960, 1e6, 0, 1e-6, true, true},
-    {"qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, kQwen3Vocab, 40960, 1e6, 0, 1e-6, false, true},
-    {"qwen3-32b", "qwen3", 64, 5120, 64, 8, 128, 25600, kQwen3Vocab, 40960, 1e6, 0, 1e-6, false, true},
+    {"llama3-tiny", "llama", 4, 128, 4, 2, 32, 352, kLlama3Vocab, 256, 500000, 32, 8192, 1e-5, true, false},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, kLlama3Vocab, 131072, 500000, 32, 8192, 1e-5, true, false},
+    {"llama3.2-3b", "llama", 28, 3072, 24, 8, 128, 8192, kLlama3Vocab, 131072, 500000, 32, 8192, 1e-5, true, false},
+    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, kLlama3Vocab, 131072, 500000, 8, 8192, 1e-5, false, false},
+    {"llama3.1-70b", "llama", 80, 8192, 64, 8, 128, 28672, kLlama3Vocab, 131072, 500000, 8, 8192, 1e-5, false, false},
+    {"llama3.1-405b", "llama", 126, 16384, 128, 8, 128, 53248, kLlama3Vocab, 131072, 500000, 8, 8192, 1e-5, false, false},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, kQwen3Vocab, 40960, 1e6, 0, 0, 1e-6, true, true},
+    {"qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, kQwen3Vocab, 40960, 1e6, 0, 0, 1e-6, false, true},
+    {"qwen3-32b", "qwen3", 64, 5120, 64, 8, 128, 25600, kQwen3Vocab, 40960, 1e6, 0, 0, 1e-6, false, true},
 };
 
 GptConfig FromLlamaShape(const LlamaShape& p) {
@@ -62,7 +63,7 @@ GptConfig FromLlamaShape(const LlamaShape& p) {
     c.rope.factor = p.rope_factor;
     c.rope.low_freq_factor = 1;
     c.rope.high_freq_factor = 4;
-    c.rope.original_context = std::string(p.name) == "llama-tiny" ? 16 : 8192;
+    c.rope.original_context = p.rope_original;
   }
   c.norm_eps = p.eps;
   c.tied = p.tied;

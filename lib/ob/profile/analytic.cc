@@ -39,17 +39,18 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
     case pb::LAYER_EMBED: return static_cast<uint64_t>(s) * b * 8;
     case pb::LAYER_BLOCK: {
       // design §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
-      double per = 34.0 + (fused_attention ? 0.0 : 5.0 * c.n_head * s / static_cast<double>(c.n_embd));
+      const double h = c.n_embd;
+      const double scores = fused_attention ? 0.0 : 5.0 * c.n_head * s / h;
+      double per = 34.0 + scores;
       if (c.llama()) {
         // What autograd keeps of a Llama block, 2 bytes an element: the
         // two norms' inputs and outputs (4h), q, its rotation and the
         // attention's output (3·H·d), k and v (2·K·d; rotated k counted in
         // the attention's own), the SwiGLU's gate, up, silu(gate) and
         // product (4I): per token 2·(4h + 3Hd + 2Kd + 4I) bytes.
-        const double h = c.n_embd, q = static_cast<double>(c.n_head) * c.head_dim(),
+        const double q = static_cast<double>(c.n_head) * c.head_dim(),
                      kv = static_cast<double>(c.kv_heads()) * c.head_dim();
-        per = 2.0 * (4 * h + 3 * q + 2 * kv + 4.0 * c.mlp_width()) / h +
-              (fused_attention ? 0.0 : 5.0 * c.n_head * s / h);
+        per = 2.0 * (4 * h + 3 * q + 2 * kv + 4.0 * c.mlp_width()) / h + scores;
       }
       return static_cast<uint64_t>(static_cast<double>(sbh) * per * elem_bytes / 2.0);
     }
