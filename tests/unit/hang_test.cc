@@ -52,6 +52,7 @@ TEST_CASE("a stalled rank that is not waiting is named, the ranks waiting for it
   REQUIRE(v);
   CHECK(Ranks(*v) == std::vector<uint32_t>{1});
   CHECK(v->stalled_ms == 3070);
+  CHECK(v->still_ms == 3000);  // since the others' last move: the real stall
   CHECK(v->ranks[0].deadline_ms == 3000);
   CHECK(v->ranks[0].why == "no progress for 3.1 s in step 10 (its counter at 100; deadline 3.0 s: --hang-timeout), "
                            "not waiting for a peer; ranks 0, 2, 3 wait");

@@ -125,6 +125,9 @@ std::optional<HangWatch::Verdict> HangWatch::Check(int64_t now_ms, bool peek) {
     }
   }
   Verdict v;
+  int64_t last_move = ranks_[stopped.front()].moved_ms;
+  for (uint32_t q : stopped) last_move = std::max(last_move, ranks_[q].moved_ms);
+  v.still_ms = now_ms - last_move;
   for (uint32_t q : named) {
     const Rank& r = ranks_[q];
     const int64_t silent = now_ms - r.moved_ms;

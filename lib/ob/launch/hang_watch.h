@@ -87,6 +87,11 @@ class HangWatch {
   struct Verdict {
     std::vector<Named> ranks;  // named, ascending by rank; never empty
     int64_t stalled_ms = 0;    // the longest of theirs
+    // How long the whole generation has been still: since the last move of
+    // any judged rank's counter (a peer that waits for the named rank may
+    // move after it, as a throttled rank's sends arrive). The real stall;
+    // a prompt verdict comes within a tick of its deadline.
+    int64_t still_ms = 0;
   };
   // The verdict at `now_ms`, once per generation (nullopt: nothing yet, or
   // already given); with `peek`, a verdict does not count as given.

@@ -713,7 +713,8 @@ void Master::CheckHang() {
     events_.Write("worker-hang", "rank=" + std::to_string(n.rank) + " host=" + host +
                                      " step=" + std::to_string(n.step) +
                                      " stalled_ms=" + std::to_string(n.stalled_ms) +
-                                     " deadline_ms=" + std::to_string(n.deadline_ms));
+                                     " deadline_ms=" + std::to_string(n.deadline_ms) +
+                                     " still_ms=" + std::to_string(v->still_ms));
     metrics_.Hung(host, n, generation_, line);
     what += (what.empty() ? "" : "; ") + line;
   }
