@@ -303,7 +303,6 @@ TEST_CASE("templates use only tensor-parallel degrees the model splits by") {
   }
 }
 
-}  // namespace ob::plan
 
 namespace ob::plan {
 
@@ -478,6 +477,83 @@ TEST_CASE("mixed stages: the best mixed template, by brute force on random probl
   // case before builds one where mixing wins.
   CHECK(compared > 500);
   CHECK(mixed_chosen >= 1);
+}
+
+}  // namespace ob::plan
+
+// ---- Recomputation (issue 56) ------------------------------------------------
+
+namespace {
+
+// UniformProblem with each block's costs in every mode: selective keeps
+// half, full an eighth; their backwards compute 10% and a forward again.
+Problem RecomputingProblem(int nodes, uint64_t gpu_memory) {
+  Problem p = testing::UniformProblem(8, nodes, 0, 16);
+  p.cluster.gpu_memory = gpu_memory;
+  for (LayerCost& c : p.layers) {
+    c.kept_bytes = {c.activation_bytes, c.activation_bytes / 2, c.activation_bytes / 8};
+    c.recompute_seconds = {0.0, 0.1 * c.forward, c.forward};
+  }
+  p.has_recompute_costs = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("recompute: a stage runs the fastest mode it fits in, and pays for what it computes again") {
+  Problem p = RecomputingProblem(4, 64ull << 30);
+  p.recompute_modes.assign(std::begin(model::kRecomputeModes), std::end(model::kRecomputeModes));
+  const int L = p.num_layers();
+  // Memory: state + in-flight × kept + one block's activations again.
+  const uint64_t none = StageMemoryBytes(p, 1, 4, 1, 4, model::Recompute::kNone);
+  const uint64_t full = StageMemoryBytes(p, 1, 4, 1, 4, model::Recompute::kFull);
+  const uint64_t sel = StageMemoryBytes(p, 1, 4, 1, 4, model::Recompute::kSelective);
+  const uint64_t act = 8 << 20, in = 1 << 20;
+  CHECK(none - full == 4 * 4 * (act - act / 8) - (act - act / 8));
+  CHECK(none - sel == 4 * 4 * (act - act / 2) - (act - act / 2));
+  (void)in;
+  CHECK(StageComputeSeconds(p, 1, 4, 1, model::Recompute::kFull) ==
+        Approx(StageComputeSeconds(p, 1, 4, 1) + 4 * 2e-3));
+  CHECK(StageComputeSeconds(p, 1, 4, 1, model::Recompute::kSelective) ==
+        Approx(StageComputeSeconds(p, 1, 4, 1) + 4 * 0.2e-3));
+  // With room, none; as the memory shrinks, selective, then full, then nothing.
+  CHECK(StageMode(p, 0, L - 1, 1, 4) == model::Recompute::kNone);
+  p.cluster.gpu_memory = sel;
+  CHECK(StageMode(p, 1, 4, 1, 4) == model::Recompute::kSelective);
+  p.cluster.gpu_memory = full;
+  CHECK(StageMode(p, 1, 4, 1, 4) == model::Recompute::kFull);
+  p.cluster.gpu_memory = full - 1;
+  CHECK_FALSE(StageMode(p, 1, 4, 1, 4));
+  // Without the modes (--recompute none), full's memory does not fit.
+  p.cluster.gpu_memory = full;
+  p.recompute_modes = {model::Recompute::kNone};
+  CHECK_FALSE(StageFits(p, 1, 4, 1, 4));
+}
+
+TEST_CASE("recompute: templates shrink with it, and each stage says its mode") {
+  // Memory that one node does not hold without recomputation.
+  Problem p = RecomputingProblem(8, 0);
+  const int L = p.num_layers();
+  p.cluster.gpu_memory = StageMemoryBytes(p, 0, L - 1, 1, 1, model::Recompute::kFull);
+  auto plain = BuildTemplates(p);
+  p.recompute_modes.assign(std::begin(model::kRecomputeModes), std::end(model::kRecomputeModes));
+  auto with = BuildTemplates(p);
+  REQUIRE(with.ok());
+  CHECK(with->min_nodes == 1);
+  if (plain.ok()) CHECK(plain->min_nodes > 1);
+  const Template& one = with->templates.front();
+  REQUIRE(one.stages.size() == 1);
+  CHECK(one.stages[0].recompute == model::Recompute::kFull);
+  CHECK(one.stage_memory[0] <= p.cluster.gpu_memory);
+  CHECK(one.stage_seconds[0] == Approx(StageComputeSeconds(p, one.stages[0])));
+  // A larger template fits without it: its stages run none where they can.
+  for (const Template& t : with->templates) {
+    for (size_t i = 0; i < t.stages.size(); ++i) {
+      const StageShape& s = t.stages[i];
+      const int in_flight = static_cast<int>(t.stages.size() - i);
+      CHECK(StageMode(p, s.first, s.last, s.tp, in_flight) == s.recompute);
+    }
+  }
 }
 
 }  // namespace ob::plan

@@ -31,6 +31,7 @@ struct Options {
   int tp = 0;                  // 0: chosen
   bool mixed_stages = false;   // templates may mix stage degrees
   bool always_mixed = false;   // ... and the plan keeps them even when one degree is predicted faster
+  std::string recompute = "auto";  // none, selective, full, auto (each stage the fastest that fits)
   std::vector<std::string> template_tp;  // "NODES=T"
   std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
   bool local = false;          // the nodes are processes of this machine
@@ -353,6 +354,18 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
                                            int mb) {
   auto problem = ob::plan::MakeProblem(profile, c, faults, g.global_batch, mb);
   if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
+  if (g.recompute == "auto") {
+    // Every mode where the profile prices them; none alone where it does not.
+    if (problem->has_recompute_costs) problem->recompute_modes.assign(std::begin(ob::model::kRecomputeModes),
+                                                                      std::end(ob::model::kRecomputeModes));
+  } else {
+    OB_ASSIGN_OR_RETURN(ob::model::Recompute mode, ob::model::ParseRecompute(g.recompute));
+    if (mode != ob::model::Recompute::kNone && !problem->has_recompute_costs) {
+      return ob::Status::DataErr(ob::io::DisplayName(g.input) + ": the profile has no recomputation costs "
+                                 "(made before them): --recompute " + g.recompute + " needs a profile made again");
+    }
+    problem->recompute_modes = {mode};
+  }
   if (g.tp > 0) {
     if (c.gpus_per_node % g.tp != 0) {
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +
@@ -466,6 +479,11 @@ void Setup(CLI::App& app) {
                "(e.g. 4+2+2 GPUs), where the plan is predicted faster than with one degree");
   app.add_flag("--always-mixed", g.always_mixed,
                "--mixed-stages, keeping the mixed templates even where one degree is predicted faster");
+  app.add_option("--recompute", g.recompute,
+                 "Activation recomputation of each stage's blocks: none, selective (the attention core and the "
+                 "MLP's activation), full (each block again), or auto: each stage the fastest that fits")
+      ->check(CLI::IsMember({"none", "selective", "full", "auto"}))
+      ->capture_default_str();
   app.add_option("--template-tp", g.template_tp,
                  "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "
                  "--tp's; replicas of different degrees sum gradients in pieces (repeatable)")

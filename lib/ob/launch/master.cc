@@ -364,6 +364,10 @@ Status Master::LaunchGeneration() {
   Result<LaunchLayout> layout = LayOut(plan_, hosts_, hosts_name_);
   if (!layout.ok()) return layout.status().WithContext("generation " + std::to_string(generation_));
   layout_ = std::move(layout).value();
+  // What each stage of this instantiation is predicted to hold, in its
+  // template's recomputation mode (a smaller template may recompute more).
+  events_.Write("memory", "generation=" + std::to_string(generation_) + " " +
+                              plan::MemoryCheckText(loaded_.problem, loaded_.templates, loaded_.instantiation));
   const pb::WeightSource source = lineage_.Next(generation_);
   {
     pb::Generation g;

@@ -43,6 +43,7 @@
 #include "ob/model/cross_entropy.h"
 #include "ob/model/data.h"
 #include "ob/model/linear.h"
+#include "ob/model/recompute.h"
 #include "ob/plan/plan_io.h"
 #include "ob/profile/profile.h"
 #include "ob/ckpt/checkpoint.h"
@@ -519,6 +520,9 @@ Status RunWorker(const WorkerOptions& o) {
   OB_LOG(Info) << "generation " << o.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
                << me.num_microbatches << " micro-batches per step"
+               << (me.recompute != model::Recompute::kNone
+                       ? std::string(", recomputation ") + model::RecomputeName(me.recompute)
+                       : std::string())
                << (first_step > 0 ? ", resuming after step " + std::to_string(first_step - 1) : "") << "; "
                << runtime;
 
@@ -709,6 +713,10 @@ Status RunWorker(const WorkerOptions& o) {
                    << "the fused loss " << (model::FusedCrossEntropyOn(t.device) ? "on" : "off")
                    << ", gradients summed by cuBLAS into fp32 "
                    << (model::GradientGemmsOn(t.device) ? "on" : "off");
+    }
+    if (step == first_step && me.recompute != model::Recompute::kNone) {
+      OB_LOG(Info) << "step " << step << ": " << model::RecomputeCount() << " recomputation(s) in its backwards ("
+                   << model::RecomputeName(me.recompute) << ")";
     }
     if (step == first_step) {
       m.set_process_start_unix_ms(process_start_ms);

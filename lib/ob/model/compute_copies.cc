@@ -80,6 +80,8 @@ void ComputeCopies::Refresh() {
 }
 
 ComputeCopies::Scope::Scope(ComputeCopies* copies) : previous_(current) { current = copies; }
+
+ComputeCopies* ComputeCopies::Current() { return current; }
 ComputeCopies::Scope::~Scope() { current = previous_; }
 
 torch::Tensor ComputeCopies::Find(const torch::Tensor& p, at::ScalarType dtype, int64_t rows_multiple) {

@@ -71,6 +71,10 @@ class ComputeCopies {
     ComputeCopies* previous_;
   };
 
+  // The calling thread's current copies (nullptr: none): what a
+  // recomputation in the backward makes current again (recompute.h).
+  static ComputeCopies* Current();
+
   // How often a user found its weight changed since Refresh() (and cast it).
   int64_t Misses() const { return misses_.load(std::memory_order_relaxed); }
 

@@ -100,6 +100,22 @@ torch::Tensor EmbedLayerImpl::forward(const torch::Tensor& ids, const torch::Ten
   return InComputeDtype(tokens + torch::embedding(wpe->weight, pos).unsqueeze(0));  // [b,t,h]
 }
 
+namespace {
+
+// Causal attention of q, k, v [b,t,a·d] split into a heads: [b,a,t,d].
+// Selective: autograd keeps q, k and v, and the backward computes the
+// scores and probabilities again.
+torch::Tensor Core(const std::vector<torch::Tensor>& qkv, int64_t a, bool selective) {
+  auto core = [a](const std::vector<torch::Tensor>& z) {
+    const int64_t b = z[0].size(0), t = z[0].size(1), d = z[0].size(2) / a;
+    auto heads = [&](const torch::Tensor& w) { return w.view({b, t, a, d}).transpose(1, 2); };
+    return std::vector<torch::Tensor>{compat::CausalSelfAttention(heads(z[0]), heads(z[1]), heads(z[2]))};
+  };
+  return (selective ? Checkpointed(core, {qkv[0], qkv[1], qkv[2]}) : core({qkv[0], qkv[1], qkv[2]})).front();
+}
+
+}  // namespace
+
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(int n_embd, int n_head, TpGroupPtr tp)
     : n_head(n_head), tp(std::move(tp)) {
   c_attn = register_module("c_attn", Dense(n_embd, 3 * n_embd));
@@ -112,14 +128,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   if (Sharded(tp)) {  // our heads' q, k, v, then our columns of the projection
     const int64_t a = n_head / tp->size, local = a * d;
     auto qkv = Affine(c_attn, CopyToTp(x, *tp)).split(local, 2);  // 3 x [b,t,a·d]
-    auto heads = [&](const torch::Tensor& z) { return z.view({b, t, a, d}).transpose(1, 2); };
-    auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+    auto y = Core(qkv, a, selective);
     y = Linear(y.transpose(1, 2).contiguous().view({b, t, local}), c_proj->weight, {});
     return ReduceFromTp(y, *tp) + c_proj->bias;
   }
   auto qkv = Affine(c_attn, x).split(h, /*dim=*/2);  // 3 x [b,t,h]
-  auto heads = [&](const torch::Tensor& z) { return z.view({b, t, n_head, d}).transpose(1, 2); };
-  auto y = compat::CausalSelfAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));  // [b,a,t,d]
+  auto y = Core(qkv, n_head, selective);  // [b,a,t,d]
   return Affine(c_proj, y.transpose(1, 2).contiguous().view({b, t, h}));
 }
 
@@ -130,10 +144,10 @@ MlpImpl::MlpImpl(int n_embd, TpGroupPtr tp) : tp(std::move(tp)) {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (Sharded(tp)) {  // our columns of c_fc, our rows of c_proj's input
-    auto m = GeluMlp(CopyToTp(x, *tp), c_fc->weight, c_fc->bias, c_proj->weight, {});
+    auto m = GeluMlp(CopyToTp(x, *tp), c_fc->weight, c_fc->bias, c_proj->weight, {}, selective);
     return ReduceFromTp(m, *tp) + c_proj->bias;
   }
-  return GeluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+  return GeluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, selective);
 }
 
 BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, TpGroupPtr tp, bool init)
@@ -155,14 +169,29 @@ BlockLayerImpl::BlockLayerImpl(const GptConfig& cfg, int block, uint64_t seed, T
   if (Sharded(tp)) ShardParameters(*this, *tp);
 }
 
-torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
-  return forward_segment(1, forward_segment(0, x, targets), targets);
+torch::Tensor BlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
+  if (recompute() == Recompute::kFull) {
+    return Checkpointed([this](const torch::Tensor& z) { return Segment(1, Segment(0, z)); }, x);
+  }
+  return Segment(1, Segment(0, x));
 }
 
 torch::Tensor BlockLayerImpl::forward_segment(int segment, const torch::Tensor& x, const torch::Tensor&) {
   assert(segment == 0 || segment == 1);
+  if (recompute() == Recompute::kFull) {
+    return Checkpointed([this, segment](const torch::Tensor& z) { return Segment(segment, z); }, x);
+  }
+  return Segment(segment, x);
+}
+
+torch::Tensor BlockLayerImpl::Segment(int segment, const torch::Tensor& x) {
   if (segment == 0) return x + attn->forward(Norm(ln_1, x));
   return x + mlp->forward(Norm(ln_2, x));
+}
+
+void BlockLayerImpl::set_recompute(Recompute r) {
+  PlannerLayerImpl::set_recompute(r);
+  attn->selective = mlp->selective = r == Recompute::kSelective;
 }
 
 int BlockLayerImpl::segment_of(const std::string& parameter) const {

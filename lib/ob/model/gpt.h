@@ -45,6 +45,7 @@
 #include "ob/model.pb.h"
 #include "ob/model/compute_copies.h"
 #include "ob/model/config.h"
+#include "ob/model/recompute.h"
 #include "ob/model/tensor_parallel.h"
 
 namespace ob::model {
@@ -72,6 +73,11 @@ class PlannerLayerImpl : public torch::nn::Module {
     return 0;
   }
 
+  // What the layer keeps for its backward (recompute.h); only blocks
+  // recompute, the other layers keep everything whatever it is set to.
+  virtual void set_recompute(Recompute r) { recompute_ = r; }
+  Recompute recompute() const { return recompute_; }
+
   pb::LayerKind kind() const { return kind_; }
   int index() const { return index_; }          // global index
   const std::string& name() const { return name_; }  // "embed", "block.3", "head"
@@ -80,6 +86,7 @@ class PlannerLayerImpl : public torch::nn::Module {
   pb::LayerKind kind_;
   int index_;
   std::string name_;
+  Recompute recompute_ = Recompute::kNone;
 };
 using PlannerLayer = std::shared_ptr<PlannerLayerImpl>;
 
@@ -129,6 +136,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
   int n_head;  // of the whole layer; a rank of t computes n_head / t
   TpGroupPtr tp;
+  bool selective = false;  // the core recomputed in the backward: q, k, v kept
   Dense c_attn{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -139,6 +147,7 @@ class MlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   TpGroupPtr tp;
+  bool selective = false;  // gelu's output recomputed in the backward from the pre-activation
   Dense c_fc{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -153,10 +162,14 @@ class BlockLayerImpl : public PlannerLayerImpl {
   int num_segments() const override { return 2; }
   torch::Tensor forward_segment(int segment, const torch::Tensor& x, const torch::Tensor& targets) override;
   int segment_of(const std::string& parameter) const override;
+  void set_recompute(Recompute r) override;
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   Mlp mlp{nullptr};
+
+ private:
+  torch::Tensor Segment(int segment, const torch::Tensor& x);
 };
 
 // Final LayerNorm + tied LM head + loss. With `tied` defined (the embed's

@@ -49,8 +49,13 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 // Linear, gelu, Linear. Keeps what autograd would (x, the pre-activation
 // and the activation). Bias gradients everywhere (Linear too) are summed
 // into fp32 gradients; on a GPU by a product with a column of ones.
+// With `recompute_activation` (selective recomputation, recompute.h) it
+// keeps x and the pre-activation only, and its backward computes the
+// activation again (the same kernel: the same values; a GPU then runs the
+// GELU outside the product's epilogue, whose fp32 GELU a bf16
+// pre-activation would not reproduce).
 torch::Tensor GeluMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
-                      const torch::Tensor& w2, const torch::Tensor& b2);
+                      const torch::Tensor& w2, const torch::Tensor& b2, bool recompute_activation = false);
 // layer_norm(x, shape, w, b, eps) for x in autocast's dtype and fp32 gain
 // and bias w, b: the kernel reads their compute copies (ComputeCopies, or
 // autocast's casts), and the backward adds their bf16 gradients into the

@@ -83,15 +83,18 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  auto [cos, sin] = Rotation(t, x.device());
-  q = Rotate(q.transpose(1, 2), cos, sin);  // [b, H, t, d]
-  k = Rotate(k.transpose(1, 2), cos, sin);  // [b, K, t, d]
-  v = v.transpose(1, 2);
-  if (heads_ != kv_heads_) {  // query head j reads kv head j / (H/K)
-    k = k.repeat_interleave(heads_ / kv_heads_, 1);
-    v = v.repeat_interleave(heads_ / kv_heads_, 1);
-  }
-  auto y = compat::CausalSelfAttention(q, k, v);  // [b, H, t, d]
+  auto core = [this, t](const std::vector<torch::Tensor>& z) {
+    auto [cos, sin] = Rotation(t, z[0].device());
+    auto q = Rotate(z[0].transpose(1, 2), cos, sin);  // [b, H, t, d]
+    auto k = Rotate(z[1].transpose(1, 2), cos, sin);  // [b, K, t, d]
+    auto v = z[2].transpose(1, 2);
+    if (heads_ != kv_heads_) {  // query head j reads kv head j / (H/K)
+      k = k.repeat_interleave(heads_ / kv_heads_, 1);
+      v = v.repeat_interleave(heads_ / kv_heads_, 1);
+    }
+    return std::vector<torch::Tensor>{compat::CausalSelfAttention(q, k, v)};  // [b, H, t, d]
+  };
+  auto y = (selective ? Checkpointed(core, {q, k, v}) : core({q, k, v})).front();
   y = Linear(y.transpose(1, 2).contiguous().view({b, t, heads_ * d}), o_proj->weight, {});
   return TpSharded(tp_) ? ReduceFromTp(y, *tp_) : y;
 }
@@ -104,7 +107,9 @@ SwiGluImpl::SwiGluImpl(const GptConfig& cfg, TpGroupPtr tp) : tp_(std::move(tp))
 
 torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
   const auto in = TpSharded(tp_) ? CopyToTp(x, *tp_) : x;
-  auto m = torch::silu(Linear(in, gate_proj->weight, {})) * Linear(in, up_proj->weight, {});
+  auto act = [](const std::vector<torch::Tensor>& z) { return std::vector<torch::Tensor>{torch::silu(z[0]) * z[1]}; };
+  std::vector<torch::Tensor> gate_up{Linear(in, gate_proj->weight, {}), Linear(in, up_proj->weight, {})};
+  auto m = (selective ? Checkpointed(act, gate_up) : act(gate_up)).front();
   auto y = Linear(m, down_proj->weight, {});
   return TpSharded(tp_) ? ReduceFromTp(y, *tp_) : y;
 }
@@ -135,14 +140,29 @@ LlamaBlockLayerImpl::LlamaBlockLayerImpl(const GptConfig& cfg, int block, uint64
   if (TpSharded(tp)) ShardParameters(*this, *tp);
 }
 
-torch::Tensor LlamaBlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
-  return forward_segment(1, forward_segment(0, x, targets), targets);
+torch::Tensor LlamaBlockLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&) {
+  if (recompute() == Recompute::kFull) {
+    return Checkpointed([this](const torch::Tensor& z) { return Segment(1, Segment(0, z)); }, x);
+  }
+  return Segment(1, Segment(0, x));
 }
 
 torch::Tensor LlamaBlockLayerImpl::forward_segment(int segment, const torch::Tensor& x, const torch::Tensor&) {
   assert(segment == 0 || segment == 1);
+  if (recompute() == Recompute::kFull) {
+    return Checkpointed([this, segment](const torch::Tensor& z) { return Segment(segment, z); }, x);
+  }
+  return Segment(segment, x);
+}
+
+torch::Tensor LlamaBlockLayerImpl::Segment(int segment, const torch::Tensor& x) {
   if (segment == 0) return x + attn->forward(ln_1->forward(x));
   return x + mlp->forward(ln_2->forward(x));
+}
+
+void LlamaBlockLayerImpl::set_recompute(Recompute r) {
+  PlannerLayerImpl::set_recompute(r);
+  attn->selective = mlp->selective = r == Recompute::kSelective;
 }
 
 int LlamaBlockLayerImpl::segment_of(const std::string& parameter) const {

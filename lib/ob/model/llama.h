@@ -51,6 +51,9 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   Dense q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+  // The rotation, the key/value repeat and the attention recomputed in the
+  // backward: q, k, v kept as the projections (and norms) left them.
+  bool selective = false;
 
  private:
   // cos and sin [t, d] of positions 0..t-1 on x's device, in fp32
@@ -69,6 +72,7 @@ class SwiGluImpl : public torch::nn::Module {
   SwiGluImpl(const GptConfig& cfg, TpGroupPtr tp);
   torch::Tensor forward(const torch::Tensor& x);
   Dense gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  bool selective = false;  // silu(gate)·up recomputed in the backward: gate and up kept
 
  private:
   TpGroupPtr tp_;
@@ -84,10 +88,14 @@ class LlamaBlockLayerImpl : public PlannerLayerImpl {
   int num_segments() const override { return 2; }
   torch::Tensor forward_segment(int segment, const torch::Tensor& x, const torch::Tensor& targets) override;
   int segment_of(const std::string& parameter) const override;
+  void set_recompute(Recompute r) override;
 
   RmsNorm ln_1{nullptr}, ln_2{nullptr};
   LlamaAttention attn{nullptr};
   SwiGlu mlp{nullptr};
+
+ private:
+  torch::Tensor Segment(int segment, const torch::Tensor& x);
 };
 
 }  // namespace ob::model

@@ -80,18 +80,20 @@ std::string ExplainPlan(const pb::Plan& plan) {
   }
 
   out += "#\n# stages of the templates in use\n";
-  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s\n", "tmpl", "stage", "node", "layers",
-                "tp", "compute", "with xfer", "memory", "capacity", "flight");
-  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s\n", "", "", "", "", "", "(ms)", "(ms)",
-                "(GiB)", "(GiB)", "");
+  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %9s %8s\n", "tmpl", "stage", "node", "layers",
+                "tp", "compute", "with xfer", "memory", "capacity", "flight", "recompute", "saved");
+  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %9s %8s\n", "", "", "", "", "", "(ms)", "(ms)",
+                "(GiB)", "(GiB)", "", "", "(GiB)");
   for (const auto& t : plan.templates()) {
     if (!used.count(t.nodes())) continue;
     for (int i = 0; i < t.stages_size(); ++i) {
       const auto& s = t.stages(i);
       std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
-      out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u\n", t.nodes(), i, s.node(),
+      out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u %9s %8.2f\n", t.nodes(), i, s.node(),
                     layers.c_str(), s.tensor_parallel(), s.compute_seconds() * 1e3, s.seconds() * 1e3,
-                    GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight());
+                    GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight(),
+                    model::RecomputeName(static_cast<model::Recompute>(s.recompute())),
+                    GiB(s.recompute_saved_bytes()));
     }
   }
 

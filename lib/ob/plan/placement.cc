@@ -43,7 +43,7 @@ class Evaluator {
       for (int i = 0; i < static_cast<int>(t->stages.size()); ++i) {
         const auto& st = t->stages[i];
         const bool crosses = i + 1 < static_cast<int>(t->stages.size()) && t->NodeOf(i + 1) != t->NodeOf(i);
-        double w = StageComputeSeconds(p, st.first, st.last, st.tp);
+        double w = StageComputeSeconds(p, st);
         if (!crosses) w += StageBoundarySeconds(p, st.last, false);  // inside the node (or the last stage)
         pipe.base.push_back(w);
         pipe.bytes.push_back(crosses ? static_cast<double>(p.layers[st.last].output_bytes) : -1);

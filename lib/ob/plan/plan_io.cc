@@ -30,12 +30,15 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_last_layer(s.last);
     st->set_gpus(s.tp);
     st->set_tensor_parallel(s.tp);
-    st->set_compute_seconds(StageComputeSeconds(p, s.first, s.last, s.tp));
+    st->set_compute_seconds(StageComputeSeconds(p, s));
     st->set_seconds(t.stage_seconds[i]);
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
     st->set_node(static_cast<uint32_t>(t.NodeOf(i)));
     st->set_in_flight(S - i);
+    st->set_recompute(static_cast<pb::Recompute>(s.recompute));
+    const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, S - i);
+    st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
   }
 }
 
@@ -76,8 +79,13 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
         return Status::DataErr(who + ": node " + std::to_string(n) + "'s stages use more than " +
                                std::to_string(g) + " GPUs");
     }
+    if (!pb::Recompute_IsValid(s.recompute()))
+      return Status::DataErr(who + ": stage of layers " + std::to_string(s.first_layer()) + "-" +
+                             std::to_string(s.last_layer()) + ": unknown recompute mode " +
+                             std::to_string(s.recompute()));
     t.stages.push_back({static_cast<int>(s.first_layer()), static_cast<int>(s.last_layer()),
-                        static_cast<int>(s.tensor_parallel()), static_cast<int>(s.node())});
+                        static_cast<int>(s.tensor_parallel()), static_cast<int>(s.node()),
+                        static_cast<model::Recompute>(s.recompute())});
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
     next = static_cast<int>(s.last_layer()) + 1;

@@ -15,13 +15,34 @@ double TensorParallelActivationFactor(const Problem& p, int tp) {
   return (10.0 + 24.0 / tp + attn / tp) / (34.0 + attn);
 }
 
+// The selective mode's share of design §8's 34 (the MLP activation's
+// output no longer kept) and its tensor-parallel counterpart: the same
+// ratio as the TP factor, the 8 of the activation split over t.
+double SelectiveTensorParallelFactor(int tp) { return tp <= 1 ? 1.0 : (10.0 + 16.0 / tp) / 26.0; }
+
+// What a layer keeps per micro-batch in mode r on one of tp ranks.
+double KeptBytes(const Problem& p, const LayerCost& c, int tp, model::Recompute r) {
+  const size_t m = static_cast<size_t>(r);
+  if (!c.is_block || r == model::Recompute::kNone || !p.has_recompute_costs) {
+    return static_cast<double>(c.activation_bytes) * (c.is_block ? TensorParallelActivationFactor(p, tp) : 1.0 / tp);
+  }
+  if (r == model::Recompute::kFull) return static_cast<double>(c.kept_bytes[m]);  // its input, whole on every rank
+  return static_cast<double>(c.kept_bytes[m]) * SelectiveTensorParallelFactor(tp);
+}
+
 }  // namespace
 
-double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
+double StageComputeSeconds(const Problem& p, const StageShape& s) {
+  return StageComputeSeconds(p, s.first, s.last, s.tp, s.recompute);
+}
+
+double StageComputeSeconds(const Problem& p, int first, int last, int tp, model::Recompute r) {
   double compute = 0;
   int blocks = 0;
+  const bool recomputes = r != model::Recompute::kNone && p.has_recompute_costs;
   for (int l = first; l <= last; ++l) {
     compute += p.layers[l].forward + p.layers[l].backward;
+    if (recomputes && p.layers[l].is_block) compute += p.layers[l].recompute_seconds[static_cast<size_t>(r)];
     blocks += p.layers[l].is_block ? 1 : 0;
   }
   if (tp <= 1) return compute;
@@ -34,7 +55,8 @@ double StageComputeSeconds(const Problem& p, int first, int last, int tp) {
   // (on --local the fit's fixed cost is the wait for the slower rank
   // between products, which the second and third do not pay again).
   const bool embed = first == 0, head = last == p.num_layers() - 1 && p.num_layers() > 1;
-  const double big = 4.0 * blocks + (embed ? 1 : 0) + (head ? 1 : 0);
+  const double big = (r == model::Recompute::kFull && p.has_recompute_costs ? 6.0 : 4.0) * blocks + (embed ? 1 : 0) +
+                     (head ? 1 : 0);
   const double tokens = static_cast<double>(p.microbatch_size) * p.sequence_length;
   const double small_bytes = head ? 3 * 4.0 * tokens : 0;
   if (p.cluster.local) {  // measured: fp32 activations between processes of this machine
@@ -67,23 +89,32 @@ double StageBoundarySeconds(const Problem& p, int last, bool crosses_node) {
                          p.cluster.link_latency);
 }
 
-uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight) {
-  double state = 0, act = 0;
-  const double factor = TensorParallelActivationFactor(p, tp);
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight, model::Recompute r) {
+  double state = 0, act = 0, again = 0;
   for (int l = first; l <= last; ++l) {
     const auto& c = p.layers[l];
     state += static_cast<double>(c.state_bytes) / tp;
-    act += static_cast<double>(c.activation_bytes) * (c.is_block ? factor : 1.0 / tp);
+    const double kept = KeptBytes(p, c, tp, r);
+    act += kept;
+    // A recomputing block's backward holds its activations in full again.
+    again = std::max(again, KeptBytes(p, c, tp, model::Recompute::kNone) - kept);
   }
   // The stage also holds its input for each in-flight micro-batch.
   if (first > 0) act += static_cast<double>(p.layers[first - 1].output_bytes) / tp;
-  const double bytes = state + act * in_flight;
+  const double bytes = state + act * in_flight + (in_flight > 0 ? again : 0.0);
   return static_cast<uint64_t>(bytes * (1.0 + p.cluster.overhead_fraction)) +
          p.cluster.overhead_bytes;
 }
 
+std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight) {
+  for (model::Recompute r : p.recompute_modes) {
+    if (StageMemoryBytes(p, first, last, tp, in_flight, r) <= p.cluster.gpu_memory) return r;
+  }
+  return std::nullopt;
+}
+
 bool StageFits(const Problem& p, int first, int last, int tp, int in_flight) {
-  return StageMemoryBytes(p, first, last, tp, in_flight) <= p.cluster.gpu_memory;
+  return StageMode(p, first, last, tp, in_flight).has_value();
 }
 
 double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes) {
@@ -143,7 +174,14 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     c.output_bytes = cost->output_bytes();
     c.is_block = l.kind() == pb::LAYER_BLOCK;
     c.update = l.update_seconds();
+    c.kept_bytes = {cost->activation_bytes(), cost->selective_activation_bytes(), cost->full_activation_bytes()};
+    c.recompute_seconds = {0.0, cost->selective_recompute_seconds(), cost->full_recompute_seconds()};
     p.layers.push_back(c);
+  }
+  // Every block's costs in every mode, or recomputation is not priced.
+  p.has_recompute_costs = std::any_of(p.layers.begin(), p.layers.end(), [](const LayerCost& c) { return c.is_block; });
+  for (const LayerCost& c : p.layers) {
+    if (c.is_block && !(c.recompute_seconds[2] > 0)) p.has_recompute_costs = false;
   }
   if (p.cluster.local) {
     // Per group size, least squares of seconds on bytes over the layers'

@@ -7,11 +7,14 @@
 // functions are pure.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ob/model/recompute_mode.h"
 #include "ob/profile.pb.h"
 #include "ob/status.h"
 
@@ -27,6 +30,12 @@ struct LayerCost {
   uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
   double update = 0;           // once per step: gradient norm and AdamW (measured; 0 if not)
   bool is_block = false;       // tensor parallelism splits blocks (design §8 TP formulas)
+  // Per recomputation mode (index: model::Recompute; model/recompute.h):
+  // what the layer keeps per in-flight micro-batch, and what its backward
+  // computes again (seconds). [kNone] is activation_bytes and 0; a layer
+  // that does not recompute (embed, head) has those in every mode.
+  std::array<uint64_t, 3> kept_bytes{};
+  std::array<double, 3> recompute_seconds{};
 };
 
 // Seconds of one collective on a local cluster: a least-squares line of
@@ -96,6 +105,13 @@ struct Problem {
   // Also consider mixed templates (ob-plan --mixed-stages): stages of
   // different degrees, in different numbers per node (templates.h).
   bool mixed_stages = false;
+  // The recomputation modes a stage may run (ob-plan --recompute), in the
+  // order of their time: each stage runs the first that fits (StageMode).
+  // MakeProblem: none only; every mode for --recompute auto.
+  std::vector<model::Recompute> recompute_modes{model::Recompute::kNone};
+  // Whether the profile has each block's costs in every mode (profiles
+  // made before them do not: then none alone).
+  bool has_recompute_costs = false;
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 
@@ -107,6 +123,8 @@ struct StageShape {
   // Position of its node within the pipeline; read through
   // Template::NodeOf, which derives it for uniform templates.
   int node = 0;
+  // What its blocks keep for the backward (StageMode chooses it).
+  model::Recompute recompute = model::Recompute::kNone;
 };
 
 // Compute time of one micro-batch through layers [first, last] (forward +
@@ -114,7 +132,11 @@ struct StageShape {
 // over tp GPUs: 4 per block and 1 each for the embedding and the head of
 // b·s·h activations, and the head's cross-entropy's 3 of b·s, back to back,
 // as one (design §8).
-double StageComputeSeconds(const Problem& p, int first, int last, int tp);
+// In recomputation mode `r`, the recomputed forwards are added (a full
+// block's issues its 2 forward all-reduces again).
+double StageComputeSeconds(const Problem& p, int first, int last, int tp,
+                           model::Recompute r = model::Recompute::kNone);
+double StageComputeSeconds(const Problem& p, const StageShape& s);
 // Forward + backward transfer across the boundary after `last` over a link.
 double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double latency);
 // The same over the cluster's nominal links: node to node when the next
@@ -123,8 +145,14 @@ double BoundarySeconds(const Problem& p, int last, double bytes_per_s, double la
 // local cluster, twice the profile's two-rank collective fit of the bytes.
 double StageBoundarySeconds(const Problem& p, int last, bool crosses_node);
 // Peak bytes per GPU of a stage holding `in_flight` micro-batches (1F1B:
-// stage k of S holds S − k), overheads included.
-uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight);
+// stage k of S holds S − k), overheads included. In recomputation mode
+// `r` each micro-batch keeps what r keeps, and one block's activations in
+// full exist again while its backward recomputes them (once, not per
+// micro-batch).
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight,
+                          model::Recompute r = model::Recompute::kNone);
+// The fastest of p.recompute_modes in which the stage fits (nullopt: none).
+std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight);
 bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);
 // Data-parallel all-reduce of `gradient_bytes` per node across pipelines:
 // ring bandwidth term at its bound 2·G/B plus a tree latency term for N nodes.

@@ -666,6 +666,30 @@ Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instanti
   return x;
 }
 
+std::string MemoryCheckText(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
+  const bool mib = p.cluster.gpu_memory < (uint64_t{1} << 30);
+  auto size = [&](uint64_t bytes) {
+    return mib ? io::Format("%.1f MiB", static_cast<double>(bytes) / (1 << 20))
+               : io::Format("%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  };
+  std::string out;
+  std::set<int> seen;
+  for (const PipelineInstance& pipe : inst.pipelines) {
+    if (!seen.insert(pipe.template_nodes).second) continue;
+    const Template* t = ts.ForNodes(pipe.template_nodes);
+    if (t == nullptr) continue;  // Validate names it
+    out += (out.empty() ? "template " : "; template ") + std::to_string(t->nodes) + ":";
+    const int stages = static_cast<int>(t->stages.size());
+    for (int i = 0; i < stages; ++i) {
+      const StageShape& s = t->stages[i];
+      out += (i == 0 ? " " : ", ") + size(StageMemoryBytes(p, s.first, s.last, s.tp, stages - i, s.recompute)) + " " +
+             model::RecomputeName(s.recompute);
+    }
+  }
+  const std::string why = Validate(p, ts, inst);
+  return out + "; of " + size(p.cluster.gpu_memory) + ": " + (why.empty() ? "every stage fits" : why);
+}
+
 std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiation& inst) {
   if (inst.pipelines.empty()) return "no pipelines";
   std::unordered_map<int, size_t> owner;
@@ -705,7 +729,7 @@ std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiatio
         return who + ": stage " + std::to_string(i) + " does not start at layer " +
                std::to_string(next);
       next = s.last + 1;
-      const uint64_t bytes = StageMemoryBytes(p, s.first, s.last, s.tp, stages - i);
+      const uint64_t bytes = StageMemoryBytes(p, s.first, s.last, s.tp, stages - i, s.recompute);
       if (bytes > p.cluster.gpu_memory)
         return who + ": stage " + std::to_string(i) + " (layers " + std::to_string(s.first) +
                "-" + std::to_string(s.last) + ") needs " + std::to_string(bytes) +

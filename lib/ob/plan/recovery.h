@@ -95,4 +95,11 @@ Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instanti
 // summing to M, and every stage fits in memory. "" when valid, else why.
 std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
 
+// The memory check of `inst` in one line, for the master's events.log at
+// every generation: each template in use, its stages' predicted peaks and
+// recomputation modes against the GPU's capacity, then "every stage fits"
+// or Validate's reason, e.g. "template 2: 13.9 MiB none, 14.0 MiB none;
+// template 1: 14.5 MiB full; of 16.4 MiB: every stage fits".
+std::string MemoryCheckText(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
+
 }  // namespace ob::plan

@@ -18,13 +18,16 @@ std::string Num(double v, int decimals = 1) { return io::Fixed(v, decimals); }
 
 // Forward and backward seconds of one micro-batch through a stage: the
 // compute split by the layers' own forward/backward ratio, the tensor-parallel
-// all-reduces (what StageComputeSeconds adds beyond compute / tp) half each way.
+// all-reduces (what StageComputeSeconds adds beyond compute / tp) half each way,
+// and what its recomputation mode computes again in the backward.
 std::pair<double, double> StageOpSeconds(const Problem& p, const StageShape& st) {
   double fwd = 0, bwd = 0;
   for (int l = st.first; l <= st.last; ++l) fwd += p.layers[l].forward, bwd += p.layers[l].backward;
   const int tp = std::max(1, st.tp);
-  const double extra = StageComputeSeconds(p, st.first, st.last, tp) - (fwd + bwd) / tp;
-  return {fwd / tp + extra / 2, bwd / tp + extra / 2};
+  const double plain = StageComputeSeconds(p, st.first, st.last, tp);
+  const double extra = plain - (fwd + bwd) / tp;
+  const double again = StageComputeSeconds(p, st.first, st.last, tp, st.recompute) - plain;
+  return {fwd / tp + extra / 2, bwd / tp + extra / 2 + again};
 }
 
 // One pipeline's op durations per stage and the one-way transfer after each

@@ -15,17 +15,39 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Stage costs and memory limits for one choice of k stages per node, for every
 // layer range [j, e]. Values come from the shared model functions themselves,
 // so the DP compares exactly the numbers a reader of the template would.
+// A stage runs the fastest recomputation mode it fits in (StageMode), which
+// depends on how many micro-batches it holds: per mode, its compute and the
+// most it fits.
 struct StageTable {
   int k = 1, tp = 1, layers = 0, max_stages = 0;
-  std::vector<double> compute;     // StageComputeSeconds, non-decreasing in e
-  std::vector<double> crossing;    // w = compute + boundary to the next node
-  std::vector<double> local;       // w = compute + boundary inside the node
+  std::vector<model::Recompute> modes;  // the problem's, fastest first
+  std::vector<double> compute;     // the fastest mode's: a lower bound, non-decreasing in e
+  std::vector<double> cross_link;  // the boundary to the next node after layer e (by at)
+  std::vector<double> local_link;  // the boundary inside the node
   std::vector<int> max_in_flight;  // largest r ≤ max_stages with StageFits (0: none)
+  std::vector<std::vector<double>> mode_compute;  // [mode index][at]
+  std::vector<std::vector<int>> mode_in_flight;   // [mode index][at]: largest r it fits
   int At(int j, int e) const { return j * layers + e; }
+  // The mode index the stage at `at` runs holding r micro-batches (-1: none fits).
+  int ModeIndex(int at, int r) const {
+    for (size_t i = 0; i < modes.size(); ++i)
+      if (mode_in_flight[i][at] >= r) return static_cast<int>(i);
+    return -1;
+  }
+  model::Recompute ModeOf(int at, int r) const {
+    const int i = ModeIndex(at, r);
+    return i < 0 ? model::Recompute::kNone : modes[static_cast<size_t>(i)];
+  }
+  // w of the stage holding r micro-batches, sending over the network or not.
+  double W(int at, int r, bool crossing) const {
+    const int i = ModeIndex(at, r);
+    if (i < 0) return kInf;
+    return mode_compute[static_cast<size_t>(i)][at] + (crossing ? cross_link[at] : local_link[at]);
+  }
   // w of the stage r-th from the end (r = 1: the last). A pipeline has
   // S = nodes·k stages, so the stage at index S − r is its node's last, and
   // sends to the next node, exactly when r ≡ 1 (mod k).
-  double Seconds(int at, int r) const { return (r - 1) % k == 0 ? crossing[at] : local[at]; }
+  double Seconds(int at, int r) const { return W(at, r, (r - 1) % k == 0); }
 };
 
 StageTable MakeTable(const Problem& p, int k, int max_stages) {
@@ -35,21 +57,33 @@ StageTable MakeTable(const Problem& p, int k, int max_stages) {
   t.tp = p.cluster.gpus_per_node / k;
   t.layers = L;
   t.max_stages = max_stages;
-  t.compute.assign(static_cast<size_t>(L) * L, kInf);
-  t.crossing.assign(static_cast<size_t>(L) * L, kInf);
-  t.local.assign(static_cast<size_t>(L) * L, kInf);
-  t.max_in_flight.assign(static_cast<size_t>(L) * L, 0);
+  t.modes = p.recompute_modes;
+  const size_t cells = static_cast<size_t>(L) * L;
+  t.compute.assign(cells, kInf);
+  t.cross_link.assign(cells, kInf);
+  t.local_link.assign(cells, kInf);
+  t.max_in_flight.assign(cells, 0);
+  t.mode_compute.assign(t.modes.size(), std::vector<double>(cells, kInf));
+  t.mode_in_flight.assign(t.modes.size(), std::vector<int>(cells, 0));
+  for (size_t m = 0; m < t.modes.size(); ++m) {
+    for (int j = 0; j < L; ++j) {
+      // Memory only grows with the range and with the in-flight count, so the
+      // largest in-flight count that fits only shrinks as e grows.
+      int r = max_stages;
+      for (int e = j; e < L; ++e) {
+        while (r > 0 && StageMemoryBytes(p, j, e, t.tp, r, t.modes[m]) > p.cluster.gpu_memory) --r;
+        const int at = t.At(j, e);
+        t.mode_in_flight[m][at] = r;
+        t.mode_compute[m][at] = StageComputeSeconds(p, j, e, t.tp, t.modes[m]);
+        t.max_in_flight[at] = std::max(t.max_in_flight[at], r);
+        t.compute[at] = std::min(t.compute[at], t.mode_compute[m][at]);
+      }
+    }
+  }
   for (int j = 0; j < L; ++j) {
-    // Memory only grows with the range and with the in-flight count, so the
-    // largest in-flight count that fits only shrinks as e grows.
-    int r = max_stages;
     for (int e = j; e < L; ++e) {
-      while (r > 0 && !StageFits(p, j, e, t.tp, r)) --r;
-      const int at = t.At(j, e);
-      t.max_in_flight[at] = r;
-      t.compute[at] = StageComputeSeconds(p, j, e, t.tp);
-      t.crossing[at] = t.compute[at] + StageBoundarySeconds(p, e, true);
-      t.local[at] = t.compute[at] + StageBoundarySeconds(p, e, false);
+      t.cross_link[t.At(j, e)] = StageBoundarySeconds(p, e, true);
+      t.local_link[t.At(j, e)] = StageBoundarySeconds(p, e, false);
     }
   }
   return t;
@@ -131,9 +165,9 @@ void SetFigures(const Problem& p, Template* out) {
   for (int i = 0; i < S; ++i) {
     const StageShape& s = out->stages[i];
     const bool crosses = i + 1 < S && out->NodeOf(i + 1) != out->NodeOf(i);
-    const double w = StageComputeSeconds(p, s.first, s.last, s.tp) + StageBoundarySeconds(p, s.last, crosses);
+    const double w = StageComputeSeconds(p, s) + StageBoundarySeconds(p, s.last, crosses);
     out->stage_seconds.push_back(w);
-    out->stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i));
+    out->stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i, s.recompute));
     out->bottleneck = std::max(out->bottleneck, w);
     out->total += w;
     out->tp = std::max(out->tp, s.tp);
@@ -153,7 +187,10 @@ Template MakeTemplate(const Problem& p, const StageTable& t, int nodes,
   out.nodes = nodes;
   out.stages_per_node = t.k;
   for (size_t i = 0, first = 0; i < lasts.size(); ++i) {
-    out.stages.push_back({static_cast<int>(first), lasts[i], t.tp});
+    const int r = static_cast<int>(lasts.size() - i);  // its micro-batches in flight
+    StageShape st{static_cast<int>(first), lasts[i], t.tp};
+    st.recompute = t.ModeOf(t.At(static_cast<int>(first), lasts[i]), r);
+    out.stages.push_back(st);
     first = static_cast<size_t>(lasts[i]) + 1;
   }
   SetFigures(p, &out);
@@ -282,12 +319,11 @@ class MixedSearch {
           for (size_t ti = 0; ti < tables_.size(); ++ti) {
             const StageTable& t = tables_[ti];
             if (x + t.tp > g_) continue;
-            const std::vector<double>& w_of = crossing ? t.crossing : t.local;
             for (int s = j - 1; s >= 0; --s) {  // the stage is [s, j - 1]
               const int at = t.At(s, j - 1);
               if (t.max_in_flight[at] < r + 1) break;  // longer needs more memory
               if (t.compute[at] > bound) break;        // and more time
-              const double w = w_of[at];
+              const double w = t.W(at, r + 1, crossing);
               if (w > bound) continue;
               const size_t to = Idx(s, r + 1, G + t.tp);
               const double nv = mode == kMax ? std::max(cur, w) : cur + w;
@@ -312,7 +348,10 @@ class MixedSearch {
         StageShape s;
         s.first = static_cast<int>(cur / per_j);
         s.last = static_cast<int>(from_[cur] / per_j) - 1;
-        s.tp = tables_[static_cast<size_t>(table_of_[cur])].tp;
+        const StageTable& t = tables_[static_cast<size_t>(table_of_[cur])];
+        s.tp = t.tp;
+        // It is r-th from the end: the r of the state it was put into.
+        s.recompute = t.ModeOf(t.At(s.first, s.last), static_cast<int>((cur / (GN_ + 1)) % (R_ + 1)));
         // GPUs used from this stage to the back, this one's included.
         const int used_before = GN_ - static_cast<int>(cur % (GN_ + 1));
         s.node = used_before / g_;
@@ -366,9 +405,12 @@ std::optional<MixedResult> BestMixed(const Problem& p, const std::vector<StageTa
   } else {
     std::set<double> ws;  // every w at or above B*, ascending
     for (const StageTable& t : tables) {
-      for (const auto* arr : {&t.crossing, &t.local})
-        for (double w : *arr)
-          if (w >= b_star && w < kInf) ws.insert(w);
+      for (size_t m = 0; m < t.modes.size(); ++m)
+        for (size_t at = 0; at < t.compute.size(); ++at)
+          for (const double link : {t.cross_link[at], t.local_link[at]}) {
+            const double w = t.mode_compute[m][at] + link;
+            if (w >= b_star && w < kInf) ws.insert(w);
+          }
     }
     const double floor = search.Pass(MixedSearch::kSum, kInf);  // Σw under no bound
     for (double b : ws) {

@@ -60,6 +60,31 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
   }
 }
 
+// What a block keeps in the selective mode (model/recompute.h): none's
+// without the attention's scores and probabilities, and without the MLP
+// activation's output (GPT-2: design §8's 34 less the GELU's output, 8,
+// kept by neither; Llama: the rotated q and silu(gate), 2Hd + 2I of
+// 2·(4h + 3Hd + 2Kd + 4I)); full: the block's input.
+uint64_t SelectiveActivationBytes(const model::GptConfig& c, int b, int s, int elem_bytes) {
+  const uint64_t sbh = static_cast<uint64_t>(s) * b * c.n_embd;
+  const double h = c.n_embd;
+  double per = 26.0;
+  if (c.llama()) {
+    const double q = static_cast<double>(c.n_head) * c.head_dim(),
+                 kv = static_cast<double>(c.kv_heads()) * c.head_dim();
+    per = 2.0 * (4 * h + 2 * q + 2 * kv + 3.0 * c.mlp_width()) / h;
+  }
+  return static_cast<uint64_t>(static_cast<double>(sbh) * per * elem_bytes / 2.0);
+}
+
+// The FLOPs the selective mode computes again a micro-batch: the
+// attention core's two products (q·kᵀ and p·v, 2·2·b·s²·H·d, halved by
+// the causal mask where the kernel skips it: taken whole, as
+// TrainingFlopsPerToken does).
+double SelectiveRecomputeFlops(const model::GptConfig& c, int b, int s) {
+  return 4.0 * b * static_cast<double>(s) * s * c.n_head * c.head_dim();
+}
+
 double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps) {
   if (group <= 1) return 0.0;
   const double d = group;
@@ -143,6 +168,17 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
       cost->set_backward_seconds(std::max(flops * 2.0 / 3.0 / flops_per_s, bwd_bytes / bytes_per_s));
       cost->set_activation_bytes(act);
       cost->set_output_bytes(out);
+      if (kind == pb::LAYER_BLOCK) {
+        // Selective computes the core again (its products, at the peak) and
+        // reads and writes the activations it recomputes (memory-bound);
+        // full runs the forward again.
+        const uint64_t sel = SelectiveActivationBytes(c, b, s, e);
+        cost->set_selective_activation_bytes(sel);
+        cost->set_full_activation_bytes(out);
+        cost->set_selective_recompute_seconds(std::max(SelectiveRecomputeFlops(c, b, s) / flops_per_s,
+                                                       static_cast<double>(act > sel ? act - sel : 0) / bytes_per_s));
+        cost->set_full_recompute_seconds(cost->forward_seconds());
+      }
     }
     for (int d = 1; d <= max_group; d *= 2) {
       auto* ar = l->add_allreduce();

@@ -561,6 +561,26 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   for (int b : o.microbatches) {
     const auto t0 = Clock::now();
     std::vector<pb::LayerCost> costs = MeasureChain(c, chain, b, s, dev, o);
+    // The blocks again in each recomputation mode (model/recompute.h): what
+    // they keep, and what their backward takes beyond none's. A full
+    // block's backward runs its forward again: where the difference is
+    // lost in the noise, that forward's own time stands for it.
+    for (model::Recompute r : {model::Recompute::kSelective, model::Recompute::kFull}) {
+      for (auto& layer : chain) layer->set_recompute(r);
+      const std::vector<pb::LayerCost> again = MeasureChain(c, chain, b, s, dev, o);
+      for (int i = 0; i < c.num_layers(); ++i) {
+        if (chain[static_cast<size_t>(i)]->kind() != pb::LAYER_BLOCK) continue;
+        const double extra = again[i].backward_seconds() - costs[i].backward_seconds();
+        if (r == model::Recompute::kSelective) {
+          costs[i].set_selective_activation_bytes(again[i].activation_bytes());
+          costs[i].set_selective_recompute_seconds(std::max(0.0, extra));
+        } else {
+          costs[i].set_full_activation_bytes(again[i].activation_bytes());
+          costs[i].set_full_recompute_seconds(extra > 0 ? extra : costs[i].forward_seconds());
+        }
+      }
+    }
+    for (auto& layer : chain) layer->set_recompute(model::Recompute::kNone);
     for (int i = 0; i < c.num_layers(); ++i) *p.mutable_layers(i)->add_costs() = costs[i];
     if (o.progress)
       o.progress("micro-batch " + std::to_string(b) + ", " + std::to_string(c.num_layers()) + " layers chained: " +

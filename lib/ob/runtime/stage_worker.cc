@@ -71,6 +71,7 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
     tp->size = me.tp;
   }
   stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed, tp, init);
+  for (const auto& layer : stage_->layers()) layer->set_recompute(me.recompute);  // the plan's (recompute.h)
   stage_->to(opts_.device);
   stage_->train();
   optimizer_ = model::MakeOptimizer(*stage_, opts_);

@@ -72,6 +72,7 @@ struct RankInfo {
   int lane = 0;               // index in Topology::pipelines
   int first_layer = 0;        // global planner layers [first_layer, last_layer]
   int last_layer = 0;
+  model::Recompute recompute = model::Recompute::kNone;  // its stage's, from the plan's template
   int first_microbatch = 0;   // index within the global batch
   int num_microbatches = 0;   // m of its pipeline
   int prev_rank = -1;         // the rank its activations come from; -1 on the first stage
