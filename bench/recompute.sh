@@ -13,7 +13,18 @@
 # one line per model and mode and a table; exits 0 whatever the ratios (a
 # bench, not a test).
 #
+# Peak RSS is the peak of what the process holds from the OS, and glibc
+# keeps freed blocks of its heap: with its default, self-raising mmap
+# threshold the tensors of one micro-batch are freed into the heap and the
+# next ones reuse it, so the peak says little of what was live (selective's
+# ~60 MiB showed as 6). The bench fixes the threshold at 1 MiB
+# (MALLOC_MMAP_THRESHOLD_, glibc's tunable): every large tensor is mapped
+# and unmapped, and the peak RSS follows the live bytes, at the price of
+# page faults (steps about twice as long, profile and run alike).
+# MALLOC_MMAP_THRESHOLD_= (empty) measures with glibc's default.
+#
 #   bench/recompute.sh [STEPS]          (default 8)
+#   MODELS=gpt2-blocks.yaml MODES="none full" bench/recompute.sh
 set -euo pipefail
 steps=${1:-8}
 source "$(dirname "$0")/lib.sh"
@@ -21,6 +32,8 @@ bench_cluster recompute "rc$$x"
 bench_need ob-profile ob-plan ob-launch
 metrics_py=$root/tests/lib/metrics.py
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_-1048576}
+[ -n "$MALLOC_MMAP_THRESHOLD_" ] || unset MALLOC_MMAP_THRESHOLD_
 printf 'rc%sx1\nrc%sx2\n' "$$" "$$" > hosts2.txt
 
 cat > gpt2-blocks.yaml <<'EOF'
@@ -38,10 +51,10 @@ cat > llama-blocks.json <<'EOF'
 EOF
 
 table="model mode predicted_s measured_s ratio predicted_MiB rss_MiB ratio"
-for model in gpt2-blocks.yaml llama-blocks.json; do
+for model in ${MODELS:-gpt2-blocks.yaml llama-blocks.json}; do
   name=${model%%.*}
   "$bin/ob-profile" --model "$model" --threads 1 --concurrency 2 --seq-len 512 -b 1 -k 3 -q -o "profile-$name.pb"
-  for mode in none selective full; do
+  for mode in ${MODES:-none selective full}; do
     "$bin/ob-plan" -q --local --hosts hosts2.txt -f 0 --pipelines 2 -B 4 -b 1 --recompute "$mode" \
       -o "plan-$name-$mode.pb" "profile-$name.pb"
     "$bin/ob-plan" --explain "plan-$name-$mode.pb" > "explain-$name-$mode.txt"
