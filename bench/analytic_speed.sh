@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Time of the analytic profile of gpt3-175b (issue 1, acceptance 4: < 1 s).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 best=999
 for i in 1 2 3 4 5; do
   s=$(date +%s%N)

@@ -17,18 +17,13 @@
 #
 # Environment: OB_BIN (default build/bin), WINDOW (5 seconds).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 window=${WINDOW:-5}
-for t in ob-profile ob-plan ob-launch; do
-  [ -x "$bin/$t" ] || { echo "control_scale.sh: $bin/$t: not found (build first, or set OB_BIN)" >&2; exit 1; }
-done
+bench_need ob-profile ob-plan ob-launch
 tag=csc$$h
-work=$(mktemp -d /tmp/ob-control-scale.XXXXXX)
-# shellcheck disable=SC2064  # expanded now, on purpose
-trap "pkill -9 -f -- '--host ${tag}[0-9]' 2>/dev/null || true; rm -rf '$work'" EXIT
-cd "$work"
-(umask 077; echo "bench-secret-0123456789" > secret)
+bench_workdir control-scale "--host ${tag}[0-9]" 9
+bench_secret
 "$bin/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 64 -q -o prof.pb
 ticks=$(getconf CLK_TCK)
 cpu_ticks() {  # cpu_ticks PID...: user + system ticks of each, summed

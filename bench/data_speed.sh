@@ -14,8 +14,8 @@
 #
 #   bench/data_speed.sh [--tokenizer FILE|llama3|qwen3] [MB] [ROUNDS] [REF_MB]     (default 100 3 0.2)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 npm_dir=$root/build/npm/node_modules
 tokenizer=""
 if [ "${1:-}" = --tokenizer ]; then

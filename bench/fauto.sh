@@ -6,8 +6,8 @@
 # ob-plan chose from and the wall time of the whole ob-plan run, median of 5
 # (issue 14: "Scale", ≤ 1 s at 2,048 nodes). Usage: bench/fauto.sh [RUNS]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 runs=${1:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

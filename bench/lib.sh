@@ -1,19 +1,44 @@
-# Shared by the overhead benches (bench/ckpt_overhead.sh,
-# bench/watch_overhead.sh): source after `set -euo pipefail`.
+# Shared by the benches: source after `set -euo pipefail`. Defines
+# functions only; nothing runs until a bench calls them.
 #
-# bench_cluster NAME TAG: a scratch directory /tmp/ob-NAME.XXXXXX (removed,
-# with every agent of hosts TAG1..TAG4, on exit) made the current one,
-# holding hosts.txt (TAG1..TAG4) and a mode-600 secret. Sets root, bin
-# (OB_BIN, default build/bin) and work.
-bench_cluster() {
+# bench_paths: sets root (the source tree) and bin (OB_BIN, default
+# build/bin).
+bench_paths() {
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   bin=${OB_BIN:-$root/build/bin}
+}
+
+# bench_workdir NAME [PATTERN [SIGNAL]]: bench_paths, and a scratch
+# directory work=/tmp/ob-NAME.XXXXXX made the current one and removed on
+# exit. With PATTERN, every process whose command line matches it (pkill
+# -f: the agents and workers of the bench's hosts) is sent SIGNAL (TERM by
+# default) on exit first.
+bench_workdir() {
+  bench_paths
   work=$(mktemp -d "/tmp/ob-$1.XXXXXX")
-  # shellcheck disable=SC2064  # expanded now, on purpose
-  trap "pkill -f -- '--host $2[0-9]' 2>/dev/null || true; rm -rf '$work'" EXIT
+  if [ -n "${2:-}" ]; then
+    # shellcheck disable=SC2064  # expanded now, on purpose
+    trap "pkill ${3:+-$3 }-f -- '$2' 2>/dev/null || true; rm -rf '$work'" EXIT
+  else
+    # shellcheck disable=SC2064
+    trap "rm -rf '$work'" EXIT
+  fi
   cd "$work"
-  printf '%s1\n%s2\n%s3\n%s4\n' "$2" "$2" "$2" "$2" > hosts.txt
+}
+
+# bench_secret: the job's shared secret, ./secret, mode 600 (ob-launch
+# wants 16 bytes at least).
+bench_secret() {
   (umask 077; echo "bench-secret-0123456789" > secret)
+}
+
+# bench_cluster NAME TAG: bench_workdir NAME, whose exit also stops every
+# agent of hosts TAG1..TAG4, holding hosts.txt (TAG1..TAG4) and the secret.
+# Sets root, bin (OB_BIN, default build/bin) and work.
+bench_cluster() {
+  bench_workdir "$1" "--host $2[0-9]"
+  printf '%s1\n%s2\n%s3\n%s4\n' "$2" "$2" "$2" "$2" > hosts.txt
+  bench_secret
 }
 
 # bench_need TOOL...: exits 1 unless each of ob's TOOLs is built in $bin

@@ -5,8 +5,8 @@
 # times of the whole pipe. tests/cli/profile_llama.sh checks the plans'
 # memory and the FLOPs formula.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 for spec in "llama3.1-70b 64" "llama3.1-405b 1024"; do
   set -- $spec
   best=999999

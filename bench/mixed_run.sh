@@ -19,15 +19,11 @@
 set -euo pipefail
 rounds=${1:-3}
 steps=${2:-40}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
-metrics_py=$root/tests/lib/metrics.py
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"
 tag="mixrun$$x"
-work=$(mktemp -d /tmp/ob-mixed-run.XXXXXX)
-trap "pkill -f -- '--host ${tag}' 2>/dev/null || true; rm -rf '$work'" EXIT
-cd "$work"
-(umask 077; echo "bench-secret-0123456789" > secret)
+bench_workdir mixed-run "--host ${tag}"
+metrics_py=$root/tests/lib/metrics.py
+bench_secret
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 printf '%s slots=2\n' "${tag}0" "${tag}1" > hosts.txt
 

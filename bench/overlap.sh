@@ -25,14 +25,13 @@ set -euo pipefail
 steps=${1:-12}
 rounds=${2:-3}
 rate=${3:-1gbit}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 OB_BIN=$bin
 OB_SOURCE_DIR=$root
 skip() { echo "overlap: skipped: $*" >&2; exit 77; }
 fail() { echo "overlap: FAIL: $*" >&2; exit 1; }
 source "$root/tests/lib/netns.sh"
-source "$root/bench/lib.sh"
 netns_require tc
 WORK=$(mktemp -d /tmp/ob-overlap.XXXXXX)
 trap 'netns_cleanup || true; rm -rf "$WORK"' EXIT
@@ -41,7 +40,7 @@ metrics_py=$root/tests/lib/metrics.py
 tag="ovl$$"
 hosts=("${tag}a" "${tag}b" "${tag}c" "${tag}d")
 printf '%s\n' "${hosts[@]}" > hosts.txt
-(umask 077; echo "bench-secret-0123456789" > secret)
+bench_secret
 cp "$root/bench/gpt-6x384.yaml" model.yaml
 "$bin/ob-profile" --model model.yaml --analytic --gpu h100 --dtype float32 --seq-len 128 -b 4 -q -o p.pb
 "$bin/ob-plan" --hosts hosts.txt -g 1 -f 1 -B 32 -b 4 --gpu-memory 0.2 --overhead-gib 0 -o plan.pb p.pb

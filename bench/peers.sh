@@ -24,8 +24,8 @@
 # default a new one under /tmp, removed at the end unless KEEP=1).
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 py=${PYTHON:-/usr/bin/python3}
 data=${DATA:-$root/README.md}
 steps=${1:-100}
@@ -39,9 +39,7 @@ tokens_per_step=$((16 * 64))  # the plan's global batch x gpt-tiny's sequence
 
 die() { echo "peers.sh: $*" >&2; exit 1; }
 
-for t in ob-profile ob-plan ob-launch; do
-  [ -x "$bin/$t" ] || die "$bin/$t: not found (build first, or set OB_BIN)"
-done
+bench_need ob-profile ob-plan ob-launch
 if ! "$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
   die "$py cannot import torch with Gloo; install Debian's PyTorch with
   apt-get install -y python3-torch

@@ -27,15 +27,11 @@
 set -euo pipefail
 runs=${1:-3}
 steps=${2:-40}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
-metrics_py=$root/tests/lib/metrics.py
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"
 tag="pred$$x"
-work=$(mktemp -d /tmp/ob-predict.XXXXXX)
-trap "pkill -f -- '--host ${tag}' 2>/dev/null || true; rm -rf '$work'" EXIT
-cd "$work"
-(umask 077; echo "bench-secret-0123456789" > secret)
+bench_workdir predict "--host ${tag}"
+metrics_py=$root/tests/lib/metrics.py
+bench_secret
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 # name hosts slots faults pipelines model extra-plan-options

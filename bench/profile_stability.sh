@@ -5,8 +5,8 @@
 #
 #   bench/profile_stability.sh [MODEL] [extra ob-profile flags...]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 model=${1:-gpt2}; shift || true
 flags=(--model "$model" --device cpu --seq-len 256 --warmup 3 --repeats 9 --allreduce-max 1 "$@")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -7,8 +7,8 @@
 # predicted iteration and the f chosen; then the wall-clock time of
 # ob-plan -f auto for 2,048 nodes x 8 (best of 3; target < 1 s).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 work=$(mktemp -d /tmp/ob-recompute-plans.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 for spec in "gpt3-175b 2048" "llama3.1-70b 8192"; do

@@ -11,8 +11,8 @@
 #   bench/restart_scan.sh [GIB]     (default 4)
 set -euo pipefail
 gib=${1:-4}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ob-restart-scan.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"

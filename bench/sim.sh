@@ -11,9 +11,9 @@
 #
 #   bench/sim.sh [OUT]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$here/build/bin}
-out=${1:-$here/docs/ettr-16k.svg}
+source "$(dirname "$0")/lib.sh"
+bench_paths
+out=${1:-$root/docs/ettr-16k.svg}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin/ob-profile" --model gpt3-175b --analytic --gpu h100 -o "$tmp/g3.pb"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the standby seed saves (lib/ob/launch/standby_seed.h): the CPU a job
+# What the standby seed saves (lib/ob/launch/agent/standby_seed.h): the CPU a job
 # spends starting worker processes. gpt-tiny on 4 local hosts (one worker
 # each, 2 pipelines of 2 stages), STEPS steps; a worker is killed with
 # SIGKILL at step KILL_STEP, so every host starts a standby, hands it a

@@ -9,8 +9,8 @@
 # ratio. Uses build/bin (OB_BIN); scratch in a temporary directory (KEEP=1
 # keeps it).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${OB_BIN:-$root/build/bin}
+source "$(dirname "$0")/lib.sh"
+bench_paths
 steps=${1:-500}
 work=$(mktemp -d "${TMPDIR:-/tmp}/ob-watch-fa.XXXXXX")
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
