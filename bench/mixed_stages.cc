@@ -17,8 +17,8 @@
 // template wherever ob-plan's choice is the fastest 1F1B). The step's tail
 // (all-reduce, update), which ob-plan weighs too, is left out of all.
 //
-// The search is ob-plan --mixed-stages' own (plan::SearchMixed, design
-// §4.2), here without its work limit and with up to 300 bottleneck bounds
+// The search is ob-plan --mixed-stages' own (plan::SearchMixed, design/plan.md,
+// Mixed templates), here without its work limit and with up to 300 bottleneck bounds
 // (a "+" after the bounds column: capped there).
 //
 //   build/bench/ob-mixed-stages [--quick]

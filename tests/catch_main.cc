@@ -1,7 +1,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
-#include "ob/launch/devices.h"
+#include "ob/launch/worker/blas.h"
 
 namespace {
 // One OpenBLAS thread, as the workers run where they share a host's cores

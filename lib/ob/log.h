@@ -1,4 +1,4 @@
-// Logging to stderr, prefixed `host:pid:role[rank]` (design §1), with levels.
+// Logging to stderr, prefixed `host:pid:role[rank]` (design.md), with levels.
 //
 // Thread-safe: each line is written with one write(2). The prefix and level
 // are process-wide and set once at start-up by the tool's main.

@@ -1,7 +1,7 @@
 // Status and Result<T>: errors as values at library boundaries.
 //
 // Every failure carries a code that maps one-to-one onto the exit status a
-// tool returns (sysexits(3), design §1), and a one-line message that says what
+// tool returns (sysexits(3), design.md), and a one-line message that says what
 // failed first and names the file or field. Broken invariants are assertions,
 // not Status values. Thread-safety: values; no shared state.
 #pragma once

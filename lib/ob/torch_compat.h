@@ -90,7 +90,7 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 
-// c10d::Store subclasses (launch/relay_store.h): newer LibTorch 2.x
+// c10d::Store subclasses (launch/worker/relay_store.h): newer LibTorch 2.x
 // declares a pure virtual `c10::intrusive_ptr<Store> clone()`; 1.13 has
 // none. A subclass declares `virtual c10::intrusive_ptr<c10d::Store> clone()`
 // without `override`: it overrides the base's where there is one and is an

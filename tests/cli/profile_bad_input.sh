@@ -1,4 +1,4 @@
-# ob-profile refuses bad input with one clear line and the design §1 exit code.
+# ob-profile refuses bad input with one clear line and the design.md exit code.
 source "$(dirname "$0")/../lib/assert.sh"
 P="$OB_BIN/ob-profile"
 

@@ -54,7 +54,7 @@ Recipe (ob's, so that losses and weights agree with ob-launch --resume):
     0.95), eps 1e-8, weight decay 0.1 on >= 2-D parameters (embedding,
     lm_head, projections), none on norms/biases; p *= 1 - lr*wd, then the
     bias-corrected Adam step with count t.
-  - schedule (train.cc LearningRate; lib/ob/launch/worker.cc sets its total
+  - schedule (train.cc LearningRate; lib/ob/launch/worker/worker.cc sets its total
     to ob-launch --steps, whose last step is steps-1): step k < warmup:
     lr*(k+1)/warmup; after: min_lr + (lr-min_lr)/2 * (1 + cos(pi * min(1,
     (k-warmup)/max(1, T-warmup)))). Warm-up 0 and min_lr 0 by default

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints from ob-launch (issue 5; design §7), 4 local hosts in 2
+# Checkpoints from ob-launch (issue 5; design/ckpt.md), 4 local hosts in 2
 # pipelines of 2 stages, f = 1, 40 steps, --ckpt-every 10:
 #  1. round trip: a run killed (kill -9 of the master) after the step-19
 #     checkpoint is committed, then --resume auto: steps 20..39 have the

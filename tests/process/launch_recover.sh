@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# In-place recovery (issue 4, acceptance 3; design §4.6), f = 1, 4 local
+# In-place recovery (issue 4, acceptance 3; design/recovery.md), f = 1, 4 local
 # hosts in 2 pipelines of 2 stages, 60 steps on the fixed corpus:
 #  1. kill -9 of one host's agent and everything it started, after step 15:
 #     the master re-instantiates on the 3 survivors, training reaches the

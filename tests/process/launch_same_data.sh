@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every host reads the same tokens (lib/ob/launch/inputs.h): gpt-tiny on 4
+# Every host reads the same tokens (lib/ob/launch/worker/inputs.h): gpt-tiny on 4
 # hosts (2 pipelines x 2 stages) whose agents run through an --rsh that
 # gives host 4 a file of its own at the --data path (a bind mount in a
 # mount namespace of its own: what a stale copy on one node looks like).

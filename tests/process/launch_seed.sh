@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The standby seed (lib/ob/launch/standby_seed.h): 2 local hosts, one
+# The standby seed (lib/ob/launch/agent/standby_seed.h): 2 local hosts, one
 # worker each, 40 steps.
 #  1. Each agent's seed loads once and its standbys are forked from it: the
 #     agent says so; a standby on h1 is the agent's child (adopted: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A hang with nobody dead (design §5, "Failure"; detection ≤ 5 s): 4 local
+# A hang with nobody dead (design/recovery.md; detection ≤ 5 s): 4 local
 # hosts in 2 pipelines of 2 stages, 40 steps on the fixed corpus. Rank 1
 # (the last stage of pipeline 0) stalls in step 20 (--inject 1:stall=20):
 # its training loop stops while its process and its heartbeat thread go on,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nothing of a job listens beyond --bind, and nothing that steers training
-# is readable or writable without the secret (design §5, "The Store seam").
+# is readable or writable without the secret (design/launch.md).
 # During a real run (2 hosts, one pipeline of 2 stages, so Gloo groups span
 # processes): the master's only TCP listener is its control port on the
 # bind address (the rendezvous store is no listener of its own); agents

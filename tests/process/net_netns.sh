@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Network profile across three network namespaces (design §3).
+# Network profile across three network namespaces (design/profile.md).
 #
 # Three hosts, a full mesh of veth links (each pair its own link), every link
 # shaped with tbf to RATE except one pair shaped to RATE/4 on both ends.

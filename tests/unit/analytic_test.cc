@@ -1,4 +1,4 @@
-// The analytic profile must equal the design §8 formulas, written out here
+// The analytic profile must equal the design/formulas.md formulas, written out here
 // again independently of lib/ob/profile/analytic.cc.
 #include <catch2/catch.hpp>
 
@@ -27,7 +27,7 @@ ob::profile::AnalyticOptions Options(const char* gpu, std::vector<int> mbs = {1}
 
 }  // namespace
 
-TEST_CASE("gpt3-175b analytic profile: 175B parameters and design §8 per layer") {
+TEST_CASE("gpt3-175b analytic profile: 175B parameters and design/formulas.md, design/profile.md per layer") {
   const GptConfig c = Gpt3_175b();
   const double h = 12288, s = 2048, V = 50257, a = 96, L = 96;
   CHECK(c.n_embd == h);
@@ -85,7 +85,7 @@ TEST_CASE("gpt3-175b analytic profile: 175B parameters and design §8 per layer"
     CHECK(bc.forward_seconds() == Approx(block_train / 3 / (312e12 * 0.45)));
     CHECK(embed.costs(mb).forward_seconds() > 0);
   }
-  // Whole model: 6·N + 12·L·h·s per token (design §8), less the position
+  // Whole model: 6·N + 12·L·h·s per token (design/formulas.md), less the position
   // table's lookups, within 1%.
   const double N = V * h + s * h + L * (12 * h * h + 13 * h);
   CHECK(flops_per_token == Approx(6 * N + 12 * L * h * s).epsilon(0.01));

@@ -18,7 +18,7 @@
 #include "ob/ckpt/safetensors.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
-#include "ob/launch/commit_queue.h"
+#include "ob/launch/master/commit_queue.h"
 
 namespace {
 

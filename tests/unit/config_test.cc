@@ -1,4 +1,4 @@
-// GptConfig: presets, design §8 parameter formulas, config.json / YAML files.
+// GptConfig: presets, design/formulas.md parameter formulas, config.json / YAML files.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>

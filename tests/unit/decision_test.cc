@@ -1,11 +1,11 @@
-// The recovery decision (launch/decision.h): every scenario of issue 10 that
+// The recovery decision (launch/master/decision.h): every scenario of issue 10 that
 // is a decision, as a unit test of DecideRecovery.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <set>
 
-#include "ob/launch/decision.h"
+#include "ob/launch/master/decision.h"
 #include "ob/plan/templates.h"
 #include "plan_testing.h"
 

@@ -1,10 +1,13 @@
-// Devices, precision and threads on the launch side (launch/devices.h).
+// Devices, precision and threads on the launch side (launch/wire/devices.h).
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "ob/launch/devices.h"
+#include "ob/launch/agent/host.h"
+#include "ob/launch/master/machine_checks.h"
+#include "ob/launch/wire/devices.h"
+#include "ob/launch/worker/mfu.h"
 
 using namespace ob::launch;
 

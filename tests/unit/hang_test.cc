@@ -3,9 +3,9 @@
 // own stalls, which are not its peers' silence (stall_grace.h).
 #include <catch2/catch.hpp>
 
-#include "ob/launch/hang_watch.h"
-#include "ob/launch/inject.h"
-#include "ob/launch/stall_grace.h"
+#include "ob/launch/master/hang_watch.h"
+#include "ob/launch/worker/inject.h"
+#include "ob/launch/wire/stall_grace.h"
 #include "ob/metrics.pb.h"
 
 using namespace ob::launch;

@@ -1,4 +1,4 @@
-// Hosts files, Slurm node lists and remote-start argv (design §5).
+// Hosts files, Slurm node lists and remote-start argv (design/launch.md).
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>

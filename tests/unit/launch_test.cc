@@ -1,5 +1,5 @@
 // The ob-launch control plane: framing, authentication, the loopback
-// channel, and the master's set-up decisions (design §5).
+// channel, and the master's set-up decisions (design/launch.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -18,14 +18,14 @@
 #include <tuple>
 
 #include "ob/clock.h"
-#include "ob/launch/channel.h"
-#include "ob/launch/event_log.h"
+#include "ob/launch/wire/channel.h"
+#include "ob/launch/master/event_log.h"
 #include "ob/log.h"
-#include "ob/launch/master_setup.h"
-#include "ob/launch/metrics_sink.h"
-#include "ob/launch/operator_socket.h"
-#include "ob/launch/peer_probe.h"
-#include "ob/launch/recovery_clock.h"
+#include "ob/launch/master/master_setup.h"
+#include "ob/launch/master/metrics_sink.h"
+#include "ob/launch/master/operator_socket.h"
+#include "ob/launch/agent/peer_probe.h"
+#include "ob/launch/master/recovery_clock.h"
 
 using namespace ob::launch;
 

@@ -1,4 +1,4 @@
-// Network profile (design §3): pair scheduling, and a real measurement between
+// Network profile (design/profile.md): pair scheduling, and a real measurement between
 // agents running as threads on loopback addresses, driven over socketpairs
 // exactly as MeasureNetwork drives agent processes over their stdin/stdout.
 #include <netdb.h>

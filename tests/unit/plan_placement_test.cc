@@ -1,5 +1,5 @@
 // Placement on a measured bandwidth matrix, the 1F1B simulation and its SVG
-// (design §4.5). Templates and instantiations are built by hand here, so these
+// (design/plan.md). Templates and instantiations are built by hand here, so these
 // tests exercise placement and scheduling alone.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Re-instantiation after failures (design §4.6): every set of ≤ f lost
+// Re-instantiation after failures (design/recovery.md): every set of ≤ f lost
 // nodes is recoverable from the stored templates, fetches come only from
 // survivors that hold the layer, intact pipelines stay put, and beyond f the
 // lost layers are named exactly.

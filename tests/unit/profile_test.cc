@@ -42,7 +42,7 @@ TEST_CASE("measured gpt-tiny profile has every field for every layer") {
       }
       if (l.kind() == ob::pb::LAYER_BLOCK) {
         CHECK(cost.forward_flops() > 0);
-        // Within a factor of two of design §8's fp32 estimate (unfused attention).
+        // Within a factor of two of design/formulas.md's fp32 estimate (unfused attention).
         const double spec = 2 * s * b * h * (34 + 5 * c->n_head * s / h);
         CHECK(cost.activation_bytes() > spec / 2);
         CHECK(cost.activation_bytes() < spec * 2);

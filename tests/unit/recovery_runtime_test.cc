@@ -1,4 +1,4 @@
-// In-place recovery of the worker runtime (issue 4, acceptance 3; design §4.6):
+// In-place recovery of the worker runtime (issue 4, acceptance 3; design/recovery.md):
 // ranks as threads over one in-memory store train a few steps, one rank dies
 // (its thread drops its worker, closing its connections, as kill -9 of a host
 // would), the survivors fail their next step, rebuild themselves from their

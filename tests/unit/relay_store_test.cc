@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "ob/launch/relay_store.h"
+#include "ob/launch/worker/relay_store.h"
 #include "ob/torch_compat.h"
 #include "store_testing.h"
 

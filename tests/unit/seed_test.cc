@@ -1,4 +1,4 @@
-// The standby seed's two ends (launch/standby_seed.h) without a worker
+// The standby seed's two ends (launch/agent/standby_seed.h) without a worker
 // program: the seed is a process forked from this test, in ServeSeed, and
 // the agent's end is StandbySeed::Fork, as the agent calls it. What the
 // process test launch_seed cannot make: requests that are not ones, a seed
@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "ob/io/file.h"
-#include "ob/launch/standby_seed.h"
+#include "ob/launch/agent/standby_seed.h"
 
 using ob::launch::SeedRequest;
 using ob::launch::StandbySeed;

@@ -1,4 +1,4 @@
-// The store seam (design §5): one conformance list run over every Store
+// The store seam (design/launch.md): one conformance list run over every Store
 // implementation (the master's in-memory server directly, and the whole
 // relay path master ↔ agent ↔ worker), the server's limits, and the relay's
 // routing.
@@ -17,11 +17,11 @@
 
 #include "ob/io/dir_lock.h"
 #include "ob/io/file.h"
-#include "ob/launch/channel.h"
-#include "ob/launch/devices.h"
-#include "ob/launch/inputs.h"
-#include "ob/launch/store_keys.h"
-#include "ob/launch/store_server.h"
+#include "ob/launch/wire/channel.h"
+#include "ob/launch/wire/devices.h"
+#include "ob/launch/worker/inputs.h"
+#include "ob/launch/wire/store_keys.h"
+#include "ob/launch/wire/store_server.h"
 #include "ob/model/data.h"
 #include "store_testing.h"
 

@@ -17,10 +17,10 @@
 
 #include <uv.h>
 
-#include "ob/launch/channel.h"
-#include "ob/launch/store_client.h"
-#include "ob/launch/store_relay.h"
-#include "ob/launch/store_server.h"
+#include "ob/launch/wire/channel.h"
+#include "ob/launch/wire/store_client.h"
+#include "ob/launch/wire/store_relay.h"
+#include "ob/launch/wire/store_server.h"
 
 namespace ob::testing {
 

@@ -23,13 +23,14 @@
 #include "ob/io/message.h"
 #include "ob/io/records.h"
 #include "ob/control.pb.h"
-#include "ob/launch/agent.h"
-#include "ob/launch/devices.h"
-#include "ob/launch/inject.h"
-#include "ob/launch/master.h"
-#include "ob/launch/master_setup.h"
-#include "ob/launch/peer_probe.h"
-#include "ob/launch/run_checks.h"
+#include "ob/launch/agent/agent.h"
+#include "ob/launch/wire/devices.h"
+#include "ob/launch/worker/inject.h"
+#include "ob/launch/master/master.h"
+#include "ob/launch/master/master_setup.h"
+#include "ob/launch/agent/peer_probe.h"
+#include "ob/launch/master/data_checks.h"
+#include "ob/launch/wire/plan_data.h"
 #include "ob/log.h"
 #include "options.h"
 
@@ -271,15 +272,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
     o.agent_flags.insert(o.agent_flags.end(), {"--probe-port", g.probe_port});
   }
-  // Refuse a plan whose model cannot take the data before any host is touched.
-  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
-                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
-                                                   /*data_is_local=*/o.rsh == "local"));
-  g.worker.data_facts = data_checked.facts;
-  o.data_sum = data_checked.sum;
-  o.data_identity = data_checked.identity;
   {
-    auto& w = g.worker;
+    const auto& w = g.worker;
     if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");
     if (!(w.eval_split >= 0 && w.eval_split < 1)) return ob::Status::Usage("--eval-split must be in [0, 1)");
     if ((w.eval_every > 0 || w.eval_batches != 1) && w.eval_data.empty() && w.eval_split == 0) {
@@ -288,6 +282,17 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     if (w.steps == 0 && (o.resume.empty() || (w.eval_data.empty() && w.eval_split == 0))) {
       return ob::Status::Usage("--steps 0 evaluates a checkpoint: give --resume and --eval-data or --eval-split");
     }
+  }
+  // Refuse a plan whose model cannot take the data (or its --eval-split)
+  // before any host is touched.
+  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
+                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
+                                                   /*data_is_local=*/o.rsh == "local", g.worker.eval_split));
+  g.worker.data_facts = data_checked.facts;
+  o.data_sum = data_checked.sum;
+  o.data_identity = data_checked.identity;
+  {
+    auto& w = g.worker;
     if (!w.eval_data.empty()) {
       w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
       OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
@@ -299,7 +304,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
                      << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
       }
     }
-    OB_RETURN_IF_ERROR(ob::launch::CheckEvalSplit(Absolute(w.data), w.eval_split, plan));
   }
   o.plan_path = Absolute(o.plan_path);
   o.plan = plan.plan;

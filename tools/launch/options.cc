@@ -8,7 +8,7 @@
 
 #include "ob/build_info.h"
 #include "ob/io/file.h"
-#include "ob/launch/peer_probe.h"
+#include "ob/launch/agent/peer_probe.h"
 
 namespace ob::launch_tool {
 

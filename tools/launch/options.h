@@ -10,9 +10,9 @@
 #include <CLI/CLI.hpp>
 
 #include "ob/cli/cli.h"
-#include "ob/launch/agent.h"
-#include "ob/launch/master.h"
-#include "ob/launch/worker.h"
+#include "ob/launch/agent/agent.h"
+#include "ob/launch/master/master.h"
+#include "ob/launch/worker/worker.h"
 
 namespace ob::launch_tool {
 

@@ -20,9 +20,10 @@
 #include "ob/control.pb.h"
 #include "ob/io/message.h"
 #include "ob/io/records.h"
-#include "ob/launch/devices.h"
-#include "ob/launch/standby_seed.h"
-#include "ob/launch/worker.h"
+#include "ob/launch/wire/devices.h"
+#include "ob/launch/worker/blas.h"
+#include "ob/launch/agent/standby_seed.h"
+#include "ob/launch/worker/worker.h"
 #include "ob/log.h"
 #include "ob/metrics.pb.h"
 #include "ob/torch_compat.h"
@@ -116,7 +117,7 @@ int RunStandby() {
 }
 
 // `ob-launch-worker --seed-standby-workers`: the agent's standby seed
-// (lib/ob/launch/standby_seed.h). It serves fork requests until its agent
+// (lib/ob/launch/agent/standby_seed.h). It serves fork requests until its agent
 // closes the socket; each forked process comes back here and becomes a
 // standby, its pools sized from the environment it was given (the seed's
 // were loaded at one thread each).

@@ -241,7 +241,7 @@ void Setup(CLI::App& app) {
           },
           "PRECISION"));
   app.add_option("--seed", g.seed, "Seed for weights and inputs")->capture_default_str();
-  app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design.md §8)");
+  app.add_flag("--analytic", g.analytic, "Model the layers from FLOPs and bytes (docs/design/formulas.md)");
   app.add_option("--gpu", g.gpu, "GPU to model: a100-40gb, a100-80gb, h100, h200, ...");
   app.add_option("--peak-tflops", g.peak_tflops, "Override the GPU's dense peak (TFLOP/s) in the profile's precision")->check(ob::cli::Positive());
   app.add_option("--mem-gib", g.mem_gib, "Override the GPU's memory (GiB)")->check(ob::cli::Positive());

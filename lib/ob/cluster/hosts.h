@@ -1,4 +1,4 @@
-// Hosts: the machines a run or a network profile uses (design §5).
+// Hosts: the machines a run or a network profile uses (design/launch.md).
 //
 // A hosts file has one host per line, `name [slots=N] [port=P] [addr=IP]`,
 // with `#` comments (whole-line or trailing) and blank lines. Under Slurm the

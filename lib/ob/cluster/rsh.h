@@ -1,4 +1,4 @@
-// Remote start: how a command is run on a host (design §5 --rsh), and a child
+// Remote start: how a command is run on a host (design/launch.md), and a child
 // process with pipes to it.
 //
 // RshArgv builds the argv without a shell: "local" runs the command here;
@@ -66,7 +66,7 @@ class ChildProcess {
   // After a successful Wait/WaitFor: "exit status 255", "killed by signal 9".
   std::string DescribeExit() const;
 
-  // Takes on a child not spawned by SpawnWithPipes (launch/standby_seed.h:
+  // Takes on a child not spawned by SpawnWithPipes (launch/agent/standby_seed.h:
   // a grandchild reparented to us as subreaper), with the write end of its
   // stdin and the read end of its stdout, which it now owns.
   // REQUIRES: `pid` is our child and leads its own process group.

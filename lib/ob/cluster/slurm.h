@@ -1,5 +1,5 @@
 // What Slurm does with a job when one of its nodes fails (ob-launch --rsh
-// slurm, design §5).
+// slurm, design/launch.md).
 //
 // By default slurmctld ends (or requeues) the whole job once a node of it
 // has been unresponsive for SlurmdTimeout: ob's recovery in place then

@@ -10,7 +10,7 @@
 // range locks); the file itself is never removed, so two contenders always
 // lock the same inode. The line is synced to disk, so that another host
 // sharing the directory reads it (a check that a directory is shared:
-// launch/inputs.h).
+// launch/worker/inputs.h).
 //
 // Thread-safety: none needed (no shared state). Failure: kConfig "DIR is in
 // use by <what> (pid P on host H)" when another process holds it; kIoErr

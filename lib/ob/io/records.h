@@ -1,4 +1,4 @@
-// Length-delimited record streams (design §1): each record is a protobuf
+// Length-delimited record streams (design.md): each record is a protobuf
 // message preceded by its size as a base-128 varint, the framing protobuf's
 // delimited-message utilities use, so other tools can read our streams.
 //

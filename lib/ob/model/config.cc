@@ -1,4 +1,4 @@
-// GptConfig presets, config files and the design §8 shape formulas.
+// GptConfig presets, config files and the design/formulas.md shape formulas.
 #include "ob/model/config.h"
 
 #include <yaml-cpp/yaml.h>

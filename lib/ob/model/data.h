@@ -1,5 +1,5 @@
 // TokenSource: the training data, a read-only sequence of token ids sampled
-// deterministically (design §2). Torch-free.
+// deterministically (design/data.md). Torch-free.
 //
 // Formats:
 //   kU16       flat little-endian uint16 ids (nanoGPT's train.bin), or llm.c's

@@ -1,4 +1,4 @@
-// The GPT (design §2) as an ordered list of planner layers, each buildable alone:
+// The GPT (design/model.md) as an ordered list of planner layers, each buildable alone:
 //
 //   global index 0          embed   ids [b,t] int64      -> x [b,t,h]
 //   global index 1..L       block   x [b,t,h]            -> x [b,t,h]   (block i-1)
@@ -249,7 +249,7 @@ class GptStageImpl : public torch::nn::Module {
   bool has_embed() const { return first_ == 0; }
   bool has_head() const { return last_ == cfg_.num_layers() - 1; }
   // The LM weights whose gradients a pipeline sums between first and last
-  // stage (design §2): the embed's wte.weight and/or the head's
+  // stage (design/model.md): the embed's wte.weight and/or the head's
   // lm_head.weight; none for a model whose head is untied (Llama's own
   // lm_head is a parameter of the head like any other).
   std::vector<torch::Tensor> tied_weights() const;

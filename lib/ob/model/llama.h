@@ -1,4 +1,4 @@
-// The Llama family's block (design §2), as Hugging Face's LlamaDecoderLayer,
+// The Llama family's block (design/model.md), as Hugging Face's LlamaDecoderLayer,
 // MistralDecoderLayer, Qwen2DecoderLayer and Qwen3DecoderLayer compute it:
 //
 //   x + o(attn(rope(qnorm(q(n1(x)))), rope(knorm(k(n1(x)))), v(n1(x))))

@@ -1,4 +1,4 @@
-// The Llama family's shapes (design §2): presets with the published shapes
+// The Llama family's shapes (design/model.md): presets with the published shapes
 // of Llama 3 and Qwen3, Hugging Face config.json files of model_type
 // llama, mistral, qwen2 and qwen3, and the rotary frequencies they imply.
 // Torch-free; the layers are llama.h's.

@@ -1,4 +1,4 @@
-// Activation recomputation (issue 56; design §2): a block keeps less of its
+// Activation recomputation (issue 56; design/model.md): a block keeps less of its
 // forward for the backward and computes the rest again there.
 //
 //   kNone       autograd keeps what each operation saves.

@@ -1,4 +1,4 @@
-// Single-process reference training (design §2): the whole GPT as one GptStage,
+// Single-process reference training (design/model.md): the whole GPT as one GptStage,
 // AdamW, global-norm clipping, warm-up + cosine learning rate, gradient
 // accumulation over micro-batches. Pipeline and data-parallel runs are
 // checked against these loss curves, so every choice here (sample order, loss

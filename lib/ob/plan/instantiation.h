@@ -1,4 +1,4 @@
-// Instantiation and batch split (design §4.3–4.4): how many pipelines of each
+// Instantiation and batch split (design/plan.md): how many pipelines of each
 // template, which nodes run them, and how many micro-batches each gets.
 // Torch-free, pure.
 //

@@ -1,4 +1,4 @@
-// Bandwidth-aware placement (design §4.5): which physical node takes which
+// Bandwidth-aware placement (design/plan.md): which physical node takes which
 // position of which pipeline, given a measured bandwidth matrix. Torch-free.
 //
 // Cost of a placement: each pipeline's stage times are recomputed with the

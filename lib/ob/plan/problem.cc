@@ -6,7 +6,7 @@
 namespace ob::plan {
 namespace {
 
-// design §8: block activations per micro-batch are s·b·h·(34 + 5as/h) without
+// design/formulas.md: block activations per micro-batch are s·b·h·(34 + 5as/h) without
 // tensor parallelism and s·b·h·(10 + 24/t + 5as/(ht)) with it; the ratio
 // scales a measured or analytic figure to degree t.
 double TensorParallelActivationFactor(const Problem& p, int tp) {
@@ -15,7 +15,7 @@ double TensorParallelActivationFactor(const Problem& p, int tp) {
   return (10.0 + 24.0 / tp + attn / tp) / (34.0 + attn);
 }
 
-// The selective mode's share of design §8's 34 (the MLP activation's
+// The selective mode's share of design/formulas.md (the MLP activation's
 // output no longer kept) and its tensor-parallel counterpart: the same
 // ratio as the TP factor, the 8 of the activation split over t.
 double SelectiveTensorParallelFactor(int tp) { return tp <= 1 ? 1.0 : (10.0 + 16.0 / tp) / 26.0; }

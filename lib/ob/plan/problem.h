@@ -1,4 +1,4 @@
-// The planner's view of a profile and a cluster (design §4, §8): plain arrays
+// The planner's view of a profile and a cluster (design/plan.md, design/formulas.md): plain arrays
 // of per-layer costs at one micro-batch size, the cluster's shape, and the
 // cost and memory models every part of ob-plan shares. Torch-free, pure.
 //
@@ -29,7 +29,7 @@ struct LayerCost {
   uint64_t activation_bytes = 0;  // kept per in-flight micro-batch
   uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
   double update = 0;           // once per step: gradient norm and AdamW (measured; 0 if not)
-  bool is_block = false;       // tensor parallelism splits blocks (design §8 TP formulas)
+  bool is_block = false;       // tensor parallelism splits blocks (design/formulas.md)
   // Per recomputation mode (index: model::Recompute; model/recompute.h):
   // what the layer keeps per in-flight micro-batch, and what its backward
   // computes again (seconds). [kNone] is activation_bytes and 0; a layer
@@ -77,7 +77,7 @@ struct Problem {
   int microbatches = 0;            // M: global batch / micro-batch size
   int microbatch_size = 1;         // sequences per micro-batch
   int sequence_length = 0;
-  // Model shape, for the tensor-parallel activation formula of design §8
+  // Model shape, for the tensor-parallel activation formula of design/formulas.md
   // and the degrees the model splits by: heads, kv heads (0: the heads)
   // and MLP width (0: 4 × n_embd).
   int n_embd = 0, n_head = 0, n_kv_head = 0, mlp_width = 0;
@@ -131,7 +131,7 @@ struct StageShape {
 // backward) with tensor parallelism tp: compute / tp plus the all-reduces
 // over tp GPUs: 4 per block and 1 each for the embedding and the head of
 // b·s·h activations, and the head's cross-entropy's 3 of b·s, back to back,
-// as one (design §8).
+// as one (design/formulas.md).
 // In recomputation mode `r`, the recomputed forwards are added (a full
 // block's issues its 2 forward all-reduces again).
 double StageComputeSeconds(const Problem& p, int first, int last, int tp,
@@ -157,7 +157,7 @@ bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);
 // Data-parallel all-reduce of `gradient_bytes` per node across pipelines:
 // ring bandwidth term at its bound 2·G/B plus a tree latency term for N nodes.
 double AllReduceSeconds(const Problem& p, uint64_t gradient_bytes);
-// Host memory of a parameter's snapshots (design §4.6): 3 copies (the last
+// Host memory of a parameter's snapshots (design/formulas.md): 3 copies (the last
 // two steps and one a checkpoint may hold) of its fp32 weight and both
 // AdamW moments, whatever the training precision.
 constexpr uint64_t kSnapshotBytesPerParameter = 3 * 12;

@@ -38,7 +38,7 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
   switch (kind) {
     case pb::LAYER_EMBED: return static_cast<uint64_t>(s) * b * 8;
     case pb::LAYER_BLOCK: {
-      // design §8 gives bytes for 16-bit activations; scale by elem_bytes / 2.
+      // design/formulas.md gives bytes for 16-bit activations; scale by elem_bytes / 2.
       const double h = c.n_embd;
       const double scores = fused_attention ? 0.0 : 5.0 * c.n_head * s / h;
       double per = 34.0 + scores;
@@ -62,7 +62,7 @@ uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, i
 
 // What a block keeps in the selective mode (model/recompute.h): none's
 // without the attention's scores and probabilities, and without the MLP
-// activation's output (GPT-2: design §8's 34 less the GELU's output, 8,
+// activation's output (GPT-2: design/formulas.md less the GELU's output, 8,
 // kept by neither; Llama: the rotated q and silu(gate), 2Hd + 2I of
 // 2·(4h + 3Hd + 2Kd + 4I)); full: the block's input.
 uint64_t SelectiveActivationBytes(const model::GptConfig& c, int b, int s, int elem_bytes) {

@@ -1,4 +1,4 @@
-// Analytic layer costs from FLOPs and bytes (design §8), for hardware we do not
+// Analytic layer costs from FLOPs and bytes (design/formulas.md), for hardware we do not
 // have. Torch-free and pure: the same inputs always give the same Profile.
 //
 // Conventions, per planner layer and per micro-batch of b sequences of s
@@ -14,12 +14,12 @@
 //   head   params 2h (final LayerNorm) + the tied V·h weight it holds a copy of;
 //          FLOPs per token 6·(V·h + 2h); keeps its LayerNorm input and the fp32
 //          logits s·b·V·4; outputs the loss.
-// Summed, the FLOPs equal 6·N + 12·L·h·s of design §8 less the 6·s·h of the
+// Summed, the FLOPs equal 6·N + 12·L·h·s of design/formulas.md less the 6·s·h of the
 // position table, which is a lookup. Model state is what ob-launch keeps:
 // under bf16 18 bytes per parameter, 4 + 2 weights (the fp32 master and its
 // bf16 compute copy), 4 gradients (summed and all-reduced in fp32, as
 // Megatron-LM accumulates them for bf16), 8 for the two Adam moments; under
-// fp32 4 + 4 + 8. (design §8's 16 for mixed precision assumes bf16
+// fp32 4 + 4 + 8. (design/formulas.md for mixed precision assumes bf16
 // gradients, which ob does not keep.) A layer's time is max(FLOPs / (peak·efficiency),
 // bytes / HBM bandwidth), the peak being the dtype's: bf16's tensor-core
 // peak, or under fp32 the CUDA cores' fp32 peak (ob does not enable TF32).

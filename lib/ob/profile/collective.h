@@ -1,4 +1,4 @@
-// All-reduce timing with real c10d process groups (design §3): one rank per
+// All-reduce timing with real c10d process groups (design/profile.md): one rank per
 // thread of this process, joined through an in-memory store; Gloo over
 // loopback for CPU, NCCL with one GPU per rank for CUDA. Torch-free header.
 #pragma once

@@ -1,4 +1,4 @@
-// Published figures of GPUs the analytic profile can model (design §3).
+// Published figures of GPUs the analytic profile can model (design/profile.md).
 // Torch-free; the table is constant and safe to read from any thread.
 #pragma once
 

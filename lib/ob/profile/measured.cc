@@ -24,7 +24,7 @@
 #include <torch/torch.h>
 
 #include "ob/build_info.h"
-#include "ob/launch/devices.h"
+#include "ob/launch/worker/blas.h"
 #include "ob/model/gpt.h"
 #include "ob/model/train.h"
 #include "ob/profile/analytic.h"

@@ -1,4 +1,4 @@
-// Network mode of ob-profile (design §3): point-to-point bandwidth and latency
+// Network mode of ob-profile (design/profile.md): point-to-point bandwidth and latency
 // between every ordered pair of hosts.
 //
 // The coordinator (MeasureNetwork) starts one agent per host with

@@ -1,4 +1,4 @@
-// The checkpoint engine of a worker (design §7, issue "ob-ckpt"): saves
+// The checkpoint engine of a worker (design/ckpt.md, issue "ob-ckpt"): saves
 // without stalling training, and loads a checkpoint into any layout.
 //
 // Saving. A StageWorker already copies its state (weights and AdamW state)

@@ -8,7 +8,7 @@
 // then drains the remaining backwards. Forwards and backwards each go in
 // micro-batch order; stage i never holds more than min(S − i, m) micro-batches
 // whose forward ran and whose backward has not (the memory bound the planner
-// assumes, design §4.1).
+// assumes, design/formulas.md).
 //
 // Communication (StageProgram). NCCL's point-to-point is a rendezvous: a send
 // does not complete until the peer has posted the matching receive, and a

@@ -1,4 +1,4 @@
-// Host-memory snapshots of a pipeline stage's training state (design §4.6,
+// Host-memory snapshots of a pipeline stage's training state (design/recovery.md,
 // in-place recovery): every parameter's value and its AdamW state (exp_avg,
 // exp_avg_sq, step count), keyed by the stage's parameter name
 // ("<global layer>.<name>", see gpt.h) with the tied LM weight under
@@ -21,7 +21,7 @@
 // moments — and the training thread waits for it only before step k + 1's
 // update, by which time it is normally done. (On a CPU the copy competes
 // with the step for cores and memory bandwidth; ob-launch copies on the
-// training thread there by default, see launch/worker.cc.) Host memory: 3 snapshots (the last two steps
+// training thread there by default, see launch/worker/worker.cc.) Host memory: 3 snapshots (the last two steps
 // and one a checkpoint may hold), i.e. 3 × 12 bytes per parameter of the
 // stage; ob-plan counts it against --host-memory.
 //

@@ -1,5 +1,5 @@
 // SnapshotArena: the StageSnapshots of a worker (snapshot.h) kept in a
-// shared-memory file that outlives the worker process (design §4.6).
+// shared-memory file that outlives the worker process (design/recovery.md).
 //
 // The ob-launch agent creates one memfd per local worker and hands it to
 // every worker it starts in that slot (fd inheritance; $OB_SNAPSHOT_FD).

@@ -49,7 +49,7 @@
 // named after the group over the given store, in Topology order; so every
 // rank of the topology must construct its worker concurrently with the same
 // topology and store (threads of one process sharing a HashStore, or
-// processes sharing the job's store, launch/relay_store.h). To rebuild
+// processes sharing the job's store, launch/worker/relay_store.h). To rebuild
 // groups after a failure, give the new workers a store with a fresh prefix
 // (e.g. a PrefixStore "gen/3").
 //

@@ -1,6 +1,6 @@
 // Which worker rank runs what in an instantiated plan, and which ranks talk
 // to which: the pipeline neighbours for activations and gradients, and the
-// data-parallel groups that sum gradients across pipelines (design §5).
+// data-parallel groups that sum gradients across pipelines (design/launch.md).
 // Torch-free, pure.
 //
 // Ranks: t per pipeline stage, t the stage's tensor-parallel degree. In a

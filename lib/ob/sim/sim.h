@@ -1,6 +1,6 @@
-// ob-sim (docs/design.md §4.8): a plan's run over days of node failures
+// ob-sim (docs/design/sim.md): a plan's run over days of node failures
 // and repairs, each failure decided by the master's own DecideRecovery
-// (launch/decision.h), not by a model of it. Torch-free, pure: the same
+// (launch/master/decision.h), not by a model of it. Torch-free, pure: the same
 // trace, plan and costs give the same result.
 //
 // The run, as the simulator sees it. The current instantiation trains at
@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "ob/launch/decision.h"
+#include "ob/launch/master/decision.h"
 #include "ob/plan/plan_io.h"
 #include "ob/status.h"
 

@@ -1,0 +1,39 @@
+#include "ob/launch/wire/plan_data.h"
+
+#include "ob/io/file.h"
+#include "ob/io/message.h"
+
+namespace ob::launch {
+
+int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
+  const int seq = static_cast<int>(plan.sequence_length());
+  return seq > 0 ? seq : cfg.default_seq_len();
+}
+
+Result<PlanData> LoadPlanData(const std::string& path) {
+  PlanData out;
+  out.name = io::DisplayName(path);
+  OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &out.plan));
+  auto loaded = plan::FromProto(out.plan);
+  if (!loaded.ok()) return loaded.status().WithContext(out.name);
+  out.loaded = std::move(loaded).value();
+  out.cfg = model::GptConfig::FromProto(out.plan.model());
+  OB_RETURN_IF_ERROR(out.cfg.Validate().WithContext(out.name));
+  return out;
+}
+
+Status CheckPrecisionForPlan(const PlanData& pd, const std::string& precision) {
+  OB_ASSIGN_OR_RETURN(model::Precision want, model::ParsePrecision(precision));
+  const std::string& dtype = pd.plan.profile().dtype();
+  if (dtype.empty()) return Status::Ok();  // a profile that does not say
+  auto planned = model::ParsePrecision(dtype);
+  if (planned.ok() && *planned == want) return Status::Ok();
+  return Status::Config(pd.name + ": the plan was made for " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : "'" + dtype + "'") +
+                         " (its profile's dtype " + dtype + "), the run asks for " + model::PrecisionName(want) +
+                         ": profile and plan again with --dtype " + model::PrecisionDtype(want) +
+                         ", or give --precision " +
+                         (planned.ok() ? std::string(model::PrecisionName(*planned)) : dtype));
+}
+
+}  // namespace ob::launch
