@@ -134,7 +134,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Build(
                           " do not match the plan's " + std::to_string(topo.global_batch()) +
                           " / " + std::to_string(topo.microbatch_size));
   }
-  const int seq_len = opts.seq_len > 0 ? opts.seq_len : cfg.default_seq_len();
+  const int seq_len = cfg.seq_len_or_default(opts.seq_len);
   if (seq_len > cfg.n_positions) {
     return Status::Config(cfg.name + ": sequence length " + std::to_string(seq_len) +
                           " exceeds n_positions " + std::to_string(cfg.n_positions));
