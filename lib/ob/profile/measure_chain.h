@@ -85,7 +85,7 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
 // Optimizer state measured, not assumed: AdamW steps on the layer's
 // gradients, then the bytes of every state tensor they created. Each timed
 // step also takes the gradients' norms (one multi-tensor kernel, read by
-// the host), as the workers do before clipping (stage_worker.cc);
+// the host), as the workers do before clipping (stage_worker_reduce.cc);
 // *update_seconds gets the median.
 uint64_t OptimizerStateBytes(model::PlannerLayer& layer, const torch::Device& dev, const MeasureOptions& o,
                              double* update_seconds);
