@@ -47,7 +47,7 @@ Recipe (ob's, so that losses and weights agree with ob-launch --resume):
     g of a step holds samples [g*b, (g+1)*b); each micro-batch's mean
     cross-entropy is weighted by b/B for the backward and summed (in
     double) as the step's loss. B must be a multiple of b (train.cc).
-  - clipping (lib/ob/runtime/stage_worker.cc ApplyUpdate): the global L2 norm
+  - clipping (lib/ob/runtime/stage_worker_step.cc ApplyUpdate): the global L2 norm
     of all gradients (per-tensor norms, squares summed in double), scaled by
     clip / (norm + 1e-6) only when that is < 1; clip 1.0.
   - AdamW (train.cc MakeOptimizer, LibTorch's AdamW): lr 1e-3, betas (0.9,

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 
 #include "ob/cli/cli.h"
 #include "ob/cluster/hosts.h"
@@ -266,6 +267,14 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
                                   : (profile.microbatch_sizes_size() ? static_cast<int>(profile.microbatch_sizes(0)) : 1);
   int faults = 0;
   std::string fault_table;  // -f auto's, for --explain
+  // -f auto plans every f it weighs on this cluster: the chosen f's plan is
+  // kept rather than made again.
+  struct Planned {
+    ob::plan::Problem problem;
+    ob::plan::TemplateSet templates;
+    ob::plan::Instantiation inst;
+  };
+  std::map<int, Planned> planned;  // by f
   if (g.faults == "auto") {
     OB_ASSIGN_OR_RETURN(auto model, FailureModelFromOptions());
     auto iteration = [&](int f, int n) -> ob::Result<double> {
@@ -274,7 +283,9 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
       OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb));
       OB_ASSIGN_OR_RETURN(auto ts, ob::plan::BuildTemplates(pr));
       OB_ASSIGN_OR_RETURN(auto in, ob::plan::Instantiate(pr, ts));
-      return in.iteration_seconds;
+      const double seconds = in.iteration_seconds;
+      if (n == nodes) planned[f] = {std::move(pr), std::move(ts), std::move(in)};
+      return seconds;
     };
     const double tokens = static_cast<double>(g.global_batch) * std::max<int64_t>(1, profile.sequence_length());
     auto chosen = ob::plan::ChooseFaults(nodes, tokens, model, iteration);
@@ -289,15 +300,29 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   } else {
     OB_ASSIGN_OR_RETURN(faults, ParseFaults());
   }
-  OB_ASSIGN_OR_RETURN(auto problem, BuildProblem(profile, c, faults, mb));
   auto instantiate = [&](const ob::plan::Problem& q, const ob::plan::TemplateSet& ts) -> ob::Result<ob::plan::Instantiation> {
     if (g.pipelines.empty()) return ob::plan::Instantiate(q, ts);
     OB_ASSIGN_OR_RETURN(std::vector<int> sizes, ParsePipelines());
     return ob::plan::InstantiateGiven(q, ts, sizes);
   };
-  OB_ASSIGN_OR_RETURN(auto templates, ob::plan::BuildTemplates(problem));
+  ob::plan::Problem problem;
+  ob::plan::TemplateSet templates;
+  const auto kept = planned.find(faults);
+  if (kept != planned.end()) {
+    problem = std::move(kept->second.problem);
+    templates = std::move(kept->second.templates);
+  } else {
+    OB_ASSIGN_OR_RETURN(problem, BuildProblem(profile, c, faults, mb));
+    OB_ASSIGN_OR_RETURN(templates, ob::plan::BuildTemplates(problem));
+  }
   if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
-  OB_ASSIGN_OR_RETURN(ob::plan::Instantiation inst, instantiate(problem, templates));
+  ob::plan::Instantiation inst;
+  if (kept != planned.end() && g.pipelines.empty()) {  // the instantiation -f auto made
+    inst = std::move(kept->second.inst);
+  } else {
+    OB_ASSIGN_OR_RETURN(inst, instantiate(problem, templates));
+  }
+  planned.clear();
   const bool mixed = std::any_of(templates.templates.begin(), templates.templates.end(),
                                  [](const ob::plan::Template& t) { return t.mixed(); });
   if (mixed && !g.always_mixed) {

@@ -55,6 +55,8 @@ struct GptConfig {
   // pre-training length (its 131,072-token context is reached by a later
   // long-context stage, and no GPU holds a 70B block's activations at it).
   int default_seq_len() const { return llama() && n_positions > 8192 ? 8192 : n_positions; }
+  // `given` when one was given (> 0, e.g. --seq-len), else default_seq_len().
+  int seq_len_or_default(int given) const { return given > 0 ? given : default_seq_len(); }
 
   // Planner layers: embed, block 0..L-1, head.
   int num_layers() const { return n_layer + 2; }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "ob/model/config.h"
+#include "ob/model/pieces.h"
 #include "ob/status.h"
 #include "ob/torch_compat.h"
 
@@ -103,8 +104,7 @@ std::vector<torch::Tensor> PieceViews(const std::string& layer_param, const torc
                                       int r, int T, int piece, int64_t vocab);
 torch::Tensor PieceOf(const std::string& layer_param, const torch::Tensor& shard, int t, int r, int T,
                       int piece, int64_t vocab);
-// The pieces rank r of t holds in a refinement of T: [first, first + T/t).
-inline int FirstPiece(int t, int r, int T) { return r * (T / t); }
+// FirstPiece (pieces.h): where rank r of t's pieces start.
 
 // The pieces of the sharded layers (gpt.cc) that talk to the group:
 // rank g.rank's rows [VocabRange) of the token table looked up for `ids`

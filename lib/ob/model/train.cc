@@ -111,7 +111,7 @@ std::vector<StepRecord> Train(const GptConfig& cfg, const TokenSource& data,
 Result<std::vector<StepRecord>> train_steps(const GptConfig& cfg, const TokenSource& data,
                                             const TrainOptions& opts, GptStage* trained) {
   OB_RETURN_IF_ERROR(cfg.Validate());
-  const int seq_len = opts.seq_len > 0 ? opts.seq_len : cfg.default_seq_len();
+  const int seq_len = cfg.seq_len_or_default(opts.seq_len);
   if (seq_len > cfg.n_positions) {
     return Status::Config(cfg.name + ": sequence length " + std::to_string(seq_len) +
                           " exceeds n_positions " + std::to_string(cfg.n_positions));

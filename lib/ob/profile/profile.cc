@@ -28,7 +28,7 @@ Result<pb::Profile> NewLayerProfile(const model::GptConfig& c, pb::ProfileMode m
                                     const std::string& dtype, int seq_len,
                                     const std::vector<int>& microbatches) {
   OB_RETURN_IF_ERROR(c.Validate());
-  const int s = seq_len > 0 ? seq_len : c.default_seq_len();
+  const int s = c.seq_len_or_default(seq_len);
   if (s > c.n_positions)
     return Status::Config("--seq-len " + std::to_string(s) + " exceeds the model's context " +
                           std::to_string(c.n_positions));

@@ -118,6 +118,8 @@ struct StepResult {
 // Step and recovery catch it and return kUnavailable).
 void WaitWork(const c10::intrusive_ptr<c10d::Work>& work);
 
+struct StageInstr;  // schedule.h
+
 class StageWorker {
  public:
   // Builds rank `rank`'s stage on opts.device and joins its groups (blocks
@@ -306,6 +308,26 @@ class StageWorker {
   void JoinGroups(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout);
   StepResult RunSchedule(int64_t step);        // 1F1B + all-reduces; throws
   void ApplyUpdate(StepResult* result);        // clip + AdamW; throws
+  // RunSchedule's steps (stage_worker_step.cc, stage_worker_reduce.cc):
+  // each instruction of the 1F1B program, the buckets' all-reduces as
+  // their units finish, then what the program leaves to sum: the rest of
+  // the buckets, the tied weight and the loss, and the global norm.
+  struct StepState;
+  void ZeroGradients();
+  void RunComm(const StageInstr& in, StepState& s);
+  void RunForward(const StageInstr& in, StepState& s);
+  void RunBackward(const StageInstr& in, StepState& s);
+  void IssueBucketsDownTo(int unit, StepState& s);
+  void ReduceGradients(StepState& s);
+  void SumNormAndLoss(StepState& s);
+  // Evaluate's steps: micro-batch j of evaluation batch k, its loss added
+  // to `loss_sum` on the last stage; then the sum every rank gets.
+  void EvalMicrobatch(const model::TokenSource& eval, int k, int j, const torch::TensorOptions& wire,
+                      torch::Tensor& loss_sum);
+  double SumEvalLoss(const torch::Tensor& loss_sum);
+  // Step's copy of the state after `step` into a free snapshot slot, in the
+  // background (stage_worker_snapshots.cc).
+  void StartSnapshot(int64_t step);
   void SlowDown(std::chrono::steady_clock::time_point since) const;
   // Keeps the snapshots in `arena` from now on, the newest being the
   // stage's state now, after step `step`: in slot `keep` when it holds
@@ -382,6 +404,8 @@ class StageWorker {
   static constexpr int64_t kBucketBytes = int64_t{8} << 20;
   static constexpr int64_t kGradAlign = 16;  // values: 64 bytes of fp32
   void BuildBuckets();
+  void AddPieceBuckets(int piece);  // BuildBuckets' buckets of one piece, not laid out yet
+  void LayOutBuckets();             // their order, flat buffers and views
   void BindGradients();
   std::vector<Bucket> buckets_;
   double flops_per_microbatch_ = 0;

@@ -5,6 +5,8 @@
 #include <map>
 #include <numeric>
 
+#include "ob/model/pieces.h"
+
 namespace ob::runtime {
 
 namespace {
@@ -39,7 +41,7 @@ const std::vector<int>& Topology::TpGroupOf(int rank) const {
 
 int Topology::FirstPieceOf(int rank) const {
   const RankInfo& r = ranks[static_cast<size_t>(rank)];
-  return r.tp_rank * (pieces / r.tp);
+  return model::FirstPiece(r.tp, r.tp_rank, pieces);
 }
 
 BoundaryPeers Topology::Boundary(int rank, int peer_stage) const {
@@ -219,7 +221,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
   // stages) fix the stages, hence the holders of every piece.
   const int T = topo.pieces;
   auto holds_piece = [&](const RankInfo& r, int piece) {
-    const int first = r.tp_rank * (T / r.tp);
+    const int first = model::FirstPiece(r.tp, r.tp_rank, T);
     return first <= piece && piece < first + T / r.tp;
   };
   std::map<std::vector<int>, int> id_of;
