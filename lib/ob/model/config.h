@@ -1,5 +1,5 @@
-// GptConfig: the shape of a GPT (design §2), from a preset name or a
-// HuggingFace-style config.json / YAML file, and the design §8 formulas that
+// GptConfig: the shape of a GPT (design/model.md), from a preset name or a
+// HuggingFace-style config.json / YAML file, and the design/formulas.md formulas that
 // depend only on the shape. Torch-free.
 #pragma once
 
@@ -74,7 +74,7 @@ struct GptConfig {
   static constexpr int kMaxLayers = 4096;
 };
 
-// Names of all presets in design §2 order: gpt-tiny, the GPT-2 family, the
+// Names of all presets in design/model.md order: gpt-tiny, the GPT-2 family, the
 // GPT-3 family, then llama-tiny, qwen3-tiny, Llama 3 and Qwen3, each by size.
 const std::vector<std::string>& PresetNames();
 
@@ -103,7 +103,7 @@ Result<GptConfig> ParseConfig(const std::string& text, const std::string& path);
 // Preset name or path to a .json/.yaml/.yml file.
 Result<GptConfig> ResolveModel(const std::string& name_or_path);
 
-// --- design §8 shape formulas -------------------------------------------------
+// --- design/formulas.md shape formulas -------------------------------------------------
 
 // A block's parameters. GPT-2: 12h^2 + 13h. Llama: q and o 2·h·H·d, k and v
 // 2·h·K·d, the MLP 3·h·I, two norms 2h (+ (H + 2K)·d biases, + 2d q/k norms).
@@ -113,7 +113,7 @@ int64_t EmbeddingParams(const GptConfig& c);
 // The head's own: its final norm (GPT-2 2h, Llama h), plus V*h when the LM
 // head is untied (otherwise it is the token table, counted in the embed).
 int64_t HeadOwnParams(const GptConfig& c);
-// design §8 total: V*h + s*h + L*(12h^2 + 13h) for GPT-2; embed + blocks +
+// design/formulas.md total: V*h + s*h + L*(12h^2 + 13h) for GPT-2; embed + blocks +
 // an untied LM head for Llama.
 int64_t FormulaParams(const GptConfig& c);
 // Exact count of unique parameters of the model ob builds: the formula plus

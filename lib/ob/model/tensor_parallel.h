@@ -1,4 +1,4 @@
-// Tensor parallelism inside a node (design §2, §5): the layers of a GPT
+// Tensor parallelism inside a node (design/model.md, design/launch.md): the layers of a GPT
 // stage (gpt.h) built with a TpGroup of t > 1 ranks hold rank r's shard of
 // every parameter and compute Megatron-style:
 //

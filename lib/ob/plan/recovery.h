@@ -1,4 +1,4 @@
-// Re-instantiation after losing (or gaining) nodes (design §4.6): a new
+// Re-instantiation after losing (or gaining) nodes (design/recovery.md): a new
 // instantiation from the stored templates, which layers each node must fetch
 // and from which surviving node, and the new batch split. Torch-free, pure;
 // must take milliseconds at 1,024 nodes.
@@ -74,7 +74,7 @@ Recovery Reinstantiate(const Problem& p, const TemplateSet& ts, const Instantiat
                        const std::vector<int>& lost, const std::vector<int>& added = {});
 
 // Whether taking a slow (not failed) node out pays, for a straggler
-// (design §6): the re-instantiation without `node` (the nodes in `idle` may
+// (design/watch.md): the re-instantiation without `node` (the nodes in `idle` may
 // join it) against `current` with the pipeline that holds `node` running
 // `slowdown` times slower (an upper bound on its cost when only that node's
 // stage is slow). It pays when it is faster by more than 2% (a recovery

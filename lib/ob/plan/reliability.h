@@ -2,7 +2,7 @@
 // survives in place, chosen to maximise expected goodput, and the
 // checkpoint interval for the failures beyond f. Torch-free, pure.
 //
-// The model (docs/design.md §4.7). N nodes fail independently, each every
+// The model (design/sim.md). N nodes fail independently, each every
 // `node_mtbf_s` on average (exponential), and a failed node is back after
 // `repair_s`: the cluster sees failures at λ = N / MTBF, and the number of
 // nodes down at a time is Poisson with mean a = λ·R (an M/G/∞ queue, whose

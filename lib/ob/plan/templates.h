@@ -1,4 +1,4 @@
-// Pipeline templates (design §4.2): for every node count n the plan may run
+// Pipeline templates (design/plan.md): for every node count n the plan may run
 // with, the best partition of the layers into stages and of each node's GPUs
 // among its stages. Torch-free, pure.
 //
@@ -102,7 +102,7 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes);
 // N / (f + 1) when that is at least 1). Messages are one line.
 Result<TemplateSet> BuildTemplates(const Problem& p);
 
-// Mixed templates (ob-plan --mixed-stages, design §4.2): stages of the
+// Mixed templates (ob-plan --mixed-stages, design/plan.md): stages of the
 // given degrees in any number per node, every GPU of a node used, no
 // stage across nodes, each fitting with its 1F1B in-flight count. The
 // search is exact for Σw + (m − 1)·max w at m micro-batches (m = ∞: by

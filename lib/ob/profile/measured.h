@@ -1,4 +1,4 @@
-// Measured layer costs (design §3): every planner layer is built alone on the
+// Measured layer costs (design/profile.md): every planner layer is built alone on the
 // local device and timed; memory is counted by the allocator, not estimated.
 //
 // The header is torch-free so tools can call it without LibTorch headers.

@@ -1,5 +1,5 @@
-// StageWorker: one rank of a pipeline- and data-parallel training run (design
-// §5, "Workers"). It owns one pipeline stage of the GPT, its AdamW state and
+// StageWorker: one rank of a pipeline- and data-parallel training run (design/launch.md,
+// Workers). It owns one pipeline stage of the GPT, its AdamW state and
 // its c10d groups, and runs training steps that are, up to floating-point
 // summation order, the single-process reference's (ob::model::train_steps):
 //
@@ -11,7 +11,7 @@
 //     global batch), so the SUM over pipelines of the stage gradients is the
 //     reference's gradient: gradients are all-reduced over each layer's owner
 //     set, the tied LM weight's over the tied group (first and last stages of
-//     every pipeline, design §2);
+//     every pipeline, design/model.md);
 //   - the global grad norm before clipping counts every layer once and the
 //     tied weight once; it is computed per layer, summed within the pipeline
 //     and added up in layer order, so it is bit-identical on every rank and
@@ -41,7 +41,7 @@
 // then the tied weight and the loss), so no two ranks can wait on each
 // other's different groups.
 //
-// Snapshots (design §4.6, snapshot.h): the state after step k is copied to
+// Snapshots (design/recovery.md, snapshot.h): the state after step k is copied to
 // host memory while step k + 1 computes; Step waits for it only before its
 // update.
 //
@@ -60,7 +60,7 @@
 // return kUnavailable; bad options are kConfig. After a failed Step the
 // worker's gradients and optimizer state are unspecified: rebuild it.
 //
-// Recovery (design §4.6): the worker keeps host snapshots of its state after
+// Recovery (design/recovery.md): the worker keeps host snapshots of its state after
 // each of its last two completed steps (snapshot.h), untouched by a failed
 // Step. After a failure the survivors agree on S, the least last completed
 // step among them, and each calls Rebuild(S, ...) on its old worker
@@ -159,7 +159,7 @@ class StageWorker {
   }
   const StageSnapshot* SnapshotAt(int64_t step) const;
 
-  // Checkpoints (design §7): keeps the snapshot after `step` from being
+  // Checkpoints (design/ckpt.md): keeps the snapshot after `step` from being
   // overwritten until Unpin, so another thread may persist it while
   // training goes on (later steps rotate through the other slots: the last
   // two steps stay available for recovery). nullptr when this worker holds
@@ -265,7 +265,7 @@ class StageWorker {
   // receives and all-reduces as under NCCL with a stuck peer.
   void SetStall(int64_t step) { stall_at_ = step; }
 
-  // Progress (hang detection, design §6): Step advances `counter` after every
+  // Progress (hang detection, design/recovery.md): Step advances `counter` after every
   // forward, backward, receive and collective it completes, and never
   // otherwise, so a counter that stops moving means this rank's training
   // loop is stuck (in compute or in communication). `waiting`, when set,

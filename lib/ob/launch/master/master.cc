@@ -115,7 +115,9 @@ Status Master::Prepare() {
     // answering: a node failure would undo every recovery ob makes.
     const std::string job = std::getenv("SLURM_JOB_ID");
     const cluster::NodeFailPolicy p = cluster::ReadNodeFailPolicy(job);
-    if (p.kind != cluster::NodeFailPolicy::Kind::kKeepsJob) OB_LOG(Warn) << cluster::NodeFailWarning(p, job);
+    if (p.kind != cluster::NodeFailPolicy::Kind::kKeepsJob) {
+      OB_LOG(Warn) << cluster::NodeFailWarning(p, job);
+    }
   }
   return Status::Ok();
 }

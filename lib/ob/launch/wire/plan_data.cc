@@ -6,8 +6,7 @@
 namespace ob::launch {
 
 int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
-  const int seq = static_cast<int>(plan.sequence_length());
-  return seq > 0 ? seq : cfg.default_seq_len();
+  return cfg.seq_len_or_default(static_cast<int>(plan.sequence_length()));
 }
 
 Result<PlanData> LoadPlanData(const std::string& path) {
