@@ -169,6 +169,18 @@ void Setup(CLI::App& app) {
       "  echo status | socat - UNIX:ob-run-*/control.sock");
 }
 
+ob::cli::ConfigSpec ConfigFileSpec() {
+  ob::cli::ConfigSpec spec;
+  spec.sections = {
+      {"optimizer", "", {"lr", "warmup-steps", "min-lr", "lr-schedule", "weight-decay", "beta1", "beta2", "eps", "clip-norm"}},
+      {"eval", "eval-", {}},
+      {"ckpt", "ckpt-", {}},
+  };
+  // Accepted by every ob tool, but ob-launch writes no data file of its own.
+  spec.omit = {"output", "json"};
+  return spec;
+}
+
 // The files a run reads, and --metrics, which it writes (truncated at the
 // start: over --data it would destroy the training set).
 std::vector<ob::cli::NamedFile> Reads() {
