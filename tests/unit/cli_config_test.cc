@@ -67,7 +67,7 @@ std::vector<std::string> Paths(const std::vector<ob::cli::ConfigKey>& keys) {
 
 }  // namespace
 
-TEST_CASE("config keys: positionals first, in lower case; long names; sections; no hidden or built-in ones") {
+TEST_CASE("config keys: positionals first in lower case, long names, sections, no hidden or built-in ones") {
   Tool t;
   CHECK(Paths(t.keys) == std::vector<std::string>{"plan", "verbose", "steps", "optimizer.lr", "data", "device",
                                                    "eval.every", "inject", "resume-from-other"});
@@ -103,7 +103,7 @@ TEST_CASE("ReadConfig: malformed files are one line naming the file and line") {
   CHECK(error("inject:\n  - a\n  - {b: 1}\n") == "run.yaml:3: inject: expected a list of values, not of mappings");
 }
 
-TEST_CASE("ApplyConfig: the file's values through the options; the command line wins") {
+TEST_CASE("ApplyConfig: the file's values through the options, the command line winning") {
   Tool t({"--steps", "7", "--inject", "x", "plan.pb"});
   ob::cli::ConfigOrigins origins;
   REQUIRE(t.Apply("plan: other.pb\nsteps: 20\noptimizer:\n  lr: 3e-4\neval:\n  every: 5\n"
