@@ -40,6 +40,13 @@ done
 expect 0 '' -- "$L" --config q.yaml --print-config
 cmp -s q.yaml "$TMP/out" && pass || fail "quickstart.yaml's round trip differs: $(diff q.yaml "$TMP/out")"
 
+# contrib/ob-train.sbatch's file is one ob-launch reads.
+expect 0 '' -- "$L" --config "$OB_SOURCE_DIR/contrib/ob-train.yaml" --print-config
+for line in 'steps: 100000' 'data: /shared/ob/data/train.bin' '  data: /shared/ob/data/val.bin' '  every: 500' \
+  '  dir: /shared/ob/ckpt' '  every: 200' 'secret-file: /shared/ob/secret'; do
+  grep -qxF -- "$line" "$TMP/out" && pass || fail "ob-train.yaml: --print-config lacks '$line'"
+done
+
 # 2. Mistakes, each in a file that would otherwise start a run here.
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q -o tiny.pb \
   || fail "ob-profile"
