@@ -166,6 +166,8 @@ void Setup(CLI::App& app) {
       "Examples:\n"
       "  ob-launch --rsh local --steps 200 --secret-file secret plan.pb hosts.txt\n"
       "  ob-launch --bind 10.0.0.1 --metrics run.metrics plan.pb hosts.txt\n"
+      "  ob-launch --config run.yaml --steps 50\n"
+      "  ob-launch --rsh local --steps 200 --print-config > run.yaml\n"
       "  echo status | socat - UNIX:ob-run-*/control.sock");
 }
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cstdlib>
 #include <set>
 
@@ -60,7 +59,6 @@ std::string SyntaxError(ValueType t, const std::string& v) {
       return AllDigits(v, v[0] == '+' ? 1 : 0) ? "" : quoted + " is not " + Expected(t, false);
     case ValueType::kNumber: {
       char* end = nullptr;
-      errno = 0;
       std::strtod(v.c_str(), &end);
       return !v.empty() && end == v.c_str() + v.size() ? "" : quoted + " is not a number";
     }
@@ -218,7 +216,11 @@ void EmitValue(YAML::Emitter& out, CLI::Option& o) {
     out << given.back();
     return;
   }
-  o.capture_default_str();
+  // The bound variable, untouched by the command line and the file. CLI11
+  // writes a double with a stream's 6 significant digits, exact for every
+  // default ob has (1e-3, 0.95, 1e-08, ...); an option whose default needs
+  // more sets its default_str, which stands.
+  if (o.get_default_str().empty()) o.capture_default_str();
   if (o.get_default_str().empty()) {
     out << YAML::Null;
   } else {
