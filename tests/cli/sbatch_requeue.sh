@@ -62,8 +62,8 @@ check() {  # check NAME RC REQUEUED(yes|no)
 run limit USR1
 check limit 0 yes
 grep -q "^got USR1" "$TMP/limit.log" && pass || fail "limit: USR1 not passed on: $(cat "$TMP/limit.log")"
-grep -q -- "--resume auto" "$TMP/limit.log" && grep -q -- "--ckpt-dir $TMP/ckpt" "$TMP/limit.log" \
-  && grep -q -- "--secret-file $TMP/secret" "$TMP/limit.log" && pass \
+grep -q -- "--resume auto" "$TMP/limit.log" && grep -q -- "--rsh slurm" "$TMP/limit.log" \
+  && grep -q -- "--config $TMP/job/ob-train.yaml " "$TMP/limit.log" && pass \
   || fail "limit: ob-launch's arguments: $(grep ob-launch "$TMP/limit.log")"
 
 run unsaved USR1 STOP_RC=75        # the stop could not save everything

@@ -385,7 +385,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
 
 const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when hosts die.", Setup,
                           Run, RuntimeDetails, Reads,
-                          [] { return std::vector<ob::cli::NamedFile>{{"--metrics", g.master.metrics}}; }};
+                          [] { return std::vector<ob::cli::NamedFile>{{"--metrics", g.master.metrics}}; },
+                          ConfigFileSpec()};
 
 }  // namespace
 

@@ -166,7 +166,21 @@ void Setup(CLI::App& app) {
       "Examples:\n"
       "  ob-launch --rsh local --steps 200 --secret-file secret plan.pb hosts.txt\n"
       "  ob-launch --bind 10.0.0.1 --metrics run.metrics plan.pb hosts.txt\n"
+      "  ob-launch --config run.yaml --steps 50\n"
+      "  ob-launch --rsh local --steps 200 --print-config > run.yaml\n"
       "  echo status | socat - UNIX:ob-run-*/control.sock");
+}
+
+ob::cli::ConfigSpec ConfigFileSpec() {
+  ob::cli::ConfigSpec spec;
+  spec.sections = {
+      {"optimizer", "", {"lr", "warmup-steps", "min-lr", "lr-schedule", "weight-decay", "beta1", "beta2", "eps", "clip-norm"}},
+      {"eval", "eval-", {}},
+      {"ckpt", "ckpt-", {}},
+  };
+  // Accepted by every ob tool, but ob-launch writes no data file of its own.
+  spec.omit = {"output", "json"};
+  return spec;
 }
 
 // The files a run reads, and --metrics, which it writes (truncated at the

@@ -39,6 +39,10 @@ struct Options {
 extern Options g;
 
 void Setup(CLI::App& app);
+// The sections of ob-launch's --config files (ob-launch(1) CONFIGURATION
+// FILE): optimizer (--lr, --warmup-steps, ...), eval (--eval-*) and ckpt
+// (--ckpt-*); every other option is a key of its own name.
+ob::cli::ConfigSpec ConfigFileSpec();
 // The files a run reads, and --metrics, which it writes.
 std::vector<ob::cli::NamedFile> Reads();
 

@@ -101,20 +101,16 @@ std::string VersionDetails() {
   return os.str();
 }
 
-int Main(int argc, char** argv, const Tool& tool) {
-  const std::string bin = "ob-" + tool.name;
-  CLI::App app(tool.description, bin);
-  app.get_formatter()->column_width(34);
-  CommonOptions common;
-  app.add_option("-o,--output", common.output, "Write to FILE ('-' is stdout, the default)")
-      ->option_text("FILE");
-  app.add_flag("--json", common.json, "Write protobuf's JSON mapping instead of binary");
-  app.add_flag("-v,--verbose", common.verbose, "More log output (repeatable)");
-  app.add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
-  app.add_option("--log-file", common.log_file, "Also append log lines to FILE")->option_text("FILE");
-  app.add_flag("--version", common.version, "Print the version (with -v: library versions) and exit");
-  tool.setup(app);
+namespace {
 
+// --config FILE and --print-config, for a tool with Tool::config.
+struct ConfigFlags {
+  std::string path;
+  bool print = false;
+};
+
+// app.parse, and --help: an exit code when Main is done.
+std::optional<int> Parse(CLI::App& app, int argc, char** argv, const std::string& bin) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -127,6 +123,65 @@ int Main(int argc, char** argv, const Tool& tool) {
     UsageError(bin, e.what());
     return static_cast<int>(Code::kUsage);
   }
+  return std::nullopt;
+}
+
+// The file of --config over the options the command line left, and
+// --print-config: an exit code when Main is done.
+std::optional<int> ApplyConfigFlags(CLI::App& app, const Tool& tool, const ConfigFlags& flags,
+                                    ConfigOrigins* origins) {
+  if (!tool.config) return std::nullopt;
+  const std::vector<ConfigKey> keys = ConfigKeys(app, *tool.config);
+  if (!flags.path.empty()) {
+    if (Status st = LoadConfig(flags.path, *tool.config, keys, origins); !st.ok()) {
+      ErrorLine("ob-" + tool.name + ": " + st.message());
+      return st.exit_code();
+    }
+  }
+  if (!flags.print) return std::nullopt;
+  std::cout << ConfigText(keys);
+  return 0;
+}
+
+// A failed run's line on stderr and its exit code. A usage error about an
+// option a config file set is that file's: its line, and kConfig.
+int ReportFailure(const std::string& bin, const Status& st, const ConfigOrigins& origins) {
+  if (st.code() != Code::kUsage) {
+    ErrorLine(bin + ": " + st.message());
+    return st.exit_code();
+  }
+  if (const std::string where = ConfigOriginOf(st.message(), origins); !where.empty()) {
+    ErrorLine(bin + ": " + where + ": " + st.message());
+    return static_cast<int>(Code::kConfig);
+  }
+  UsageError(bin, st.message());
+  return st.exit_code();
+}
+
+}  // namespace
+
+int Main(int argc, char** argv, const Tool& tool) {
+  const std::string bin = "ob-" + tool.name;
+  CLI::App app(tool.description, bin);
+  app.get_formatter()->column_width(34);
+  CommonOptions common;
+  app.add_option("-o,--output", common.output, "Write to FILE ('-' is stdout, the default)")
+      ->option_text("FILE");
+  app.add_flag("--json", common.json, "Write protobuf's JSON mapping instead of binary");
+  app.add_flag("-v,--verbose", common.verbose, "More log output (repeatable)");
+  app.add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+  app.add_option("--log-file", common.log_file, "Also append log lines to FILE")->option_text("FILE");
+  app.add_flag("--version", common.version, "Print the version (with -v: library versions) and exit");
+  ConfigFlags config;
+  if (tool.config) {
+    app.add_option("--config", config.path, "Read options from a YAML FILE; the command line's win")
+        ->option_text("FILE");
+    app.add_flag("--print-config", config.print, "Write the options in effect as YAML (for --config) and exit");
+  }
+  tool.setup(app);
+  if (std::optional<int> rc = Parse(app, argc, argv, bin)) return *rc;
+  ConfigOrigins origins;
+  if (std::optional<int> rc = ApplyConfigFlags(app, tool, config, &origins)) return *rc;
 
   if (common.version) {
     std::cout << VersionLine(tool.name) << "\n";
@@ -137,6 +192,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   {
     std::vector<NamedFile> reads, writes;
     if (tool.reads) reads = tool.reads();
+    if (tool.config) reads.push_back({"--config", config.path});
     if (tool.writes) writes = tool.writes();
     writes.push_back({"-o", common.output});
     writes.push_back({"--log-file", common.log_file});
@@ -166,12 +222,7 @@ int Main(int argc, char** argv, const Tool& tool) {
   // end, where it is read; the status stays the run's: a log is a record.
   if (const std::string lost = log::FileLost(); !lost.empty()) log::Write(log::Level::kWarn, lost);
   if (st.ok()) return 0;
-  if (st.code() == Code::kUsage) {
-    UsageError(bin, st.message());
-  } else {
-    ErrorLine(bin + ": " + st.message());
-  }
-  return st.exit_code();
+  return ReportFailure(bin, st, origins);
 }
 
 Status CheckFiles(const std::vector<NamedFile>& reads, const std::vector<NamedFile>& writes) {

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "ob/cli/config.h"
 #include "ob/status.h"
 
 namespace ob::cli {
@@ -54,6 +56,12 @@ struct Tool {
   // data, a log appended to a plan: exit 64, nothing touched).
   std::function<std::vector<NamedFile>()> reads = nullptr;
   std::function<std::vector<NamedFile>()> writes = nullptr;
+  // Optional: the tool takes its options from a YAML file too (config.h):
+  // Main declares --config FILE and --print-config, applies the file after
+  // the command line (whose options win), and prints the options in effect
+  // for --print-config. A usage error the run returns about an option the
+  // file set names the file and line, and exits 78 (kConfig).
+  std::optional<ConfigSpec> config = std::nullopt;
 };
 
 // Parses argv, handles help/version/usage errors, runs the tool, reports a
