@@ -213,40 +213,134 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// ob-launch --agent: an agent, started by the master on its host.
+ob::Status RunAgentRole() {
+  ob::launch::AgentOptions& o = g.agent;
+  if (o.master.empty() || o.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
+  ob::log::Init("agent", -1, o.host);
+  RaiseOpenFileLimit();  // for its probes, and the workers' groups (they inherit it)
+  o.master_timeout_s = g.master.master_timeout_s;
+  OB_ASSIGN_OR_RETURN(o.probe_port, ob::launch::ParseProbePort(g.probe_port));
+  o.standby_exe = WorkerExe(LaunchPath());
+  OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
+  if (g.standby == "off") {
+    o.spare_standbys = false;
+    OB_LOG(Info) << "no standby workers (--standby off): the workers fork from one process that loads "
+                    "LibTorch once";
+  } else if (g.standby == "exec") {
+    o.standby_seed = false;
+    OB_LOG(Info) << "no standby seed (--standby exec): each standby loads LibTorch itself";
+  }
+  OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
+  o.device = g.worker.device;
+  OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, AgentGpus(device));
+  o.gpus = seen.gpus;
+  o.gpu_ids = std::move(seen.gpu_ids);
+  o.gpu_memory = std::move(seen.gpu_memory);
+  o.gpu_names = std::move(seen.gpu_names);
+  o.build = BuildId();
+  int rc = ob::launch::RunAgent(o);
+  // The agent has logged why it stopped; exit with its status, no summary line.
+  if (rc != 0) std::exit(rc);
+  return ob::Status::Ok();
+}
+
+// The precision the workers train in (the device's default unless given;
+// with --device auto, as this machine sees it), which the plan must have
+// been profiled for.
+ob::Status ChoosePrecision(const ob::launch::PlanData& plan, ob::launch::MasterOptions* o) {
+  OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
+  int gpus = 0;
+  if (device == ob::launch::DeviceKind::kAuto) {
+    OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, ProbeWorker(device, /*runtime=*/false));
+    gpus = seen.gpus;
+  }
+  const ob::launch::DeviceKind here = ob::launch::ResolveDevice(device, gpus);
+  OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
+  OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(plan, g.worker.precision));
+  o->agent_flags.push_back("--device");
+  o->agent_flags.push_back(g.worker.device);
+  o->agent_flags.insert(o->agent_flags.end(), {"--standby", g.standby});
+  o->agent_flags.insert(o->agent_flags.end(), {"--probe-port", g.probe_port});
+  return ob::Status::Ok();
+}
+
+// The --eval-* flags, and --steps 0, as a whole.
+ob::Status CheckEvalFlags(const ob::launch::MasterOptions& o) {
+  const auto& w = g.worker;
+  if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");
+  if (!(w.eval_split >= 0 && w.eval_split < 1)) return ob::Status::Usage("--eval-split must be in [0, 1)");
+  if ((w.eval_every > 0 || w.eval_batches != 1) && w.eval_data.empty() && w.eval_split == 0) {
+    return ob::Status::Usage("--eval-every and --eval-batches need --eval-data or --eval-split");
+  }
+  if (w.steps == 0 && (o.resume.empty() || (w.eval_data.empty() && w.eval_split == 0))) {
+    return ob::Status::Usage("--steps 0 evaluates a checkpoint: give --resume and --eval-data or --eval-split");
+  }
+  return ob::Status::Ok();
+}
+
+// The optimizer's flags, each in its range and --min-lr and --warmup-steps
+// against --lr and --steps.
+ob::Status CheckOptimizerFlags() {
+  const auto& w = g.worker;
+  if (!(w.lr > 0) || !std::isfinite(w.lr)) {
+    return ob::Status::Usage("--lr " + Exact(w.lr) + ": the learning rate must be a positive number");
+  }
+  if (w.warmup_steps < 0) return ob::Status::Usage("--warmup-steps must not be negative");
+  if (w.steps > 0 && w.warmup_steps > w.steps) {
+    return ob::Status::Usage("--warmup-steps " + std::to_string(w.warmup_steps) + " is longer than --steps " +
+                             std::to_string(w.steps) + ": the learning rate would never reach --lr");
+  }
+  if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) {
+    return ob::Status::Usage("--min-lr " + Exact(w.min_lr) + ": must be between 0 and --lr");
+  }
+  if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
+    return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
+  if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) {
+    return ob::Status::Usage("--weight-decay " + Exact(w.weight_decay) + ": must be a finite number, 0 or more");
+  }
+  if (!(w.beta1 >= 0 && w.beta1 < 1) || !(w.beta2 >= 0 && w.beta2 < 1))
+    return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
+  if (!(w.eps > 0 && std::isfinite(w.eps))) {
+    return ob::Status::Usage("--eps " + Exact(w.eps) + ": must be a positive, finite number");
+  }
+  if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) {
+    return ob::Status::Usage("--clip-norm " + Exact(w.clip_norm) +
+                             ": must be a finite number, 0 or more (0: no clipping)");
+  }
+  return ob::Status::Ok();
+}
+
+// The data and the evaluation data, as this machine reads them, against the
+// plan's model; their facts and sums for the workers.
+ob::Status CheckData(const ob::launch::PlanData& plan, ob::launch::MasterOptions* o) {
+  // Refuse a plan whose model cannot take the data (or its --eval-split)
+  // before any host is touched.
+  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
+                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
+                                                   /*data_is_local=*/o->rsh == "local", g.worker.eval_split));
+  g.worker.data_facts = data_checked.facts;
+  o->data_sum = data_checked.sum;
+  o->data_identity = data_checked.identity;
+  auto& w = g.worker;
+  if (w.eval_data.empty()) return ob::Status::Ok();
+  w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
+  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
+                      ob::launch::CheckDataForPlan(w.eval_data, plan, /*data_is_local=*/o->rsh == "local"));
+  o->eval_data_sum = eval_checked.sum;
+  const auto eval_id = ob::io::RegularFileId(w.eval_data);
+  if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
+    OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data
+                 << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
+  }
+  return ob::Status::Ok();
+}
+
 ob::Status Run(const ob::cli::CommonOptions& common) {
   if (g.as_worker || g.probe) {
     return ob::Status::Usage(std::string("--worker and --probe are ") + kWorkerExeName + "'s (started by agents)");
   }
-  if (g.as_agent) {
-    ob::launch::AgentOptions& o = g.agent;
-    if (o.master.empty() || o.host.empty()) return ob::Status::Usage("--agent needs --master and --host");
-    ob::log::Init("agent", -1, o.host);
-    RaiseOpenFileLimit();  // for its probes, and the workers' groups (they inherit it)
-    o.master_timeout_s = g.master.master_timeout_s;
-    OB_ASSIGN_OR_RETURN(o.probe_port, ob::launch::ParseProbePort(g.probe_port));
-    o.standby_exe = WorkerExe(LaunchPath());
-    OB_RETURN_IF_ERROR(CheckWorkerExe(o.standby_exe));
-    if (g.standby == "off") {
-      o.spare_standbys = false;
-      OB_LOG(Info) << "no standby workers (--standby off): the workers fork from one process that loads "
-                      "LibTorch once";
-    } else if (g.standby == "exec") {
-      o.standby_seed = false;
-      OB_LOG(Info) << "no standby seed (--standby exec): each standby loads LibTorch itself";
-    }
-    OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
-    o.device = g.worker.device;
-    OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, AgentGpus(device));
-    o.gpus = seen.gpus;
-    o.gpu_ids = std::move(seen.gpu_ids);
-    o.gpu_memory = std::move(seen.gpu_memory);
-    o.gpu_names = std::move(seen.gpu_names);
-    o.build = BuildId();
-    int rc = ob::launch::RunAgent(o);
-    // The agent has logged why it stopped; exit with its status, no summary line.
-    if (rc != 0) std::exit(rc);
-    return ob::Status::Ok();
-  }
+  if (g.as_agent) return RunAgentRole();
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
   ob::log::Init("master");
@@ -254,57 +348,9 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   // Read once, checked and run as read: "-" and a pipe cannot be read again,
   // and a file replaced meanwhile would be checked as one plan, run as another.
   OB_ASSIGN_OR_RETURN(const ob::launch::PlanData plan, ob::launch::LoadPlanData(Absolute(o.plan_path)));
-  // The precision the workers train in (the device's default unless given;
-  // with --device auto, as this machine sees it), which the plan must have
-  // been profiled for.
-  {
-    OB_ASSIGN_OR_RETURN(ob::launch::DeviceKind device, ob::launch::ParseDevice(g.worker.device));
-    int gpus = 0;
-    if (device == ob::launch::DeviceKind::kAuto) {
-      OB_ASSIGN_OR_RETURN(ob::launch::ProbeResult seen, ProbeWorker(device, /*runtime=*/false));
-      gpus = seen.gpus;
-    }
-    const ob::launch::DeviceKind here = ob::launch::ResolveDevice(device, gpus);
-    OB_ASSIGN_OR_RETURN(g.worker.precision, ob::launch::ResolvePrecision(g.worker.precision, here));
-    OB_RETURN_IF_ERROR(ob::launch::CheckPrecisionForPlan(plan, g.worker.precision));
-    o.agent_flags.push_back("--device");
-    o.agent_flags.push_back(g.worker.device);
-    o.agent_flags.insert(o.agent_flags.end(), {"--standby", g.standby});
-    o.agent_flags.insert(o.agent_flags.end(), {"--probe-port", g.probe_port});
-  }
-  {
-    const auto& w = g.worker;
-    if (!w.eval_data.empty() && w.eval_split > 0) return ob::Status::Usage("--eval-data and --eval-split exclude each other");
-    if (!(w.eval_split >= 0 && w.eval_split < 1)) return ob::Status::Usage("--eval-split must be in [0, 1)");
-    if ((w.eval_every > 0 || w.eval_batches != 1) && w.eval_data.empty() && w.eval_split == 0) {
-      return ob::Status::Usage("--eval-every and --eval-batches need --eval-data or --eval-split");
-    }
-    if (w.steps == 0 && (o.resume.empty() || (w.eval_data.empty() && w.eval_split == 0))) {
-      return ob::Status::Usage("--steps 0 evaluates a checkpoint: give --resume and --eval-data or --eval-split");
-    }
-  }
-  // Refuse a plan whose model cannot take the data (or its --eval-split)
-  // before any host is touched.
-  OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
-                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
-                                                   /*data_is_local=*/o.rsh == "local", g.worker.eval_split));
-  g.worker.data_facts = data_checked.facts;
-  o.data_sum = data_checked.sum;
-  o.data_identity = data_checked.identity;
-  {
-    auto& w = g.worker;
-    if (!w.eval_data.empty()) {
-      w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
-      OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
-                          ob::launch::CheckDataForPlan(w.eval_data, plan, /*data_is_local=*/o.rsh == "local"));
-      o.eval_data_sum = eval_checked.sum;
-      const auto eval_id = ob::io::RegularFileId(w.eval_data);
-      if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
-        OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data
-                     << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
-      }
-    }
-  }
+  OB_RETURN_IF_ERROR(ChoosePrecision(plan, &o));
+  OB_RETURN_IF_ERROR(CheckEvalFlags(o));
+  OB_RETURN_IF_ERROR(CheckData(plan, &o));
   o.plan_path = Absolute(o.plan_path);
   o.plan = plan.plan;
   o.log_to_run_dir = common.log_file.empty();
@@ -337,34 +383,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
                              "): give the checkpoints a directory of their own, e.g. " +
                              ob::io::JoinPath(o.run_dir, "ckpt"));
   }
-  {
-    const auto& w = g.worker;
-    if (!(w.lr > 0) || !std::isfinite(w.lr)) {
-      return ob::Status::Usage("--lr " + Exact(w.lr) + ": the learning rate must be a positive number");
-    }
-    if (w.warmup_steps < 0) return ob::Status::Usage("--warmup-steps must not be negative");
-    if (w.steps > 0 && w.warmup_steps > w.steps) {
-      return ob::Status::Usage("--warmup-steps " + std::to_string(w.warmup_steps) + " is longer than --steps " +
-                               std::to_string(w.steps) + ": the learning rate would never reach --lr");
-    }
-    if (!(w.min_lr >= 0 && w.min_lr <= w.lr)) {
-      return ob::Status::Usage("--min-lr " + Exact(w.min_lr) + ": must be between 0 and --lr");
-    }
-    if (w.lr_schedule != "cosine" && w.lr_schedule != "constant")
-      return ob::Status::Usage("--lr-schedule must be 'cosine' or 'constant', not '" + w.lr_schedule + "'");
-    if (!(w.weight_decay >= 0 && std::isfinite(w.weight_decay))) {
-      return ob::Status::Usage("--weight-decay " + Exact(w.weight_decay) + ": must be a finite number, 0 or more");
-    }
-    if (!(w.beta1 >= 0 && w.beta1 < 1) || !(w.beta2 >= 0 && w.beta2 < 1))
-      return ob::Status::Usage("--beta1 and --beta2 must be in [0, 1)");
-    if (!(w.eps > 0 && std::isfinite(w.eps))) {
-      return ob::Status::Usage("--eps " + Exact(w.eps) + ": must be a positive, finite number");
-    }
-    if (!(w.clip_norm >= 0 && std::isfinite(w.clip_norm))) {
-      return ob::Status::Usage("--clip-norm " + Exact(w.clip_norm) +
-                               ": must be a finite number, 0 or more (0: no clipping)");
-    }
-  }
+  OB_RETURN_IF_ERROR(CheckOptimizerFlags());
   for (const auto& i : g.inject) OB_RETURN_IF_ERROR(ob::launch::ParseInjection(i, -1).status());
   // Agents, and the workers they start, run this path on their hosts.
   o.self_exe = g.agent_exe.empty() ? SelfExe() : g.agent_exe;
