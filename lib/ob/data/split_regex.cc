@@ -7,7 +7,7 @@ namespace ob::data {
 namespace {
 
 // Unicode's White_Space property (PropList.txt), Oniguruma's \s.
-constexpr const char* kWhiteSpace =
+constexpr const char* kWhiteSpaceClass =
     "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
 bool IsHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -24,12 +24,12 @@ std::string Translate(const std::string& p, std::string* out) {
       const char d = p[i + 1];
       switch (d) {
         case 's':
-          *out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+          *out += in_class ? std::string(kWhiteSpaceClass) : "[" + std::string(kWhiteSpaceClass) + "]";
           i += 2;
           continue;
         case 'S':
           if (in_class) return "\\S inside a character class";
-          *out += "[^" + std::string(kWhiteSpace) + "]";
+          *out += "[^" + std::string(kWhiteSpaceClass) + "]";
           i += 2;
           continue;
         case 'w': case 'W': case 'b': case 'B': case 'h': case 'H': case 'G': case 'A': case 'z': case 'Z':
