@@ -209,8 +209,10 @@ ob::Result<ob::plan::FailureModel> FailureModelFromOptions() {
   return m;  // ChooseFaults checks the values (a zero MTBF or horizon: 64)
 }
 
+// `made` (if given): the templates and instantiation made while choosing
+// the tensor-parallel degree (tp 0: none made).
 ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
-                                           int mb);
+                                           int mb, ob::plan::TensorParallelPlan* made = nullptr);
 
 ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile& profile) {
   OB_ASSIGN_OR_RETURN(auto hosts, ClusterHosts());
@@ -280,11 +282,14 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     auto iteration = [&](int f, int n) -> ob::Result<double> {
       ob::plan::Cluster cn = c;
       cn.nodes = n;
-      OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb));
-      OB_ASSIGN_OR_RETURN(auto ts, ob::plan::BuildTemplates(pr));
-      OB_ASSIGN_OR_RETURN(auto in, ob::plan::Instantiate(pr, ts));
-      const double seconds = in.iteration_seconds;
-      if (n == nodes) planned[f] = {std::move(pr), std::move(ts), std::move(in)};
+      ob::plan::TensorParallelPlan made;
+      OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb, &made));
+      if (made.tp == 0) {
+        OB_ASSIGN_OR_RETURN(made.templates, ob::plan::BuildTemplates(pr));
+        OB_ASSIGN_OR_RETURN(made.inst, ob::plan::Instantiate(pr, made.templates));
+      }
+      const double seconds = made.inst.iteration_seconds;
+      if (n == nodes) planned[f] = {std::move(pr), std::move(made.templates), std::move(made.inst)};
       return seconds;
     };
     const double tokens = static_cast<double>(g.global_batch) * std::max<int64_t>(1, profile.sequence_length());
@@ -307,17 +312,21 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   };
   ob::plan::Problem problem;
   ob::plan::TemplateSet templates;
-  const auto kept = planned.find(faults);
+  auto kept = planned.find(faults);
+  if (kept == planned.end()) {  // planned now, with what choosing its degree made
+    ob::plan::TensorParallelPlan made;
+    OB_ASSIGN_OR_RETURN(problem, BuildProblem(profile, c, faults, mb, &made));
+    if (made.tp > 0) kept = planned.emplace(faults, Planned{problem, std::move(made.templates), std::move(made.inst)}).first;
+  }
   if (kept != planned.end()) {
     problem = std::move(kept->second.problem);
     templates = std::move(kept->second.templates);
   } else {
-    OB_ASSIGN_OR_RETURN(problem, BuildProblem(profile, c, faults, mb));
     OB_ASSIGN_OR_RETURN(templates, ob::plan::BuildTemplates(problem));
   }
   if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
   ob::plan::Instantiation inst;
-  if (kept != planned.end() && g.pipelines.empty()) {  // the instantiation -f auto made
+  if (kept != planned.end() && g.pipelines.empty()) {  // the instantiation made while choosing f or tp
     inst = std::move(kept->second.inst);
   } else {
     OB_ASSIGN_OR_RETURN(inst, instantiate(problem, templates));
@@ -332,10 +341,13 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     // only where that prediction is faster than the one-degree plan's.
     ob::plan::Problem one = problem;
     one.mixed_stages = false;
-    if (ob::Result<int> tp = ob::plan::ChooseTensorParallel(one); tp.ok()) one.tp = *tp;
-    ob::Result<ob::plan::TemplateSet> ts = ob::plan::BuildTemplates(one);
+    ob::Result<ob::plan::TensorParallelPlan> made = ob::plan::ChooseTensorParallelPlan(one);
+    if (made.ok()) one.tp = made->tp;
+    ob::Result<ob::plan::TemplateSet> ts =
+        made.ok() ? ob::Result<ob::plan::TemplateSet>(std::move(made->templates)) : ob::plan::BuildTemplates(one);
     if (ts.ok() && (g.host_memory_gib <= 0 || CheckHostMemory(profile, *ts).ok())) {
-      ob::Result<ob::plan::Instantiation> in = instantiate(one, *ts);
+      ob::Result<ob::plan::Instantiation> in =
+          made.ok() && g.pipelines.empty() ? ob::Result<ob::plan::Instantiation>(std::move(made->inst)) : instantiate(one, *ts);
       if (in.ok()) {
         const bool keep_one = in->iteration_seconds <= inst.iteration_seconds;
         if (!common.quiet) {
@@ -376,7 +388,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
 // The problem for `faults` failures on cluster `c`, with the tensor-parallel
 // degrees asked (--tp, --template-tp) or chosen.
 ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
-                                           int mb) {
+                                           int mb, ob::plan::TensorParallelPlan* made) {
   auto problem = ob::plan::MakeProblem(profile, c, faults, g.global_batch, mb);
   if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
   if (g.recompute == "auto") {
@@ -425,8 +437,11 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
   } else if (g.tp == 0) {
     // One degree for the other templates; when none
     // instantiates alone, BuildTemplates below says why, as it always did.
-    ob::Result<int> tp = ob::plan::ChooseTensorParallel(*problem);
-    if (tp.ok()) problem->tp = *tp;
+    ob::Result<ob::plan::TensorParallelPlan> tp = ob::plan::ChooseTensorParallelPlan(*problem);
+    if (tp.ok()) {
+      problem->tp = tp->tp;
+      if (made != nullptr) *made = std::move(tp).value();
+    }
   }
   return problem;
 }

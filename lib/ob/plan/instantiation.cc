@@ -161,10 +161,9 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
   return m;
 }
 
-Result<int> ChooseTensorParallel(const Problem& p) {
+Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p) {
   Status last = Status::Config("no tensor-parallel degree divides the model");
-  int best = 0;
-  double best_seconds = 0;
+  TensorParallelPlan best;
   for (int t : TensorParallelChoices(p)) {
     Problem q = p;
     q.tp = t;
@@ -178,13 +177,17 @@ Result<int> ChooseTensorParallel(const Problem& p) {
       last = inst.status();
       continue;
     }
-    if (best == 0 || inst->iteration_seconds < best_seconds) {
-      best = t;
-      best_seconds = inst->iteration_seconds;
+    if (best.tp == 0 || inst->iteration_seconds < best.inst.iteration_seconds) {
+      best = {t, std::move(ts).value(), std::move(inst).value()};
     }
   }
-  if (best == 0) return last;
+  if (best.tp == 0) return last;
   return best;
+}
+
+Result<int> ChooseTensorParallel(const Problem& p) {
+  OB_ASSIGN_OR_RETURN(TensorParallelPlan chosen, ChooseTensorParallelPlan(p));
+  return chosen.tp;
 }
 
 Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst) {

@@ -92,6 +92,16 @@ Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
 // error of the last degree tried when none instantiates.
 Result<int> ChooseTensorParallel(const Problem& p);
 
+// ChooseTensorParallel's degree with what it made to choose it: that
+// degree's templates and their instantiation (Instantiate's), which a
+// caller planning the degree need not make again.
+struct TensorParallelPlan {
+  int tp = 0;
+  TemplateSet templates;
+  Instantiation inst;
+};
+Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p);
+
 // Recomputes microbatches (by SplitBatch) and iteration_seconds of `inst` for
 // its pipelines, keeping their order and nodes; SplitBatch's errors.
 Status Rebalance(const Problem& p, const TemplateSet& ts, Instantiation* inst);
