@@ -28,6 +28,7 @@
 #include "ob/launch/worker/inject.h"
 #include "ob/launch/master/master.h"
 #include "ob/launch/master/master_setup.h"
+#include "ob/launch/master/standby_fetch.h"
 #include "ob/launch/agent/peer_probe.h"
 #include "ob/launch/master/data_checks.h"
 #include "ob/launch/wire/plan_data.h"
@@ -336,11 +337,47 @@ ob::Status CheckData(const ob::launch::PlanData& plan, ob::launch::MasterOptions
   return ob::Status::Ok();
 }
 
+// The master's options from the flags and the plan (the master's and its
+// standby's alike).
+ob::Status MasterFromFlags(const ob::launch::PlanData& plan, const ob::cli::CommonOptions& common);
+
+// A standby master (design/master.md): main() fetched what it starts from
+// (g_standby) before parsing the master's command line as its own.
+ob::launch::StandbyStart g_standby;
+std::string g_standby_secret;
+std::vector<std::string> g_args;  // argv[1..], for the standby
+
+ob::Status RunStandbyRole(const ob::cli::CommonOptions& common) {
+  ob::launch::MasterOptions& o = g.master;
+  o.standby_host = g.agent.host;
+  ob::log::Init("standby-master", -1, o.standby_host);
+  RaiseOpenFileLimit();
+  const ob::pb::MasterSync& s = g_standby.sync;
+  o.run_dir = s.run_dir() + "/standby-" + o.standby_host;
+  OB_RETURN_IF_ERROR(ob::io::MakeDirs(o.run_dir, "run directory", 0700));
+  if (!s.hosts().empty()) {
+    o.hosts_path = o.run_dir + "/hosts.txt";
+    OB_RETURN_IF_ERROR(ob::io::WriteFile(o.hosts_path, s.hosts()));
+  }
+  OB_ASSIGN_OR_RETURN(const ob::launch::PlanData plan, ob::launch::PlanDataOf(s.plan(), "the master's plan"));
+  OB_RETURN_IF_ERROR(MasterFromFlags(plan, common));
+  o.secret = g_standby_secret;
+  o.bind = g_standby.local_ip;
+  o.argv.assign(s.argv().begin(), s.argv().end());  // for a standby of its own, after a takeover
+  o.cwd = s.cwd();
+  o.metrics = Absolute(o.metrics);
+  ob::Result<int> rc = ob::launch::RunMaster(o);
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) return ob::Status(static_cast<ob::Code>(*rc), "the standby master ended with status " + std::to_string(*rc));
+  return ob::Status::Ok();
+}
+
 ob::Status Run(const ob::cli::CommonOptions& common) {
   if (g.as_worker || g.probe) {
     return ob::Status::Usage(std::string("--worker and --probe are ") + kWorkerExeName + "'s (started by agents)");
   }
   if (g.as_agent) return RunAgentRole();
+  if (!g.master.standby_of.empty()) return RunStandbyRole(common);
   ob::launch::MasterOptions& o = g.master;
   if (o.plan_path.empty()) return ob::Status::Usage("no plan: give plan.pb (and hosts.txt)");
   ob::log::Init("master");
@@ -348,6 +385,18 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   // Read once, checked and run as read: "-" and a pipe cannot be read again,
   // and a file replaced meanwhile would be checked as one plan, run as another.
   OB_ASSIGN_OR_RETURN(const ob::launch::PlanData plan, ob::launch::LoadPlanData(Absolute(o.plan_path)));
+  OB_RETURN_IF_ERROR(MasterFromFlags(plan, common));
+  o.argv = g_args;
+  if (char cwd[PATH_MAX]; ::getcwd(cwd, sizeof cwd) != nullptr) o.cwd = cwd;
+  o.metrics = o.metrics.empty() || o.metrics == "-" ? o.metrics : Absolute(o.metrics);
+  ob::Result<int> rc = ob::launch::RunMaster(o);
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) return ob::Status(static_cast<ob::Code>(*rc), "training ended with status " + std::to_string(*rc));
+  return ob::Status::Ok();
+}
+
+ob::Status MasterFromFlags(const ob::launch::PlanData& plan, const ob::cli::CommonOptions& common) {
+  ob::launch::MasterOptions& o = g.master;
   OB_RETURN_IF_ERROR(ChoosePrecision(plan, &o));
   OB_RETURN_IF_ERROR(CheckEvalFlags(o));
   OB_RETURN_IF_ERROR(CheckData(plan, &o));
@@ -396,9 +445,6 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   o.agent_flags.insert(o.agent_flags.end(), g.log_flags.begin(), g.log_flags.end());
   const std::string self = WorkerExe(o.self_exe);
   o.worker_command = [self](const ob::launch::WorkerContext& c) { return WorkerCommand(c, self); };
-  ob::Result<int> rc = ob::launch::RunMaster(o);
-  if (!rc.ok()) return rc.status();
-  if (*rc != 0) return ob::Status(static_cast<ob::Code>(*rc), "training ended with status " + std::to_string(*rc));
   return ob::Status::Ok();
 }
 
@@ -409,8 +455,56 @@ const ob::cli::Tool kTool{"launch", "Train across hosts, and keep training when 
 
 }  // namespace
 
+// `ob-launch --standby-master-of ADDR:PORT --host H [...]`, as the master
+// starts it: the secret on stdin's first line; then what the master says
+// it runs with, parsed as this process's own command line.
+int StandbyMain(int argc, char** argv) {
+  std::string of, host;
+  std::vector<std::string> extra;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--standby-master-of" && i + 1 < argc) {
+      of = argv[++i];
+    } else if (a == "--host" && i + 1 < argc) {
+      host = argv[++i];
+    } else {
+      extra.push_back(a);  // --master-timeout S, -v: passed on
+    }
+  }
+  ob::log::Init("standby-master", -1, host);
+  std::string secret;
+  for (char c; secret.size() < 4096 && ::read(0, &c, 1) == 1 && c != '\n';) secret += c;
+  if (secret.empty() || of.empty() || host.empty()) {
+    OB_LOG(Error) << "--standby-master-of is ob-launch's own (it reads the secret on stdin)";
+    return static_cast<int>(ob::Code::kUsage);
+  }
+  ob::Result<ob::launch::StandbyStart> start = ob::launch::FetchStandbyStart(of, host, secret, 30000);
+  if (!start.ok()) {
+    OB_LOG(Error) << "cannot follow the master: " << start.status().message();
+    return start.status().exit_code();
+  }
+  g_standby = std::move(start).value();
+  g_standby_secret = secret;
+  if (!g_standby.sync.cwd().empty() && ::chdir(g_standby.sync.cwd().c_str()) != 0) {
+    OB_LOG(Warn) << "no directory " << g_standby.sync.cwd() << " here (the master's): relative paths of its "
+                 << "command line are read from " << (std::getenv("HOME") ? std::getenv("HOME") : "/");
+  }
+  std::vector<std::string> args = {argv[0]};
+  args.insert(args.end(), g_standby.sync.argv().begin(), g_standby.sync.argv().end());
+  args.insert(args.end(), {"--standby-master-of", of, "--host", host});
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  return ob::cli::Main(static_cast<int>(args.size()), cargs.data(), kTool);
+}
+
 int main(int argc, char** argv) {
   if (argc > 0) g_argv0 = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--standby-master-of") == 0) return StandbyMain(argc, argv);
+    g_args.push_back(argv[i]);
+  }
   if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) {
     std::fprintf(stderr, "ob-launch: --standby-worker is %s's (started by agents)\n", kWorkerExeName);
     return static_cast<int>(ob::Code::kUsage);

@@ -151,7 +151,17 @@ void Setup(CLI::App& app) {
       ->option_text("WHAT");
   app.add_flag("--resume-from-other", g.master.resume_from_other,
                "Resume from a checkpoint another job saved (another seed or data)");
+  app.add_option("--standby-master", g.master.standby_master,
+                 "Where a standby master follows the master, to take over if the master's host is lost: a host "
+                 "of HOSTS, 'auto' (the first host that is not the master's, with three hosts or more) or 'off' "
+                 "(the default)")
+      ->option_text("HOST|auto|off");
+  app.add_option("--master-host", g.master.master_host,
+                 "The host of HOSTS this master runs on (default: this machine's name when listed; the batch "
+                 "node under Slurm; the first host with --rsh local)")
+      ->option_text("HOST");
   // Roles started by ob-launch itself; not for people.
+  app.add_option("--standby-master-of", g.master.standby_of)->group("");
   app.add_flag("--agent", g.as_agent)->group("");
   app.add_option("--master", g.agent.master)->group("");
   app.add_option("--host", g.agent.host)->group("");

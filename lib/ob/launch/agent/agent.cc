@@ -92,8 +92,11 @@ int Agent::Run() {
                   },
                   [](uv_stream_t* s, ssize_t n, const uv_buf_t*) {
                     if (n >= 0) return;  // later lines are ignored
-                    static_cast<Agent*>(s->data)->Shutdown(
-                        static_cast<int>(Code::kTempFail), "stdin closed: the master is gone");
+                    auto* a = static_cast<Agent*>(s->data);
+                    uv_read_stop(s);
+                    a->stdin_open_ = false;
+                    if (a->failed_over_) return;  // the old master's rsh: nothing to us now
+                    a->LostMaster(static_cast<int>(Code::kTempFail), "stdin closed: the master is gone");
                   });
   }
   uv_timer_init(&loop_, &heartbeat_);
@@ -117,12 +120,43 @@ void Agent::Reconnect() {
   for (const std::string& name : opt_.gpu_names) hello.add_gpu_names(name);
   hello.set_device(cuda() ? "cuda" : "cpu");
   hello.set_build(opt_.build);
+  hello.set_term(term_);
   Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }
 
+void Agent::LostMaster(int code, const std::string& reason) {
+  if (exit_code_ >= 0) return;
+  if (standby_address_.empty()) return Shutdown(code, reason);
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(standby_address_, "the standby master", &host, &port).ok()) return Shutdown(code, reason);
+  OB_LOG(Warn) << "lost the master (" << reason << "): stopping generation " << generation_
+               << "'s workers and going to the standby master on " << standby_host_ << " (" << standby_address_
+               << ")";
+  pending_.clear();
+  Retire();
+  if (probe_) probe_->SetPeers({});
+  uv_timer_stop(&heartbeat_);
+  uv_timer_stop(&retry_);
+  if (conn_) {
+    conn_->SetHandlers(nullptr, nullptr);
+    conn_->Close("lost the master");
+    conn_.reset();
+  }
+  master_host_ = host;
+  master_port_ = port;
+  failing_over_ = true;
+  failed_over_ = true;
+  standby_address_.clear();  // the next one is the new master's to name
+  standby_host_.clear();
+  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) + kRejoinMs;
+  Reconnect();
+}
+
 void Agent::Detach(const std::string& reason) {
   if (exit_code_ >= 0) return;
+  if (!standby_address_.empty()) return LostMaster(static_cast<int>(Code::kTempFail), "connection " + reason);
   if (!stdin_open_ || rejoin_until_ms_ >= 0) {
     return Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
   }
@@ -163,6 +197,10 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
                << conn_->peer();
   rejoin_until_ms_ = -1;
   master_suspect_ = false;
+  if (failing_over_) {  // what the lost master may not have passed on
+    failing_over_ = false;
+    for (const auto& [rank, m] : last_records_) conn_->Send(m);
+  }
   if (opt_.spare_standbys) {
     SpawnStandby(0);  // loading while the master waits for the other agents
   } else if (seed_state_ == Seed::kNone) {
@@ -210,8 +248,7 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
     if (confirmed) {
       char text[64];
       snprintf(text, sizeof text, "%.1f s", silent_s);
-      a->Shutdown(static_cast<int>(Code::kTempFail),
-                  std::string("the master has been silent for ") + text);
+      a->LostMaster(static_cast<int>(Code::kTempFail), std::string("the master has been silent for ") + text);
     }
   }, kWatchdogMs, kWatchdogMs);
 }
@@ -222,6 +259,11 @@ void Agent::OnMessage(pb::Control& m) {
     case pb::Control::kStartWorkers: StartWorkers(m.start_workers()); break;
     case pb::Control::kStoreReply: relay_->Deliver(m.store_reply()); break;
     case pb::Control::kStop: Shutdown(0, "told to stop: " + m.stop().reason()); break;
+    case pb::Control::kStandbyMaster:
+      term_ = std::max(term_, m.standby_master().term());
+      standby_host_ = m.standby_master().host();
+      standby_address_ = m.standby_master().address();
+      break;
     default: OB_LOG(Debug) << "ignoring control message " << m.kind_case(); break;
   }
 }

@@ -92,6 +92,10 @@ class Agent {
   // The master closed our connection while it still holds our stdin: it
   // evicted us (agent.h, "Rejoining").
   void Detach(const std::string& reason);
+  // The master is lost (silent, gone, its connection or our stdin closed):
+  // with a standby master known, the workers stop and the agent goes to
+  // it (design/master.md); else it shuts down.
+  void LostMaster(int code, const std::string& reason);
   void Reconnect();
   void OnMessage(pb::Control& m);
   void StartWorkers(const pb::StartWorkers& sw);
@@ -198,6 +202,15 @@ class Agent {
   std::string master_host_;
   int master_port_ = 0;
   int64_t rejoin_until_ms_ = -1;  // detached: asking to rejoin until then (loop clock)
+  // The standby master, as the master last said (StandbyMaster), and the
+  // master's term.
+  std::string standby_host_, standby_address_;
+  uint64_t term_ = 0;
+  bool failing_over_ = false;     // connecting to the standby: send it last_records_ once in
+  bool failed_over_ = false;      // our master is (or will be) the old one's standby: stdin says nothing
+  // Each rank's last step record: the master may have died before passing
+  // it on, and the one that takes over publishes what it lacks.
+  std::map<uint32_t, pb::Control> last_records_;
   std::unique_ptr<PeerProbe> probe_;  // this generation's peers (peer_probe.h), once we have some
   uv_timer_t retry_{};
 };

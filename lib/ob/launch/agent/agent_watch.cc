@@ -57,7 +57,10 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
         w->deadline_ms = at + StartSilentMs();
         w->suspect = false;
         w->phase = metrics->phase();
-        if (!metrics->heartbeat()) w->stepped = true;
+        if (!metrics->heartbeat()) {
+          w->stepped = true;
+          last_records_[w->rank] = m;  // sent again to a master that takes over (LostMaster)
+        }
         Send(m);
         pos = i + size;
         continue;

@@ -58,6 +58,22 @@ Status AgentPool::Start(const Options& o, const std::vector<cluster::Host>& host
   return Status::Ok();
 }
 
+void AgentPool::Adopt(const Options& o, const std::vector<cluster::Host>& hosts,
+                      const std::vector<std::vector<int>>& host_ranks) {
+  o_ = o;
+  gentle_ = o.rsh == "slurm";
+  agents_.clear();
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    auto a = std::make_unique<AgentState>();
+    a->host = hosts[i];
+    a->ranks = host_ranks[i];
+    a->node = static_cast<int>(i);
+    a->state = AgentState::State::kLost;
+    a->rsh_done = true;  // not ours: nothing to reap
+    agents_.push_back(std::move(a));
+  }
+}
+
 AgentState* AgentPool::Find(const std::string& host) {
   for (auto& a : agents_) {
     if (a->host.name == host) return a.get();

@@ -77,11 +77,20 @@ class AgentPool {
                const std::vector<std::vector<int>>& host_ranks, const std::string& master,
                const std::string& secret);
 
+  // The same hosts, with agents another master started (a standby master
+  // taking over: design/master.md): none is ours to start, reap or kill;
+  // each is lost until it connects.
+  void Adopt(const Options& o, const std::vector<cluster::Host>& hosts,
+             const std::vector<std::vector<int>>& host_ranks);
+
   std::vector<std::unique_ptr<AgentState>>& all() { return agents_; }
   const std::vector<std::unique_ptr<AgentState>>& all() const { return agents_; }
   AgentState& at(int node) { return *agents_[static_cast<size_t>(node)]; }
   const AgentState& at(int node) const { return *agents_[static_cast<size_t>(node)]; }
   AgentState* Find(const std::string& host);
+  const AgentState* Find(const std::string& host) const {
+    return const_cast<AgentPool*>(this)->Find(host);
+  }
   std::vector<int> Live() const;           // nodes whose agents are connected
   bool AllConnected() const;
   // Hosts not yet authenticated: the first `named`, ", "-separated, and how many more.

@@ -156,6 +156,12 @@ class WeightLineage {
   // Every rank of the current generation completed a step.
   void Stepped() { has_steps_ = true; }
   bool has_steps() const { return has_steps_; }
+  // What a standby master mirrors (design/master.md), and takes over with.
+  const pb::WeightSource& start() const { return start_; }
+  void Adopt(const pb::WeightSource& start, bool has_steps) {
+    start_ = start;
+    has_steps_ = has_steps;
+  }
 
  private:
   pb::WeightSource start_;

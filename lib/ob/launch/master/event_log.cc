@@ -26,11 +26,16 @@ Status EventLog::Open(const std::string& path) {
 }
 
 void EventLog::Write(const std::string& kind, const std::string& text) {
-  if (fd_ < 0) return;
   const int64_t now = UnixMs();
   char since[32];
   std::snprintf(since, sizeof since, " +%.3fs ", (now - start_ms_) / 1e3);
   const std::string line = FormatUnixMs(now) + since + kind + " " + text + "\n";
+  if (on_line_) on_line_(line);
+  WriteLine(line);
+}
+
+void EventLog::WriteLine(const std::string& line) {
+  if (fd_ < 0) return;
   if (loss_.Count(::write(fd_, line.data(), line.size()), line.size())) {
     OB_LOG(Warn) << path_ << ": cannot append an event: " << loss_.error()
                  << "; training goes on, and the end of the run says what the log lacks";

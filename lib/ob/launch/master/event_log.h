@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ob/io/file.h"
@@ -25,6 +26,13 @@ class EventLog {
   // record, never a reason to stop training. The first line lost is
   // warned of at once, and lost() says what the log lacks.
   void Write(const std::string& kind, const std::string& text);
+  // A line as another master wrote it (MasterSync.events), whole.
+  void WriteLine(const std::string& line);
+  // Each line written, as written (the master mirrors them to its standby).
+  void OnLine(std::function<void(const std::string&)> f) { on_line_ = std::move(f); }
+  // The run's start, which the "+S.SSSs" of each line counts from.
+  int64_t start_ms() const { return start_ms_; }
+  void set_start_ms(int64_t ms) { start_ms_ = ms; }
   // "" while every line was written; else "PATH lacks N of its M lines, the
   // first at TIME: ERROR", for a warning at the end of the run.
   std::string lost() const { return loss_.Describe(path_); }
@@ -34,6 +42,7 @@ class EventLog {
   int64_t start_ms_;
   std::string path_;
   io::AppendLoss loss_;
+  std::function<void(const std::string&)> on_line_;
 };
 
 }  // namespace ob::launch

@@ -41,7 +41,12 @@ std::string FormatTime(int64_t unix_ms, const char* fmt) {
 namespace detail {
 
 Status Master::Prepare() {
-  OB_ASSIGN_OR_RETURN(secret_, ReadSecret(opt_.secret_file));
+  const bool standby = !opt_.standby_of.empty();
+  if (standby) {
+    secret_ = opt_.secret;
+  } else {
+    OB_ASSIGN_OR_RETURN(secret_, ReadSecret(opt_.secret_file));
+  }
   ::unsetenv("OB_SECRET");  // agents and workers get it on stdin or not at all
   if (opt_.rsh == "slurm" && (std::getenv("SLURM_JOB_ID") == nullptr || *std::getenv("SLURM_JOB_ID") == '\0')) {
     return Status::Usage("--rsh slurm starts agents as steps of a Slurm job, and SLURM_JOB_ID is not set: run "
@@ -72,7 +77,10 @@ Status Master::Prepare() {
     h.first_step_timeout_ms = std::max<int64_t>(30000, 10 * h.timeout_ms);
     hang_ = HangWatch(h);
   }
-  if (opt_.bind == "auto") {
+  if (standby) {  // where this host meets the master (main.cc); never the master's --bind
+    bind_addr_ = opt_.bind;
+    bind_port_ = 0;
+  } else if (opt_.bind == "auto") {
     OB_ASSIGN_OR_RETURN(bind_addr_, AutoBindAddress(hosts_, opt_.rsh));
     bind_port_ = 0;
   } else {
@@ -90,6 +98,17 @@ Status Master::Prepare() {
   // The run's id (Metrics.run): 16 hex digits, so that two runs, on one
   // host or many, never share one.
   OB_ASSIGN_OR_RETURN(run_id_, io::RandomHex(8));
+  if (standby) {  // its checkpoints and --metrics wait for a takeover (master_follow.cc)
+    events_.Write("standby-master", "host=" + opt_.standby_host + " pid=" + std::to_string(::getpid()) +
+                                        " of " + opt_.standby_of);
+    OB_RETURN_IF_ERROR(metrics_.Open(run_dir_ + "/metrics.pb"));
+    metrics_.set_total_steps(opt_.steps);
+    if (opt_.log_to_run_dir && !log::SetFile(run_dir_ + "/master.log")) {
+      return Status::IoErr(run_dir_ + "/master.log: cannot open");
+    }
+    if (!opt_.worker_command) return Status::Internal("no worker command");
+    return Status::Ok();
+  }
   events_.Write("run", "id=" + run_id_ + " pid=" + std::to_string(::getpid()));
   metrics_.set_run(run_id_);
   OB_RETURN_IF_ERROR(ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, opt_.resume, opt_.resume_from_other, opt_.steps,
@@ -150,15 +169,49 @@ Result<int> Master::Run() {
   }
 
   start_ms_ = Now();
-  OB_RETURN_IF_ERROR(StartAgents());
+  if (!opt_.standby_of.empty()) {  // the standby: the master's agents, adopted at a takeover
+    AgentPool::Options ao;
+    ao.rsh = opt_.rsh;
+    ao.master_timeout_s = opt_.master_timeout_s;
+    ao.agent_timeout_s = opt_.agent_timeout_s;
+    agents_.Adopt(ao, layout_.hosts, layout_.host_ranks);
+    state_ = State::kFollowing;
+    Follow();
+  } else {
+    OB_RETURN_IF_ERROR(StartAgents());
+    master_host_ = ChooseMasterHost();
+    // A takeover needs a majority of the hosts: with two, the survivor
+    // alone is none.
+    standby_wanted_ = opt_.standby_master != "off" && (opt_.standby_master != "auto" || hosts_.size() >= 3);
+    store_.OnChange([this](const std::string& key, const std::string* value) {
+      if (!standby_.conn || !standby_synced_) return;  // it gets the whole store when it connects
+      pb::StoreEntry& e = *delta_.add_store();
+      e.set_key(key);
+      if (value == nullptr) {
+        e.set_erased(true);
+      } else {
+        e.set_value(*value);
+      }
+    });
+    events_.OnLine([this](const std::string& line) {
+      if (standby_.conn && standby_synced_) delta_.add_events(line);
+    });
+    if (standby_wanted_) StartStandby();
+  }
   uv_timer_init(&loop_, &tick_);
   uv_timer_init(&loop_, &heartbeat_);
   uv_timer_init(&loop_, &progress_);
   uv_timer_init(&loop_, &drain_);
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Master*>(t->loop->data)->Tick(); },
                  kTickMs, kTickMs);
-  uv_timer_start(&heartbeat_, [](uv_timer_t* t) { static_cast<Master*>(t->loop->data)->agents_.Beat(); },
-                 kHeartbeatMs, kHeartbeatMs);
+  uv_timer_start(&heartbeat_, [](uv_timer_t* t) {
+    auto* m = static_cast<Master*>(t->loop->data);
+    m->agents_.Beat();
+    pb::Control hb;  // the standby and its master hear each other too
+    hb.mutable_heartbeat()->set_unix_ms(UnixMs());
+    if (m->standby_.conn) m->standby_.conn->Send(hb);
+    if (m->leader_) m->leader_->Send(hb);
+  }, kHeartbeatMs, kHeartbeatMs);
   uv_timer_start(&progress_, [](uv_timer_t* t) { static_cast<Master*>(t->loop->data)->Progress(); },
                  kProgressMs, kProgressMs);
   uv_run(&loop_, UV_RUN_DEFAULT);
@@ -229,6 +282,7 @@ void Master::Conclude() {
 }
 
 void Master::Tick() {
+  if (state_ == State::kFollowing) return FollowTick();
   const int64_t now = Now();
   const int64_t stall = grace_.Tick(now);  // 0 unless we did not run for StallGrace::kStallMs
   if (state_ == State::kRunning && grace_.gap_ms() > static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
@@ -244,6 +298,7 @@ void Master::Tick() {
                                std::to_string(StallGrace::kGraceMs) + " ms before it judges silence");
   }
   ReapAgents();
+  CheckStandby();
   store_.Sweep(now);  // held GET/WAIT requests past their deadline
   if (std::optional<std::string> data = store_.Get(InputKey("--data"))) {  // for the manifests
     ckpt_.LearnDataFingerprint(data->substr(0, data->find('\n')));
@@ -276,11 +331,13 @@ void Master::Tick() {
   } else {
     hang_suspect_ = false;
   }
+  if (Fenced()) return;
   if (decide_deadline_ms_ >= 0 && now >= decide_deadline_ms_) return Decide();
   CheckStopCheckpoint(now);
 }
 
 void Master::Progress() {
+  if (state_ == State::kFollowing) return;
   const std::string line = metrics_.Progress();
   if (!line.empty()) {
     OB_LOG(Info) << line;

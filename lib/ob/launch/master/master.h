@@ -134,6 +134,25 @@ struct MasterOptions {
   // Resume from a checkpoint another job saved (another seed or data):
   // refused unless this is set.
   bool resume_from_other = false;
+  // The standby master (design/master.md): "off" (the default), a host
+  // name, or "auto" (the first host of the hosts list that is not
+  // master_host, when there are three hosts or more: a takeover needs a
+  // majority of them).
+  std::string standby_master = "off";
+  // The host this master runs on, as the hosts list names it: lost with
+  // the master at a takeover. "" : this machine's name if the list has it;
+  // under Slurm the batch node; with --rsh local the first host.
+  std::string master_host;
+  // What the standby master runs: the master's command line (argv[1..])
+  // and working directory, replayed on the standby's host.
+  std::vector<std::string> argv;
+  std::string cwd;
+  // This process is the standby master of the master at ADDR:PORT, on
+  // host `standby_host` (main.cc: --standby-master-of); `secret` is the
+  // job's, read from stdin.
+  std::string standby_of;
+  std::string standby_host;
+  std::string secret;
   uint64_t seed = 0;                 // recorded in manifests (the data position is (seed, step))
   std::string data;                  // --data as the workers get it (the job identity; inputs.h)
   std::string data_sum;              // its content sum as the master read it (CheckDataForPlan; "": not here)

@@ -45,9 +45,25 @@ Status Master::StartAgents() {
 }
 
 std::string Master::Admit(const pb::Hello& hello) {
+  if (hello.role() == 1) {  // a standby master (master_standby.cc)
+    if (state_ == State::kFollowing) return "this is a standby master itself";
+    if (standby_.host.empty() || hello.host() != standby_.host) {
+      return "no standby master was started on host '" + hello.host() + "'";
+    }
+    return state_ == State::kStarting || state_ == State::kRunning ? "" : "the run is ending";
+  }
   AgentState* a = agents_.Find(hello.host());
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
   if (!a->excluded.empty()) return "host '" + hello.host() + "' was excluded: " + a->excluded;
+  if (state_ == State::kFollowing) {  // an agent that lost the master comes to its standby
+    // (even before we lost it too: its vote counts once we have)
+    if (hello.term() > term_) return "this standby is of term " + std::to_string(term_) + ", older than the agent's";
+    return a->state == AgentState::State::kConnected ? "host '" + hello.host() + "' already connected" : "";
+  }
+  if (hello.term() > term_) {  // it follows a newer master: we were replaced
+    return "this master is of term " + std::to_string(term_) + " and the agent of term " +
+           std::to_string(hello.term());
+  }
   if (state_ == State::kRunning && a->state == AgentState::State::kLost) {  // rejoin
     // on the job's kind of device (a host back from a GPU fault without its
     // GPUs is not), and with this build (a node reinstalled is not)
@@ -72,9 +88,11 @@ std::string Master::Admit(const pb::Hello& hello) {
 }
 
 void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hello) {
+  if (hello.role() == 1) return OnStandbyReady(std::move(conn), hello);
   AgentState* a = agents_.Find(hello.host());
-  const bool rejoin = a != nullptr && state_ == State::kRunning && a->state == AgentState::State::kLost;
-  if (a == nullptr || (state_ != State::kStarting && !rejoin)) {
+  const bool follow = a != nullptr && state_ == State::kFollowing && a->state == AgentState::State::kLost;
+  const bool rejoin = a != nullptr && (state_ == State::kRunning && a->state == AgentState::State::kLost);
+  if (a == nullptr || (state_ != State::kStarting && !rejoin && !follow)) {
     conn->Close("not accepting agents");
     return;
   }
@@ -91,8 +109,10 @@ void Master::OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hel
   const int64_t ms = Now() - start_ms_;
   OB_LOG(Info) << "agent on host " << a->host.name << " (pid " << hello.pid() << ", "
                << a->conn->peer() << ") authenticated after " << ms << " ms";
-  events_.Write(rejoin ? "agent-rejoined" : "agent-connected",
+  events_.Write(follow ? "agent-came" : rejoin ? "agent-rejoined" : "agent-connected",
                 "host=" + a->host.name + " peer=" + a->conn->peer() + " after_ms=" + std::to_string(ms));
+  if (follow) return;  // a vote for the takeover (master_follow.cc)
+  TellStandby(a);
   if (rejoin) {  // added at the next generation, decided with anything else pending
     lost_hosts_.erase(a->host.name);
     if (decide_deadline_ms_ < 0) decide_deadline_ms_ = Now() + kDecideMs;
@@ -117,7 +137,15 @@ void Master::OnAgentMessage(AgentState& a, pb::Control& m) {
 // A training rank's record: published, counted for its generation's
 // progress (hang watch, the first step after a recovery, evaluations).
 void Master::OnWorkerMetrics(const pb::Metrics& mx) {
+  // A record an agent sends again after a takeover (agent.h), that the
+  // lost master had passed on: published once.
+  if ((state_ == State::kFollowing || mx.generation() < generation_) && !mx.heartbeat() && metrics_.Seen(mx)) return;
   metrics_.Publish(mx);
+  if (state_ == State::kFollowing) {  // sent again by an agent that came here: published, no more
+    if (!mx.heartbeat() && mx.generation() == generation_) metrics_.Step(mx);
+    return;
+  }
+  if (standby_.conn && standby_synced_) *delta_.add_metrics() = mx;
   const bool current = mx.generation() == 0 || mx.generation() == generation_;
   if (current && mx.has_checkpoint()) ckpt_.Part(mx, ranks_.size());
   if (current && mx.rank() < ranks_.size()) {

@@ -243,7 +243,7 @@ RecoveryFacts Master::Facts() {
 
 void Master::Decide() {
   decide_deadline_ms_ = -1;
-  if (state_ != State::kRunning) return;
+  if (state_ != State::kRunning || Fenced()) return;
   RecoveryFacts f = Facts();
   f.lost.assign(lost_since_holding_.begin(), lost_since_holding_.end());
   f.lost_names = NameSome({failed_hosts_.begin(), failed_hosts_.end()}, kHostsNamed);

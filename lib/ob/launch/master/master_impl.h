@@ -63,9 +63,35 @@ class Master {
   Result<int> Run();
 
  private:
-  enum class State { kStarting, kRunning, kStopping, kDone };
+  // kFollowing: this process is the standby master (master_standby.cc).
+  enum class State { kStarting, kRunning, kStopping, kDone, kFollowing };
 
   Status Prepare();
+  // The standby master (design/master.md; master_standby.cc, master_follow.cc).
+  // The master's side: the standby started on a host of its own, fed every
+  // change, replaced when lost; a master cut off from both the standby and
+  // enough hosts that the standby may take over stops (fenced).
+  std::string ChooseMasterHost() const;
+  std::string ChooseStandbyHost() const;
+  void StartStandby();
+  void OnStandbyReady(std::shared_ptr<Connection> conn, const pb::Hello& hello);
+  void StandbyLost(const std::string& why);
+  void CheckStandby();
+  void SyncStandby();
+  pb::MasterSync StateSync() const;
+  void TellStandby(AgentState* only);
+  // The hosts this master hears, and the fewest the standby needs for a
+  // takeover out of `base` members: a strict majority.
+  static size_t Quorum(size_t base) { return base / 2 + 1; }
+  bool Fenced();
+  // The standby's side: following the master, then taking over.
+  Result<int> RunStandby();
+  void Follow();
+  void OnLeaderMessage(pb::Control& m);
+  void LeaderLost(const std::string& why);
+  void ApplySync(const pb::MasterSync& s);
+  void FollowTick();
+  void TakeOver();
   Status StartAgents();
   std::string Admit(const pb::Hello& hello);
   void OnAgentReady(std::shared_ptr<Connection> conn, const pb::Hello& hello);
@@ -213,6 +239,44 @@ class Master {
   std::set<std::string> lost_hosts_;        // hosts lost and not back
   std::string partition_said_;              // the inconclusive partition last logged
   CutSettle cut_settle_;                    // cuts are judged once their reports settle
+
+  // The standby master (design/master.md).
+  uint64_t term_ = 1;                       // bumped at each takeover
+  std::string master_host_;                 // the host this master runs on ("" unknown)
+  struct StandbyLink {
+    std::string host;                       // "" : none
+    cluster::ChildProcess rsh;
+    bool rsh_done = true;
+    std::shared_ptr<Connection> conn;
+    std::string address;                    // where it listens, ADDR:PORT
+    bool suspect = false;
+    int64_t started_ms = 0;
+    int starts = 0;                         // how many were started
+  } standby_;
+  bool standby_wanted_ = false;             // the run has a standby (not off, hosts enough)
+  bool standby_synced_ = false;             // the standby got the full state since it connected
+  pb::MasterSync delta_;                    // changes not yet sent to it
+  std::string last_state_;                  // the state fields last sent, serialized
+  uint64_t synced_plan_generation_ = 0;
+  size_t quorum_base_ = 0;                  // members when the standby was last heard
+  std::vector<std::shared_ptr<Connection>> standby_fetches_;  // standbys fetching their start
+  int64_t standby_retry_ms_ = -1;           // when to start a replacement
+  // The standby's own: the master it follows, and what it learned.
+  std::shared_ptr<Connection> leader_;
+  bool leader_lost_ = false;
+  int64_t leader_lost_ms_ = 0;
+  int64_t leader_heard_ms_ = 0;            // when it was last heard
+  bool probing_ = false;                    // asking whether the lost master answers
+  int64_t next_probe_ms_ = 0;
+  std::string leader_lost_why_;
+  StallGrace follow_grace_;
+  bool leader_suspect_ = false;
+  std::string followed_host_;               // the master's host
+  std::vector<std::string> followed_members_;  // the hosts it heard at its last sync
+  pb::Plan followed_holding_;
+  pb::WeightSource followed_lineage_;
+  bool followed_has_steps_ = false;
+  int64_t takeover_ms_ = -1;
 };
 
 }  // namespace ob::launch::detail

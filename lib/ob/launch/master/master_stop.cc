@@ -19,6 +19,14 @@ namespace detail {
 
 void Master::RequestStop(const std::string& reason) {
   if (state_ == State::kStopping || state_ == State::kDone) return;
+  if (state_ == State::kFollowing) {  // a standby asked to stop: the master's run is the master's
+    events_.Write("standby-stop", reason);
+    OB_LOG(Info) << "standby master stopping: " << reason;
+    state_ = State::kDone;
+    agents_.Close();
+    uv_stop(&loop_);
+    return;
+  }
   events_.Write("stop-request", reason);
   // Nothing to save before the run's first step: its weights are the
   // checkpoint it resumed from, or the seed's.
@@ -147,6 +155,13 @@ void Master::BeginStop(const std::string& reason, Status outcome) {
     OB_LOG(Warn) << metrics_.lost();
   }
   events_.Write("stop", reason);
+  if (standby_.conn) {  // the last changes, then the end: the standby stops too
+    SyncStandby();
+    pb::Control m;
+    m.mutable_stop()->set_reason(reason);
+    standby_.conn->Send(m);
+  }
+  standby_wanted_ = false;
   agents_.Stop(reason);
   server_.Close();
 }

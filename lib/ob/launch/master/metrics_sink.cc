@@ -44,7 +44,33 @@ Status MetricsSink::Open(const std::string& path) {
   return Status::Ok();
 }
 
+Status MetricsSink::TakeOver(const std::string& path, const std::string& copy) {
+  out_.reset();
+  if (fd_ > STDERR_FILENO) ::close(fd_);
+  fd_ = -1;
+  OB_RETURN_IF_ERROR(Open(path));
+  if (fd_ < 0) return Status::Ok();
+  Result<std::string> bytes = io::ReadFile(copy);
+  if (!bytes.ok()) return bytes.status();
+  for (size_t at = 0; at < bytes->size();) {
+    const ssize_t n = ::write(fd_, bytes->data() + at, bytes->size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoErr(path + ": cannot write the records so far: " + std::strerror(errno));
+    at += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+bool MetricsSink::Seen(const pb::Metrics& m) const {
+  auto it = published_.find({m.generation(), m.rank()});
+  return it != published_.end() && it->second >= m.step();
+}
+
 void MetricsSink::Publish(const pb::Metrics& record) {
+  if (!record.heartbeat() && !record.evaluation_only()) {
+    uint64_t& newest = published_[{record.generation(), record.rank()}];
+    newest = std::max<uint64_t>(newest, record.step());
+  }
   pb::Metrics m = record;
   // Not on a worker's heartbeat, two a second a worker and most of the
   // file: a reader takes it for the run of the records around it.

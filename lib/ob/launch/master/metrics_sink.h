@@ -31,6 +31,10 @@ class MetricsSink {
 
   // `path`: a file, "-" or "" (none). kUsage for "-" on a terminal, kIoErr.
   Status Open(const std::string& path);
+  // A standby master taking over (design/master.md): its own copy of the
+  // records, kept at `copy` while it followed, goes first into `path`,
+  // which it writes from then on.
+  Status TakeOver(const std::string& path, const std::string& copy);
   // The run id Publish stamps on every record (Metrics.run).
   void set_run(const std::string& run) { run_ = run; }
   // To --metrics and every watcher, stamped with the run id (but for a
@@ -57,6 +61,9 @@ class MetricsSink {
             const std::string& line);
   // A completed step of the current generation (not a heartbeat).
   void Step(const pb::Metrics& m);
+  // Whether a step record of this rank and generation, this step or a
+  // later one, was published (a record sent again after a takeover).
+  bool Seen(const pb::Metrics& m) const;
   void NewGeneration();
   uint64_t last_step() const { return last_step_; }
   // Whether any rank completed a step in this run.
@@ -93,6 +100,7 @@ class MetricsSink {
   int fd_ = -1;
   std::unique_ptr<io::RecordWriter> out_;
   std::map<uint32_t, pb::Metrics> last_;  // each rank's newest step of this generation
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> published_;  // (generation, rank) -> newest step published
   // Each rank's newest record in --metrics: when (steady ms) and its phase,
   // by generation and rank (an older generation's beats may come late).
   struct Written {

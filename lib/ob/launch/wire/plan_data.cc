@@ -10,9 +10,15 @@ int SequenceLength(const pb::Plan& plan, const model::GptConfig& cfg) {
 }
 
 Result<PlanData> LoadPlanData(const std::string& path) {
+  pb::Plan plan;
+  OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &plan));
+  return PlanDataOf(std::move(plan), io::DisplayName(path));
+}
+
+Result<PlanData> PlanDataOf(pb::Plan plan, const std::string& name) {
   PlanData out;
-  out.name = io::DisplayName(path);
-  OB_RETURN_IF_ERROR(io::LoadMessage(path, io::kPlanFormatVersion, &out.plan));
+  out.name = name;
+  out.plan = std::move(plan);
   auto loaded = plan::FromProto(out.plan);
   if (!loaded.ok()) return loaded.status().WithContext(out.name);
   out.loaded = std::move(loaded).value();

@@ -24,6 +24,9 @@ struct PlanData {
   model::GptConfig cfg;
 };
 Result<PlanData> LoadPlanData(const std::string& path);
+// The same of a plan already read (a standby master's, from its master);
+// `name` for messages.
+Result<PlanData> PlanDataOf(pb::Plan plan, const std::string& name);
 
 // The tokens a sample holds: the plan's sequence length, or the model's
 // positions when the plan leaves it unset.

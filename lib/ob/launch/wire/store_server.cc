@@ -149,12 +149,7 @@ void StoreServer::Execute(const pb::StoreRequest& r, int64_t now_ms, ReplyFn rep
       out.set_number(HasAll(r) ? 1 : 0);
       break;
     case pb::STORE_DELETE: {
-      auto it = data_.find(r.keys(0));
-      if (it != data_.end()) {
-        bytes_ -= it->first.size() + it->second.size() + kEntryOverhead;
-        data_.erase(it);
-        out.set_number(1);
-      }
+      if (Erase(r.keys(0))) out.set_number(1);
       break;
     }
     case pb::STORE_NUM_KEYS:
@@ -178,11 +173,22 @@ Status StoreServer::Put(const std::string& key, std::string value, Ready* ready)
   bytes_ = bytes_ - before + after;
   if (it != data_.end()) {
     it->second = std::move(value);
+    if (on_change_) on_change_(key, &it->second);
     return Status::Ok();
   }
-  data_.emplace(key, std::move(value));
+  it = data_.emplace(key, std::move(value)).first;
+  if (on_change_) on_change_(key, &it->second);
   Wake(key, ready);
   return Status::Ok();
+}
+
+bool StoreServer::Erase(const std::string& key) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  bytes_ -= it->first.size() + it->second.size() + kEntryOverhead;
+  data_.erase(it);
+  if (on_change_) on_change_(key, nullptr);
+  return true;
 }
 
 bool StoreServer::HasAll(const pb::StoreRequest& r) const {
@@ -259,6 +265,7 @@ size_t StoreServer::ErasePrefix(const std::string& prefix) {
   auto it = data_.lower_bound(prefix);
   while (it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
     bytes_ -= it->first.size() + it->second.size() + kEntryOverhead;
+    if (on_change_) on_change_(it->first, nullptr);
     it = data_.erase(it);
     ++n;
   }

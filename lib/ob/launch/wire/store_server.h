@@ -75,6 +75,15 @@ class StoreServer {
   // returns how many.
   size_t ErasePrefix(const std::string& prefix);
 
+  // Called after every change of a key: its new value, or nullptr when it
+  // was removed (the master mirrors its store to the standby master so).
+  using ChangeFn = std::function<void(const std::string& key, const std::string* value)>;
+  void OnChange(ChangeFn f) { on_change_ = std::move(f); }
+  // Removes `key`; true when it was there.
+  bool Erase(const std::string& key);
+  // Every key and its value, in key order.
+  const std::map<std::string, std::string>& data() const { return data_; }
+
   size_t num_keys() const { return data_.size(); }
   size_t waiters() const { return waiting_.size(); }
   size_t bytes_held() const { return bytes_; }  // as counted against max_total_bytes
@@ -102,6 +111,7 @@ class StoreServer {
   std::map<std::string, std::string> data_;
   std::list<Waiter> waiting_;
   size_t bytes_ = 0;
+  ChangeFn on_change_;
 };
 
 // A Store (store.h) over a StoreServer in this process: each call takes a

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# No split brain (design/master.md). Four hosts in network namespaces, the
+# master inside the first, its standby master on the second, as in
+# launch_standby_master.sh; gpt-tiny, two pipelines of two stages.
+#
+# 1. The master's link goes down at step 15 for 10 s, longer than a
+#    takeover needs, and comes back. The master, hearing neither its
+#    standby nor more than one host, says in one line that it is fenced and
+#    exits 75 without a decision after the cut; the standby takes over as
+#    term 2 and ends the run "done exit 0" with every loss an uninterrupted
+#    run's within 1e-4; no step was trained by two generations at once (the
+#    old master started none after the cut), and nothing is left.
+# 2. The standby is stopped (SIGSTOP) at step 15 for 5 s while the master is
+#    healthy, then runs again: the master replaces it, nothing is taken
+#    over, the run exits 0 under the master with equal losses, and the old
+#    standby stops on its own saying the master answers.
+# Needs root, `ip netns` and python3; exit 77 (skipped) otherwise.
+NAME=launch_standby_split
+source "$(dirname "$0")/../lib/launch.sh"
+source "$(dirname "$0")/../lib/netns.sh"
+netns_require python3
+trap 'cleanup; netns_cleanup' EXIT
+
+STEPS=60
+CUT_STEP=15
+
+make_two_by_two
+reference_run "$STEPS"
+mapfile -t hosts < "$WORK/hosts.txt"
+master_host=${hosts[0]}
+standby_host=${hosts[1]}
+netns_add "${hosts[@]}"
+netns_star_ready "${hosts[@]}"
+netns_rsh "$WORK/rsh"
+
+# start RUN: the master in the first host's namespace, standby on the second.
+start() {
+  local run=$1
+  ip netns exec "$master_host" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$master_host]}" \
+    --master-host "$master_host" --standby-master "$standby_host" --secret-file "$WORK/secret" \
+    --run-dir "$WORK/$run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
+    --metrics "$WORK/$run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
+  MASTER_PID=$!
+  events="$WORK/$run/events.log"
+  standby_events="$WORK/$run/standby-$standby_host/events.log"
+  following() { grep -q " standby-master host=$standby_host address=" "$events" 2>/dev/null || master_done; }
+  wait_for 60 following || fail "$run: no standby master followed in 60 s: $(tail -3 "$WORK/$run.err")"
+  at_cut() { [ "$(max_step "$WORK/$run.pb")" -ge "$CUT_STEP" ] || master_done; }
+  wait_for 90 at_cut || fail "$run: no step $CUT_STEP in 90 s: $(tail -3 "$WORK/$run.err")"
+  master_done && fail "$run: the master exited before step $CUT_STEP: $(tail -5 "$WORK/$run.err")"
+}
+master_done() { ! kill -0 "$MASTER_PID" 2>/dev/null; }
+empty() {
+  local h
+  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
+  no_tagged
+}
+
+# 1. The master cut off, then back.
+start cut
+dev=${NETNS_HOSTDEV[$master_host]}
+ip link set "$dev" down || fail "cannot take $master_host's link down"
+cut_at=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+echo "$NAME: cut: $master_host's link down at step $(max_step "$WORK/cut.pb")"
+wait_for 30 master_done || fail "cut: the old master still runs 30 s after its link went down: $(tail -3 "$WORK/cut.err")"
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 75 ] || fail "cut: the old master exited $rc, expected 75: $(tail -3 "$WORK/cut.err")"
+fenced=$(grep " fenced " "$events") || fail "cut: the old master did not say it was fenced: $(tail -3 "$WORK/cut.err")"
+# No decision of the old master after the cut: nothing it decided there
+# could have started workers beside the standby's.
+awk -v t="$cut_at" '$1 > t && ($3 == "decide" || $3 == "start-workers")' "$events" | grep -q . \
+  && fail "cut: the old master decided after the cut: $(awk -v t="$cut_at" '$1 > t' "$events" | tr '\n' '|')"
+took() { grep -q " takeover term=2 lost_master=$master_host " "$standby_events" 2>/dev/null; }
+wait_for 30 took || fail "cut: no takeover: $(grep -E "leader-lost|standby" "$standby_events" | tr '\n' '|')"
+sleep 4   # the link is down 10 s in all, well past the takeover
+ip link set "$dev" up || fail "cannot take $master_host's link up"
+echo "$NAME: cut: ${fenced#* fenced }"
+ended() { grep -q " done " "$standby_events" 2>/dev/null; }
+wait_for 120 ended || fail "cut: the standby did not end the run: $(tail -3 "$WORK/cut.err")"
+grep -q " done exit 0$" "$standby_events" || fail "cut: $(grep " done " "$standby_events")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/cut.pb" 1e-4 > "$WORK/cut.cmp" || fail "cut: $(cat "$WORK/cut.cmp")"
+wait_for 10 empty || fail "cut: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+echo "$NAME: cut: $(grep " takeover " "$standby_events" | cut -d' ' -f4-); $(cat "$WORK/cut.cmp")"
+
+# 2. The standby stopped, then running again.
+start stopped
+standby_pid=$(pgrep -f -- "^$OB_BIN/ob-launch --standby-master-of .* --host $standby_host( |\$)" | head -1)
+[ -n "$standby_pid" ] || fail "stopped: no standby process on $standby_host"
+kill -STOP "$standby_pid"
+echo "$NAME: stopped: the standby (pid $standby_pid) stopped at step $(max_step "$WORK/stopped.pb")"
+replaced() { grep -q " standby-master-start host=" <(grep -A100 " standby-master-lost " "$events" 2>/dev/null); }
+wait_for 20 replaced || fail "stopped: the master did not replace its standby: $(grep standby "$events" | tr '\n' '|')"
+sleep 3
+kill -CONT "$standby_pid"
+wait_for 120 master_done || fail "stopped: the run did not end: $(tail -3 "$WORK/stopped.err")"
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 0 ] || fail "stopped: exit $rc: $(tail -3 "$WORK/stopped.err")"
+grep -q " takeover " "$standby_events" && fail "stopped: the stopped standby took over: $(grep " takeover " "$standby_events")"
+grep -q " generation=2 " "$events" && fail "stopped: a recovery without a failure: $(grep " decide " "$events" | tr '\n' '|')"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/stopped.pb" 1e-4 > "$WORK/stopped.cmp" \
+  || fail "stopped: $(cat "$WORK/stopped.cmp")"
+wait_for 40 empty || fail "stopped: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+echo "$NAME: stopped: $(grep " standby-stop " "$standby_events" | cut -d' ' -f4- | head -1); $(cat "$WORK/stopped.cmp")"
+echo "$NAME: ok"
