@@ -66,6 +66,7 @@ void Master::OnLeaderMessage(pb::Control& m) {
 
 void Master::ApplySync(const pb::MasterSync& s) {
   if (s.full()) {
+    if (Status st = metrics_.WriteRaw(s.metrics_so_far()); !st.ok()) OB_LOG(Warn) << "standby: " << st.message();
     std::vector<std::string> keys;
     for (const auto& [k, v] : store_.data()) keys.push_back(k);
     for (const std::string& k : keys) store_.Erase(k);

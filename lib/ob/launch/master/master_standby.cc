@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kStandbyRetryMs = 2000;  // a lost standby's replacement starts this much later
 constexpr int kStandbyStarts = 16;     // the most standbys one master starts
+constexpr size_t kMetricsSoFarBytes = size_t{64} << 20;  // --metrics sent to a new standby, at most
 
 }  // namespace
 
@@ -152,6 +153,16 @@ void Master::OnStandbyReady(std::shared_ptr<Connection> conn, const pb::Hello& h
   for (const std::string& a : opt_.argv) s.add_argv(a);
   s.set_cwd(opt_.cwd);
   s.set_run_dir(run_dir_);
+  // The records so far, from --metrics (a standby that came late, or the
+  // standby of a master that took over, lacks them).
+  if (!opt_.metrics.empty() && opt_.metrics != "-") {
+    if (Result<std::string> so_far = io::ReadFile(opt_.metrics); so_far.ok() && so_far->size() <= kMetricsSoFarBytes) {
+      s.set_metrics_so_far(std::move(so_far).value());
+    } else if (so_far.ok()) {
+      OB_LOG(Warn) << "--metrics " << opt_.metrics << " holds " << so_far->size() / (1 << 20)
+                   << " MiB, more than a standby is sent: a takeover's --metrics starts with its arrival";
+    }
+  }
   for (const auto& [key, value] : store_.data()) {
     pb::StoreEntry& e = *s.add_store();
     e.set_key(key);

@@ -52,10 +52,15 @@ Status MetricsSink::TakeOver(const std::string& path, const std::string& copy) {
   if (fd_ < 0) return Status::Ok();
   Result<std::string> bytes = io::ReadFile(copy);
   if (!bytes.ok()) return bytes.status();
-  for (size_t at = 0; at < bytes->size();) {
-    const ssize_t n = ::write(fd_, bytes->data() + at, bytes->size() - at);
+  return WriteRaw(*bytes).WithContext(path);
+}
+
+Status MetricsSink::WriteRaw(const std::string& bytes) {
+  if (fd_ < 0) return Status::Ok();
+  for (size_t at = 0; at < bytes.size();) {
+    const ssize_t n = ::write(fd_, bytes.data() + at, bytes.size() - at);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Status::IoErr(path + ": cannot write the records so far: " + std::strerror(errno));
+    if (n <= 0) return Status::IoErr(std::string("cannot write the records so far: ") + std::strerror(errno));
     at += static_cast<size_t>(n);
   }
   return Status::Ok();

@@ -35,6 +35,9 @@ class MetricsSink {
   // records, kept at `copy` while it followed, goes first into `path`,
   // which it writes from then on.
   Status TakeOver(const std::string& path, const std::string& copy);
+  // Records as another sink wrote them (MasterSync.metrics_so_far), to the
+  // file as they are.
+  Status WriteRaw(const std::string& bytes);
   // The run id Publish stamps on every record (Metrics.run).
   void set_run(const std::string& run) { run_ = run; }
   // To --metrics and every watcher, stamped with the run id (but for a

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Two masters lost in a row (design/master.md): six hosts in network
+# namespaces, gpt-tiny in three pipelines of two stages planned for f = 2,
+# the master inside the first host's namespace and its standby on the
+# second (as in launch_standby_master.sh). At step 15 every process of the
+# master's namespace is SIGKILLed and its link goes down; the standby takes
+# over as term 2 and starts a standby of its own on the third host. Once the
+# new master has trained on, its host loses power the same way: the third
+# host takes over as term 3, and the run ends "done exit 0" there with every
+# loss an uninterrupted run's within 1e-4 and nothing left. Needs root,
+# `ip netns` and python3; exit 77 (skipped) otherwise.
+NAME=launch_standby_twice
+source "$(dirname "$0")/../lib/launch.sh"
+source "$(dirname "$0")/../lib/netns.sh"
+netns_require python3
+trap 'cleanup; netns_cleanup' EXIT
+
+STEPS=60
+FIRST=15
+
+make_pipelines 6 2
+reference_run "$STEPS"
+mapfile -t hosts < "$WORK/hosts.txt"
+netns_add "${hosts[@]}"
+netns_star_ready "${hosts[@]}"
+netns_rsh "$WORK/rsh"
+a=${hosts[0]} b=${hosts[1]} c=${hosts[2]}
+events_a="$WORK/run/events.log"
+events_b="$WORK/run/standby-$b/events.log"
+events_c="$WORK/run/standby-$b/standby-$c/events.log"
+
+start=$(now_ms)
+ip netns exec "$a" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$a]}" \
+  --master-host "$a" --standby-master "$b" --secret-file "$WORK/secret" \
+  --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
+  --metrics "$WORK/run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
+MASTER_PID=$!
+err_tail() { tail -n "${1:-3}" "$WORK/err" | tr '\n' '|'; }
+# power_loss HOST: every process of its namespace SIGKILLed, its link down.
+power_loss() {
+  # shellcheck disable=SC2046
+  kill -9 $(ip netns pids "$1") 2>/dev/null
+  ip link set "${NETNS_HOSTDEV[$1]}" down || fail "cannot take $1's link down"
+}
+has() { grep -q "$2" "$1" 2>/dev/null; }
+
+wait_for 60 has "$events_a" " standby-master host=$b address=" || fail "no standby on $b: $(err_tail)"
+at() { [ "$(max_step "$WORK/run.pb")" -ge "$1" ]; }
+wait_for 90 at "$FIRST" || fail "no step $FIRST in 90 s: $(err_tail)"
+power_loss "$a"
+wait "$MASTER_PID" 2>/dev/null
+MASTER_PID=""
+echo "$NAME: $a (the master) lost at step $(max_step "$WORK/run.pb")"
+wait_for 60 has "$events_b" " takeover term=2 lost_master=$a " || fail "no takeover by $b: $(err_tail 5)"
+wait_for 60 has "$events_b" " recovered generation=" || fail "no step under $b: $(err_tail 5)"
+wait_for 60 has "$events_b" " standby-master host=$c address=" || fail "$b started no standby on $c: $(err_tail 5)"
+second=$(( $(max_step "$WORK/run.pb") + 3 ))
+wait_for 60 at "$second" || fail "no step $second under $b: $(err_tail)"
+power_loss "$b"
+echo "$NAME: $b (the master of term 2) lost at step $(max_step "$WORK/run.pb")"
+wait_for 60 has "$events_c" " takeover term=3 lost_master=$b " || fail "no takeover by $c: $(err_tail 5)"
+wait_for 120 has "$events_c" " done " || fail "the run did not end under $c: $(err_tail 5)"
+grep -q " done exit 0$" "$events_c" || fail "$(grep " done " "$events_c")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/run.pb" 1e-4 > "$WORK/run.cmp" || fail "$(cat "$WORK/run.cmp")"
+empty() {
+  local h
+  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
+  no_tagged
+}
+wait_for 10 empty || fail "processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+echo "$NAME: $(grep " takeover " "$events_b" | cut -d' ' -f4-); $(grep " takeover " "$events_c" | cut -d' ' -f4-); $(cat "$WORK/run.cmp")"
+echo "$NAME: ok in $(( $(now_ms) - start )) ms"
