@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # kill -9 of the master: every agent and worker is gone within
-# --master-timeout + 2 s, on every host. Then a master that hangs (SIGSTOP):
-# the agents notice its silence and take their workers down with them.
+# --master-timeout + 2 s, on every host. Then a master that hangs (SIGSTOP)
+# and has no standby (--standby-master off; with one, the standby takes
+# over: launch_standby_*.sh): the agents notice its silence and take their
+# workers down with them.
 NAME=launch_kill_master
 source "$(dirname "$0")/../lib/launch.sh"
 make_cluster 4
@@ -19,7 +21,7 @@ wait "$MASTER_PID" 2>/dev/null
 MASTER_PID=""
 
 # A hung master sends no end of file and no reset: only silence.
-stand_in_start hung --master-timeout "$TIMEOUT"
+stand_in_start hung --master-timeout "$TIMEOUT" --standby-master off
 master=$(master_process)
 t0=$(now_ms)
 kill -STOP "$master"

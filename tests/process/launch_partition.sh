@@ -94,10 +94,11 @@ echo "$NAME: $victim detected $detect_ms ms after the cut"
 [ "$detect_ms" -le "$DETECT_MS" ] || fail "detected $detect_ms ms after the cut (limit $DETECT_MS)"
 
 # The cut host's agent and workers stop on their own: the agent hears no
-# master for MASTER_TIMEOUT s and kills its workers.
+# master for MASTER_TIMEOUT s and kills its workers, asks the standby
+# master and the master in turn for twice as long (agent.h), and exits.
 victim_empty() { [ -z "$(ip netns pids "$victim" 2>/dev/null)" ]; }
-wait_for $(( MASTER_TIMEOUT + 3 )) victim_empty \
-  || fail "processes still in $victim $(( MASTER_TIMEOUT + 3 )) s after the cut: $(ip netns pids "$victim" | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for $(( 3 * MASTER_TIMEOUT + 3 )) victim_empty \
+  || fail "processes still in $victim $(( 3 * MASTER_TIMEOUT + 3 )) s after the cut: $(ip netns pids "$victim" | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: $victim empty $(( $(now_ms) - cut_ms )) ms after the cut"
 grep -q "^$victim:[0-9]*:agent: .*stopping: the master has been silent" "$WORK/err" \
   || fail "the agent on $victim did not stop for a silent master: $(grep "^$victim:" "$WORK/err" | tail -2 | tr '\n' '|')"

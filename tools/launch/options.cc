@@ -153,8 +153,8 @@ void Setup(CLI::App& app) {
                "Resume from a checkpoint another job saved (another seed or data)");
   app.add_option("--standby-master", g.master.standby_master,
                  "Where a standby master follows the master, to take over if the master's host is lost: a host "
-                 "of HOSTS, 'auto' (the first host that is not the master's, with three hosts or more) or 'off' "
-                 "(the default)")
+                 "of HOSTS, 'off', or 'auto' (the default: the first host that is not the master's, with three "
+                 "hosts or more)")
       ->option_text("HOST|auto|off");
   app.add_option("--master-host", g.master.master_host,
                  "The host of HOSTS this master runs on (default: this machine's name when listed; the batch "

@@ -121,7 +121,10 @@ void Agent::Reconnect() {
   hello.set_device(cuda() ? "cuda" : "cpu");
   hello.set_build(opt_.build);
   hello.set_term(term_);
-  Connect(&loop_, master_host_, master_port_, opt_.connect_timeout_ms, secret_, hello,
+  // Between the master and its standby, each is asked briefly in turn.
+  const int timeout_ms = alternate_.empty() ? opt_.connect_timeout_ms
+                                            : std::min(opt_.connect_timeout_ms, kFailoverConnectMs);
+  Connect(&loop_, master_host_, master_port_, timeout_ms, secret_, hello,
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }
 
@@ -132,8 +135,13 @@ void Agent::LostMaster(int code, const std::string& reason) {
   int port = 0;
   if (!SplitHostPort(standby_address_, "the standby master", &host, &port).ok()) return Shutdown(code, reason);
   OB_LOG(Warn) << "lost the master (" << reason << "): stopping generation " << generation_
-               << "'s workers and going to the standby master on " << standby_host_ << " (" << standby_address_
-               << ")";
+               << "'s workers and asking the standby master on " << standby_host_ << " (" << standby_address_
+               << "), and the master, to take us";
+  // The standby takes us once it has lost the master too; while it hears
+  // the master it refuses, and the master (which only evicted us, or
+  // stalled a moment) is asked next.
+  alternate_ = master_host_ + ":" + std::to_string(master_port_);
+  lost_reason_ = reason;
   pending_.clear();
   Retire();
   if (probe_) probe_->SetPeers({});
@@ -146,11 +154,12 @@ void Agent::LostMaster(int code, const std::string& reason) {
   }
   master_host_ = host;
   master_port_ = port;
+  at_standby_ = true;
   failing_over_ = true;
-  failed_over_ = true;
-  standby_address_.clear();  // the next one is the new master's to name
-  standby_host_.clear();
-  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) + kRejoinMs;
+  // As long as a takeover takes at most: the standby hears the master's
+  // silence as we did, and then its hosts come within a moment.
+  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) +
+                     std::max<int64_t>(kFailoverMs, static_cast<int64_t>(2e3 * opt_.master_timeout_s));
   Reconnect();
 }
 
@@ -174,11 +183,27 @@ void Agent::Detach(const std::string& reason) {
 
 void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   if (exit_code_ >= 0) return;
+  if (!r.ok() && !alternate_.empty() && static_cast<int64_t>(uv_now(&loop_)) + kRejoinRetryMs < rejoin_until_ms_ &&
+      (r.status().code() != Code::kConfig || at_standby_)) {
+    // The other one next: a standby that still hears the master refuses.
+    std::string next = master_host_ + ":" + std::to_string(master_port_);
+    std::swap(next, alternate_);
+    (void)SplitHostPort(next, "the master", &master_host_, &master_port_);
+    at_standby_ = !at_standby_;
+    uv_timer_start(&retry_, [](uv_timer_t* t) { static_cast<Agent*>(t->data)->Reconnect(); },
+                   at_standby_ ? kRejoinRetryMs : 0, 0);
+    return;
+  }
   if (!r.ok() && rejoin_until_ms_ >= 0 && r.status().code() != Code::kConfig &&
       static_cast<int64_t>(uv_now(&loop_)) + kRejoinRetryMs < rejoin_until_ms_) {
     uv_timer_start(&retry_, [](uv_timer_t* t) { static_cast<Agent*>(t->data)->Reconnect(); },
                    kRejoinRetryMs, 0);
     return;
+  }
+  if (!r.ok() && !alternate_.empty()) {  // neither the master nor its standby took us
+    return Shutdown(static_cast<int>(Code::kTempFail),
+                    lost_reason_ + "; neither the master nor the standby master on " + standby_host_ +
+                        " took this host back (the last answer: " + r.status().message() + ")");
   }
   if (!r.ok()) {
     std::string why = r.status().message();
@@ -197,7 +222,14 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
                << conn_->peer();
   rejoin_until_ms_ = -1;
   master_suspect_ = false;
-  if (failing_over_) {  // what the lost master may not have passed on
+  alternate_.clear();
+  if (at_standby_) {  // the standby is our master now; the next standby is its to name
+    failed_over_ = true;
+    at_standby_ = false;
+    standby_address_.clear();
+    standby_host_.clear();
+  }
+  if (failing_over_) {  // what a lost master may not have passed on
     failing_over_ = false;
     for (const auto& [rank, m] : last_records_) conn_->Send(m);
   }

@@ -29,6 +29,12 @@ namespace ob::launch::detail {
 
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
 constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
+// Asking the standby master and the master in turn (agent.h), each gets
+// this long to answer: both are running processes when they can answer at
+// all.
+constexpr int kFailoverConnectMs = 1000;
+// And the two are asked for at least this long, or twice --master-timeout.
+constexpr int64_t kFailoverMs = 5000;
 // A replaced worker that has not died this long after its SIGKILL (a CUDA
 // process tearing its context down, a process in uninterruptible sleep)
 // no longer holds its slot's successor back.
@@ -206,7 +212,10 @@ class Agent {
   // master's term.
   std::string standby_host_, standby_address_;
   uint64_t term_ = 0;
-  bool failing_over_ = false;     // connecting to the standby: send it last_records_ once in
+  bool failing_over_ = false;     // asking the standby and the master in turn: last_records_ go to who takes us
+  bool at_standby_ = false;       // the address asked now is the standby's
+  std::string alternate_;         // the other one to ask, ADDR:PORT ("" : not alternating)
+  std::string lost_reason_;       // how the master was lost, for the line if nobody takes us
   bool failed_over_ = false;      // our master is (or will be) the old one's standby: stdin says nothing
   // Each rank's last step record: the master may have died before passing
   // it on, and the one that takes over publishes what it lacks.

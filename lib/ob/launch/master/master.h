@@ -134,11 +134,10 @@ struct MasterOptions {
   // Resume from a checkpoint another job saved (another seed or data):
   // refused unless this is set.
   bool resume_from_other = false;
-  // The standby master (design/master.md): "off" (the default), a host
-  // name, or "auto" (the first host of the hosts list that is not
-  // master_host, when there are three hosts or more: a takeover needs a
-  // majority of them).
-  std::string standby_master = "off";
+  // The standby master (design/master.md): "auto" (the first host of the
+  // hosts list that is not master_host, when there are three hosts or
+  // more: a takeover needs a majority of them), a host name, or "off".
+  std::string standby_master = "auto";
   // The host this master runs on, as the hosts list names it: lost with
   // the master at a takeover. "" : this machine's name if the list has it;
   // under Slurm the batch node; with --rsh local the first host.
