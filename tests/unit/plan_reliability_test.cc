@@ -62,9 +62,40 @@ TEST_CASE("choosing f: the loss of f = 0 is the checkpoint-restart formula") {
   const auto& o1 = c->options[1];
   CHECK(o1.p_beyond == 0.0);
   // Iteration 10 s; one checkpoint in the 30-day horizon.
-  CHECK(o1.lost_fraction == Approx(lambda * (2 + 5.0) + 10 / (30 * 86400.0)).epsilon(1e-9));
+  // (The master's host, one node in 100, recovers 3 s later: its standby
+  // takes over.)
+  CHECK(o1.lost_fraction == Approx(lambda * (2 + 5.0) + lambda / 100 * 3 + 10 / (30 * 86400.0)).epsilon(1e-9));
   CHECK(c->f == 1);
   CHECK(c->options.size() == 2);  // nothing beyond f = 1 can do better
+}
+
+TEST_CASE("choosing f: without a standby master its host's failures are restarts whatever f") {
+  FailureModel m;
+  m.node_mtbf_s = 100 * 86400.0;  // 100 nodes: a failure a day, one in 100 days the master's host
+  m.repair_s = 0;
+  m.restart_s = 600;
+  m.checkpoint_s = 10;
+  m.recovery_s = 2;
+  m.standby_master = false;
+  auto c = ChooseFaults(100, 1e5, m, Flat, 3);
+  REQUIRE(c.ok());
+  const double lambda = 1.0 / 86400, master = lambda / 100;
+  const auto& o1 = c->options[1];
+  CHECK(o1.p_beyond == 0.0);
+  CHECK(o1.beyond_per_day == Approx(master * 86400).epsilon(1e-12));  // the master's host alone
+  const double C = std::sqrt(2 * 10 / master);
+  CHECK(o1.checkpoint_interval_s == Approx(C).epsilon(1e-9));
+  CHECK(o1.lost_fraction ==
+        Approx((lambda - master) * (2 + 5.0) + master * (600 + C / 2) + 10 / C).epsilon(1e-9));
+  // With one, the same failures cost a takeover each, and a checkpoint a horizon.
+  m.standby_master = true;
+  m.takeover_s = 3;
+  auto d = ChooseFaults(100, 1e5, m, Flat, 3);
+  REQUIRE(d.ok());
+  CHECK(d->options[1].beyond_per_day == 0.0);
+  CHECK(d->options[1].goodput > o1.goodput);
+  m.takeover_s = -1;
+  CHECK(ChooseFaults(100, 1e5, m, Flat, 3).status().code() == Code::kUsage);
 }
 
 TEST_CASE("choosing f: a larger f is chosen when failures overlap, and only while it pays") {

@@ -28,6 +28,7 @@ SimOptions Options(double iter, double horizon_iters, double checkpoint_every_it
   o.restart_s = 10 * iter;
   o.checkpoint_s = iter / 2;
   o.checkpoint_interval_s = iter * checkpoint_every_iters;
+  o.master_node = -1;  // the master's host has a case of its own
   return o;
 }
 
@@ -90,6 +91,38 @@ TEST_CASE("a failure within f costs a recovery and the step in flight, one beyon
   // horizon); checkpoint-restart on a spare at the planned speed.
   CHECK(ob->worst_iteration_s > iter);
   CHECK(cr->worst_iteration_s == Approx(iter));
+}
+
+TEST_CASE("the master's host: with a standby a takeover longer, without one a restart from the checkpoint", "[sim]") {
+  const auto plan = TwoStagePlan(8, 1);
+  const double iter = plan.instantiation.iteration_seconds;
+  SimOptions o = Options(iter, 1000, 10);
+  o.master_node = 0;
+  o.takeover_s = iter;
+  // h0, the master's host, fails as in the case above; then h1, where the
+  // master moved (the first live node), and h5, which is not the master's.
+  const std::vector<TraceEvent> trace{{100.25 * iter, true, 0}, {300.25 * iter, true, 1}, {500.25 * iter, true, 5}};
+  auto standby = Simulate(plan, trace, o);
+  REQUIRE(standby.ok());
+  CHECK(standby->failures == 3);
+  CHECK(standby->master_failures == 2);
+  CHECK(standby->checkpoint_restarts == 0);
+  CHECK(standby->steps_redone == 0);
+  CHECK(standby->recovering_s == Approx(3 * 2 * iter + 2 * iter));  // three recoveries, two takeovers
+  o.standby_master = false;
+  auto alone = Simulate(plan, trace, o);
+  REQUIRE(alone.ok());
+  CHECK(alone->master_failures == 2);
+  CHECK(alone->checkpoint_restarts == 2);  // the job is requeued from its checkpoint each time
+  CHECK(alone->restarting_s == Approx(2 * 10 * iter));
+  CHECK(alone->steps_redone > 0);
+  CHECK(alone->steps < standby->steps);
+  // Checkpoint-restart restarts on every failure: the master changes nothing.
+  o.policy = Policy::kCheckpointRestart;
+  auto cr = Simulate(plan, trace, o);
+  REQUIRE(cr.ok());
+  CHECK(cr->master_failures == 0);
+  CHECK(cr->checkpoint_restarts == 3);
 }
 
 TEST_CASE("ob-sim decides through the decision function it is given, the master's by default", "[sim]") {

@@ -18,14 +18,14 @@
 #include "ob/plan/plan_io.h"
 #include "ob/plan/schedule.h"
 #include "ob/plan/templates.h"
+#include "failure_flags.h"
 
 namespace {
 
 struct Options {
   std::string input;
   std::string faults = "1";    // a count, or "auto" (from the failure model below)
-  std::string node_mtbf, repair_time = "1h", horizon = "30d", recovery_time = "5s",
-      restart_time = "10m", checkpoint_cost = "5s";
+  ob::plan_tool::FailureFlags failure;  // -f auto's model
   int nodes = 0;
   std::string hosts;
   int gpus_per_node = 0;       // 0: from the profile
@@ -197,17 +197,7 @@ ob::Result<std::vector<int>> ParsePipelines() {
   return sizes;
 }
 
-ob::Result<ob::plan::FailureModel> FailureModelFromOptions() {
-  if (g.node_mtbf.empty()) return ob::Status::Usage("-f auto needs --node-mtbf, one node's mean time between failures (e.g. 2000d)");
-  ob::plan::FailureModel m;
-  OB_ASSIGN_OR_RETURN(m.node_mtbf_s, ob::plan::ParseDuration(g.node_mtbf, "--node-mtbf"));
-  OB_ASSIGN_OR_RETURN(m.repair_s, ob::plan::ParseDuration(g.repair_time, "--repair-time"));
-  OB_ASSIGN_OR_RETURN(m.horizon_s, ob::plan::ParseDuration(g.horizon, "--horizon"));
-  OB_ASSIGN_OR_RETURN(m.recovery_s, ob::plan::ParseDuration(g.recovery_time, "--recovery-time"));
-  OB_ASSIGN_OR_RETURN(m.restart_s, ob::plan::ParseDuration(g.restart_time, "--restart-time"));
-  OB_ASSIGN_OR_RETURN(m.checkpoint_s, ob::plan::ParseDuration(g.checkpoint_cost, "--checkpoint-cost"));
-  return m;  // ChooseFaults checks the values (a zero MTBF or horizon: 64)
-}
+ob::Result<ob::plan::FailureModel> FailureModelFromOptions() { return ob::plan_tool::FailureModelOf(g.failure); }
 
 // `made` (if given): the templates and instantiation made while choosing
 // the tensor-parallel degree (tp 0: none made).
@@ -489,21 +479,7 @@ void Setup(CLI::App& app) {
                  "Node failures the plan must survive, or 'auto': the f of the largest expected goodput "
                  "under --node-mtbf")
       ->capture_default_str();
-  app.add_option("--node-mtbf", g.node_mtbf,
-                 "With -f auto: mean time between failures of one node (a duration: 90s, 45m, 7.9h, 2000d)")
-      ->option_text("DURATION");
-  app.add_option("--repair-time", g.repair_time, "With -f auto: how long a failed node stays out")
-      ->option_text("DURATION")->capture_default_str();
-  app.add_option("--horizon", g.horizon, "With -f auto: the run's length (bounds the checkpoint interval)")
-      ->option_text("DURATION")->capture_default_str();
-  app.add_option("--recovery-time", g.recovery_time,
-                 "With -f auto: an in-place recovery (ob-launch's events.log 'recovered' lines measure it)")
-      ->option_text("DURATION")->capture_default_str();
-  app.add_option("--restart-time", g.restart_time,
-                 "With -f auto: a restart from a checkpoint, for failures beyond f")
-      ->option_text("DURATION")->capture_default_str();
-  app.add_option("--checkpoint-cost", g.checkpoint_cost, "With -f auto: training time one checkpoint costs")
-      ->option_text("DURATION")->capture_default_str();
+  ob::plan_tool::AddFailureFlags(app, &g.failure);
   app.add_option("-n,--nodes", g.nodes, "Nodes in the cluster")->check(ob::cli::Positive());
   app.add_option("--hosts", g.hosts, "Hosts file (see ob-formats(5)); Slurm's nodes when absent")
       ->option_text("FILE");

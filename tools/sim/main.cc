@@ -33,6 +33,8 @@ struct Options {
   std::string iteration_time;       // measured, of the plan's instantiation; "" = predicted
   std::string policies = "ob,checkpoint-restart,oobleck-style";
   std::string svg;
+  std::string standby_master = "on";  // ob-launch --standby-master: on (a host of its own) or off
+  std::string takeover = "3s";
 };
 
 Options g;
@@ -58,7 +60,8 @@ std::string Json(const std::vector<ob::sim::SimResult>& results, double recovery
       << ",\"recovering_s\":" << num(r.recovering_s) << ",\"restarting_s\":" << num(r.restarting_s)
       << ",\"down_s\":" << num(r.down_s) << ",\"failures\":" << r.failures << ",\"repairs\":" << r.repairs
       << ",\"in_place\":" << r.in_place << ",\"reinstantiations\":" << r.reinstantiations
-      << ",\"checkpoint_restarts\":" << r.checkpoint_restarts << ",\"stops\":" << r.stops << "}";
+      << ",\"checkpoint_restarts\":" << r.checkpoint_restarts << ",\"stops\":" << r.stops
+      << ",\"master_failures\":" << r.master_failures << "}";
   }
   o << "]}\n";
   return o.str();
@@ -77,6 +80,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
   if (!(horizon > 0)) return ob::Status::Usage("--horizon must be positive");
   OB_ASSIGN_OR_RETURN(const double repair, ob::plan::ParseDuration(g.repair, "--repair-time"));
   OB_ASSIGN_OR_RETURN(double recovery, ob::plan::ParseDuration(g.recovery, "--recovery-time"));
+  OB_ASSIGN_OR_RETURN(const double takeover, ob::plan::ParseDuration(g.takeover, "--takeover-time"));
   OB_ASSIGN_OR_RETURN(const double restart, ob::plan::ParseDuration(g.restart, "--restart-time"));
   OB_ASSIGN_OR_RETURN(const double ck, ob::plan::ParseDuration(g.checkpoint_cost, "--checkpoint-cost"));
   std::vector<ob::sim::Policy> policies;
@@ -176,6 +180,8 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
     o.checkpoint_s = ck;
     o.checkpoint_interval_s = interval;
     o.iteration_scale = scale;
+    o.standby_master = g.standby_master != "off";
+    o.takeover_s = takeover;
     size_t next_report = 0;
     o.progress = [&](size_t done, size_t total) {
       if (total >= 1000 && done >= next_report) {
@@ -219,6 +225,14 @@ void Setup(CLI::App& app) {
   app.add_option("--repair-time", g.repair, "A failed node's time out, for drawn traces (default 1h)")
       ->option_text("DURATION");
   app.add_option("--horizon", g.horizon, "Length of the simulated run (default 30d)")->option_text("DURATION");
+  app.add_option("--standby-master", g.standby_master,
+                 "on (the default): the master's host (the plan's first) fails like another, its recovery "
+                 "--takeover-time longer; off: each of its failures is a restart from a checkpoint")
+      ->option_text("on|off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--takeover-time", g.takeover,
+                 "How much longer a recovery of the master's host takes with a standby (default 3s: "
+                 "ob-launch's master timeout)")
+      ->option_text("DURATION");
   app.add_option("--recovery-time", g.recovery, "An in-place restart or a re-instantiation (default 5s)")
       ->option_text("DURATION");
   app.add_option("--recovery-log", g.recovery_logs,

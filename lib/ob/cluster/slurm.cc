@@ -143,6 +143,10 @@ NodeFailPolicy ReadNodeFailPolicy(const std::string& job_id, double timeout_s) {
   return JudgeNodeFail(nullptr, nullptr, CaptureStdout({"scontrol", "write", "batch_script", job_id, "-"}, timeout_s));
 }
 
+bool EndJob(const std::string& job_id, double timeout_s) {
+  return CaptureStdout({"scancel", job_id}, timeout_s).has_value();
+}
+
 std::string NodeFailWarning(const NodeFailPolicy& p, const std::string& job_id) {
   const std::string fix = "submit with sbatch --no-kill (or #SBATCH --no-kill) so that ob recovers from a node "
                           "failure in place";

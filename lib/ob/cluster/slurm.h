@@ -59,4 +59,9 @@ NodeFailPolicy ReadNodeFailPolicy(const std::string& job_id, double timeout_s = 
 // will do with job `job_id` on a node failure and the flag that prevents it.
 std::string NodeFailWarning(const NodeFailPolicy& p, const std::string& job_id);
 
+// Ends job `job_id` (`scancel JOB`, given at most `timeout_s`): a run that
+// outlived its batch host ends its allocation so (launch/master: a standby
+// master that took over). False when scancel could not be run or failed.
+bool EndJob(const std::string& job_id, double timeout_s = 10);
+
 }  // namespace ob::cluster

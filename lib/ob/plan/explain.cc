@@ -133,7 +133,28 @@ std::string ExplainPlan(const pb::Plan& plan) {
   out += Format("# survives any %u node failures: %d pipelines (>= f+1 = %u), each holding every layer;\n"
                 "# the survivors re-instantiate from the templates above\n",
                 plan.faults(), in.pipelines_size(), plan.faults() + 1);
+  out += ExplainStandby(plan);
   return out;
+}
+
+// What the standby master (ob-launch --standby-master, design/master.md)
+// costs: the state it mirrors and the records it is sent, estimated from the
+// plan (a record is a few hundred bytes; a worker heartbeats twice a second).
+std::string ExplainStandby(const pb::Plan& plan) {
+  constexpr double kRecordBytes = 300, kHeartbeatBytes = 60, kHeartbeatsPerSecond = 2, kKeyBytes = 200;
+  uint64_t ranks = 0;
+  for (const auto& p : plan.instantiation().pipelines()) ranks += uint64_t{p.template_nodes()} * plan.gpus_per_node();
+  const double plan_kib = static_cast<double>(plan.ByteSizeLong()) / 1024;
+  // The store holds the current and previous generations (each the plan)
+  // and a few keys a rank.
+  const double store_kib = 2 * plan_kib + static_cast<double>(ranks) * 4 * kKeyBytes / 1024;
+  const double iter = plan.instantiation().iteration_seconds();
+  const double traffic = static_cast<double>(ranks) *
+                         ((iter > 0 ? kRecordBytes / iter : 0) + kHeartbeatBytes * kHeartbeatsPerSecond);
+  return Format("# with a standby master (ob-launch --standby-master, 3 hosts or more) the master's host fails\n"
+                "# like another: its host holds the plan (%.0f KiB) and the store (about %.0f KiB; at most 128 MiB),\n"
+                "# and the control channel carries each worker's record once more: %llu ranks, about %.1f KiB/s\n",
+                plan_kib, store_kib, static_cast<unsigned long long>(ranks), traffic / 1024);
 }
 
 Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::Metrics>& records,

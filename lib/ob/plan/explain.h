@@ -13,6 +13,8 @@
 namespace ob::plan {
 
 std::string ExplainPlan(const pb::Plan& plan);
+// ExplainPlan's lines on the standby master's costs.
+std::string ExplainStandby(const pb::Plan& plan);
 
 // ob-plan --explain --measured METRICS: the plan's predictions beside what
 // a run of it measured (ob-launch --metrics records), from the records of

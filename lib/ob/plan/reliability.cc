@@ -15,6 +15,12 @@ namespace {
 constexpr double kDay = 86400.0;
 constexpr double kTie = 1e-4;  // goodputs this close (relative) are equal
 
+// The restarts from a checkpoint per second: the failures that find f
+// nodes down, and without a standby master every failure of its host.
+double Beyond(double lambda, double master, double p_beyond, bool standby) {
+  return standby ? lambda * p_beyond : (lambda - master) * p_beyond + master;
+}
+
 std::string Seconds(double s) {  // "3.2 s", "14 min", "2.5 h", "3.1 d"
   char buf[32];
   if (!std::isfinite(s)) return "-";
@@ -56,6 +62,8 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
   if (nodes < 1 || !(tokens_per_iteration > 0)) return Status::Usage("no cluster or no batch to plan for");
   const double lambda = nodes / m.node_mtbf_s;  // failures per second, whole cluster
   const double down_mean = lambda * m.repair_s;  // nodes out at a time, on average
+  const double master = 1 / m.node_mtbf_s;       // the master's host's failures
+  if (!(m.takeover_s >= 0)) return Status::Usage("--takeover-time must not be negative");
   FaultChoice choice;
   Status last_error = Status::Ok();
   for (int f = 0; f <= max_f && f < nodes; ++f) {
@@ -76,7 +84,7 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
     // speed (recovered in place or restarted, the run goes on without them).
     o.degraded_tokens_per_s = o.tokens_per_s * (1 - std::min<double>(down_mean, nodes) / nodes);
     o.p_beyond = PoissonTail(down_mean, f);
-    const double beyond = lambda * o.p_beyond;
+    const double beyond = Beyond(lambda, master, o.p_beyond, m.standby_master);
     o.beyond_per_day = beyond * kDay;
     // Young's interval for the restarts; at least one checkpoint in the
     // horizon whatever f (the run's end is one).
@@ -86,7 +94,8 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
     } else if (beyond > 0) {
       o.checkpoint_interval_s = o.iteration_s;  // free checkpoints: every step
     }
-    o.lost_fraction = lambda * (1 - o.p_beyond) * (m.recovery_s + o.iteration_s / 2) +
+    o.lost_fraction = (lambda - beyond) * (m.recovery_s + o.iteration_s / 2) +
+                      (m.standby_master ? master * (1 - o.p_beyond) * m.takeover_s : 0) +
                       beyond * (m.restart_s + o.checkpoint_interval_s / 2) +
                       m.checkpoint_s / o.checkpoint_interval_s;
     o.goodput = o.degraded_tokens_per_s * std::max(0.0, 1 - o.lost_fraction);
@@ -124,12 +133,12 @@ Result<FaultChoice> ChooseFaults(int nodes, double tokens_per_iteration, const F
       std::snprintf(line + n, sizeof line - n, " and stay out %s each (--repair-time): on average all are out at once",
                     Seconds(m.repair_s).c_str());
     } else {
-      const double beyond = lambda * chosen.p_beyond;
+      const double beyond = Beyond(lambda, master, chosen.p_beyond, m.standby_master);
       std::snprintf(line + n, sizeof line - n,
                     "; with f = %d, recoveries (%s each) take %.0f%% of the time, restarts from a checkpoint (%s "
                     "each) %.0f%%, checkpoints (%s each, every %s) %.0f%%",
                     chosen.f, Seconds(m.recovery_s).c_str(),
-                    100 * lambda * (1 - chosen.p_beyond) * (m.recovery_s + chosen.iteration_s / 2),
+                    100 * (lambda - beyond) * (m.recovery_s + chosen.iteration_s / 2),
                     Seconds(m.restart_s).c_str(), 100 * beyond * (m.restart_s + chosen.checkpoint_interval_s / 2),
                     Seconds(m.checkpoint_s).c_str(), Seconds(chosen.checkpoint_interval_s).c_str(),
                     100 * m.checkpoint_s / chosen.checkpoint_interval_s);
@@ -148,6 +157,13 @@ std::string ExplainFaultChoice(const FaultChoice& c, const FailureModel& m, int 
   out << lambda * m.repair_s << " nodes down on average\n";
   out << "# recovery in place " << Seconds(m.recovery_s) << ", restart from a checkpoint " << Seconds(m.restart_s)
       << ", a checkpoint costs " << Seconds(m.checkpoint_s) << ", horizon " << Seconds(m.horizon_s) << "\n";
+  if (m.standby_master) {
+    out << "# the master's host: recovered in place like another, " << Seconds(m.takeover_s)
+        << " later (its standby takes over)\n";
+  } else {
+    out << "# the master's host: no standby (--standby-master off): each of its failures is a restart from a "
+           "checkpoint, whatever f\n";
+  }
   char line[320];
   std::snprintf(line, sizeof line, "%-3s %12s %12s %13s %12s %13s %9s %12s  %s\n", "f", "iteration_s",
                 "tokens/s", "degraded_t/s", "P(beyond f)", "restarts/day", "ckpt_every", "goodput", "");

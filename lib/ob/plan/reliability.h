@@ -21,10 +21,12 @@
 // all N nodes (`iteration_seconds(f, N)`).
 //
 //   goodput(f) = tokens / iteration(f, N) · (1 − a/N)
-//                · (1 − λ·(1 − P_b)·(recovery_s + iteration/2)
+//                · (1 − λ·(1 − P_b)·(recovery_s + iteration/2) − μ·(1 − P_b)·takeover_s
 //                     − λ·P_b·(restart_s + C/2) − checkpoint_s / C)
 //
-// with P_b = P(K ≥ f). f = 0 is checkpoint-restart alone. The f chosen is
+// with P_b = P(K ≥ f) and μ = 1 / MTBF, the master's host's failures. With
+// --standby-master off, those μ are restarts whatever f: the in-place rate
+// is (λ − μ)·(1 − P_b), the restarts' (λ − μ)·P_b + μ, and no takeover. f = 0 is checkpoint-restart alone. The f chosen is
 // the smallest whose goodput is within 0.01% of the largest.
 #pragma once
 
@@ -43,6 +45,12 @@ struct FailureModel {
   double recovery_s = 5;       // an in-place recovery (f covers the failure)
   double restart_s = 600;      // a restart from a checkpoint (beyond f)
   double checkpoint_s = 5;     // training time one checkpoint costs
+  // The master's host (design/master.md), one of the N: with a standby
+  // master its failure is recovered in place like another's, takeover_s
+  // later (the standby hears the master's silence first); without one, it
+  // is a restart from a checkpoint whatever f.
+  bool standby_master = true;
+  double takeover_s = 3;
 };
 
 // One candidate f.

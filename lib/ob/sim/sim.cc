@@ -73,6 +73,7 @@ class Run {
     r_.nominal_iteration_s = Iter();
     holding_ = current_;
     for (int n = 0; n < r_.nodes; ++n) live_.insert(n);
+    master_ = o_.policy == Policy::kCheckpointRestart ? -1 : o_.master_node;
     // The run starts like a restart: its lineage has no step yet.
     gen_t0_ = 0;
     ready_ = 0;
@@ -246,8 +247,26 @@ class Run {
       return;
     }
     lost_.insert(node);
+    const bool master = node == master_;
+    if (master) {
+      ++r_.master_failures;
+      master_ = live_.empty() ? -1 : *live_.begin();  // the standby's host, or the requeued job's
+    }
     if (down_) return;
+    if (master && !o_.standby_master) {  // the job is gone: a requeue from the last checkpoint
+      ++r_.checkpoint_restarts;
+      Rollback(t);
+      std::vector<int> live;
+      for (int n : live_) {
+        if (!retired_.count(n)) live.push_back(n);
+      }
+      Result<plan::Instantiation> inst = launch::InstantiateOn(plan_, live);
+      if (!inst.ok()) return GoDown(t);
+      fruitless_ = 0;
+      return Start(t, *inst, true);
+    }
     Decide(t, "h" + std::to_string(node) + " lost");
+    if (master && !down_) ready_ += o_.takeover_s;  // the standby heard the master's silence first
   }
 
   void Repair(double t, int node) {
@@ -284,6 +303,7 @@ class Run {
   int64_t steps_ = 0, gen_base_ = 0, last_checkpoint_ = 0, steps_run_ = 0;
   double step_time_ = 0;
   int fruitless_ = 0;
+  int master_ = -1;  // the master's host (SimOptions::master_node, then wherever it moved)
   std::vector<std::pair<int64_t, double>> useful_;  // (steps, iteration time), in order
 };
 
@@ -454,7 +474,8 @@ std::string Report(const std::vector<SimResult>& results) {
         << Fixed(r.worst_iteration_s, 3) << " s worst): ETTR " << Fixed(r.ettr, 3) << ", goodput "
         << Fixed(r.goodput, 0) << " tokens/s, " << r.steps << " useful steps, " << r.steps_redone
         << " redone\n";
-    out << "  " << r.failures << " failures, " << r.repairs << " repairs: " << r.in_place << " in place, "
+    out << "  " << r.failures << " failures (" << r.master_failures << " of the master's host), " << r.repairs
+        << " repairs: " << r.in_place << " in place, "
         << r.reinstantiations << " re-instantiations, " << r.checkpoint_restarts
         << " restarts from a checkpoint, " << r.stops << " stops\n";
     out << "  of " << Fixed(h, 1) << " h: training " << Fixed(r.training_s / 3600, 2) << " h (lost work "

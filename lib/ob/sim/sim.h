@@ -114,6 +114,16 @@ struct SimOptions {
   // --iteration-time), so that the planner's model errors do not become
   // the simulator's. 1: the prediction as it is.
   double iteration_scale = 1;
+  // The master's host (design/master.md): plan node `master_node` at the
+  // start (-1: none of the plan's). With a standby master its failure is a
+  // lost node like another, recovered takeover_s later (the standby hears
+  // the master's silence first), and the master moves to the first live
+  // node; without one, the job restarts from its last checkpoint after
+  // restart_s on the live nodes (a scheduler's requeue), whatever f.
+  // (Checkpoint-restart restarts on every failure already.)
+  int master_node = 0;
+  bool standby_master = true;
+  double takeover_s = 3;
   DecideFn decide;              // the master's (launch::DecideRecovery) when empty
   // Called after each event with the events done and their total (progress
   // of long traces); may be empty.
@@ -138,6 +148,7 @@ struct SimResult {
   double lost_work_s = 0;       // of training_s: steps in flight at a failure, and redone steps
   int failures = 0, repairs = 0;
   int in_place = 0, reinstantiations = 0, checkpoint_restarts = 0, stops = 0;
+  int master_failures = 0;      // of `failures`: the master's host's (a takeover, or a restart without a standby)
   // (time, useful steps so far) after each event, and the failures' times:
   // the timeline.
   std::vector<std::pair<double, int64_t>> timeline;

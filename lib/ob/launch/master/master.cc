@@ -221,6 +221,18 @@ Result<int> Master::Run() {
   if (const std::string lost = events_.lost(); !lost.empty()) {
     OB_LOG(Warn) << lost;
   }
+  // A run that outlived its batch host under Slurm: the batch step is gone
+  // with that host and would hold the allocation; the job ends here.
+  if (takeover_ms_ >= 0 && opt_.rsh == "slurm") {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    if (job != nullptr && *job != '\0') {
+      OB_LOG(Info) << "the batch host is gone: ending job " << job << " (scancel); the run ended with exit "
+                   << (outcome_.ok() ? 0 : outcome_.exit_code());
+      if (!cluster::EndJob(job)) {
+        OB_LOG(Warn) << "scancel " << job << " failed: the job may hold its nodes";
+      }
+    }
+  }
   if (!outcome_.ok()) return outcome_;
   return 0;
 }
