@@ -10,7 +10,9 @@
 # next generation starts from the survivors' snapshots (no checkpoint), and
 # the run ends "done exit 0" in the standby's events.log with every step
 # trained, each loss an uninterrupted run's within 1e-4 (--metrics, written
-# by the master and then the standby, holds them all), and nothing left.
+# by the master and then the standby, holds them all), the checkpoints
+# (--ckpt-every 10) going on under the standby to the last step's, and
+# nothing left.
 # Prints the time from the kill to the next completed step. With
 # VICTIM=other (bench/standby_master.sh) the last host loses power instead,
 # for the same figure without a takeover. Needs root, `ip netns` and
@@ -39,6 +41,7 @@ start=$(now_ms)
 ip netns exec "$master_host" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$master_host]}" \
   --master-host "$master_host" --standby-master auto --secret-file "$WORK/secret" \
   --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
+  --ckpt-dir "$WORK/ckpt" --ckpt-every 10 \
   --metrics "$WORK/run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
 MASTER_PID=$!
 events="$WORK/run/events.log"
@@ -101,6 +104,11 @@ grep -E " start-workers generation=[0-9]+ " "$standby_events" | tail -1 | grep -
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/run.pb" 1e-4 > "$WORK/run.cmp" \
   || fail "losses: $(cat "$WORK/run.cmp")"
 grep -Eq "trained [0-9]+ steps: final loss" "$WORK/err" || fail "no closing line: $(err_tail)"
+# The checkpoints go on under the standby: the last step's, committed by it.
+grep -q " checkpoint step=$((STEPS - 1)) " "$standby_events" \
+  || fail "the standby committed no checkpoint of step $((STEPS - 1)): $(grep " checkpoint " "$standby_events" | tail -2 | tr '\n' '|')"
+"$OB_BIN/ob-ckpt" verify "$(readlink -f "$WORK/ckpt/$(cat "$WORK/ckpt/latest")")" > /dev/null \
+  || fail "the latest checkpoint does not verify"
 
 # Nothing left, in any namespace.
 empty() {

@@ -26,7 +26,15 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
     // Two jobs saving into one directory overwrite each other's steps and
     // remove each other's unfinished saves.
     OB_RETURN_IF_ERROR(io::MakeDirs(o.dir, "checkpoint directory"));
-    OB_ASSIGN_OR_RETURN(lock_, io::DirLock::Acquire(o.dir, o.holder));
+    Result<io::DirLock> lock = io::DirLock::Acquire(o.dir, o.holder);
+    if (lock.ok()) {
+      lock_ = std::move(lock).value();
+    } else if (o.predecessor_may_hold && lock.status().code() == Code::kConfig) {
+      OB_LOG(Warn) << lock.status().message() << ": the master this one replaces, fenced; the run's checkpoints "
+                   << "are written without the lock";
+    } else {
+      return lock.status();
+    }
     commits_ = std::make_unique<CommitQueue>(o.dir, o.keep, num_layers);
     // Saves a killed run left half-written would mix with ours.
     Result<std::vector<std::string>> removed = ckpt::RemovePartials(o.dir);

@@ -60,6 +60,10 @@ class CheckpointKeeper {
     double eval_split = 0;       // --eval-split: training samples the first 1 - eval_split of data
     std::string holder;          // who holds the lock, for a second master's message
     pb::OptimizerSettings optimizer;  // recorded in every manifest; compared on resume
+    // A standby master taking over (design/master.md): the master it
+    // replaces may live on, fenced, holding the directory's lock (a SIGSTOP);
+    // the run's checkpoints are then written without it.
+    bool predecessor_may_hold = false;
   };
 
   // Locks and cleans the directory, and picks the checkpoint --resume names

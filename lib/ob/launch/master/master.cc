@@ -113,7 +113,8 @@ Status Master::Prepare() {
   metrics_.set_run(run_id_);
   OB_RETURN_IF_ERROR(ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, opt_.resume, opt_.resume_from_other, opt_.steps,
                                  opt_.seed, opt_.data, opt_.data_sum, opt_.eval_split,
-                                 "ob-launch, run directory " + run_dir_, opt_.optimizer},
+                                 "ob-launch, run directory " + run_dir_, opt_.optimizer,
+                                 /*predecessor_may_hold=*/false},
                                 &plan_, loaded_.problem.num_layers(), &events_));
   if (ckpt_.trained()) return Status::Ok();  // Run says so; no host, no --metrics file
   ckpt_.set_unchecked([this] { return CopiesOfData(false); });

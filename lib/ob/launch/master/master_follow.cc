@@ -12,6 +12,7 @@
 
 #include "ob/clock.h"
 #include "ob/io/text.h"
+#include "ob/launch/wire/store_keys.h"
 #include "ob/log.h"
 
 namespace ob::launch {
@@ -66,7 +67,9 @@ void Master::OnLeaderMessage(pb::Control& m) {
 
 void Master::ApplySync(const pb::MasterSync& s) {
   if (s.full()) {
-    if (Status st = metrics_.WriteRaw(s.metrics_so_far()); !st.ok()) OB_LOG(Warn) << "standby: " << st.message();
+    if (Status st = metrics_.WriteRaw(s.metrics_so_far()); !st.ok()) {
+      OB_LOG(Warn) << "standby: " << st.message();
+    }
     std::vector<std::string> keys;
     for (const auto& [k, v] : store_.data()) keys.push_back(k);
     for (const std::string& k : keys) store_.Erase(k);
@@ -214,8 +217,11 @@ void Master::TakeOver() {
   // The checkpoints and --metrics are ours now.
   Status st = ckpt_.Open({opt_.ckpt_dir, opt_.ckpt_keep, "", opt_.resume_from_other, opt_.steps, opt_.seed,
                           opt_.data, opt_.data_sum, opt_.eval_split, "ob-launch, run directory " + run_dir_,
-                          opt_.optimizer},
+                          opt_.optimizer, /*predecessor_may_hold=*/true},
                          &plan_, loaded_.problem.num_layers(), &events_);
+  // The workers check the directory's lock file against the store's line
+  // (inputs.h): ours, when we took the lock.
+  if (st.ok() && !ckpt_.lock_line().empty()) st = store_.Set(CheckpointDirKey(), ckpt_.lock_line());
   if (st.ok()) st = metrics_.TakeOver(opt_.metrics, run_dir_ + "/metrics.pb");
   if (!st.ok()) {
     const std::string why = "the standby cannot take over: " + st.message();
