@@ -14,6 +14,9 @@
 #    healthy, then runs again: the master replaces it, nothing is taken
 #    over, the run exits 0 under the master with equal losses, and the old
 #    standby stops on its own saying the master answers.
+# 3. The master is stopped (SIGSTOP) until the standby has taken over, then
+#    runs again: it is fenced (exit 75) without a decision, and the run ends
+#    under the standby with equal losses.
 # Needs root, `ip netns` and python3; exit 77 (skipped) otherwise.
 NAME=launch_standby_split
 source "$(dirname "$0")/../lib/launch.sh"
@@ -101,4 +104,30 @@ python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/stopped.pb" 1e-4 > "$WORK/st
   || fail "stopped: $(cat "$WORK/stopped.cmp")"
 wait_for 40 empty || fail "stopped: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: stopped: $(grep " standby-stop " "$standby_events" | cut -d' ' -f4- | head -1); $(cat "$WORK/stopped.cmp")"
+# 3. The master stopped (SIGSTOP) for longer than a takeover needs, then
+#    running again: the standby takes over; the old master, finding its
+#    agents and standby gone, is fenced (exit 75) with no decision after
+#    it was stopped; the run ends under the standby with equal losses.
+start paused
+master=$(pgrep -f -- "^$OB_BIN/ob-launch --rsh " | while read -r p; do
+  [ "$(ip netns identify "$p" 2>/dev/null)" = "$master_host" ] && echo "$p"; done | head -1)
+[ -n "$master" ] || fail "paused: no master process in $master_host"
+kill -STOP "$master"
+stopped_at=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+echo "$NAME: paused: the master (pid $master) stopped at step $(max_step "$WORK/paused.pb")"
+wait_for 30 took || fail "paused: no takeover: $(grep -E "leader-lost|standby" "$standby_events" | tr '\n' '|')"
+sleep 2
+kill -CONT "$master"
+wait_for 30 master_done || fail "paused: the old master still runs 30 s after it ran again: $(tail -3 "$WORK/paused.err")"
+wait "$MASTER_PID"; rc=$?; MASTER_PID=""
+[ "$rc" = 75 ] || fail "paused: the old master exited $rc, expected 75: $(tail -3 "$WORK/paused.err")"
+grep -q " fenced " "$events" || fail "paused: the old master did not say it was fenced: $(tail -3 "$WORK/paused.err")"
+awk -v t="$stopped_at" '$1 > t && ($3 == "decide" || $3 == "start-workers")' "$events" | grep -q . \
+  && fail "paused: the old master decided after it was stopped: $(awk -v t="$stopped_at" '$1 > t' "$events" | tr '\n' '|')"
+wait_for 120 ended || fail "paused: the standby did not end the run: $(tail -3 "$WORK/paused.err")"
+grep -q " done exit 0$" "$standby_events" || fail "paused: $(grep " done " "$standby_events")"
+python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/paused.pb" 1e-4 > "$WORK/paused.cmp" \
+  || fail "paused: $(cat "$WORK/paused.cmp")"
+wait_for 10 empty || fail "paused: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+echo "$NAME: paused: $(grep " fenced " "$events" | cut -d' ' -f4- | cut -c1-120); $(cat "$WORK/paused.cmp")"
 echo "$NAME: ok"

@@ -231,7 +231,9 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   }
   if (failing_over_) {  // what a lost master may not have passed on
     failing_over_ = false;
-    for (const auto& [rank, m] : last_records_) conn_->Send(m);
+    for (const auto& [rank, records] : recent_records_) {
+      for (const pb::Control& m : records) conn_->Send(m);
+    }
   }
   if (opt_.spare_standbys) {
     SpawnStandby(0);  // loading while the master waits for the other agents

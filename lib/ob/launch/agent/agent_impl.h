@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,10 @@ constexpr int kDrainMs = 300;            // the most time spent flushing on the 
 constexpr int kFailoverConnectMs = 1000;
 // And the two are asked for at least this long, or twice --master-timeout.
 constexpr int64_t kFailoverMs = 5000;
+// Step records kept per rank for a master that takes over: the steps a
+// master may have left unread while it was silent (--master-timeout) or
+// lost, at a few hundred bytes each.
+constexpr size_t kResentRecords = 1024;
 // A replaced worker that has not died this long after its SIGKILL (a CUDA
 // process tearing its context down, a process in uninterruptible sleep)
 // no longer holds its slot's successor back.
@@ -217,9 +222,10 @@ class Agent {
   std::string alternate_;         // the other one to ask, ADDR:PORT ("" : not alternating)
   std::string lost_reason_;       // how the master was lost, for the line if nobody takes us
   bool failed_over_ = false;      // our master is (or will be) the old one's standby: stdin says nothing
-  // Each rank's last step record: the master may have died before passing
-  // it on, and the one that takes over publishes what it lacks.
-  std::map<uint32_t, pb::Control> last_records_;
+  // Each rank's last kResentRecords step records: the master may have died
+  // (or stopped) before passing them on, and the one that takes over
+  // publishes what it lacks.
+  std::map<uint32_t, std::deque<pb::Control>> recent_records_;
   std::unique_ptr<PeerProbe> probe_;  // this generation's peers (peer_probe.h), once we have some
   uv_timer_t retry_{};
 };

@@ -59,7 +59,11 @@ void Agent::OnWorkerOutput(Worker* w, const char* data, size_t n) {
         w->phase = metrics->phase();
         if (!metrics->heartbeat()) {
           w->stepped = true;
-          last_records_[w->rank] = m;  // sent again to a master that takes over (LostMaster)
+          // Sent again to a master that takes over (LostMaster): the lost
+          // one may have read none of them (stopped, its host gone).
+          std::deque<pb::Control>& recent = recent_records_[w->rank];
+          recent.push_back(m);
+          if (recent.size() > kResentRecords) recent.pop_front();
         }
         Send(m);
         pos = i + size;
