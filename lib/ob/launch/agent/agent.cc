@@ -130,6 +130,10 @@ void Agent::Reconnect() {
 
 void Agent::LostMaster(int code, const std::string& reason) {
   if (exit_code_ >= 0) return;
+  // Already asking the two (the master's silence, then its rsh's end of
+  // file): a second round would connect twice, and the standby would count
+  // the first connection's close as this host lost.
+  if (!alternate_.empty()) return;
   if (standby_address_.empty()) return Shutdown(code, reason);
   std::string host;
   int port = 0;
