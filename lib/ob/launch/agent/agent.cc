@@ -128,7 +128,7 @@ void Agent::Reconnect() {
           [this](Result<std::shared_ptr<Connection>> r) { OnConnected(std::move(r)); });
 }
 
-void Agent::LostMaster(int code, const std::string& reason) {
+void Agent::LostMaster(int code, const std::string& reason, bool evicted) {
   if (exit_code_ >= 0) return;
   // Already asking the two (the master's silence, then its rsh's end of
   // file): a second round would connect twice, and the standby would count
@@ -160,16 +160,20 @@ void Agent::LostMaster(int code, const std::string& reason) {
   master_port_ = port;
   at_standby_ = true;
   failing_over_ = true;
-  // As long as a takeover takes at most: the standby hears the master's
-  // silence as we did, and then its hosts come within a moment.
+  // As long as a takeover takes at most (the standby hears the master's
+  // silence as we did, and then its hosts come within a moment); an agent
+  // the master evicted asks as long as it always has (kRejoinMs).
   rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) +
-                     std::max<int64_t>(kFailoverMs, static_cast<int64_t>(2e3 * opt_.master_timeout_s));
+                     (evicted ? kRejoinMs
+                              : std::max<int64_t>(kFailoverMs, static_cast<int64_t>(2e3 * opt_.master_timeout_s)));
   Reconnect();
 }
 
 void Agent::Detach(const std::string& reason) {
   if (exit_code_ >= 0) return;
-  if (!standby_address_.empty()) return LostMaster(static_cast<int>(Code::kTempFail), "connection " + reason);
+  if (!standby_address_.empty()) {
+    return LostMaster(static_cast<int>(Code::kTempFail), "connection " + reason, /*evicted=*/stdin_open_);
+  }
   if (!stdin_open_ || rejoin_until_ms_ >= 0) {
     return Shutdown(static_cast<int>(Code::kTempFail), "lost the master: " + reason);
   }

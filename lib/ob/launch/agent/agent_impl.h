@@ -106,7 +106,9 @@ class Agent {
   // The master is lost (silent, gone, its connection or our stdin closed):
   // with a standby master known, the workers stop and the agent goes to
   // it (design/master.md); else it shuts down.
-  void LostMaster(int code, const std::string& reason);
+  // `evicted`: the master closed our connection while its rsh still holds
+  // our stdin (it may take us back: we ask as long as kRejoinMs).
+  void LostMaster(int code, const std::string& reason, bool evicted = false);
   void Reconnect();
   void OnMessage(pb::Control& m);
   void StartWorkers(const pb::StartWorkers& sw);

@@ -56,12 +56,10 @@ std::string Master::Admit(const pb::Hello& hello) {
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
   if (!a->excluded.empty()) return "host '" + hello.host() + "' was excluded: " + a->excluded;
   if (state_ == State::kFollowing) {  // an agent that lost the master comes to its standby
-    // While we hear the master, it runs: the agent asks it next (agent.h).
-    // Once it has been silent for two heartbeats, the agent's vote is
-    // taken; it counts when we have lost the master too.
-    if (!leader_lost_ && leader_ && Now() - leader_->last_receive_ms() < 2 * kHeartbeatMs) {
-      return "the master of term " + std::to_string(term_) + " is alive: ask it";
-    }
+    // Until we have lost the master too, it runs: the agent asks it next
+    // (agent.h). (Taken earlier, an agent the master only evicted would
+    // wait here, lost to the run.)
+    if (!leader_lost_) return "the master of term " + std::to_string(term_) + " is alive: ask it";
     if (hello.term() > term_) return "this standby is of term " + std::to_string(term_) + ", older than the agent's";
     return a->state == AgentState::State::kConnected ? "host '" + hello.host() + "' already connected" : "";
   }

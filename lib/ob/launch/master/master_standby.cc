@@ -222,9 +222,14 @@ void Master::CheckStandby() {
     }
   }
   const int64_t now = Now();
+  // Replaced only after a long silence (as long as agents give the master,
+  // or three agent timeouts): a standby starved for a moment on a loaded
+  // host is no lost host, and each new one loads what the master loaded.
+  // (The fence does not wait for that: Fenced.)
   if (standby_.conn && standby_synced_ && grace_.MayJudge(now)) {
     const int64_t silent = now - standby_.conn->last_receive_ms();
-    const bool over = silent > static_cast<int64_t>(opt_.agent_timeout_s * 1e3);
+    const int64_t limit = static_cast<int64_t>(1e3 * std::max(opt_.master_timeout_s, 3 * opt_.agent_timeout_s));
+    const bool over = silent > limit;
     if (over && standby_.suspect) {
       StandbyLost("silent for " + std::to_string(silent) + " ms");
     } else {
@@ -315,8 +320,12 @@ void Master::TellStandby(AgentState* only) {
 // which stopped hearing this master and left it first; those this master
 // still hears cannot be among them.
 bool Master::Fenced() {
-  if (!standby_wanted_ || quorum_base_ == 0 || standby_.conn) return false;
-  if (state_ != State::kRunning) return false;
+  if (!standby_wanted_ || quorum_base_ == 0 || state_ != State::kRunning) return false;
+  // Heard within an agent timeout: not replaced (it takes over only once
+  // it has lost us for --master-timeout).
+  if (standby_.conn && Now() - standby_.conn->last_receive_ms() <= static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
+    return false;
+  }
   size_t heard = 0;
   for (const auto& a : agents_.all()) heard += a->connected() ? 1 : 0;
   if (heard > quorum_base_ - Quorum(quorum_base_)) return false;
