@@ -250,7 +250,6 @@ class Master {
     std::shared_ptr<Connection> conn;
     std::string address;                    // where it listens, ADDR:PORT
     bool suspect = false;
-    int64_t started_ms = 0;
     int starts = 0;                         // how many were started
   } standby_;
   bool standby_wanted_ = false;             // the run has a standby (not off, hosts enough)
@@ -269,13 +268,9 @@ class Master {
   bool probing_ = false;                    // asking whether the lost master answers
   int64_t next_probe_ms_ = 0;
   std::string leader_lost_why_;
-  StallGrace follow_grace_;
   bool leader_suspect_ = false;
   std::string followed_host_;               // the master's host
   std::vector<std::string> followed_members_;  // the hosts it heard at its last sync
-  pb::Plan followed_holding_;
-  pb::WeightSource followed_lineage_;
-  bool followed_has_steps_ = false;
   int64_t takeover_ms_ = -1;
 };
 

@@ -101,7 +101,6 @@ void Master::StartStandby() {
   standby_.host = host;
   standby_.rsh = std::move(child).value();
   standby_.rsh_done = false;
-  standby_.started_ms = Now();
   standby_.conn.reset();
   standby_.address.clear();
   const std::string line = secret_ + "\n";
