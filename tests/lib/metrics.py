@@ -18,6 +18,14 @@ is ignored.
   metrics.py compare REF RUN [REL]   RUN's loss at every step (from the last
                                      generation that ran it) equals REF's
                                      within REL (default 1e-4) relative
+  metrics.py compare-bf16 REF RUN [FIRST [LAST10]]
+                                     two bf16 runs of one model from one
+                                     start (bf16 training is chaotic: one
+                                     run's spike is not the other's): step
+                                     0's loss within FIRST (default 1e-3)
+                                     relative, the mean of the last ten steps
+                                     within LAST10 (default 2e-2); prints
+                                     both and the largest step's difference
   metrics.py evals FILE              "STEP LOSS" of every evaluation (the last
                                      generation that ran the step; every
                                      rank must agree)
@@ -177,6 +185,24 @@ def main(argv):
             bad = [s for s in sorted(ref) if abs(run[s] - ref[s]) / abs(ref[s]) > rel]
             raise SystemExit(f"losses differ beyond {rel} at steps {bad[:10]}: "
                              f"{[(s, ref[s], run[s]) for s in bad[:3]]}")
+    elif cmd == "compare-bf16":
+        first = float(argv[4]) if len(argv) > 4 else 1e-3
+        last10 = float(argv[5]) if len(argv) > 5 else 2e-2
+        ref, run = losses(records(argv[2])), losses(records(argv[3]))
+        missing = sorted(set(ref) - set(run))
+        if missing or len(ref) < 10 or 0 not in ref:
+            raise SystemExit(f"steps missing from {argv[3]}: {missing[:10]} (of {len(ref)})")
+        rel = {s: abs(run[s] - ref[s]) / abs(ref[s]) for s in ref}
+        tail = sorted(ref)[-10:]
+        ma, mb = sum(ref[s] for s in tail) / 10, sum(run[s] for s in tail) / 10
+        d10 = abs(mb - ma) / abs(ma)
+        worst = max(rel, key=rel.get)
+        gens = sorted({r.get(GENERATION, 0) for r in records(argv[3])})
+        print(f"{len(ref)} steps, generations {gens}: step 0 {run[0]:.5f} / {ref[0]:.5f} ({rel[0]:.1e}), "
+              f"last ten {mb:.4f} / {ma:.4f} ({d10:.1e}), largest step difference {rel[worst]:.1e} (step {worst})")
+        if rel[0] > first or d10 > last10:
+            raise SystemExit(f"beyond bf16's tolerance: step 0 {rel[0]:.1e} (at most {first}), "
+                             f"last ten {d10:.1e} (at most {last10})")
     elif cmd == "evals":
         for step, loss in sorted(evals(records(argv[2])).items()):
             print(step, f"{loss:.6f}")

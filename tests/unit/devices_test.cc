@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ob/launch/agent/host.h"
@@ -39,6 +40,28 @@ TEST_CASE("gpu per worker: the slot, or the slot's entry of the agent's own list
   auto r = VisibleDeviceFor(3, &list);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == ob::Code::kConfig);
+}
+
+// OB_TEST_NCCL_HOSTS=1: each worker its own NCCL host identity, the
+// socket transport on loopback unless the environment chose otherwise.
+const char* NoEnv(const char*) { return nullptr; }
+const char* SomeEnv(const char* var) { return std::string(var) == "NCCL_SOCKET_IFNAME" ? "veth0" : ""; }
+
+TEST_CASE("test NCCL hosts: an identity per worker, sockets on loopback unless already set") {
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  CHECK(TestNcclHostEnv("h1", 0, NoEnv) == Env{{"NCCL_HOSTID", "h1/0"},
+                                               {"NCCL_P2P_DISABLE", "1"},
+                                               {"NCCL_SHM_DISABLE", "1"},
+                                               {"NCCL_NET", "Socket"},
+                                               {"NCCL_SOCKET_IFNAME", "lo"}});
+  // Two workers of one host sharing its GPU differ to NCCL; so do two hosts.
+  CHECK(TestNcclHostEnv("h1", 1, NoEnv)[0].second == "h1/1");
+  CHECK(TestNcclHostEnv("h2", 0, NoEnv)[0].second == "h2/0");
+  // "" counts as unset; a set variable is the user's.
+  CHECK(TestNcclHostEnv("h1", 0, SomeEnv) == Env{{"NCCL_HOSTID", "h1/0"},
+                                                 {"NCCL_P2P_DISABLE", "1"},
+                                                 {"NCCL_SHM_DISABLE", "1"},
+                                                 {"NCCL_NET", "Socket"}});
 }
 
 TEST_CASE("the worker program's device report reads back, and anything else is refused naming it") {

@@ -205,6 +205,7 @@ class Agent {
   // when they first run, and a pool sized for the whole machine makes the
   // first step after a recovery several times slower).
   int last_sharing_ = 0;
+  bool said_test_nccl_hosts_ = false;  // OB_TEST_NCCL_HOSTS=1's warning, once
   // Workers' and standbys' store requests, to the master and back.
   std::unique_ptr<StoreRelay> relay_;
   uint64_t generation_ = 0;

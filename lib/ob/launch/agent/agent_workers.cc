@@ -224,6 +224,19 @@ std::vector<std::string> Agent::WorkerEnv(const pb::WorkerSpec* spec, uint32_t s
       env.push_back("CUDA_VISIBLE_DEVICES=");
     }
   }
+  if (const char* t = std::getenv("OB_TEST_NCCL_HOSTS"); t != nullptr && std::string(t) == "1") {
+    if (!said_test_nccl_hosts_) {
+      said_test_nccl_hosts_ = true;
+      OB_LOG(Warn) << "OB_TEST_NCCL_HOSTS=1 (for tests): to NCCL each worker of " << opt_.host
+                   << " is a host of its own (NCCL_HOSTID " << opt_.host << "/SLOT), over sockets on loopback";
+    }
+    for (auto& [var, value] : TestNcclHostEnv(opt_.host, slot, Getenv)) {
+      const std::string prefix = var + "=";
+      env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& kv) { return kv.rfind(prefix, 0) == 0; }),
+                env.end());
+      env.push_back(prefix + value);
+    }
+  }
   if (ArenaFd(slot) >= 0) env.push_back("OB_SNAPSHOT_FD=" + std::to_string(kSnapshotFd));
   env.push_back("OB_STORE_FD=" + std::to_string(kStoreFd));
   // Gloo listens where this host faces the master, unless told otherwise.

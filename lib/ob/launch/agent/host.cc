@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ob/io/text.h"
@@ -32,6 +33,17 @@ Status CheckGpus(const std::string& host, int workers, int gpus) {
   return Status::Config("host " + host + " has " + std::to_string(std::max(gpus, 0)) +
                         " GPU(s) and the plan puts " + std::to_string(workers) +
                         " worker(s) on it (--device cuda: one GPU per worker)");
+}
+
+std::vector<std::pair<std::string, std::string>> TestNcclHostEnv(const std::string& host, uint32_t slot,
+                                                                  const char* (*env)(const char*)) {
+  std::vector<std::pair<std::string, std::string>> out = {{"NCCL_HOSTID", host + "/" + std::to_string(slot)}};
+  for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
+           {"NCCL_P2P_DISABLE", "1"}, {"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET", "Socket"}, {"NCCL_SOCKET_IFNAME", "lo"}}) {
+    const char* given = env(var.c_str());
+    if (given == nullptr || *given == '\0') out.emplace_back(var, value);
+  }
+  return out;
 }
 
 int ThreadsPerWorker(int cores, int workers) { return std::max(1, cores / std::max(1, workers)); }

@@ -8,7 +8,9 @@
 // follows its OMP_NUM_THREADS. Pure: the callers pass what they read.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ob/status.h"
@@ -71,5 +73,18 @@ struct ThreadSetting {
 // under an environment where `env(var)` is the variable's value (nullptr or
 // "" when unset).
 std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const char*));
+
+// $OB_TEST_NCCL_HOSTS=1 (tests on one machine, documented in ob-launch(1)):
+// the variables that make NCCL take each worker for a host of its own and
+// talk to it over sockets on loopback, so local hosts sharing one GPU run
+// real NCCL between them. NCCL refuses two ranks of one host on one GPU
+// ("Duplicate GPU detected"), and two workers of one host that share the GPU
+// would be exactly that: so the identity (NCCL_HOSTID) is the worker's,
+// "HOST/SLOT", not the host's. Then NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1,
+// NCCL_NET=Socket and NCCL_SOCKET_IFNAME=lo, each only where `env(var)` (the
+// agent's environment; nullptr or "" when unset) does not set it already.
+// NCCL_HOSTID always: the point is that it differs. Pairs of name and value.
+std::vector<std::pair<std::string, std::string>> TestNcclHostEnv(const std::string& host, uint32_t slot,
+                                                                  const char* (*env)(const char*));
 
 }  // namespace ob::launch
