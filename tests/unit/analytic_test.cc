@@ -98,6 +98,39 @@ TEST_CASE("gpt3-175b analytic profile: 175B parameters and design/formulas.md, d
   CHECK(block.allreduce(3).seconds() == Approx(2.0 * 7 / 8 * bytes / 230e9 + 14 * 5e-6));
 }
 
+TEST_CASE("MFU's two counts: PaLM's 6N + 12·L·(a·d)·s and llm.c's 6N + 6·L·(a·d)·s, summed over the layers") {
+  using ob::pb::LayerKind;
+  auto model = [](const GptConfig& c, int s, auto per_layer) {
+    double total = per_layer(c, ob::pb::LAYER_EMBED, s) + per_layer(c, ob::pb::LAYER_HEAD, s);
+    for (int l = 0; l < c.n_layer; ++l) total += per_layer(c, ob::pb::LAYER_BLOCK, s);
+    return total;
+  };
+  // gpt2-medium, s = 1024, from the published shapes (24 layers, width
+  // 1024, 50257 tokens, 1024 positions, tied head).
+  const GptConfig m = *ob::model::Preset("gpt2-medium");
+  const double h = 1024, L = 24, V = 50257, P = 1024, s = 1024, block = 12 * h * h + 13 * h;
+  // PaLM: N without the embedding (the tied matrix counted at the head, with
+  // the final norm), the attention 12·L·h·s.
+  CHECK(model(m, 1024, ob::profile::TrainingFlopsPerToken) ==
+        Approx(6 * (L * block + V * h + 2 * h) + 12 * L * h * s));
+  // llm.c: every parameter (the position table too, the tied matrix once),
+  // the attention halved.
+  const double all = V * h + P * h + L * block + 2 * h;
+  CHECK(static_cast<double>(ob::model::ExactParams(m)) == all);
+  CHECK(model(m, 1024, ob::profile::LlmcFlopsPerToken) == Approx(6 * all + 6 * L * h * s));
+  CHECK(model(m, 1024, ob::profile::LlmcFlopsPerToken) / model(m, 1024, ob::profile::TrainingFlopsPerToken) ==
+        Approx(0.9403).epsilon(1e-3));
+  // llama3.2-1b (16 layers, 32 heads of 64, 8 kv heads, MLP 8192, tied):
+  // N every parameter, 1.236e9 as published; the attention over a·d = 2048.
+  const GptConfig ll = *ob::model::Preset("llama3.2-1b");
+  const double n_all = static_cast<double>(ob::model::ExactParams(ll));
+  CHECK(n_all == Approx(1.2358e9).epsilon(1e-3));
+  CHECK(model(ll, 2048, ob::profile::LlmcFlopsPerToken) == Approx(6 * n_all + 6 * 16 * 2048.0 * 2048));
+  // Tied and without a position table, its N is the same in both counts:
+  // only the attention's term differs.
+  CHECK(model(ll, 2048, ob::profile::TrainingFlopsPerToken) == Approx(6 * n_all + 12 * 16 * 2048.0 * 2048));
+}
+
 TEST_CASE("fused attention drops the 5as/h term, and fp32 doubles activations") {
   auto c = ob::model::Preset("gpt2");
   REQUIRE(c.ok());

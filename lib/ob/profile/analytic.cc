@@ -32,6 +32,16 @@ double TrainingFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int 
   }
 }
 
+double LlmcFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len) {
+  const double attn_width = static_cast<double>(c.n_head) * c.head_dim();
+  switch (kind) {
+    case pb::LAYER_EMBED: return 6.0 * static_cast<double>(model::EmbeddingParams(c));
+    case pb::LAYER_BLOCK: return 6.0 * static_cast<double>(model::BlockParams(c)) + 6.0 * attn_width * seq_len;
+    case pb::LAYER_HEAD: return 6.0 * static_cast<double>(model::HeadOwnParams(c));
+    default: return 0.0;
+  }
+}
+
 uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, int s,
                          int elem_bytes, bool fused_attention) {
   const uint64_t sbh = static_cast<uint64_t>(s) * b * c.n_embd;

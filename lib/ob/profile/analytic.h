@@ -45,8 +45,21 @@ struct AnalyticOptions {
   int max_group = 0;                 // all-reduce group sizes up to this; 0: gpus_per_node
 };
 
-// Per-token training FLOPs of one planner layer (forward + backward).
+// Per-token training FLOPs of one planner layer (forward + backward), as
+// PaLM (Chowdhery et al. 2022, appendix B) counts them: 6 per parameter of
+// its products and 12·(a·d)·s for the attention's two products over a
+// sequence of s, masked or not; a whole model's 6N + 12·L·(a·d)·s, N its
+// parameters less the embedding (the tied head's matrix counted once, at
+// the head). What ob's MFU divides by (metrics field `mfu`).
 double TrainingFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len);
+// The same as llm.c counts them: 6 per parameter, every one (the embedding
+// and the position table too, the tied matrix once, at the embedding), and
+// 6·(a·d)·s for the attention, half of PaLM's since the causal mask skips
+// half of the products; a whole model's 6N + 6·L·(a·d)·s, N every
+// parameter. The metrics' `mfu_llmc`, comparable with llm.c's figures:
+// lower than `mfu` where the attention weighs (at s = 1024, 6.0% lower for
+// gpt2-medium, 5.3% for gpt2-large).
+double LlmcFlopsPerToken(const model::GptConfig& c, pb::LayerKind kind, int seq_len);
 // Activation bytes one layer keeps from forward to backward, per micro-batch.
 uint64_t ActivationBytes(const model::GptConfig& c, pb::LayerKind kind, int b, int s,
                          int elem_bytes, bool fused_attention);

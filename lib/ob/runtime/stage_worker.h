@@ -109,7 +109,8 @@ struct StepResult {
   // The training thread's share of the host snapshot: waiting for the copy
   // of the step before and starting this step's (snapshot.h).
   double snapshot_seconds = 0;
-  double model_flops = 0;     // this rank's forward + backward model FLOPs this step
+  double model_flops = 0;     // this rank's forward + backward model FLOPs this step (PaLM's count)
+  double llmc_flops = 0;      // the same as llm.c counts them (profile/analytic.h)
   int64_t memory_bytes = 0;   // allocated device bytes after the step (0 on CPU)
   int64_t peak_memory_bytes = 0;  // peak allocated device bytes during the step (0 on CPU)
 };
@@ -408,7 +409,8 @@ class StageWorker {
   void LayOutBuckets();             // their order, flat buffers and views
   void BindGradients();
   std::vector<Bucket> buckets_;
-  double flops_per_microbatch_ = 0;
+  double flops_per_microbatch_ = 0;       // PaLM's count (profile::TrainingFlopsPerToken)
+  double llmc_flops_per_microbatch_ = 0;  // llm.c's (profile::LlmcFlopsPerToken)
   // The states after the last completed steps; snapshots_[newest_] the
   // latest, snapshots_[pinned_] kept for a checkpoint (-1: none), the other
   // one(s) rotate. A copy in flight (copier_) lands in snapshots_[copying_]

@@ -33,11 +33,12 @@ void StageWorker::BuildBuckets() {
   }
   for (int piece = first_piece; piece < first_piece + num_pieces; ++piece) AddPieceBuckets(piece);
   LayOutBuckets();
-  flops_per_microbatch_ = 0;
+  flops_per_microbatch_ = llmc_flops_per_microbatch_ = 0;
   const double tokens = static_cast<double>(topo_.microbatch_size) * seq_len_;
   for (int l = me.first_layer; l <= me.last_layer; ++l) {
-    flops_per_microbatch_ +=
-        profile::TrainingFlopsPerToken(cfg_, stage_->layer(l)->kind(), seq_len_) * tokens / me.tp;
+    const pb::LayerKind kind = stage_->layer(l)->kind();
+    flops_per_microbatch_ += profile::TrainingFlopsPerToken(cfg_, kind, seq_len_) * tokens / me.tp;
+    llmc_flops_per_microbatch_ += profile::LlmcFlopsPerToken(cfg_, kind, seq_len_) * tokens / me.tp;
   }
 }
 

@@ -107,6 +107,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
     r.backward_seconds = s.backward_timer.Seconds();
   }
   r.model_flops = flops_per_microbatch_ * s.m;
+  r.llmc_flops = llmc_flops_per_microbatch_ * s.m;
   r.seconds = SecondsSince(start);
   return r;
 }

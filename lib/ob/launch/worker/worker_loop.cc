@@ -174,7 +174,10 @@ void WorkerRun::Fill(int64_t step, const runtime::StepResult& r, pb::Metrics* m)
   m->set_snapshot_seconds(r.snapshot_seconds);
   if (struct rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0)
     m->set_peak_rss_bytes(static_cast<uint64_t>(ru.ru_maxrss) * 1024);  // Linux: KiB
-  if (peak_flops_ > 0 && r.seconds > 0) m->set_mfu(r.model_flops / r.seconds / peak_flops_);
+  if (peak_flops_ > 0 && r.seconds > 0) {
+    m->set_mfu(r.model_flops / r.seconds / peak_flops_);
+    m->set_mfu_llmc(r.llmc_flops / r.seconds / peak_flops_);
+  }
   if (step != first_step_) return;
   if (t_.device.is_cuda()) {
     const auto [forwards, backwards] = model::GeluMlpEpilogueCounts();
