@@ -1,49 +1,76 @@
 #!/usr/bin/env bash
-# Issue 13's GPU points on one lent GPU, in one pass, each phase bounded in
-# time so that a slow one cannot eat the others (the device tool lends few
-# minutes). Run from the repository root on the GPU machine:
+# The GPU points of issues 13 and 58 on one lent GPU, in one pass, each
+# phase bounded in time so that a slow one cannot eat the others (the device
+# tool lends 15 minutes a task, its start counted). Run from the repository
+# root on the GPU machine:
 #
 #   OUT=/some/dir bench/gpu.sh
 #
 # (here, before: bench/gpu-deps.sh, then the device tool's run with carry
-# [".deps"]; the machine's start and each call count against its budget,
-# so plan one call, BUDGET a little under the call's limit.)
+# [".deps"] and a limit of about 560 s; plan one call, BUDGET a little under
+# the call's limit.) Here, without a GPU, a dry run of every phase (Gloo in
+# place of NCCL, tiny models; the build into build-gpu from this machine's
+# LibTorch, or NO_BUILD=1 BUILD=build):
 #
-# 1. builds ob against the PyTorch wheel's LibTorch (CUDA) and NCCL, with our
-#    other dependencies unpacked from bookworm .debs (.deps/debs, fetched
-#    with `apt-get download`) into a prefix of their own; runs the unit
-#    tests; profiles MODEL on the GPU in bf16;
-# 2. trains MODELS with ob-launch (one host, one slot, one stage, bf16):
-#    tokens/s, MFU, peak memory from the metrics stream;
-# 3. the same model, batch, sequence and precision in bench/peers/torch_loop.py
-#    (plain eager PyTorch, SDPA, fused AdamW);
-# 4. kills the worker with SIGKILL at step KILL_STEP: the agent restarts it
-#    from its host snapshot; the `recovered` line of events.log gives kill to
-#    next completed step and its phases.
-# Steps 20-21 of the first model's ob run and of its peer run are traced
-# (OB_TRACE, torch_loop.py --trace) and compared by bench/trace_summary.py:
-# GPU busy and idle time per step, kernel time by kind, the top kernels.
-# Results: OUT/summary.txt, and the logs and gzipped traces in OUT/detail.tar.gz.
+#   DEVICE=cpu PYTHON=/usr/bin/python3 OUT=/tmp/gpu-dry bench/gpu.sh
 #
-# Environment: OUT, PYTHON (python3 with torch), MODELS ("gpt2-medium
-# gpt2-large"), MB (8), GB (32), SEQ (1024), STEPS (100), SKIP (10),
-# KILL_STEP (50), WIDE_MB (32) and WIDE_GB (64), CHECKS (lines "TEST_BINARY CATCH_FILTER" run right after
-# the build; default the model's GPU product and kernel tests; a failed
-# GeluMlp, LayerNorm, Linear or cross-entropy check switches that kernel off for the
-# runs, OB_LT_GELU=0, OB_LN_KERNEL=0, OB_GEMM_ACCUMULATE=0 or OB_FUSED_LOSS=0, and says so), KILL=0 (no kill run), UNIT=0 (no unit tests), TRAIN=0 (no
-# plain run of the first model, nor its peer), BUDGET (seconds for the whole pass, 420), BUILD (build
-# directory; build-gpu), NO_BUILD=1 (use BUILD as it is), DEVICE (cuda; cpu
-# for a dry run of this script on a machine without a GPU).
+# Phases, in order; a phase that fails is reported and the next one runs:
+# 1. build: ob against the PyTorch wheel's LibTorch (CUDA) and NCCL, with
+#    our other dependencies unpacked from bookworm .debs (.deps/debs,
+#    fetched with `apt-get download`) into a prefix of their own;
+# 2. checks: the model's GPU product and kernel tests (CHECKS); a failed
+#    one switches its kernel off for the runs below, and says so;
+# 3. NCCL: bench/gpu_nccl.sh for each of NCCL_MODELS, several ranks on the
+#    one GPU (OB_TEST_NCCL_HOSTS=1: each worker a host of its own to NCCL,
+#    over sockets): 2 pipelines x 2 stages against one worker, kill -9 of a
+#    host at step 20 recovered from the replicas, a tp-2 stage, a stalled
+#    rank found within 5 s and torn down without NCCL's watchdog, in bf16;
+# 4. MFU: for each of MFU_RUNS (MODEL:MICRO:GLOBAL), a measured profile and
+#    a plan of one pipeline on the one host, ob-launch (tokens/s, MFU by
+#    PaLM's and llm.c's counts, peak memory from the metrics stream), and
+#    bench/peers/torch_loop.py on the same model, batch, sequence and
+#    precision, eager and under torch.compile, in the same call; steps 20-21
+#    of the first model's ob run and eager peer run traced (OB_TRACE,
+#    --trace) and compared by bench/trace_summary.py;
+# 5. kill (right after KILL_MODEL's runs in the MFU phase, the first model
+#    by default): SIGKILL of the worker at step KILL_STEP: the agent
+#    restarts it from its host snapshot; the `recovered` line of events.log
+#    gives kill to next completed step and its phases;
+# 6. unit: the rest of the build and its unit tests, as the budget allows.
+# Results: OUT/summary.txt (a table of the MFU phase at its end), the logs
+# and gzipped traces in OUT/detail.tar.gz.
+#
+# Environment: OUT, PYTHON (python3 with torch), BUDGET (seconds for the
+# whole pass, 530), DEVICE (cuda; cpu for the dry run), BUILD (build
+# directory; build-gpu), NO_BUILD=1 (use BUILD as it is), CHECKS (lines
+# "TEST_BINARY CATCH_FILTER"; default the model's GPU product and kernel
+# tests: a failed GeluMlp, LayerNorm, Linear or cross-entropy check sets
+# OB_LT_GELU=0, OB_LN_KERNEL=0, OB_GEMM_ACCUMULATE=0 or OB_FUSED_LOSS=0 for
+# the runs), NCCL_MODELS ("gpt-tiny llama-tiny"), NCCL_PARTS_<model>
+# (gpt-tiny: "pp kill tp stall", others: "pp tp"; a - for _ and . in the
+# name), MFU_RUNS ("gpt2-large:8:32 llama3.2-1b:8:32 gpt2-medium:8:32"; on
+# cpu "gpt-tiny:4:8 llama-tiny:4:8"), SEQ (1024; cpu 32), STEPS (30), SKIP
+# (10), COMPILE=0 (no torch.compile peer), KILL_MODEL (the first of
+# MFU_RUNS), KILL_STEP (15), KILL=0, NCCL=0, MFU=0, UNIT=0 (leave a phase
+# out), WIDE_MB and WIDE_GB (0: none; the first model again at a wider
+# micro-batch).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/ob-gpu}
 py=${PYTHON:-python3}
-models=${MODELS:-gpt2-medium gpt2-large}
-mb=${MB:-8} gb=${GB:-32} seq=${SEQ:-1024} steps=${STEPS:-100} skip=${SKIP:-10}
-kill_step=${KILL_STEP:-50}
-budget=${BUDGET:-420}
+budget=${BUDGET:-530}
 bd=${BUILD:-$root/build-gpu}
 device=${DEVICE:-cuda}
+if [ "$device" = cuda ]; then
+  mfu_runs=${MFU_RUNS:-gpt2-large:8:32 llama3.2-1b:8:32 gpt2-medium:8:32}
+  seq=${SEQ:-1024}
+else  # the dry run: tiny models, sequences of 32 (their positions: 64)
+  mfu_runs=${MFU_RUNS:-gpt-tiny:4:8 llama-tiny:4:8}
+  seq=${SEQ:-32}
+fi
+nccl_models=${NCCL_MODELS:-gpt-tiny llama-tiny}
+kill_model=${KILL_MODEL:-${mfu_runs%%:*}}
+steps=${STEPS:-30} skip=${SKIP:-10} kill_step=${KILL_STEP:-15}
 deps=/tmp/ob-deps
 mkdir -p "$out"
 summary=$out/summary.txt
@@ -56,7 +83,7 @@ phase() {
   if [ "$(left)" -lt "$2" ]; then say "$1: skipped, $(left) s of the budget left"; return 1; fi
   echo "[$(elapsed)s] == $1" >&2
 }
-cd "$root"
+cd "$root" || exit 1
 : > "$summary"
 # The device tool brings back only a few files: at the end (or when killed
 # by a timeout), everything but the summary goes into one archive.
@@ -114,8 +141,8 @@ elif phase build 120; then
     jobs=$(getconf _NPROCESSORS_ONLN)
     # First the tools and the torch unit tests, so that a slow rest still
     # leaves something to run; then everything.
-    timeout $(( $(left) - 150 )) cmake --build "$bd" -j "$jobs" -- -k 0 \
-        ob-launch ob-profile ob-plan ob-watch ob-ckpt > "$out/build.log" 2>&1 && built=1
+    timeout $(( $(left) - 200 )) cmake --build "$bd" -j "$jobs" -- -k 0 \
+        ob-launch ob-launch-worker ob-profile ob-plan ob-watch ob-ckpt max_step > "$out/build.log" 2>&1 && built=1
     grep -E "error|Error" "$out/build.log" | head -40 | tee -a "$summary"
     say "build of the tools: $([ $built = 1 ] && echo ok || echo FAILED)"
   else
@@ -185,25 +212,39 @@ if [ -n "$CHECKS" ] && [ $built = 1 ] && phase checks 60; then
   fi
 fi
 
-# --- the plain PyTorch peer --------------------------------------------------
-tag=""  # names the runs of a second batch shape (WIDE_MB)
-peer() {  # peer MODEL [ARGS...]: one run of torch_loop.py, its summary line
-  local m=$1; shift
-  env -u LD_LIBRARY_PATH timeout 150 "$py" bench/peers/torch_loop.py --model "$m" --micro-batch "$mb" \
-    --global-batch "$gb" --seq-len "$seq" --steps "$steps" --skip "$skip" --device "$device" \
-    --json "$out/peer-$m$tag.json" "$@" > "$out/peer-$m$tag.log" 2>&1
-  say "peer $m$tag: $(tail -1 "$out/peer-$m$tag.log")"
-}
+# capped SECONDS: SECONDS, or less where less of the budget is left (a
+# phase's commands end before the budget does).
+capped() { local l; l=$(( $(left) - 5 )); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }
 
-# --- ob on one GPU -------------------------------------------------------------
+# --- NCCL: several ranks on the one GPU -------------------------------------
+# bench/gpu_nccl.sh per model: real NCCL between local hosts sharing the GPU
+# (OB_TEST_NCCL_HOSTS=1); its lines (one a part) go to the summary.
+if [ "${NCCL:-1}" = 1 ] && [ $built = 1 ]; then
+  for m in $nccl_models; do
+    var=NCCL_PARTS_${m//[-.]/_}
+    parts=${!var:-}
+    [ -n "$parts" ] || { [ "$m" = gpt-tiny ] && parts="pp kill tp stall" || parts="pp tp"; }
+    phase "nccl $m ($parts)" 45 || continue
+    OB_BIN=$bin OB_SOURCE_DIR=$root DEVICE=$device MODEL=$m PARTS="$parts" \
+      timeout "$(capped 240)" bash bench/gpu_nccl.sh > "$out/nccl-$m.txt" 2> "$out/nccl-$m.err"
+    rc=$?
+    while IFS= read -r line; do say "nccl $line"; done < "$out/nccl-$m.txt"
+    say "nccl $m: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+    [ $rc = 0 ] || tail -5 "$out/nccl-$m.err" | tee -a "$summary"
+  done
+fi
+
+# --- ob on one GPU against the peers ------------------------------------------
 work=/tmp/ob-gpu-work
 rm -rf "$work"; mkdir -p "$work"
 echo gpu0 > "$work/hosts.txt"
 (umask 077; echo gpu-bench-secret-0123456789 > "$work/secret")
-ob_summary() {  # ob_summary RUN: tokens/s, MFU, peak memory of rank 0 over steps >= SKIP
+# ob_summary RUN: tokens/s, MFU (PaLM's and llm.c's counts), peak memory of
+# rank 0 over steps >= SKIP; with --json FILE, those figures in FILE too.
+ob_summary() {
   "$bin/ob-watch" --records json "$1.metrics" 2> /dev/null | "$py" -c '
 import json, sys
-skip = int(sys.argv[1]); rows = []
+skip, out = int(sys.argv[1]), sys.argv[2]; rows = []
 for line in sys.stdin:
     r = json.loads(line)
     if r.get("heartbeat") or int(r.get("rank", 0)) != 0 or int(r.get("step", -1)) < skip:
@@ -211,20 +252,23 @@ for line in sys.stdin:
     rows.append(r)
 if not rows:
     print("no step records"); sys.exit()
+med = lambda k: sorted(float(r.get(k, 0)) for r in rows)[len(rows) // 2]
+tps, mfu, llmc = med("tokens_per_second"), med("mfu"), med("mfu_llmc")
 sec = sum(float(r.get("step_seconds", 0)) for r in rows)
-tps = sorted(float(r.get("tokens_per_second", 0)) for r in rows)
-mfu = sorted(float(r.get("mfu", 0)) for r in rows)
 peak = max(float(r.get("peak_memory_bytes", 0)) for r in rows)
 snaps = sorted(float(r.get("snapshot_seconds", 0)) for r in rows)
-snap = sum(snaps) / len(rows)
-print(f"steps {skip}..{skip + len(rows) - 1}: median tokens/s {tps[len(tps) // 2]:.0f}, mean step {sec / len(rows):.4f} s, "
-      f"median MFU {mfu[len(mfu) // 2]:.3f}, peak memory {peak / 2**30:.2f} GiB, snapshot on the training thread {snap:.4f} s/step "
-      f"(median {snaps[len(snaps) // 2]:.4f}, max {snaps[-1]:.4f})")
-' "$skip"
+json.dump({"tokens_per_s": tps, "mfu": mfu, "mfu_llmc": llmc, "peak_memory_bytes": peak,
+           "mean_step_s": sec / len(rows)}, open(out, "w"))
+print(f"steps {skip}..{skip + len(rows) - 1}: median tokens/s {tps:.0f}, mean step {sec / len(rows):.4f} s, "
+      f"median MFU {mfu:.3f} (llm.c count {llmc:.3f}), peak memory {peak / 2**30:.2f} GiB, "
+      f"snapshot on the training thread {sum(snaps) / len(rows):.4f} s/step (median {snaps[len(snaps) // 2]:.4f}, "
+      f"max {snaps[-1]:.4f})")
+' "$skip" "$1.json"
 }
-train() {  # train NAME MODEL [ARGS...]: ob-launch, 100 steps
+# train NAME MODEL [ARGS...]: ob-launch on the plan of MODEL, STEPS steps.
+train() {
   local name=$1 m=$2; shift 2
-  timeout 200 "$bin/ob-launch" --rsh local --secret-file "$work/secret" --steps "$steps" \
+  timeout "$(capped 200)" "$bin/ob-launch" --rsh local --secret-file "$work/secret" --steps "$steps" \
     --device "$device" --run-dir "$work/$name" --metrics "$work/$name.metrics" "$@" \
     "$work/plan-$m.pb" "$work/hosts.txt" > "$out/$name.out" 2> "$out/$name.err"
   local rc=$?
@@ -234,15 +278,23 @@ train() {  # train NAME MODEL [ARGS...]: ob-launch, 100 steps
   [ $rc = 0 ] || tail -5 "$out/$name.err" | tee -a "$summary"
   return $rc
 }
-
-first=${models%% *}
-# profile_plan MODEL: a measured profile on the device (bf16) and a plan of
-# one pipeline on the one host.
+# peer NAME MODEL MB GB [ARGS...]: one run of torch_loop.py, its summary line.
+peer() {
+  local name=$1 m=$2 b=$3 g=$4; shift 4
+  env -u LD_LIBRARY_PATH timeout "$(capped 200)" "$py" bench/peers/torch_loop.py --model "$m" --micro-batch "$b" \
+    --global-batch "$g" --seq-len "$seq" --steps "$steps" --skip "$skip" --device "$device" --precision bf16 \
+    --json "$out/$name.json" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  say "$name: exit $rc; $(tail -1 "$out/$name.log")"
+  return $rc
+}
+# profile_plan MODEL MB GB: a measured profile on the device (bf16) and a
+# plan of one pipeline on the one host.
 profile_plan() {
-  local m=$1
-  timeout 120 "$bin/ob-profile" --model "$m" --device "$device" --dtype bfloat16 --seq-len "$seq" --warmup 2 -k 5 \
-      -b "$mb" -o "$work/profile-$m.pb" 2> "$out/profile-$m.err" \
-    && "$bin/ob-plan" --hosts "$work/hosts.txt" -g 1 -f 0 -B "$gb" -b "$mb" \
+  local m=$1 b=$2 g=$3
+  timeout "$(capped 120)" "$bin/ob-profile" --model "$m" --device "$device" --dtype bfloat16 --seq-len "$seq" \
+      --warmup 1 -k 3 -b "$b" -o "$work/profile-$m.pb" 2> "$out/profile-$m.err" \
+    && "$bin/ob-plan" --hosts "$work/hosts.txt" -g 1 -f 0 -B "$g" -b "$b" \
       -o "$work/plan-$m.pb" --explain "$work/profile-$m.pb" > "$out/plan-$m.txt" 2>&1
   local rc=$?
   "$bin/ob-profile" --table "$work/profile-$m.pb" > "$out/profile-$m.txt" 2>&1
@@ -250,29 +302,15 @@ profile_plan() {
   say "profile+plan $m: $(grep -h '^# one micro-batch' "$out/profile-$m.txt") | $(grep -h -A2 '^# nodes stages' "$out/plan-$m.txt" 2> /dev/null | tail -n 1 | tr -s ' ') | $(grep -h '^# predicted iteration' "$out/plan-$m.txt" 2> /dev/null)"
   return $rc
 }
-if [ $built = 1 ] && phase "profile $first" 60; then profile_plan "$first"; fi
 
-# Both traced over steps 20-21 (Kineto): where each one's step goes.
-mkdir -p "$work/trace"
-if [ "${TRAIN:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "ob $first" 60; then
-  OB_TRACE=$work/trace train "train-$first" "$first" --precision bf16
-fi
-if [ "${TRAIN:-1}" = 1 ] && phase "peer $first" 50; then peer "$first" --trace "$work/trace/peer.json"; fi
-if [ -s "$work/trace/trace-rank-0.json" ] || [ -s "$work/trace/peer.json" ]; then
-  args=()
-  [ -s "$work/trace/trace-rank-0.json" ] && args+=("ob=$work/trace/trace-rank-0.json")
-  [ -s "$work/trace/peer.json" ] && args+=("peer=$work/trace/peer.json")
-  env -u LD_LIBRARY_PATH "$py" bench/trace_summary.py --steps 2 --json "$out/trace-summary.json" "${args[@]}" \
-    > "$out/trace-summary.txt" 2>&1
-  head -80 "$out/trace-summary.txt" | tee -a "$summary"
-  for f in "$work"/trace/*.json; do gzip -c "$f" > "$out/$(basename "$f").gz"; done
-fi
-
-# Kill -9 of the worker at KILL_STEP.
-if [ "${KILL:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && phase "kill -9 at step $kill_step" 70; then
+# kill_run MODEL B G: kill -9 of the worker at KILL_STEP of an ob run of
+# MODEL's plan (made first where missing): kill to the next completed step.
+kill_run() {
+  local m=$1 b=$2 g=$3
+  [ -s "$work/plan-$m.pb" ] || profile_plan "$m" "$b" "$g" || return 1
   (
     end=$(( $(date +%s) + 150 ))
-    until [ "$("$py" tests/lib/metrics.py max-step "$work/kill.metrics" 2> /dev/null || echo -1)" -ge "$kill_step" ]; do
+    until [ "$("$bin/max_step" "$work/kill.metrics" 2> /dev/null || echo -1)" -ge "$kill_step" ]; do
       [ "$(date +%s)" -lt "$end" ] || exit 1
       sleep 0.05
     done
@@ -281,13 +319,11 @@ if [ "${KILL:-1}" = 1 ] && [ $built = 1 ] && [ -s "$work/plan-$first.pb" ] && ph
     # shellcheck disable=SC2086
     kill -9 $pids
   ) > "$out/kill.killer" 2>&1 &
-  train kill "$first" --precision bf16
+  train kill "$m" --precision bf16
   wait
   say "kill: $(cat "$out/kill.killer")"
   grep -a "recovered\|restart\|lost" "$work/kill/events.log" | head -5 | tee -a "$summary"
-  # The steps around the kill, in the order they completed: do the first
-  # steps after the restart pay for the arena's page-locking (a thread of
-  # the worker's own since this session)?
+  # The steps around the kill, in the order they completed.
   "$bin/ob-watch" --records json "$work/kill.metrics" 2> /dev/null | "$py" -c '
 import json, sys
 k = int(sys.argv[1]); out = []
@@ -295,13 +331,62 @@ for line in sys.stdin:
     r = json.loads(line)
     if r.get("heartbeat") or int(r.get("rank", 0)) != 0: continue
     s = int(r.get("step", -1))
-    if k - 3 <= s <= k + 15:
+    if k - 3 <= s <= k + 10:
         out.append("%d:%.3f/%.3f" % (s, float(r.get("step_seconds", 0)), float(r.get("snapshot_seconds", 0))))
 print("kill: step:seconds/snapshot-seconds around the kill: " + " ".join(out))
 ' "$kill_step" | tee -a "$summary"
+}
+killed=0
+want_kill() { [ "${KILL:-1}" = 1 ] && [ $killed = 0 ] && [ $built = 1 ]; }
+
+mkdir -p "$work/trace"
+first=""
+if [ "${MFU:-1}" = 1 ]; then
+  for run in $mfu_runs; do
+    IFS=: read -r m b g <<< "$run"
+    [ -n "$first" ] || first=$m
+    if [ $built = 1 ] && phase "ob $m $b x $g" 60 && profile_plan "$m" "$b" "$g"; then
+      # The first model's run and its eager peer's traced over steps 20-21.
+      if [ "$m" = "$first" ]; then
+        OB_TRACE=$work/trace train "train-$m" "$m" --precision bf16
+      else
+        train "train-$m" "$m" --precision bf16
+      fi
+    fi
+    if phase "eager peer $m" 40; then
+      if [ "$m" = "$first" ]; then peer "peer-$m" "$m" "$b" "$g" --trace "$work/trace/peer.json"; else peer "peer-$m" "$m" "$b" "$g"; fi
+    fi
+    if [ "${COMPILE:-1}" = 1 ] && phase "torch.compile peer $m" 60; then peer "compiled-$m" "$m" "$b" "$g" --compile; fi
+    # The recovery's time right after the first model (the kill model's
+    # plan then exists), before the budget goes to the others.
+    if want_kill && [ "$m" = "$kill_model" ] && phase "kill -9 at step $kill_step ($m)" 50; then
+      killed=1
+      kill_run "$m" "$b" "$g"
+    fi
+  done
+fi
+if want_kill && phase "kill -9 at step $kill_step ($kill_model)" 50; then
+  killed=1
+  kill_run "$kill_model" 8 32
+fi
+if [ -s "$work/trace/trace-rank-0.json" ] || [ -s "$work/trace/peer.json" ]; then
+  args=()
+  [ -s "$work/trace/trace-rank-0.json" ] && args+=("ob=$work/trace/trace-rank-0.json")
+  [ -s "$work/trace/peer.json" ] && args+=("peer=$work/trace/peer.json")
+  env -u LD_LIBRARY_PATH timeout "$(capped 60)" "$py" bench/trace_summary.py --steps 2 --json "$out/trace-summary.json" \
+    "${args[@]}" > "$out/trace-summary.txt" 2>&1
+  head -80 "$out/trace-summary.txt" | tee -a "$summary"
+  for f in "$work"/trace/*.json; do gzip -c "$f" > "$out/$(basename "$f").gz"; done
 fi
 
-# The unit tests: the rest of the build first.
+# --- the first model again at a wider micro-batch (WIDE_MB; 0: none) ---------
+wide_mb=${WIDE_MB:-0} wide_gb=${WIDE_GB:-64}
+if [ "$wide_mb" -gt 0 ] && [ -n "$first" ] && [ $built = 1 ] && phase "ob $first at micro-batch $wide_mb" 110; then
+  profile_plan "$first" "$wide_mb" "$wide_gb" && train "train-$first-mb$wide_mb" "$first" --precision bf16
+  if phase "eager peer $first at micro-batch $wide_mb" 40; then peer "peer-$first-mb$wide_mb" "$first" "$wide_mb" "$wide_gb"; fi
+fi
+
+# --- the unit tests: the rest of the build first --------------------------------
 if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
   timeout $(( $(left) - 10 )) cmake --build "$bd" -j "$(getconf _NPROCESSORS_ONLN)" > "$out/build-rest.log" 2>&1 \
     && (cd "$bd" && OMP_NUM_THREADS=1 timeout $(( $(left) - 5 )) ctest -j "$(getconf _NPROCESSORS_ONLN)" --timeout 120 --output-on-failure \
@@ -333,23 +418,27 @@ if [ "${UNIT:-1}" = 1 ] && [ $built = 1 ] && phase "unit tests" 40; then
     done
 fi
 
-# The second model, where the budget allows.
-for m in $models; do
-  [ "$m" = "$first" ] && continue
-  if [ $built = 1 ] && phase "ob $m" 150; then
-    profile_plan "$m" && train "train-$m" "$m" --precision bf16
-  fi
-  if phase "peer $m" 60; then peer "$m"; fi
-done
-
-# The first model again at a larger micro-batch (WIDE_MB, WIDE_GB; WIDE_MB=0
-# for none), ob and the peer: how much of the distance to the MFU target is
-# per-micro-batch cost (launches, casts) rather than the kernels themselves.
-wide_mb=${WIDE_MB:-32} wide_gb=${WIDE_GB:-64}
-if [ "$wide_mb" -gt 0 ] && [ $built = 1 ] && phase "ob $first at micro-batch $wide_mb" 110; then
-  mb=$wide_mb gb=$wide_gb tag=-mb$wide_mb
-  profile_plan "$first" && train "train-$first$tag" "$first" --precision bf16
-  if phase "peer $first$tag" 50; then peer "$first"; fi
+# --- the MFU phase's table ---------------------------------------------------
+if [ "${MFU:-1}" = 1 ]; then
+  "$py" - "$out" "$work" $mfu_runs <<'PY' | tee -a "$summary"
+import json, os, sys
+out = sys.argv[1]
+def load(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return None
+print("model b x B | ob tokens/s | ob MFU (PaLM / llm.c) | eager tokens/s, MFU | compiled tokens/s, MFU | ob/eager | ob/compiled")
+for run in sys.argv[3:]:
+    m, b, g = run.split(":")
+    ob = load(os.path.join(sys.argv[2], f"train-{m}.json"))
+    eager, comp = load(os.path.join(out, f"peer-{m}.json")), load(os.path.join(out, f"compiled-{m}.json"))
+    cell = lambda r: f"{r['tokens_per_s']:.0f}, {100 * r['mfu']:.1f}%" if r else "-"
+    ratio = lambda r: f"{ob['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ob and r and r["tokens_per_s"] > 0 else "-"
+    obc = f"{ob['tokens_per_s']:.0f}" if ob else "-"
+    obm = f"{100 * ob['mfu']:.1f}% / {100 * ob['mfu_llmc']:.1f}%" if ob else "-"
+    print(f"{m} {b} x {g} | {obc} | {obm} | {cell(eager)} | {cell(comp)} | {ratio(eager)} | {ratio(comp)}")
+PY
 fi
 
 say "done"
