@@ -90,20 +90,26 @@ hostids() {
   done | sort
 }
 
+# layout_run PART WORKERS WHAT: PART's plan ($WORK/p-PART.pb) trained STEPS
+# steps without standbys: the NCCL_HOSTID of its WORKERS workers, read while
+# they train, all different; within bf16's tolerance of one worker's run.
+layout_run() {
+  local part=$1 n=$2 what=$3 ids=""
+  RUN_PLAN="$WORK/p-$part.pb" RUN_HOSTS="$WORK/p-$part.hosts" run_start "$part" "$STEPS" --standby off "${RUN_FLAGS[@]}"
+  if wait_step "$part" 2; then ids=$(hostids); fi
+  run_wait
+  if [ "$RC" != 0 ]; then part_fail "$part" "exit $RC: $(tail -3 "$WORK/$part.err")"; return; fi
+  if [ "$(sort -u <<< "$ids" | grep -c .)" != "$n" ]; then
+    part_fail "$part" "the $n workers' NCCL_HOSTID are not $n different ones: $(echo $ids)"; return
+  fi
+  compare_to ref "$part" || { part_fail "$part" "against one worker: $(cat "$WORK/$part.cmp")"; return; }
+  wait_for 5 no_tagged || { part_fail "$part" "processes left behind: $(tagged | xargs -r ps -o pid,args -p)"; return; }
+  echo "$MODEL $part: ok: $what against one worker: $(cat "$WORK/$part.cmp"); $(backend "$part"); NCCL_HOSTID $(echo $ids)"
+}
+
 for part in $PARTS; do
   case $part in
-  pp)
-    RUN_PLAN="$WORK/p-pp.pb" RUN_HOSTS="$WORK/p-pp.hosts" run_start pp "$STEPS" --standby off "${RUN_FLAGS[@]}"
-    ids=""
-    if wait_step pp 2; then ids=$(hostids); fi
-    run_wait
-    if [ "$RC" != 0 ]; then part_fail pp "exit $RC: $(tail -3 "$WORK/pp.err")"; continue; fi
-    if [ "$(sort -u <<< "$ids" | grep -c .)" != 4 ]; then
-      part_fail pp "the 4 workers' NCCL_HOSTID are not 4 different ones: $(echo $ids)"; continue
-    fi
-    compare_to ref pp || { part_fail pp "against one worker: $(cat "$WORK/pp.cmp")"; continue; }
-    echo "$MODEL pp: ok: 2 x 2 against one worker: $(cat "$WORK/pp.cmp"); $(backend pp); NCCL_HOSTID $(echo $ids)"
-    ;;
+  pp) layout_run pp 4 "2 x 2" ;;
   kill)
     [ -s "$WORK/pp.pb" ] || { part_fail kill "needs the pp part's run"; continue; }
     RUN_PLAN="$WORK/p-pp.pb" RUN_HOSTS="$WORK/p-pp.hosts" run_start kill "$STEPS" "${RUN_FLAGS[@]}"
@@ -124,18 +130,7 @@ for part in $PARTS; do
   tp)
     env_tp=()
     [ "$DEVICE" = cuda ] && env_tp=(env OB_GPUS_PER_HOST=2 CUDA_VISIBLE_DEVICES=0,0)
-    RUN_WRAP="${env_tp[*]}" RUN_PLAN="$WORK/p-tp.pb" RUN_HOSTS="$WORK/p-tp.hosts" \
-      run_start tp "$STEPS" --standby off "${RUN_FLAGS[@]}"
-    ids=""
-    if wait_step tp 2; then ids=$(hostids); fi
-    run_wait
-    if [ "$RC" != 0 ]; then part_fail tp "exit $RC: $(tail -3 "$WORK/tp.err")"; continue; fi
-    if [ "$(sort -u <<< "$ids" | grep -c .)" != 2 ]; then
-      part_fail tp "the 2 workers' NCCL_HOSTID are not 2 different ones: $(echo $ids)"; continue
-    fi
-    compare_to ref tp || { part_fail tp "against one worker: $(cat "$WORK/tp.cmp")"; continue; }
-    wait_for 5 no_tagged || { part_fail tp "processes left behind: $(tagged | xargs -r ps -o pid,args -p)"; continue; }
-    echo "$MODEL tp: ok: tp 2 on one host against one worker: $(cat "$WORK/tp.cmp"); NCCL_HOSTID $(echo $ids)"
+    RUN_WRAP="${env_tp[*]}" layout_run tp 2 "tp 2 on one host"
     ;;
   stall)
     [ -s "$WORK/pp.pb" ] || { part_fail stall "needs the pp part's run"; continue; }

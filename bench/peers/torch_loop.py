@@ -276,11 +276,15 @@ def main():
     if a.compile:
         # As torchtitan compiles: each block (one compilation serves them
         # all, as their code is one) and the head with its loss; the
-        # embedding's lookup stays eager. A whole-model graph compiles for
-        # minutes at 36 layers, and the lent GPU's call has a few.
+        # embedding's lookup stays eager. The whole model would be one graph
+        # of every layer, its compilation growing with the depth, and the
+        # lent GPU's call has minutes.
         dynamo = importlib.import_module("torch._dynamo")  # (an `import torch._dynamo` here would make torch local)
         blocks = model.blocks if hasattr(model, "blocks") else model.layers
-        dynamo.config.cache_size_limit = max(64, 2 * len(blocks))
+        for name in ("recompile_limit", "cache_size_limit"):  # (renamed in later torch)
+            if hasattr(dynamo.config, name):
+                setattr(dynamo.config, name, max(64, 2 * len(blocks)))
+                break
         for i in range(len(blocks)):
             blocks[i] = torch.compile(blocks[i])
         model.loss = torch.compile(model.loss)
