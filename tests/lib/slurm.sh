@@ -130,3 +130,41 @@ slurm_down() {
   SLURM_NODES=()
   return 0
 }
+
+# slurm_job_setup STEPS (after sourcing launch.sh): the secret; NODES, the
+# three nodes ${TAG}a, b, c, in $WORK/hosts.txt; gpt-tiny (fp32, sequence
+# 32) planned for them with f = 1 ($WORK/plan.pb); the uninterrupted
+# reference, one worker on the same samples for STEPS steps ($WORK/ref.pb).
+slurm_job_setup() {
+  (umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
+  "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
+    -o "$WORK/tiny.pb" || fail "ob-profile"
+  NODES=("${TAG}a" "${TAG}b" "${TAG}c")
+  printf '%s\n' "${NODES[@]}" > "$WORK/hosts.txt"
+  "$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 1 --overhead-gib 0 \
+    -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
+  echo "${TAG}h0" > "$WORK/one.hosts"
+  "$OB_BIN/ob-plan" --hosts "$WORK/one.hosts" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
+    -o "$WORK/one.plan" "$WORK/tiny.pb" || fail "ob-plan for one worker"
+  RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" reference_run "$1"
+}
+
+# slurm_submit HEAD FLAGS...: a batch job on the three nodes ($WORK/job.sh,
+# output $WORK/job.out) whose script has the lines HEAD (#SBATCH options,
+# exports; may be empty), then runs ob-launch --rsh slurm on $WORK/plan.pb
+# with FLAGS (run directory $WORK/run, metrics $WORK/slurm.pb, the fixed
+# corpus); sets JOB; job_running is true while Slurm lists it.
+slurm_submit() {
+  local head=$1
+  shift
+  {
+    echo '#!/bin/bash'
+    [ -n "$head" ] && echo "$head"
+    printf 'exec %q --rsh slurm --secret-file %q --run-dir %q --data %q --metrics %q' "$OB_BIN/ob-launch" \
+      "$WORK/secret" "$WORK/run" "$OB_SOURCE_DIR/tests/data/corpus.txt" "$WORK/slurm.pb"
+    printf ' %q' "$@" "$WORK/plan.pb"
+    echo
+  } > "$WORK/job.sh"
+  JOB=$(timeout 10 sbatch --parsable -N3 -J "ob-$TAG" -o "$WORK/job.out" "$WORK/job.sh") || fail "sbatch"
+}
+job_running() { timeout 5 squeue -h -j "$JOB" | grep -q .; }

@@ -18,33 +18,18 @@ slurm_require
 command -v python3 >/dev/null || skip "no python3"
 trap 'slurm_down; cleanup' EXIT   # the daemons first: their pid files are in \$WORK
 
+slurm_job_setup 60
+
 # Outside an allocation.
-(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
-"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
-  -o "$WORK/tiny.pb" || fail "ob-profile"
-NODES=("${TAG}a" "${TAG}b" "${TAG}c")
-printf '%s\n' "${NODES[@]}" > "$WORK/hosts.txt"
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 1 --overhead-gib 0 \
-  -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
 env -u SLURM_JOB_ID "$OB_BIN/ob-launch" --rsh slurm --secret-file "$WORK/secret" --run-dir "$WORK/out" \
   "$WORK/plan.pb" 2> "$WORK/out.err"
 rc=$?
 [ "$rc" = 64 ] && [ "$(grep -c . "$WORK/out.err")" = 1 ] && grep -q "SLURM_JOB_ID is not set" "$WORK/out.err" \
   || fail "--rsh slurm outside an allocation: exit $rc: $(cat "$WORK/out.err")"
 
-# The uninterrupted reference: one worker, the same samples.
-echo "${TAG}h0" > "$WORK/one.hosts"
-"$OB_BIN/ob-plan" --hosts "$WORK/one.hosts" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
-  -o "$WORK/one.plan" "$WORK/tiny.pb" || fail "ob-plan for one worker"
-RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" reference_run 60
-
 slurm_up "$WORK/slurm" "${NODES[@]}"
-cat > "$WORK/job.sh" <<JOB
-#!/bin/bash
-exec "$OB_BIN/ob-launch" --rsh slurm --secret-file "$WORK/secret" --run-dir "$WORK/run" --steps 60 \\
-  --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/slurm.pb" "$WORK/plan.pb"
-JOB
-job=$(timeout 10 sbatch --parsable -N3 -J "ob-$TAG" -o "$WORK/job.out" "$WORK/job.sh") || fail "sbatch"
+slurm_submit "" --steps 60
+job=$JOB
 at_step() { [ "$(max_step "$WORK/slurm.pb")" -ge 15 ] || ! timeout 5 squeue -h -j "$job" | grep -q .; }
 wait_for 90 at_step || fail "no step 15 in 90 s: $(tail -5 "$WORK/job.out")"
 timeout 5 squeue -h -j "$job" | grep -q . || fail "the job ended before step 15: $(tail -5 "$WORK/job.out")"

@@ -21,34 +21,16 @@ command -v python3 >/dev/null || skip "no python3"
 trap 'slurm_down; cleanup' EXIT   # the daemons first: their pid files are in \$WORK
 STEPS=60
 
-(umask 077; echo "secret-$TAG-for-the-tests" > "$WORK/secret")
-"$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -q \
-  -o "$WORK/tiny.pb" || fail "ob-profile"
-NODES=("${TAG}a" "${TAG}b" "${TAG}c")
-printf '%s\n' "${NODES[@]}" > "$WORK/hosts.txt"
-"$OB_BIN/ob-plan" --hosts "$WORK/hosts.txt" -g 1 -f 1 -B 8 --gpu-memory 1 --overhead-gib 0 \
-  -o "$WORK/plan.pb" "$WORK/tiny.pb" || fail "ob-plan"
-
-# The uninterrupted reference: one worker, the same samples.
-echo "${TAG}h0" > "$WORK/one.hosts"
-"$OB_BIN/ob-plan" --hosts "$WORK/one.hosts" -g 1 -f 0 -B 8 --gpu-memory 1 --overhead-gib 0 \
-  -o "$WORK/one.plan" "$WORK/tiny.pb" || fail "ob-plan for one worker"
-RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" reference_run "$STEPS"
+slurm_job_setup "$STEPS"
 
 SLURM_CONF_EXTRA="SlurmdTimeout=10" slurm_up "$WORK/slurm" "${NODES[@]}"
 # Every rank waits before step 16 of the first generation (so the power
 # goes off at step 15 exactly, however fast the run) and before step 30 of
 # the second, until $WORK/release exists.
 park="0:park=16;1:park=16;2:park=16;0:park=30@2;1:park=30@2;2:park=30@2"
-cat > "$WORK/job.sh" <<JOB
-#!/bin/bash
-#SBATCH --no-kill
-export OB_INJECT_RELEASE="$WORK/release"
-exec "$OB_BIN/ob-launch" --rsh slurm --secret-file "$WORK/secret" --run-dir "$WORK/run" --steps $STEPS \\
-  --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/slurm.pb" --inject "$park" "$WORK/plan.pb"
-JOB
-job=$(timeout 10 sbatch --parsable -N3 -J "ob-$TAG" -o "$WORK/job.out" "$WORK/job.sh") || fail "sbatch"
-job_running() { timeout 5 squeue -h -j "$job" | grep -q .; }
+slurm_submit "#SBATCH --no-kill
+export OB_INJECT_RELEASE='$WORK/release'" --steps "$STEPS" --inject "$park"
+job=$JOB
 at_step() { [ "$(max_step "$WORK/slurm.pb")" -ge 15 ] || ! job_running; }
 wait_for 90 at_step || fail "no step 15 in 90 s: $(tail -5 "$WORK/job.out")"
 job_running || fail "the job ended before step 15: $(tail -5 "$WORK/job.out")"
