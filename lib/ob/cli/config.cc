@@ -17,8 +17,13 @@ enum class ValueType { kText, kInteger, kUnsigned, kNumber, kFlag, kCount };
 
 ValueType TypeOf(const CLI::Option& o) {
   if (o.get_expected_max() == 0) {
-    // A flag: -v counts (CLI11 sums every result), --resume-from-other is true or false.
-    return o.get_multi_option_policy() == CLI::MultiOptionPolicy::TakeAll ? ValueType::kCount : ValueType::kFlag;
+    // A flag: -v counts, --resume-from-other is true or false. A counting
+    // flag keeps every result: TakeAll in CLI11 2.1 (bookworm), Sum since
+    // 2.2 (trixie's 2.4); a true-or-false one keeps one (TakeLast).
+    const CLI::MultiOptionPolicy p = o.get_multi_option_policy();
+    const bool keeps_one = p == CLI::MultiOptionPolicy::TakeLast || p == CLI::MultiOptionPolicy::TakeFirst ||
+                           p == CLI::MultiOptionPolicy::Throw;
+    return keeps_one ? ValueType::kFlag : ValueType::kCount;
   }
   // "INT:NONNEGATIVE": the type, then the validators'.
   const std::string type = o.get_type_name().substr(0, o.get_type_name().find(':'));
@@ -30,6 +35,13 @@ ValueType TypeOf(const CLI::Option& o) {
 }
 
 bool IsList(const CLI::Option& o) { return o.get_expected_max() > 1; }
+
+// Whether the command line gave `o`. CLI11 2.2 and later give a counting
+// flag its default ("0") as a result after a parse without it.
+bool GivenOnCommandLine(const CLI::Option& o, ValueType type) {
+  if (type == ValueType::kCount && o.count() == 1 && o.results()[0] == o.get_default_str()) return false;
+  return o.count() > 0;
+}
 
 std::string Expected(ValueType t, bool list) {
   if (list) return "a list";
@@ -196,9 +208,13 @@ void EmitValue(YAML::Emitter& out, CLI::Option& o) {
   const ValueType type = TypeOf(o);
   const CLI::results_t& given = o.results();
   if (type == ValueType::kFlag || type == ValueType::kCount) {
-    // As CLI11 reads them: "true" 1, "false" -1, "3" 3.
+    // As CLI11 reads them: "true" 1, "false" -1, "3" 3; a count's "0" (CLI11
+    // 2.2 and later: its default, as a result) adds nothing, not -1.
     long long sum = 0;
-    for (const std::string& r : given) sum += CLI::detail::to_flag_value(r);
+    for (const std::string& r : given) {
+      if (type == ValueType::kCount && r == "0") continue;
+      sum += CLI::detail::to_flag_value(r);
+    }
     if (type == ValueType::kCount) {
       out << std::max(0LL, sum);
     } else {
@@ -302,7 +318,7 @@ Status ApplyConfig(const std::vector<ConfigValue>& values, const std::vector<Con
       }
     }
     // The command line's value stands (and its list replaces the file's).
-    if (v.kind == ConfigValue::Kind::kNull || o->count() > 0) continue;
+    if (v.kind == ConfigValue::Kind::kNull || GivenOnCommandLine(*o, type)) continue;
     OB_RETURN_IF_ERROR(SetOption(v, type, o, path));
     if (origins != nullptr) (*origins)[LongName(*o)] = io::DisplayName(path) + ":" + std::to_string(v.line);
   }
