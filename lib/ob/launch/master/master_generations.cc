@@ -244,6 +244,10 @@ RecoveryFacts Master::Facts() {
 void Master::Decide() {
   decide_deadline_ms_ = -1;
   if (state_ != State::kRunning || Fenced()) return;
+  if (QuorumInDoubt()) {
+    decide_deadline_ms_ = Now() + kHeartbeatMs;  // after the next ticks' judgement (QuorumInDoubt)
+    return;
+  }
   RecoveryFacts f = Facts();
   f.lost.assign(lost_since_holding_.begin(), lost_since_holding_.end());
   f.lost_names = NameSome({failed_hosts_.begin(), failed_hosts_.end()}, kHostsNamed);

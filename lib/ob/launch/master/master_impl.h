@@ -84,6 +84,7 @@ class Master {
   // takeover out of `base` members: a strict majority.
   static size_t Quorum(size_t base) { return base / 2 + 1; }
   bool Fenced();
+  bool QuorumInDoubt();
   // The standby's side: following the master, then taking over.
   Result<int> RunStandby();
   void Follow();

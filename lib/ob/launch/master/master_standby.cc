@@ -340,6 +340,26 @@ bool Master::Fenced() {
   return true;
 }
 
+// Before a decision: whether this master, its standby not heard right now
+// (within two heartbeats, as quorum_base_ counts), hears right now no more
+// hosts than Fenced stops at. A cut loses every agent beyond it within one
+// heartbeat's spread, each found lost at its own tick: a decision between
+// the first finding and the last counted the others as heard and acted on
+// the cut-off side (launch_standby_split, once in a suite under load: the
+// old master decided on 2 of 3 lost hosts 50 ms before finding the third).
+// Such a decision waits: the next ticks judge the silent agents and Fenced
+// stops us, or they are heard again and it goes on; slow is not lost.
+bool Master::QuorumInDoubt() {
+  if (!standby_wanted_ || quorum_base_ == 0) return false;
+  const int64_t now = Now(), recent = 2 * kHeartbeatMs;
+  if (standby_.conn && now - standby_.conn->last_receive_ms() <= recent) return false;
+  size_t heard = 0;
+  for (const auto& a : agents_.all()) {
+    heard += a->connected() && a->conn && now - a->conn->last_receive_ms() <= recent ? 1 : 0;
+  }
+  return heard <= quorum_base_ - Quorum(quorum_base_);
+}
+
 }  // namespace detail
 
 }  // namespace ob::launch
