@@ -85,6 +85,10 @@ class Master {
   static size_t Quorum(size_t base) { return base / 2 + 1; }
   bool Fenced();
   bool QuorumInDoubt();
+  // Whether the standby was heard within `within_ms`; how many agents are
+  // connected and (within_ms >= 0) were heard within it.
+  bool StandbyHeard(int64_t within_ms);
+  size_t HostsHeard(int64_t within_ms);
   // The standby's side: following the master, then taking over.
   Result<int> RunStandby();
   void Follow();

@@ -239,11 +239,7 @@ void Master::CheckStandby() {
     // The base a takeover's majority counts from, taken only while the
     // standby is heard from right now: a master cut off does not shrink
     // it by the hosts it loses on its side of the cut.
-    if (now - standby_.conn->last_receive_ms() <= 2 * kHeartbeatMs) {
-      size_t members = 0;
-      for (const auto& a : agents_.all()) members += a->connected() ? 1 : 0;
-      quorum_base_ = members;
-    }
+    if (StandbyHeard(2 * kHeartbeatMs)) quorum_base_ = HostsHeard(-1);
     SyncStandby();
   } else if (standby_retry_ms_ >= 0 && now >= standby_retry_ms_ && state_ == State::kRunning) {
     StartStandby();
@@ -322,11 +318,8 @@ bool Master::Fenced() {
   if (!standby_wanted_ || quorum_base_ == 0 || state_ != State::kRunning) return false;
   // Heard within an agent timeout: not replaced (it takes over only once
   // it has lost us for --master-timeout).
-  if (standby_.conn && Now() - standby_.conn->last_receive_ms() <= static_cast<int64_t>(opt_.agent_timeout_s * 1e3)) {
-    return false;
-  }
-  size_t heard = 0;
-  for (const auto& a : agents_.all()) heard += a->connected() ? 1 : 0;
+  if (StandbyHeard(static_cast<int64_t>(opt_.agent_timeout_s * 1e3))) return false;
+  const size_t heard = HostsHeard(-1);
   if (heard > quorum_base_ - Quorum(quorum_base_)) return false;
   const std::string msg = "this master (term " + std::to_string(term_) + ") hears neither its standby nor more than " +
                           std::to_string(heard) + " of the " + std::to_string(quorum_base_) +
@@ -350,14 +343,21 @@ bool Master::Fenced() {
 // Such a decision waits: the next ticks judge the silent agents and Fenced
 // stops us, or they are heard again and it goes on; slow is not lost.
 bool Master::QuorumInDoubt() {
-  if (!standby_wanted_ || quorum_base_ == 0) return false;
-  const int64_t now = Now(), recent = 2 * kHeartbeatMs;
-  if (standby_.conn && now - standby_.conn->last_receive_ms() <= recent) return false;
+  if (!standby_wanted_ || quorum_base_ == 0 || StandbyHeard(2 * kHeartbeatMs)) return false;
+  return HostsHeard(2 * kHeartbeatMs) <= quorum_base_ - Quorum(quorum_base_);
+}
+
+bool Master::StandbyHeard(int64_t within_ms) {
+  return standby_.conn && Now() - standby_.conn->last_receive_ms() <= within_ms;
+}
+
+size_t Master::HostsHeard(int64_t within_ms) {
+  const int64_t now = Now();
   size_t heard = 0;
   for (const auto& a : agents_.all()) {
-    heard += a->connected() && a->conn && now - a->conn->last_receive_ms() <= recent ? 1 : 0;
+    heard += a->connected() && (within_ms < 0 || (a->conn && now - a->conn->last_receive_ms() <= within_ms)) ? 1 : 0;
   }
-  return heard <= quorum_base_ - Quorum(quorum_base_);
+  return heard;
 }
 
 }  // namespace detail
