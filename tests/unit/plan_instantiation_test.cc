@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "ob/plan/fault_sweep.h"
 #include "ob/plan/instantiation.h"
 #include "plan_testing.h"
 
@@ -184,6 +185,44 @@ TEST_CASE("Rebalance recomputes the split and the iteration time") {
     CHECK(inst->pipelines[j].microbatches == want.pipelines[j].microbatches);
   CHECK(inst->iteration_seconds == want.iteration_seconds);
   CheckWellFormed(p, *ts, *inst);
+}
+
+TEST_CASE("a FaultSweep plans each f as planning that f alone does") {
+  // -f auto plans f = 0, 1, ... of one cluster through one sweep; its
+  // templates and instantiations are made once where f changes nothing.
+  int compared = 0, ignored = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    Problem p = testing::RandomProblem(seed, {12, 40, 0, 2});
+    // Odd seeds: more pipelines possible than micro-batches (N / n0 > M).
+    if (seed % 2) p.microbatches = 1 + static_cast<int>(seed / 2 % 6);
+    FaultSweep sweep;
+    for (int f = 0; f <= 4; ++f) {
+      Problem q = p;
+      q.faults = f;
+      INFO("seed " << seed << " f " << f << " N " << q.cluster.nodes << " M " << q.microbatches);
+      const Result<TensorParallelPlan> alone = ChooseTensorParallelPlan(q);
+      const Result<TensorParallelPlan> swept = ChooseTensorParallelPlan(q, &sweep);
+      REQUIRE(alone.ok() == swept.ok());
+      if (!alone.ok()) {
+        CHECK(alone.status().message() == swept.status().message());
+        continue;
+      }
+      ++compared;
+      q.tp = alone->tp;
+      ignored += InstantiationIgnoresFaults(q, alone->templates) ? 1 : 0;
+      CHECK(swept->tp == alone->tp);
+      CHECK(swept->templates.min_nodes == alone->templates.min_nodes);
+      CHECK(swept->templates.max_nodes() == alone->templates.max_nodes());
+      CHECK(swept->inst.iteration_seconds == alone->inst.iteration_seconds);
+      REQUIRE(swept->inst.pipelines.size() == alone->inst.pipelines.size());
+      for (size_t j = 0; j < alone->inst.pipelines.size(); ++j) {
+        CHECK(swept->inst.pipelines[j].nodes == alone->inst.pipelines[j].nodes);
+        CHECK(swept->inst.pipelines[j].microbatches == alone->inst.pipelines[j].microbatches);
+      }
+    }
+  }
+  CHECK(compared >= 300);
+  CHECK(ignored >= 30);
 }
 
 TEST_CASE("one tensor-parallel degree for every template: the fastest instantiation's") {

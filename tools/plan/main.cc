@@ -12,6 +12,7 @@
 #include "ob/io/records.h"
 #include "ob/log.h"
 #include "ob/plan/explain.h"
+#include "ob/plan/fault_sweep.h"
 #include "ob/plan/reliability.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/placement.h"
@@ -200,9 +201,11 @@ ob::Result<std::vector<int>> ParsePipelines() {
 ob::Result<ob::plan::FailureModel> FailureModelFromOptions() { return ob::plan_tool::FailureModelOf(g.failure); }
 
 // `made` (if given): the templates and instantiation made while choosing
-// the tensor-parallel degree (tp 0: none made).
+// the tensor-parallel degree (tp 0: none made); `sweep` (if given) makes
+// them, for one cluster planned for several f.
 ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
-                                           int mb, ob::plan::TensorParallelPlan* made = nullptr);
+                                           int mb, ob::plan::TensorParallelPlan* made = nullptr,
+                                           ob::plan::FaultSweep* sweep = nullptr);
 
 ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile& profile) {
   OB_ASSIGN_OR_RETURN(auto hosts, ClusterHosts());
@@ -269,14 +272,16 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   std::map<int, Planned> planned;  // by f
   if (g.faults == "auto") {
     OB_ASSIGN_OR_RETURN(auto model, FailureModelFromOptions());
+    std::map<int, ob::plan::FaultSweep> sweeps;  // by node count
     auto iteration = [&](int f, int n) -> ob::Result<double> {
       ob::plan::Cluster cn = c;
       cn.nodes = n;
       ob::plan::TensorParallelPlan made;
-      OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb, &made));
+      ob::plan::FaultSweep* sweep = &sweeps[n];
+      OB_ASSIGN_OR_RETURN(auto pr, BuildProblem(profile, cn, f, mb, &made, sweep));
       if (made.tp == 0) {
-        OB_ASSIGN_OR_RETURN(made.templates, ob::plan::BuildTemplates(pr));
-        OB_ASSIGN_OR_RETURN(made.inst, ob::plan::Instantiate(pr, made.templates));
+        OB_ASSIGN_OR_RETURN(made.templates, sweep->Templates(pr));
+        OB_ASSIGN_OR_RETURN(made.inst, sweep->Instantiate(pr, made.templates));
       }
       const double seconds = made.inst.iteration_seconds;
       if (n == nodes) planned[f] = {std::move(pr), std::move(made.templates), std::move(made.inst)};
@@ -378,7 +383,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
 // The problem for `faults` failures on cluster `c`, with the tensor-parallel
 // degrees asked (--tp, --template-tp) or chosen.
 ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const ob::plan::Cluster& c, int faults,
-                                           int mb, ob::plan::TensorParallelPlan* made) {
+                                           int mb, ob::plan::TensorParallelPlan* made, ob::plan::FaultSweep* sweep) {
   auto problem = ob::plan::MakeProblem(profile, c, faults, g.global_batch, mb);
   if (!problem.ok()) return problem.status().WithContext(ob::io::DisplayName(g.input));
   if (g.recompute == "auto") {
@@ -427,7 +432,7 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
   } else if (g.tp == 0) {
     // One degree for the other templates; when none
     // instantiates alone, BuildTemplates below says why, as it always did.
-    ob::Result<ob::plan::TensorParallelPlan> tp = ob::plan::ChooseTensorParallelPlan(*problem);
+    ob::Result<ob::plan::TensorParallelPlan> tp = ob::plan::ChooseTensorParallelPlan(*problem, sweep);
     if (tp.ok()) {
       problem->tp = tp->tp;
       if (made != nullptr) *made = std::move(tp).value();

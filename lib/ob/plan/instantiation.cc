@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "ob/plan/fault_sweep.h"
 #include "ob/plan/schedule.h"
 
 namespace ob::plan {
@@ -34,16 +35,31 @@ struct Option {
 
 // The knapsack over node counts for one deadline tau. A state is (pipelines,
 // nodes); its value the most micro-batches finishable by tau. The pipeline
-// count is either clipped at f + 1 (when no multiset can have more pipelines
-// than micro-batches) or exact up to M (so that P ≤ M can be enforced).
+// count is clipped at f + 1 when no multiset can have more pipelines than
+// micro-batches (N / n0 ≤ M).
+//
+// Otherwise P ≤ M must hold too, and tracking P exactly up to M costs
+// O(N · templates · M) a step (minutes at 16,384 nodes). Mostly it need not
+// be tracked: when N / (the largest template) ≥ f + 1, every multiset that
+// covers N has P ≥ f + 1, and a knapsack over nodes alone (O(N · templates))
+// gives V, the most micro-batches any of them finishes by tau. V < M: tau is
+// infeasible. Its multiset has P ≤ M: feasible. Else, if N is the sum of
+// exactly M sizes of templates usable by tau (capacity ≥ 1; a coin change
+// over their sizes), those M pipelines finish a micro-batch each: feasible.
+// (With usable sizes a..b consecutive, every P from ⌈N/b⌉ to ⌊N/a⌋ is
+// possible, so this settles every case.) Only what is left, or a floor
+// f + 1 that binds, is tracked exactly.
 class Knapsack {
  public:
   Knapsack(const Problem& p, const std::vector<Option>& options)
       : options_(options), N_(p.cluster.nodes), M_(p.microbatches), need_(p.faults + 1) {
-    int smallest = N_;
-    for (const Option& o : options_) smallest = std::min(smallest, o.t->nodes);
+    int smallest = N_, largest = 1;
+    for (const Option& o : options_) {
+      smallest = std::min(smallest, o.t->nodes);
+      largest = std::max(largest, o.t->nodes);
+    }
     clipped_ = N_ / smallest <= M_;
-    counts_ = clipped_ ? need_ : M_;
+    floor_binds_ = (N_ + largest - 1) / largest < need_;
   }
 
   // Whether some multiset covers all N nodes with f + 1 ≤ P ≤ M pipelines
@@ -53,16 +69,28 @@ class Knapsack {
     const int T = static_cast<int>(options_.size());
     caps_.assign(T, 0);
     for (int i = 0; i < T; ++i) caps_[i] = options_[i].Capacity(tau, M_);
-    const size_t states = static_cast<size_t>(counts_ + 1) * (N_ + 1);
+    if (clipped_) return Counted(need_, true, multiset);
+    if (!floor_binds_ && Spread(multiset)) return true;
+    if (!floor_binds_ && settled_) return false;
+    return Counted(M_, false, multiset);
+  }
+
+ private:
+  size_t At(int c, int x) const { return static_cast<size_t>(c) * (N_ + 1) + x; }
+
+  // States (pipelines up to `counts`, nodes): clipped at counts, or exact.
+  bool Counted(int counts, bool clipped, std::vector<int>* multiset) {
+    const int T = static_cast<int>(options_.size());
+    const size_t states = static_cast<size_t>(counts + 1) * (N_ + 1);
     best_.assign(states, -1);
     from_.assign(states, -1);
     best_[At(0, 0)] = 0;
     for (int x = 0; x < N_; ++x) {
-      for (int c = 0; c <= counts_; ++c) {
+      for (int c = 0; c <= counts; ++c) {
         const int64_t v = best_[At(c, x)];
         if (v < 0) continue;
-        const int c2 = clipped_ ? std::min(c + 1, counts_) : c + 1;
-        if (c2 > counts_) continue;
+        const int c2 = clipped ? std::min(c + 1, counts) : c + 1;
+        if (c2 > counts) continue;
         for (int i = 0; i < T; ++i) {
           if (caps_[i] == 0) continue;
           const int x2 = x + options_[i].t->nodes;
@@ -76,7 +104,7 @@ class Knapsack {
       }
     }
     int end = -1;
-    for (int c = need_; c <= counts_ && end < 0; ++c)
+    for (int c = need_; c <= counts && end < 0; ++c)
       if (best_[At(c, N_)] >= M_) end = c;
     if (end < 0) return false;
     if (multiset) {
@@ -91,15 +119,82 @@ class Knapsack {
     return true;
   }
 
- private:
-  size_t At(int c, int x) const { return static_cast<size_t>(c) * (N_ + 1) + x; }
+  // The knapsack over nodes alone and the coin change (the class
+  // comment); settled_ is false when neither decides.
+  bool Spread(std::vector<int>* multiset) {
+    const int T = static_cast<int>(options_.size());
+    settled_ = true;
+    best_.assign(N_ + 1, -1);
+    from_.assign(N_ + 1, -1);
+    best_[0] = 0;
+    int smallest = N_ + 1;
+    for (int i = 0; i < T; ++i)
+      if (caps_[i] > 0) smallest = std::min(smallest, options_[i].t->nodes);
+    for (int x = 0; x < N_; ++x) {
+      const int64_t v = best_[x];
+      if (v < 0) continue;
+      for (int i = 0; i < T; ++i) {
+        const int x2 = x + options_[i].t->nodes;
+        if (caps_[i] == 0 || x2 > N_) continue;
+        if (v + caps_[i] > best_[x2]) {
+          best_[x2] = v + caps_[i];
+          from_[x2] = i;
+        }
+      }
+    }
+    if (best_[N_] < M_) return false;
+    int pipelines = 0;
+    for (int x = N_; x != 0; x -= options_[from_[x]].t->nodes) ++pipelines;
+    if (pipelines <= M_) {
+      if (multiset) {
+        multiset->clear();
+        for (int x = N_; x != 0; x -= options_[from_[x]].t->nodes) multiset->push_back(options_[from_[x]].t->nodes);
+        std::sort(multiset->begin(), multiset->end(), std::greater<int>());
+      }
+      return true;
+    }
+    // M pipelines: each of the smallest usable size plus a coin of
+    // (size − smallest), the fewest coins (largest first on ties) summing
+    // to N − M · smallest.
+    const int64_t rest = static_cast<int64_t>(N_) - static_cast<int64_t>(M_) * smallest;
+    if (rest >= 0) {
+      const int R = static_cast<int>(rest);
+      best_.assign(R + 1, -1);  // here the fewest coins
+      from_.assign(R + 1, -1);
+      best_[0] = 0;
+      for (int y = 1; y <= R; ++y) {
+        for (int i = 0; i < T; ++i) {
+          const int coin = options_[i].t->nodes - smallest;
+          if (caps_[i] == 0 || coin <= 0 || coin > y || best_[y - coin] < 0) continue;
+          if (best_[y] < 0 || best_[y - coin] + 1 < best_[y]) {
+            best_[y] = best_[y - coin] + 1;
+            from_[y] = i;
+          }
+        }
+      }
+      if (best_[R] >= 0 && best_[R] <= M_) {
+        if (multiset) {
+          multiset->clear();
+          for (int y = R; y != 0; y -= options_[from_[y]].t->nodes - smallest)
+            multiset->push_back(options_[from_[y]].t->nodes);
+          multiset->resize(M_, smallest);
+          std::sort(multiset->begin(), multiset->end(), std::greater<int>());
+        }
+        return true;
+      }
+    }
+    settled_ = false;
+    return false;
+  }
 
   const std::vector<Option>& options_;
-  int N_, M_, need_, counts_ = 0;
+  int N_, M_, need_;
   bool clipped_ = true;
+  bool floor_binds_ = false;  // some multiset could have fewer than f + 1 pipelines
+  bool settled_ = true;       // Spread decided
   std::vector<int> caps_;
   std::vector<int64_t> best_;
-  std::vector<int64_t> from_;  // previous state · T + template index
+  std::vector<int64_t> from_;  // previous state · T + template index (Spread: the template index)
 };
 
 }  // namespace
@@ -161,18 +256,18 @@ Result<std::vector<int>> SplitBatch(const Problem& p, const TemplateSet& ts,
   return m;
 }
 
-Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p) {
+Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p, FaultSweep* sweep) {
   Status last = Status::Config("no tensor-parallel degree divides the model");
   TensorParallelPlan best;
   for (int t : TensorParallelChoices(p)) {
     Problem q = p;
     q.tp = t;
-    Result<TemplateSet> ts = BuildTemplates(q);
+    Result<TemplateSet> ts = sweep ? sweep->Templates(q) : BuildTemplates(q);
     if (!ts.ok()) {
       last = ts.status();
       continue;
     }
-    Result<Instantiation> inst = Instantiate(q, *ts);
+    Result<Instantiation> inst = sweep ? sweep->Instantiate(q, *ts) : Instantiate(q, *ts);
     if (!inst.ok()) {
       last = inst.status();
       continue;
@@ -220,6 +315,17 @@ Result<Instantiation> Number(const Problem& p, const TemplateSet& ts, const std:
 }
 
 }  // namespace
+
+bool InstantiationIgnoresFaults(const Problem& p, const TemplateSet& ts) {
+  if (ts.templates.empty() || p.microbatches < p.faults + 1) return false;
+  const int N = p.cluster.nodes;
+  int smallest = N, largest = 1;
+  for (const Template& t : ts.templates) {
+    smallest = std::min(smallest, t.nodes);
+    largest = std::max(largest, t.nodes);
+  }
+  return N / smallest > p.microbatches && (N + largest - 1) / largest >= p.faults + 1;
+}
 
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   const int N = p.cluster.nodes, M = p.microbatches, f = p.faults;

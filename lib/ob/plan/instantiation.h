@@ -14,8 +14,11 @@
 // multisets. The optimum is one of the values T_n(m), so the bisection runs
 // on τ until at most 64 such candidates remain and then binary-searches them.
 // The DP's pipeline count is clipped at f + 1 — O(N · templates · (f + 2))
-// per step — unless N / n0 > M, when it is tracked exactly up to M to enforce
-// P ≤ M (O(N · templates · M)). About 4 ms for N = 1024, 91 templates.
+// per step — unless N / n0 > M, when P ≤ M binds: then, when the templates
+// usable at τ have consecutive sizes a..b and N / b ≥ f + 1, τ is feasible
+// exactly when ⌈N/b⌉ ≤ M and a knapsack over nodes alone (O(N · templates))
+// finishes M (instantiation.cc says why); else P is tracked exactly up to M
+// (O(N · templates · M)). About 4 ms for N = 1024, 91 templates.
 #pragma once
 
 #include <vector>
@@ -95,12 +98,20 @@ Result<int> ChooseTensorParallel(const Problem& p);
 // ChooseTensorParallel's degree with what it made to choose it: that
 // degree's templates and their instantiation (Instantiate's), which a
 // caller planning the degree need not make again.
+// With a sweep (fault_sweep.h), its templates and instantiations.
 struct TensorParallelPlan {
   int tp = 0;
   TemplateSet templates;
   Instantiation inst;
 };
-Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p);
+class FaultSweep;
+Result<TensorParallelPlan> ChooseTensorParallelPlan(const Problem& p, FaultSweep* sweep = nullptr);
+
+// Whether Instantiate(p, ts) is the same for every f that leaves ts and
+// M ≥ f + 1 as they are: more pipelines than micro-batches are possible
+// (N / n0 > M), and no multiset of ts has fewer than f + 1 (N / the largest
+// ≥ f + 1), so that f + 1 ≤ P never binds (instantiation.cc).
+bool InstantiationIgnoresFaults(const Problem& p, const TemplateSet& ts);
 
 // Recomputes microbatches (by SplitBatch) and iteration_seconds of `inst` for
 // its pipelines, keeping their order and nodes; SplitBatch's errors.

@@ -189,9 +189,9 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes) {
   return BestFromTables(p, tables, minimax, nodes, &mixed);
 }
 
-Result<TemplateSet> BuildTemplates(const Problem& p) {
+Result<TemplateSet> BuildTemplatesForAnyFaults(const Problem& p) {
   const int L = p.num_layers();
-  const int N = p.cluster.nodes, f = p.faults;
+  const int N = p.cluster.nodes;
   if (L == 0) return Status::Config("the model has no layers");
   std::vector<StageTable> tables;
   std::vector<std::vector<double>> minimax;
@@ -214,6 +214,19 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
   for (int n = 1; n <= L && n0 == 0; ++n)
     if (has_template(n)) n0 = n;
   if (n0 == 0) return NothingFits(p);
+  TemplateSet set;
+  set.min_nodes = n0;
+  // Consecutive node counts only: stop at the first one without a template.
+  for (int n = n0; n <= N; ++n) {
+    std::optional<Template> t = BestFromTables(p, tables, minimax, n, &tables);
+    if (!t) break;
+    set.templates.push_back(std::move(*t));
+  }
+  return set;
+}
+
+Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& any) {
+  const int N = p.cluster.nodes, f = p.faults, n0 = any.min_nodes;
   if (static_cast<int64_t>(N) < static_cast<int64_t>(n0) * (f + 1)) {
     std::string msg = "needs at least " + std::to_string(n0 * (f + 1)) + " nodes for f=" +
                       std::to_string(f) + ", n0=" + std::to_string(n0) + " (have " +
@@ -227,13 +240,16 @@ Result<TemplateSet> BuildTemplates(const Problem& p) {
   }
   TemplateSet set;
   set.min_nodes = n0;
-  // Consecutive node counts only: stop at the first one without a template.
-  for (int n = n0; n <= N - f * n0; ++n) {
-    std::optional<Template> t = BestFromTables(p, tables, minimax, n, &tables);
-    if (!t) break;
-    set.templates.push_back(std::move(*t));
+  for (const Template& t : any.templates) {
+    if (t.nodes > N - f * n0) break;
+    set.templates.push_back(t);
   }
   return set;
+}
+
+Result<TemplateSet> BuildTemplates(const Problem& p) {
+  OB_ASSIGN_OR_RETURN(TemplateSet any, BuildTemplatesForAnyFaults(p));
+  return CutTemplatesForFaults(p, any);
 }
 
 std::vector<int> TensorParallelChoices(const Problem& p) {

@@ -102,6 +102,14 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes);
 // N / (f + 1) when that is at least 1). Messages are one line.
 Result<TemplateSet> BuildTemplates(const Problem& p);
 
+// BuildTemplates in two halves, for planning several f (FaultSweep): f
+// enters only as the end of the range. The set for f = 0 (p.faults
+// ignored; n0's errors), and that set cut to p.faults' range (the N <
+// n0·(f + 1) error). CutTemplatesForFaults(p, BuildTemplatesForAnyFaults(p))
+// equals BuildTemplates(p) for every p.faults.
+Result<TemplateSet> BuildTemplatesForAnyFaults(const Problem& p);
+Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& any);
+
 // Mixed templates (ob-plan --mixed-stages, design/plan.md): stages of the
 // given degrees in any number per node, every GPU of a node used, no
 // stage across nodes, each fitting with its 1F1B in-flight count. The
