@@ -345,7 +345,7 @@ TEST_CASE("loopback channel: a stranger cannot make the master buffer more than 
   CHECK(l.ConnectOnce(server.port(), "s3cret", "h1").ok());
 }
 
-TEST_CASE("a client gives up when nothing answers in time") {
+TEST_CASE("a client gives up when nothing answers in time, and tells a refusal from it") {
   Loop l;
   // A listening socket that never accepts nor answers: the handshake times out.
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -356,8 +356,16 @@ TEST_CASE("a client gives up when nothing answers in time") {
   REQUIRE(::listen(fd, 4) == 0);
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  CHECK(l.ConnectOnce(ntohs(a.sin_port), "s3cret", "", 300, 3000).code() == ob::Code::kUnavailable);
+  const ob::Status slow = l.ConnectOnce(ntohs(a.sin_port), "s3cret", "", 300, 3000);
+  CHECK(slow.code() == ob::Code::kUnavailable);
+  CHECK_FALSE(NobodyListens(slow));  // stopped or slow is not gone
   ::close(fd);
+  // Closed now: the connection is refused, nothing listens there.
+  const ob::Status refused = l.ConnectOnce(ntohs(a.sin_port), "s3cret", "", 300, 3000);
+  CHECK(refused.code() == ob::Code::kUnavailable);
+  CHECK(NobodyListens(refused));
+  CHECK_FALSE(NobodyListens(ob::Status::Unavailable("connection to 127.0.0.1:1 ended during the handshake")));
+  CHECK_FALSE(NobodyListens(ob::Status::Config("cannot connect to x: connection refused")));
 }
 
 TEST_CASE("the secret: a private file or $OB_SECRET, never an open, empty or short one") {

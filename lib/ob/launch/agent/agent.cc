@@ -163,14 +163,28 @@ void Agent::LostMaster(int code, const std::string& reason, bool evicted) {
   // As long as a takeover takes at most (the standby hears the master's
   // silence as we did, and then its hosts come within a moment); an agent
   // the master evicted asks as long as it always has (kRejoinMs).
-  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) +
-                     (evicted ? kRejoinMs
-                              : std::max<int64_t>(kFailoverMs, static_cast<int64_t>(2e3 * opt_.master_timeout_s)));
+  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) + (evicted ? kRejoinMs : FailoverWindowMs(opt_.master_timeout_s));
+  standby_refused_ = master_refused_ = false;
   Reconnect();
 }
 
 void Agent::Detach(const std::string& reason) {
   if (exit_code_ >= 0) return;
+  if (!left_master_.empty()) {
+    // The standby let us go without acting as master (the master answers
+    // it again, or no takeover): the master may take us back. Asked in
+    // turn with the standby, as after losing the master.
+    standby_host_ = held_by_;
+    standby_address_ = master_host_ + ":" + std::to_string(master_port_);
+    if (!SplitHostPort(left_master_, "the master", &master_host_, &master_port_).ok()) {
+      return Shutdown(static_cast<int>(Code::kTempFail), "lost the standby master: " + reason);
+    }
+    left_master_.clear();
+    held_by_.clear();
+    failed_over_ = false;
+    return LostMaster(static_cast<int>(Code::kTempFail), "the standby master let this host go: " + reason,
+                      /*evicted=*/true);
+  }
   if (!standby_address_.empty()) {
     return LostMaster(static_cast<int>(Code::kTempFail), "connection " + reason, /*evicted=*/stdin_open_);
   }
@@ -191,6 +205,18 @@ void Agent::Detach(const std::string& reason) {
 
 void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
   if (exit_code_ >= 0) return;
+  if (!r.ok() && !alternate_.empty()) {
+    // Refused by both, one after the other: no process listens at either
+    // address, so nobody will take us (the one that took over ended the
+    // run, or both are gone). A timeout or an unreachable network says
+    // nothing of the kind: slow or cut off is not gone.
+    (at_standby_ ? standby_refused_ : master_refused_) = NobodyListens(r.status());
+    if (standby_refused_ && master_refused_) {
+      return Shutdown(static_cast<int>(Code::kTempFail),
+                      lost_reason_ + "; neither the master nor the standby master on " + standby_host_ +
+                          " runs any more (both refused the connection): the run has ended, or both are gone");
+    }
+  }
   if (!r.ok() && !alternate_.empty() && static_cast<int64_t>(uv_now(&loop_)) + kRejoinRetryMs < rejoin_until_ms_ &&
       (r.status().code() != Code::kConfig || at_standby_)) {
     // The other one next: a standby that still hears the master refuses.
@@ -230,13 +256,15 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
                << conn_->peer();
   rejoin_until_ms_ = -1;
   master_suspect_ = false;
-  alternate_.clear();
   if (at_standby_) {  // the standby is our master now; the next standby is its to name
     failed_over_ = true;
     at_standby_ = false;
+    left_master_ = alternate_;
+    held_by_ = standby_host_;
     standby_address_.clear();
     standby_host_.clear();
   }
+  alternate_.clear();
   if (failing_over_) {  // what a lost master may not have passed on
     failing_over_ = false;
     for (const auto& [rank, records] : recent_records_) {
@@ -298,10 +326,14 @@ void Agent::OnConnected(Result<std::shared_ptr<Connection>> r) {
 void Agent::OnMessage(pb::Control& m) {
   switch (m.kind_case()) {
     case pb::Control::kHeartbeat: break;  // the connection noted the time
-    case pb::Control::kStartWorkers: StartWorkers(m.start_workers()); break;
+    case pb::Control::kStartWorkers:
+      left_master_.clear();  // a standby that holds us acts as master now
+      StartWorkers(m.start_workers());
+      break;
     case pb::Control::kStoreReply: relay_->Deliver(m.store_reply()); break;
     case pb::Control::kStop: Shutdown(0, "told to stop: " + m.stop().reason()); break;
     case pb::Control::kStandbyMaster:
+      left_master_.clear();
       term_ = std::max(term_, m.standby_master().term());
       standby_host_ = m.standby_master().host();
       standby_address_ = m.standby_master().address();

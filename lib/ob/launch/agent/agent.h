@@ -77,6 +77,13 @@
 // master adds it back at the next generation. A refusal (kConfig), the
 // window's end, end of file on stdin or a second loss stop it.
 //
+// Failover (design/master.md): with a standby master known, an agent that
+// loses its master asks the standby and the master in turn
+// (FailoverWindowMs, channel.h); it exits at once when both refuse the
+// connection (NobodyListens: the run is over, or both are gone). Held by a
+// standby that lets it go without acting as master, it asks the master
+// again.
+//
 // No orphans: the agent SIGKILLs every worker's process group and exits when
 // the master says Stop, when its stdin reaches end of file (the master or
 // its rsh is gone), when the master has been silent (no message at all)

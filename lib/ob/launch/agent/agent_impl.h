@@ -30,12 +30,6 @@ namespace ob::launch::detail {
 
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
 constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
-// Asking the standby master and the master in turn (agent.h), each gets
-// this long to answer: both are running processes when they can answer at
-// all.
-constexpr int kFailoverConnectMs = 1000;
-// And the two are asked for at least this long, or twice --master-timeout.
-constexpr int64_t kFailoverMs = 5000;
 // Step records kept per rank for a master that takes over: the steps a
 // master may have left unread while it was silent (--master-timeout) or
 // lost, at a few hundred bytes each.
@@ -225,6 +219,14 @@ class Agent {
   std::string alternate_;         // the other one to ask, ADDR:PORT ("" : not alternating)
   std::string lost_reason_;       // how the master was lost, for the line if nobody takes us
   bool failed_over_ = false;      // our master is (or will be) the old one's standby: stdin says nothing
+  // In the round of asking now, the standby's and the master's last answer
+  // was a refused connection (NobodyListens): both gone, nobody takes us.
+  bool standby_refused_ = false, master_refused_ = false;
+  // Held by the standby, which has not acted as master yet (no
+  // StartWorkers, no StandbyMaster of its own): the master we left,
+  // ADDR:PORT, and the standby's host. Should the standby let us go (the
+  // master answers it again, or no takeover), we ask the master again.
+  std::string left_master_, held_by_;
   // Each rank's last kResentRecords step records: the master may have died
   // (or stopped) before passing them on, and the one that takes over
   // publishes what it lacks.

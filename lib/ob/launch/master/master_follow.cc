@@ -171,32 +171,45 @@ void Master::FollowTick() {
       Connect(&loop_, host, port, kLeaderProbeMs, secret_, hello, [this](Result<std::shared_ptr<Connection>> r) {
         probing_ = false;
         if (state_ != State::kFollowing) return;
-        if (!r.ok() && r.status().code() != Code::kConfig) return;  // not reached: lost, or cut off
+        if (!r.ok() && r.status().code() != Code::kConfig) {  // not reached: gone, lost, or cut off
+          if (!NobodyListens(r.status())) leader_refused_ms_ = -1;
+          else if (leader_refused_ms_ < 0) leader_refused_ms_ = Now();
+          return;
+        }
         if (r.ok()) (*r)->Close("this standby stops");
-        const std::string msg = "no takeover: the master" + (followed_host_.empty() ? "" : " on " + followed_host_) +
-                                " answers again (this standby was stopped or cut off alone); this standby stops";
-        events_.Write("standby-stop", msg);
-        OB_LOG(Warn) << msg;
-        state_ = State::kDone;
-        agents_.Close();
-        uv_stop(&loop_);
+        StandbyStops("no takeover: the master" + (followed_host_.empty() ? "" : " on " + followed_host_) +
+                         " answers again (this standby was stopped or cut off alone); this standby stops",
+                     false);
       });
     }
+  }
+  // The master's process is gone (its address refuses): its hosts lost it
+  // as we did and come within their failover window, or they never will
+  // (the run ended while we were cut off, or they are gone too).
+  if (leader_refused_ms_ >= 0 && now - leader_refused_ms_ > FailoverWindowMs(opt_.master_timeout_s) + kLeaderProbeMs) {
+    return StandbyStops("no takeover: the master" + (followed_host_.empty() ? "" : " on " + followed_host_) +
+                            " is gone (its address refuses connections) and " + std::to_string(votes) + " of the " +
+                            std::to_string(followed_members_.size()) +
+                            " hosts came within their failover window (the run has ended, or they are gone)",
+                        true);
   }
   // The master lives on without us (we were cut off, or stopped), or the
   // hosts are gone: nothing to take over.
   if (now - leader_lost_ms_ > kComeMs + static_cast<int64_t>(opt_.master_timeout_s * 1e3)) {
-    const std::string msg = "no takeover: " + std::to_string(votes) + " of the " +
-                            std::to_string(followed_members_.size()) + " hosts came in " +
-                            std::to_string((now - leader_lost_ms_) / 1000) +
-                            " s after the master was lost (it runs on without this standby, or they are gone)";
-    events_.Write("standby-stop", msg);
-    OB_LOG(Warn) << msg;
-    outcome_ = Status::TempFail(msg);
-    state_ = State::kDone;
-    agents_.Close();
-    uv_stop(&loop_);
+    StandbyStops("no takeover: " + std::to_string(votes) + " of the " + std::to_string(followed_members_.size()) +
+                     " hosts came in " + std::to_string((now - leader_lost_ms_) / 1000) +
+                     " s after the master was lost (it runs on without this standby, or they are gone)",
+                 true);
   }
+}
+
+void Master::StandbyStops(const std::string& msg, bool failed) {
+  events_.Write("standby-stop", msg);
+  OB_LOG(Warn) << msg;
+  if (failed) outcome_ = Status::TempFail(msg);
+  state_ = State::kDone;
+  agents_.Close();
+  uv_stop(&loop_);
 }
 
 void Master::TakeOver() {

@@ -96,6 +96,9 @@ class Master {
   void LeaderLost(const std::string& why);
   void ApplySync(const pb::MasterSync& s);
   void FollowTick();
+  // The standby stops without taking over: `msg` in events.log and the
+  // log; exit 75 (TempFail) when `failed`, else 0.
+  void StandbyStops(const std::string& msg, bool failed);
   void TakeOver();
   Status StartAgents();
   std::string Admit(const pb::Hello& hello);
@@ -272,6 +275,9 @@ class Master {
   int64_t leader_heard_ms_ = 0;            // when it was last heard
   bool probing_ = false;                    // asking whether the lost master answers
   int64_t next_probe_ms_ = 0;
+  // Since when the lost master's address has refused our probes (nothing
+  // listens there: its process is gone); -1 while it has not.
+  int64_t leader_refused_ms_ = -1;
   std::string leader_lost_why_;
   bool leader_suspect_ = false;
   std::string followed_host_;               // the master's host

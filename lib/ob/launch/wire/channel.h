@@ -196,6 +196,24 @@ void Connect(uv_loop_t* loop, const std::string& host, int port, int timeout_ms,
              const std::string& secret, pb::Hello hello,
              std::function<void(Result<std::shared_ptr<Connection>>)> done);
 
+// Whether a Connect error is a refused connection: the machine answered
+// and no process listens there, as opposed to one that is slow, stopped
+// or cut off (a timeout, an unreachable network).
+bool NobodyListens(const Status& s);
+
+// An agent that lost its master asks the standby master and the master in
+// turn (agent.h), each this long to answer: both are running processes
+// when they can answer at all.
+inline constexpr int kFailoverConnectMs = 1000;
+// It asks them for this long: at least kFailoverMs, or twice
+// --master-timeout. A standby that finds the master gone waits no longer
+// than that for the hosts to come (master_follow.cc).
+inline constexpr int64_t kFailoverMs = 5000;
+inline int64_t FailoverWindowMs(double master_timeout_s) {
+  const int64_t twice = static_cast<int64_t>(2e3 * master_timeout_s);
+  return twice > kFailoverMs ? twice : kFailoverMs;
+}
+
 // "HOST:PORT" → host, port; IPv6 as "[::1]:4711". kUsage naming `flag`.
 Status SplitHostPort(const std::string& text, const std::string& flag, std::string* host,
                      int* port);

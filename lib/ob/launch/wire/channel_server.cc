@@ -245,6 +245,14 @@ struct ConnectAttempt : std::enable_shared_from_this<ConnectAttempt> {
 
 }  // namespace
 
+bool NobodyListens(const Status& s) {
+  // Connect's words for it: "cannot connect to ADDR:PORT: " + uv's.
+  const std::string& m = s.message();
+  const std::string refused = ": " + ci::UvError(UV_ECONNREFUSED);
+  return s.code() == Code::kUnavailable && m.rfind("cannot connect to ", 0) == 0 && m.size() > refused.size() &&
+         m.compare(m.size() - refused.size(), refused.size(), refused) == 0;
+}
+
 void Connect(uv_loop_t* loop, const std::string& host, int port, int timeout_ms,
              const std::string& secret, pb::Hello hello,
              std::function<void(Result<std::shared_ptr<Connection>>)> done) {
