@@ -26,44 +26,14 @@
 NAME=launch_standby_heal
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/netns.sh"
+source "$(dirname "$0")/../lib/standby.sh"
 netns_require python3
 trap 'cleanup; netns_cleanup' EXIT
 
 STEPS=120
 
-make_two_by_two
-reference_run "$STEPS"
-mapfile -t hosts < "$WORK/hosts.txt"
-master_host=${hosts[0]}
-standby_host=${hosts[1]}
-netns_add "${hosts[@]}"
-netns_star_ready "${hosts[@]}"
-netns_rsh "$WORK/rsh"
+standby_hosts "$STEPS"
 dev=${NETNS_HOSTDEV[$standby_host]}
-
-# start RUN CUT_STEP: the master in the first host's namespace, its standby
-# on the second, trained to CUT_STEP.
-start() {
-  local run=$1 cut_step=$2
-  ip netns exec "$master_host" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$master_host]}" \
-    --master-host "$master_host" --standby-master "$standby_host" --secret-file "$WORK/secret" \
-    --run-dir "$WORK/$run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
-    --metrics "$WORK/$run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
-  MASTER_PID=$!
-  events="$WORK/$run/events.log"
-  standby_events="$WORK/$run/standby-$standby_host/events.log"
-  following() { grep -q " standby-master host=$standby_host address=" "$events" 2>/dev/null || master_done; }
-  wait_for 60 following || fail "$run: no standby master followed in 60 s: $(tail -3 "$WORK/$run.err")"
-  at_cut() { [ "$(max_step "$WORK/$run.pb")" -ge "$cut_step" ] || master_done; }
-  wait_for 120 at_cut || fail "$run: no step $cut_step in 120 s: $(tail -3 "$WORK/$run.err")"
-  master_done && fail "$run: the master exited before step $cut_step: $(tail -5 "$WORK/$run.err")"
-}
-master_done() { ! kill -0 "$MASTER_PID" 2>/dev/null; }
-empty() {
-  local h
-  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
-  no_tagged
-}
 left() { tagged | xargs -r ps -o pid,args -p | tr '\n' '|'; }
 # cut_off RUN: the standby's host off; waits until the master has gone on
 # without it and the standby holds that host's agent.
@@ -86,13 +56,13 @@ finish() {
 }
 
 # 1. The run ends while the cut host's agent waits at the standby.
-start ended 100
+standby_start ended "$STEPS" 100
 cut_off ended
 wait_for 120 master_done || fail "ended: the run did not end: $(tail -3 "$WORK/ended.err")"
 finish ended
 ip link set "$dev" up || fail "cannot take $standby_host's link up"
 healed_at=$(now_ms)
-wait_for 20 empty || fail "ended: 20 s after the heal, processes left: $(left) (standby: $(tail -2 "$standby_events" | tr '\n' '|'))"
+wait_for 20 standby_empty || fail "ended: 20 s after the heal, processes left: $(left) (standby: $(tail -2 "$standby_events" | tr '\n' '|'))"
 gone_ms=$(( $(now_ms) - healed_at ))
 stop=$(grep " standby-stop " "$standby_events") || fail "ended: the standby did not say why it stopped"
 grep -q "refuses connections" <<< "$stop" || fail "ended: the standby stopped for another reason: $stop"
@@ -100,7 +70,7 @@ grep -q "both refused the connection" "$WORK/ended.err" || fail "ended: the agen
 echo "$NAME: ended: nothing left ${gone_ms} ms after the heal; $(cat "$WORK/ended.cmp")"
 
 # 2. The cut heals while the master still trains.
-start healed 15
+standby_start healed "$STEPS" 15
 cut_off healed
 ip link set "$dev" up || fail "cannot take $standby_host's link up"
 echo "$NAME: healed: $standby_host's link up at step $(max_step "$WORK/healed.pb")"
@@ -111,6 +81,6 @@ grep -q " standby-stop .*answers again" "$standby_events" \
   || fail "healed: the standby did not stop on hearing the master: $(grep " standby-stop " "$standby_events")"
 wait_for 120 master_done || fail "healed: the run did not end: $(tail -3 "$WORK/healed.err")"
 finish healed
-wait_for 20 empty || fail "healed: processes left: $(left)"
+wait_for 20 standby_empty || fail "healed: processes left: $(left)"
 echo "$NAME: healed: $(grep -c " start-workers " "$events") generations started; $(cat "$WORK/healed.cmp")"
 echo "$NAME: ok"

@@ -21,20 +21,14 @@
 NAME=launch_standby_master
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/netns.sh"
+source "$(dirname "$0")/../lib/standby.sh"
 netns_require python3
 trap 'cleanup; netns_cleanup' EXIT
 
 STEPS=60
 CUT_STEP=15
 
-make_two_by_two
-reference_run "$STEPS"
-mapfile -t hosts < "$WORK/hosts.txt"
-master_host=${hosts[0]}
-standby_host=${hosts[1]}
-netns_add "${hosts[@]}"
-netns_star_ready "${hosts[@]}"
-netns_rsh "$WORK/rsh"
+standby_hosts "$STEPS"
 echo "$NAME: ${#hosts[@]} namespaces; the master on $master_host, its standby on $standby_host"
 
 start=$(now_ms)
@@ -47,7 +41,6 @@ MASTER_PID=$!
 events="$WORK/run/events.log"
 standby_events="$WORK/run/standby-$standby_host/events.log"
 err_tail() { tail -n "${1:-3}" "$WORK/err" | tr '\n' '|'; }
-master_done() { ! kill -0 "$MASTER_PID" 2>/dev/null; }
 
 following() { grep -q " standby-master host=$standby_host address=" "$events" 2>/dev/null || master_done; }
 wait_for 60 following || fail "no standby master followed in 60 s: $(err_tail)"
@@ -111,11 +104,6 @@ grep -q " checkpoint step=$((STEPS - 1)) " "$standby_events" \
   || fail "the latest checkpoint does not verify"
 
 # Nothing left, in any namespace.
-empty() {
-  local h
-  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
-  no_tagged
-}
-wait_for 10 empty || fail "processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for 10 standby_empty || fail "processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: ${takeover#* takeover }; $(cat "$WORK/run.cmp"); ${rec#* recovered }"
 echo "$NAME: ok in $(( $(now_ms) - start )) ms"

@@ -21,43 +21,15 @@
 NAME=launch_standby_split
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/netns.sh"
+source "$(dirname "$0")/../lib/standby.sh"
 netns_require python3
 trap 'cleanup; netns_cleanup' EXIT
 
 STEPS=60
 CUT_STEP=15
 
-make_two_by_two
-reference_run "$STEPS"
-mapfile -t hosts < "$WORK/hosts.txt"
-master_host=${hosts[0]}
-standby_host=${hosts[1]}
-netns_add "${hosts[@]}"
-netns_star_ready "${hosts[@]}"
-netns_rsh "$WORK/rsh"
-
-# start RUN: the master in the first host's namespace, standby on the second.
-start() {
-  local run=$1
-  ip netns exec "$master_host" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$master_host]}" \
-    --master-host "$master_host" --standby-master "$standby_host" --secret-file "$WORK/secret" \
-    --run-dir "$WORK/$run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
-    --metrics "$WORK/$run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/$run.err" &
-  MASTER_PID=$!
-  events="$WORK/$run/events.log"
-  standby_events="$WORK/$run/standby-$standby_host/events.log"
-  following() { grep -q " standby-master host=$standby_host address=" "$events" 2>/dev/null || master_done; }
-  wait_for 60 following || fail "$run: no standby master followed in 60 s: $(tail -3 "$WORK/$run.err")"
-  at_cut() { [ "$(max_step "$WORK/$run.pb")" -ge "$CUT_STEP" ] || master_done; }
-  wait_for 90 at_cut || fail "$run: no step $CUT_STEP in 90 s: $(tail -3 "$WORK/$run.err")"
-  master_done && fail "$run: the master exited before step $CUT_STEP: $(tail -5 "$WORK/$run.err")"
-}
-master_done() { ! kill -0 "$MASTER_PID" 2>/dev/null; }
-empty() {
-  local h
-  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
-  no_tagged
-}
+standby_hosts "$STEPS"
+start() { standby_start "$1" "$STEPS" "$CUT_STEP"; }
 
 # 1. The master cut off, then back.
 start cut
@@ -82,7 +54,7 @@ ended() { grep -q " done " "$standby_events" 2>/dev/null; }
 wait_for 120 ended || fail "cut: the standby did not end the run: $(tail -3 "$WORK/cut.err")"
 grep -q " done exit 0$" "$standby_events" || fail "cut: $(grep " done " "$standby_events")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/cut.pb" 1e-4 > "$WORK/cut.cmp" || fail "cut: $(cat "$WORK/cut.cmp")"
-wait_for 10 empty || fail "cut: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for 10 standby_empty || fail "cut: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: cut: $(grep " takeover " "$standby_events" | cut -d' ' -f4-); $(cat "$WORK/cut.cmp")"
 
 # 2. The standby stopped, then running again.
@@ -102,7 +74,7 @@ grep -q " takeover " "$standby_events" && fail "stopped: the stopped standby too
 grep -q " generation=2 " "$events" && fail "stopped: a recovery without a failure: $(grep " decide " "$events" | tr '\n' '|')"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/stopped.pb" 1e-4 > "$WORK/stopped.cmp" \
   || fail "stopped: $(cat "$WORK/stopped.cmp")"
-wait_for 40 empty || fail "stopped: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for 40 standby_empty || fail "stopped: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: stopped: $(grep " standby-stop " "$standby_events" | cut -d' ' -f4- | head -1); $(cat "$WORK/stopped.cmp")"
 # 3. The master stopped (SIGSTOP) for longer than a takeover needs, then
 #    running again: the standby takes over; the old master, finding its
@@ -128,6 +100,6 @@ wait_for 120 ended || fail "paused: the standby did not end the run: $(tail -3 "
 grep -q " done exit 0$" "$standby_events" || fail "paused: $(grep " done " "$standby_events")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/paused.pb" 1e-4 > "$WORK/paused.cmp" \
   || fail "paused: $(cat "$WORK/paused.cmp")"
-wait_for 10 empty || fail "paused: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for 10 standby_empty || fail "paused: processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: paused: $(grep " fenced " "$events" | cut -d' ' -f4- | cut -c1-120); $(cat "$WORK/paused.cmp")"
 echo "$NAME: ok"

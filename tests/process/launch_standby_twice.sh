@@ -12,6 +12,7 @@
 NAME=launch_standby_twice
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/netns.sh"
+source "$(dirname "$0")/../lib/standby.sh"
 netns_require python3
 trap 'cleanup; netns_cleanup' EXIT
 
@@ -62,11 +63,6 @@ wait_for 60 has "$events_c" " takeover term=3 lost_master=$b " || fail "no takeo
 wait_for 120 has "$events_c" " done " || fail "the run did not end under $c: $(err_tail 5)"
 grep -q " done exit 0$" "$events_c" || fail "$(grep " done " "$events_c")"
 python3 "$METRICS_PY" compare "$WORK/ref.pb" "$WORK/run.pb" 1e-4 > "$WORK/run.cmp" || fail "$(cat "$WORK/run.cmp")"
-empty() {
-  local h
-  for h in "${hosts[@]}"; do [ -z "$(ip netns pids "$h" 2>/dev/null)" ] || return 1; done
-  no_tagged
-}
-wait_for 10 empty || fail "processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
+wait_for 10 standby_empty || fail "processes left: $(tagged | xargs -r ps -o pid,args -p | tr '\n' '|')"
 echo "$NAME: $(grep " takeover " "$events_b" | cut -d' ' -f4-); $(grep " takeover " "$events_c" | cut -d' ' -f4-); $(cat "$WORK/run.cmp")"
 echo "$NAME: ok in $(( $(now_ms) - start )) ms"
