@@ -9,7 +9,7 @@ Run it with Debian's torch 1.13: /usr/bin/python3 (stdlib + torch only;
 CPU, fp32, deterministic).
 
 CLI
-  hf_llama.py init --model llama-tiny|qwen3-tiny [--seed N] [--dtype F32|BF16|F16]
+  hf_llama.py init --model llama-tiny|qwen3-tiny [--set KEY=JSON ...] [--seed N] [--dtype F32|BF16|F16]
                    [--shards K] OUT_DIR
   hf_llama.py train HF_DIR --data FILE --steps N [--first-step 1] --seq-len S
                    --micro-batch b --global-batch B [--seed 0] [--out DIR]
@@ -176,6 +176,7 @@ class Shape:
         self.positions = c.get("max_position_embeddings", 0)
         self.tied = bool(c.get("tie_word_embeddings", False))
         self.model_type = c.get("model_type", "llama")
+        self.attention_bias = bool(c.get("attention_bias", False))
         rope = dict(c.get("rope_parameters") or {})
         rope.update(c.get("rope_scaling") or {})
         self.theta = float(c.get("rope_theta") or rope.get("rope_theta") or 10000.0)
@@ -203,6 +204,10 @@ class Shape:
             f = torch.where(medium, smooth, scaled)
         return f
 
+    def qkv_bias(self):
+        """Qwen2's q/k/v projections have biases; so does any model that says attention_bias."""
+        return self.model_type == "qwen2" or self.attention_bias
+
     def names(self, qk_norm=False):
         """HF's names and shapes, in the order init draws them."""
         h, d, H, K, I, V = self.h, self.d, self.H, self.K, self.I, self.V
@@ -214,6 +219,9 @@ class Shape:
                     (p + "self_attn.k_proj.weight", [K * d, h]),
                     (p + "self_attn.v_proj.weight", [K * d, h]),
                     (p + "self_attn.o_proj.weight", [h, H * d])]
+            if self.qkv_bias():
+                out += [(p + "self_attn.q_proj.bias", [H * d]), (p + "self_attn.k_proj.bias", [K * d]),
+                        (p + "self_attn.v_proj.bias", [K * d])]
             if qk_norm:
                 out += [(p + "self_attn.q_norm.weight", [d]), (p + "self_attn.k_norm.weight", [d])]
             out += [(p + "post_attention_layernorm.weight", [h]),
@@ -396,6 +404,13 @@ def adamw(P, state, lr, t, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
 def cmd_init(a):
     cfg = dict(PRESETS[a.model])
     cfg.update(attention_bias=False, hidden_act="silu", torch_dtype=TORCH_DTYPE[a.dtype])
+    for kv in a.set or []:  # a shape of no preset: --set num_hidden_layers=3
+        key, _, value = kv.partition("=")
+        if not key or not _:
+            fail(f"--set {kv!r}: not KEY=JSON")
+        cfg[key] = json.loads(value)
+        if value == "null":
+            del cfg[key]
     s = Shape(cfg)
     gen = torch.Generator().manual_seed(a.seed)
     tensors = {}
@@ -504,6 +519,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="F32", choices=sorted(DTYPES))
     p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--set", action="append", metavar="KEY=JSON", help="a config.json key over the preset's")
     p.add_argument("out_dir")
     train, loss = sub.add_parser("train"), sub.add_parser("loss")
     for p in (train, loss):  # the data and batch of a step, as ob-launch's

@@ -304,7 +304,7 @@ ob::Status ImportCmd(const ob::cli::CommonOptions& common) {
   if (!g.model.empty()) {
     OB_ASSIGN_OR_RETURN(ob::model::GptConfig cfg, ob::model::ResolveModel(g.model));
     model = cfg.ToProto();
-  } else {  // the preset of that shape
+  } else {  // the preset of that shape, else the directory's own config.json
     for (const std::string& name : ob::model::PresetNames()) {
       ob::pb::ModelConfig p = ob::model::Preset(name)->ToProto();
       ob::pb::ModelConfig s = p;
@@ -314,9 +314,10 @@ ob::Status ImportCmd(const ob::cli::CommonOptions& common) {
         break;
       }
     }
-    if (model.name().empty())
-      return ob::Status::DataErr(config + ": no ob preset has this shape (" + shape.ShortDebugString() +
-                                 "); give --model CONFIG naming a model config of it");
+    if (model.name().empty()) {
+      OB_ASSIGN_OR_RETURN(ob::model::GptConfig cfg, ob::model::ResolveModel(config));
+      model = cfg.ToProto();
+    }
   }
   OB_RETURN_IF_ERROR(ob::ckpt::ImportHf(config, weights, model, common.output, g.step));
   return ob::io::WriteFile("-", "imported " + g.path + " as " + model.name() + ", " +
@@ -380,7 +381,7 @@ void Setup(CLI::App& app) {
   g_import = Command(app, "import", "Make a checkpoint (-o DIR) of a HuggingFace directory (GPT-2, Llama family)",
                      "A directory with config.json and model.safetensors (or shards and their index)");
   g_import->add_option("--model", g.model,
-                       "The ob model it is, a preset or config file (default: the preset of its shape)")
+                       "The ob model it is, a preset or config file (default: the preset of its shape, else HF_DIR/config.json)")
       ->option_text("NAME|FILE");
   g_import->add_option("--step", g.step, "The step the weights count as; --resume trains from the next (default 0)")
       ->option_text("N")
