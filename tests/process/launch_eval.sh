@@ -10,7 +10,8 @@
 #     evaluates to the same loss within 1e-5 and trains nothing (its
 #     progress line shows no loss, and ob-watch finds nothing in its
 #     metrics: the records are marked evaluation_only); with
-#     --eval-data the training data, it warns that the loss is not held out;
+#     --eval-data the training data, it warns that the loss is not held out
+#     (there --resume names the checkpoint root: its newest is taken, named);
 #  2. kill -9 of host 1 at step 60: the run recovers from snapshots and
 #     every evaluation equals the uninterrupted run's within 1e-4;
 #  3. bad flags exit 64 and a missing eval file 66 before any host starts,
@@ -70,10 +71,16 @@ echo "$NAME: the checkpoint of step 99 evaluated alone: $(cat "$WORK/ckeval.eval
 # --eval-data naming the training data: evaluated, with a warning that the
 # loss is not a held-out one (a link to it too).
 ln -s "$OB_SOURCE_DIR/tests/data/corpus.txt" "$WORK/corpus-link.txt"
+# And --resume names the checkpoint root, not a checkpoint (issue 72): its
+# newest verified one (step 99 of 49 and 99), named.
 RUN_PLAN="$WORK/one.plan" RUN_HOSTS="$WORK/one.hosts" run_start sameeval 0 --eval-data "$WORK/corpus-link.txt" \
-  --resume "$WORK/ck/step-000000000099"
+  --resume "$WORK/ck"
 run_wait
 [ "$RC" = 0 ] || fail "--eval-data the training data: exit $RC: $(tail -3 "$WORK/sameeval.err")"
+grep -qF -- "--resume $WORK/ck is a checkpoint root: resuming from its newest verified checkpoint, $WORK/ck/step-000000000099 (step 99)" \
+  "$WORK/sameeval.err" || fail "--resume ROOT did not name its checkpoint: $(grep -m2 -i "resum" "$WORK/sameeval.err")"
+grep -q "evaluated the weights after step 99: eval loss" "$WORK/sameeval.err" \
+  || fail "--resume ROOT: no closing line: $(tail -2 "$WORK/sameeval.err")"
 grep -q "warn.*--eval-data $WORK/corpus-link.txt is the training data (--data .*corpus.txt): its loss is not a held-out one" \
   "$WORK/sameeval.err" || fail "no warning for --eval-data the training data: $(head -3 "$WORK/sameeval.err")"
 
@@ -101,6 +108,9 @@ refused 64 "eval-split must be in \[0, 1)" --eval-split 1.5
 refused 64 "need --eval-data or --eval-split" --eval-every 10
 refused 64 "exclude each other" --eval-split 0.1 --eval-data "$OB_SOURCE_DIR/README.md"
 refused 66 "/nonexistent" --eval-data /nonexistent
+mkdir -p "$WORK/empty-root"
+STEPS=0 refused 66 "empty-root: neither a checkpoint (no manifest.pb) nor a root holding a committed one" \
+  --eval-data "$OB_SOURCE_DIR/README.md" --resume "$WORK/empty-root"
 STEPS=0 refused 64 "steps 0 evaluates a checkpoint" --eval-split 0.1
 head -c 40 "$OB_SOURCE_DIR/tests/data/corpus.txt" > "$WORK/short.txt"
 DATA="$WORK/short.txt" refused 65 "short.txt: 40 tokens split 36 for training and 4 for evaluation" --eval-split 0.1

@@ -1,6 +1,8 @@
 #include "ob/launch/master/ckpt_keeper.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "ob/clock.h"
 #include "ob/io/file.h"
@@ -60,6 +62,24 @@ Status CheckpointKeeper::Open(const Options& o, const pb::Plan* plan, int num_la
       OB_LOG(Info) << "--resume auto: no checkpoint in " << o.dir << " yet; starting afresh";
       return Status::Ok();
     }
+  } else if (std::error_code ec; !std::filesystem::exists(o.resume + "/manifest.pb", ec) &&
+                                  std::filesystem::is_directory(o.resume, ec)) {
+    // A checkpoint root (what --ckpt-dir holds), not one checkpoint: its
+    // newest verified one, as --resume auto takes from --ckpt-dir, named.
+    Result<ckpt::Verified> v =
+        ckpt::NewestVerified(o.resume, [this](const pb::Manifest& mf) { return OtherJob(mf); });
+    if (!v.ok() && v.status().code() == Code::kNoInput) {
+      return Status::NoInput(o.resume + ": neither a checkpoint (no manifest.pb) nor a root holding a committed one");
+    }
+    if (!v.ok()) return v.status();
+    for (const std::string& why : v->skipped) {
+      events_->Write("skip-checkpoint", why);
+      OB_LOG(Warn) << "skipping checkpoint " << why;
+    }
+    from = v->path;
+    m = v->manifest;
+    OB_LOG(Info) << "--resume " << o.resume << " is a checkpoint root: resuming from its newest verified checkpoint, "
+                 << from << " (step " << m.step() << ")";
   } else {
     OB_RETURN_IF_ERROR(ckpt::Verify(o.resume));
     OB_ASSIGN_OR_RETURN(m, ckpt::LoadManifest(o.resume));
