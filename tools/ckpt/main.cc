@@ -381,7 +381,8 @@ void Setup(CLI::App& app) {
   g_import = Command(app, "import", "Make a checkpoint (-o DIR) of a HuggingFace directory (GPT-2, Llama family)",
                      "A directory with config.json and model.safetensors (or shards and their index)");
   g_import->add_option("--model", g.model,
-                       "The ob model it is, a preset or config file (default: the preset of its shape, else HF_DIR/config.json)")
+                       "The ob model it is, a preset or config file (default: the preset of its shape, "
+                       "else HF_DIR/config.json)")
       ->option_text("NAME|FILE");
   g_import->add_option("--step", g.step, "The step the weights count as; --resume trains from the next (default 0)")
       ->option_text("N")

@@ -163,7 +163,8 @@ void Agent::LostMaster(int code, const std::string& reason, bool evicted) {
   // As long as a takeover takes at most (the standby hears the master's
   // silence as we did, and then its hosts come within a moment); an agent
   // the master evicted asks as long as it always has (kRejoinMs).
-  rejoin_until_ms_ = static_cast<int64_t>(uv_now(&loop_)) + (evicted ? kRejoinMs : FailoverWindowMs(opt_.master_timeout_s));
+  rejoin_until_ms_ =
+      static_cast<int64_t>(uv_now(&loop_)) + (evicted ? kRejoinMs : FailoverWindowMs(opt_.master_timeout_s));
   standby_refused_ = master_refused_ = false;
   Reconnect();
 }
