@@ -49,17 +49,36 @@ struct Option {
 // (With usable sizes a..b consecutive, every P from ⌈N/b⌉ to ⌊N/a⌋ is
 // possible, so this settles every case.) Only what is left, or a floor
 // f + 1 that binds, is tracked exactly.
+// Which of the cases above a problem is in, from its templates' sizes.
+struct Regime {
+  bool clipped = true;       // N / n0 ≤ M: no multiset has more pipelines than micro-batches
+  bool floor_binds = false;  // some multiset could have fewer than f + 1 pipelines
+};
+Regime RegimeOf(const Problem& p, const std::vector<int>& sizes) {
+  const int N = p.cluster.nodes;
+  int smallest = N, largest = 1;
+  for (int n : sizes) {
+    smallest = std::min(smallest, n);
+    largest = std::max(largest, n);
+  }
+  return {N / smallest <= p.microbatches, (N + largest - 1) / largest < p.faults + 1};
+}
+
+std::vector<int> SizesOf(const std::vector<Template>& templates) {
+  std::vector<int> sizes;
+  for (const Template& t : templates) sizes.push_back(t.nodes);
+  return sizes;
+}
+
 class Knapsack {
  public:
   Knapsack(const Problem& p, const std::vector<Option>& options)
       : options_(options), N_(p.cluster.nodes), M_(p.microbatches), need_(p.faults + 1) {
-    int smallest = N_, largest = 1;
-    for (const Option& o : options_) {
-      smallest = std::min(smallest, o.t->nodes);
-      largest = std::max(largest, o.t->nodes);
-    }
-    clipped_ = N_ / smallest <= M_;
-    floor_binds_ = (N_ + largest - 1) / largest < need_;
+    std::vector<int> sizes;
+    for (const Option& o : options_) sizes.push_back(o.t->nodes);
+    const Regime r = RegimeOf(p, sizes);
+    clipped_ = r.clipped;
+    floor_binds_ = r.floor_binds;
   }
 
   // Whether some multiset covers all N nodes with f + 1 ≤ P ≤ M pipelines
@@ -143,13 +162,12 @@ class Knapsack {
       }
     }
     if (best_[N_] < M_) return false;
-    int pipelines = 0;
-    for (int x = N_; x != 0; x -= options_[from_[x]].t->nodes) ++pipelines;
-    if (pipelines <= M_) {
+    std::vector<int> most;
+    for (int x = N_; x != 0; x -= options_[from_[x]].t->nodes) most.push_back(options_[from_[x]].t->nodes);
+    if (static_cast<int>(most.size()) <= M_) {
       if (multiset) {
-        multiset->clear();
-        for (int x = N_; x != 0; x -= options_[from_[x]].t->nodes) multiset->push_back(options_[from_[x]].t->nodes);
-        std::sort(multiset->begin(), multiset->end(), std::greater<int>());
+        std::sort(most.begin(), most.end(), std::greater<int>());
+        *multiset = std::move(most);
       }
       return true;
     }
@@ -190,7 +208,7 @@ class Knapsack {
   const std::vector<Option>& options_;
   int N_, M_, need_;
   bool clipped_ = true;
-  bool floor_binds_ = false;  // some multiset could have fewer than f + 1 pipelines
+  bool floor_binds_ = false;  // Regime
   bool settled_ = true;       // Spread decided
   std::vector<int> caps_;
   std::vector<int64_t> best_;
@@ -318,13 +336,8 @@ Result<Instantiation> Number(const Problem& p, const TemplateSet& ts, const std:
 
 bool InstantiationIgnoresFaults(const Problem& p, const TemplateSet& ts) {
   if (ts.templates.empty() || p.microbatches < p.faults + 1) return false;
-  const int N = p.cluster.nodes;
-  int smallest = N, largest = 1;
-  for (const Template& t : ts.templates) {
-    smallest = std::min(smallest, t.nodes);
-    largest = std::max(largest, t.nodes);
-  }
-  return N / smallest > p.microbatches && (N + largest - 1) / largest >= p.faults + 1;
+  const Regime r = RegimeOf(p, SizesOf(ts.templates));
+  return !r.clipped && !r.floor_binds;
 }
 
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
