@@ -269,7 +269,7 @@ TEST_CASE("1F1B makespan of a uniform pipeline without transfers", "[plan][sched
       const TemplateSet ts = HandSet(p, S, S);
       std::vector<int> nodes(S);
       for (int i = 0; i < S; ++i) nodes[i] = i;
-      const auto ops = Simulate1F1B(p, ts.templates[0], m, nodes, nullptr);
+      const auto ops = SimulatePipeline(p, ts.templates[0], m, nodes, nullptr);
       REQUIRE(ops.size() == static_cast<size_t>(2 * S * m));
       double makespan = 0;
       for (const auto& op : ops) makespan = std::max(makespan, op.end);
@@ -394,7 +394,7 @@ TEST_CASE("shared cores: the workers' programs, whose messages meet as a rendezv
     inst.pipelines.push_back(pi);
     const double replay = TimePipelines(p, ts, inst).seconds.at(0) - StepTailSeconds(p, t);
     double async = 0, serial = 0;
-    for (const auto& op : Simulate1F1B(p, t, m, pi.nodes, nullptr)) {
+    for (const auto& op : SimulatePipeline(p, t, m, pi.nodes, nullptr)) {
       async = std::max(async, op.end);
       serial += op.end - op.start;
     }
@@ -425,7 +425,7 @@ TEST_CASE("1F1B ops respect dependencies and memory", "[plan][schedule]") {
     for (int q = 0; q < n; ++q) nodes[q] = n - 1 - q;
     BandwidthMatrix bw = UniformMatrix(p.cluster.nodes, 3e9, 2e-5);
     const int m = p.microbatches, S = static_cast<int>(t.stages.size());
-    const auto ops = Simulate1F1B(p, t, m, nodes, &bw);
+    const auto ops = SimulatePipeline(p, t, m, nodes, &bw);
     REQUIRE(ops.size() == static_cast<size_t>(2 * S * m));
     std::map<std::tuple<int, int, bool>, ScheduledOp> by;
     for (const auto& op : ops) by[{op.stage, op.microbatch, op.forward}] = op;

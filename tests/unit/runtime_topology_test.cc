@@ -7,16 +7,27 @@
 
 #include "ob/plan/instantiation.h"
 #include "ob/plan/templates.h"
-#include "ob/runtime/schedule.h"
+#include "ob/schedule/program.h"
+#include "ob/schedule/schedule.h"
 #include "ob/runtime/topology.h"
 #include "plan_testing.h"
 
 using ob::runtime::BuildTopology;
 using ob::runtime::Topology;
-using ob::runtime::OneFOneB;
-using ob::runtime::PipelineOp;
 
 namespace {
+
+// 1F1B's order as forward/backward pairs (schedule/one_f_one_b.cc).
+struct PipelineOp {
+  bool forward = true;
+  int microbatch = 0;
+};
+std::vector<PipelineOp> OneFOneB(int stage, int stages, int m) {
+  std::vector<PipelineOp> out;
+  for (const auto& op : ob::schedule::OneFOneB().order(stage, stages, m))
+    out.push_back({op.type == ob::schedule::Op::kForward, op.microbatch});
+  return out;
+}
 
 ob::plan::Template MakeTemplate(int nodes, std::vector<std::pair<int, int>> ranges) {
   ob::plan::Template t;
@@ -229,12 +240,12 @@ ob::plan::TemplateSet MixedSet(const std::vector<int>& degrees) {
 // Every rank's program: its stage's, each message sent to or received from
 // the ranks Topology::Boundary names, empty batches dropped (as the worker
 // posts them), peers as ranks.
-std::vector<std::vector<ob::runtime::StageInstr>> RankPrograms(const Topology& topo, int m) {
-  using ob::runtime::StageInstr;
+std::vector<std::vector<ob::schedule::StageInstr>> RankPrograms(const Topology& topo, int m) {
+  using ob::schedule::StageInstr;
   std::vector<std::vector<StageInstr>> out;
   for (const auto& me : topo.ranks) {
     std::vector<StageInstr> prog;
-    for (const StageInstr& in : ob::runtime::StageProgram(me.stage, me.num_stages, m)) {
+    for (const StageInstr& in : ob::schedule::StageProgram(ob::schedule::OneFOneB(), me.stage, me.num_stages, m)) {
       if (in.kind != StageInstr::kComm) {
         prog.push_back(in);
         continue;
@@ -324,7 +335,7 @@ TEST_CASE("mixed pipelines never deadlock on rendezvous channels, rank by rank",
       inst.pipelines = {{static_cast<int>(degrees.size()), nodes, m}};
       auto topo = BuildTopology(ts, inst, 1);
       REQUIRE(topo.ok());
-      const std::string stuck = ob::runtime::CheckRendezvous(RankPrograms(*topo, m));
+      const std::string stuck = ob::schedule::CheckRendezvous(RankPrograms(*topo, m));
       INFO("degrees " << degrees.size() << " stages, m " << m);
       REQUIRE(stuck.empty());
       ++checked;

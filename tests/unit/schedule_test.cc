@@ -1,23 +1,30 @@
-// The stage programs (runtime/schedule.h) against a rendezvous-only channel:
-// no pipeline of up to 8 stages and 16 micro-batches can deadlock, every
-// message has its counterpart, and each compute has its inputs.
+// The schedules (lib/ob/schedule/): each order is a valid pipeline order
+// within its memory limits, its stage programs cannot deadlock on
+// rendezvous channels (S <= 8, m <= 16), every message has its
+// counterpart and each compute its inputs, and the times at equal op costs
+// are the published ones (1F1B's (m + S − 1)(F + B + W); a zero-bubble
+// schedule's fill of (S − 1)·F alone once m is large enough for ZB-H2).
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "ob/runtime/schedule.h"
+#include "ob/schedule/program.h"
+#include "ob/schedule/schedule.h"
+#include "ob/schedule/timing.h"
 
-namespace ob::runtime {
+namespace ob::schedule {
 namespace {
 
 using Programs = std::vector<std::vector<StageInstr>>;
 
-Programs Pipeline(int stages, int m) {
+Programs Pipeline(const Schedule& s, int stages, int m) {
   Programs p;
-  for (int s = 0; s < stages; ++s) p.push_back(StageProgram(s, stages, m));
+  for (int i = 0; i < stages; ++i) p.push_back(StageProgram(s, i, stages, m));
   return p;
 }
+
+bool IsBackward(const Op& op) { return op.type == Op::kBackward || op.type == Op::kInputGrad; }
 
 // Issue 13's "old order": each message posted and waited for on its own, in
 // compute order (receive the input, compute, send the result).
@@ -31,15 +38,17 @@ Programs OneByOne(int stages, int m) {
       c.comm = {p};
       prog.push_back(c);
     };
-    for (const PipelineOp& op : OneFOneB(s, stages, m)) {
+    for (const Op& op : OneFOneB().order(s, stages, m)) {
       const int j = op.microbatch;
-      if (op.forward) {
+      StageInstr c;
+      c.op = op;
+      if (op.type == Op::kForward) {
         if (s > 0) comm({false, true, s - 1, j});
-        prog.push_back({StageInstr::kForward, j, {}});
+        prog.push_back(c);
         if (s + 1 < stages) comm({true, true, s + 1, j});
       } else {
         if (s + 1 < stages) comm({false, false, s + 1, j});
-        prog.push_back({StageInstr::kBackward, j, {}});
+        prog.push_back(c);
         if (s > 0) comm({true, false, s - 1, j});
       }
     }
@@ -48,8 +57,7 @@ Programs OneByOne(int stages, int m) {
   return programs;
 }
 
-TEST_CASE("the rendezvous model finds the deadlock of one-by-one 1F1B messages",
-          "[runtime][schedule]") {
+TEST_CASE("the rendezvous model finds the deadlock of one-by-one 1F1B messages", "[schedule]") {
   const std::string stuck = CheckRendezvous(OneByOne(2, 2));
   INFO(stuck);
   CHECK(stuck.find("deadlock") == 0);
@@ -58,89 +66,161 @@ TEST_CASE("the rendezvous model finds the deadlock of one-by-one 1F1B messages",
   CHECK(CheckRendezvous(OneByOne(1, 4)).empty());  // nothing to exchange
 }
 
-TEST_CASE("stage programs never deadlock on rendezvous channels, S <= 8, m <= 16",
-          "[runtime][schedule]") {
-  for (int stages = 1; stages <= 8; ++stages) {
-    for (int m = 1; m <= 16; ++m) {
-      INFO("S = " << stages << ", m = " << m);
-      const Programs programs = Pipeline(stages, m);
-      CHECK(CheckRendezvous(programs).empty());
-    }
-  }
+TEST_CASE("the registry: names, 1F1B first and for an empty name", "[schedule]") {
+  REQUIRE(All().size() >= 3);
+  CHECK(All().front() == &OneFOneB());
+  CHECK(Find("") == &OneFOneB());
+  CHECK(Find("1f1b") == &OneFOneB());
+  REQUIRE(Find("zb-h1") != nullptr);
+  CHECK(Find("zb-h1")->splits_backward);
+  CHECK(Find("zb-h3") == nullptr);
+  CHECK(Names() == "1f1b, zb-h1, zb-h2");
 }
 
-TEST_CASE("stage programs run 1F1B's computes, inputs first, results sent once",
-          "[runtime][schedule]") {
-  for (int stages = 1; stages <= 8; ++stages) {
-    for (int m = 1; m <= 16; ++m) {
-      for (int s = 0; s < stages; ++s) {
-        INFO("S = " << stages << ", m = " << m << ", stage " << s);
-        const auto prog = StageProgram(s, stages, m);
-        const auto ops = OneFOneB(s, stages, m);
-        std::vector<int> got_input(m, 0), got_grad(m, 0), sent_act(m, 0), sent_grad(m, 0);
-        std::vector<bool> forward_done(m, false), backward_done(m, false);
-        size_t next_op = 0;
-        for (const StageInstr& in : prog) {
-          if (in.kind == StageInstr::kComm) {
-            REQUIRE(!in.comm.empty());
-            for (const P2p& p : in.comm) {
-              REQUIRE(p.microbatch >= 0);
-              REQUIRE(p.microbatch < m);
-              if (p.activation) {
-                REQUIRE(p.peer == (p.send ? s + 1 : s - 1));
-                if (p.send) {
-                  CHECK(forward_done[p.microbatch]);
-                  ++sent_act[p.microbatch];
-                } else {
-                  ++got_input[p.microbatch];
-                }
-              } else {
-                REQUIRE(p.peer == (p.send ? s - 1 : s + 1));
-                if (p.send) {
-                  CHECK(backward_done[p.microbatch]);
-                  ++sent_grad[p.microbatch];
-                } else {
-                  ++got_grad[p.microbatch];
-                }
-              }
+TEST_CASE("1F1B's order: warm-up forwards, then one forward one backward", "[schedule]") {
+  CHECK(Describe(OneFOneB().order(0, 3, 4)) == "F0 F1 F2 BW0 F3 BW1 BW2 BW3");
+  CHECK(Describe(OneFOneB().order(2, 3, 4)) == "F0 BW0 F1 BW1 F2 BW2 F3 BW3");
+  CHECK(Describe(OneFOneB().order(0, 4, 2)) == "F0 F1 BW0 BW1");
+  CHECK(OneFOneB().order(0, 2, 0).empty());
+}
+
+TEST_CASE("every order runs each micro-batch's ops once, in order, within its schedule's memory",
+          "[schedule]") {
+  for (const Schedule* s : All()) {
+    for (int stages = 1; stages <= 8; ++stages) {
+      for (int m = 1; m <= 16; ++m) {
+        for (int i = 0; i < stages; ++i) {
+          INFO(s->name << ": S = " << stages << ", m = " << m << ", stage " << i);
+          const auto ops = s->order(i, stages, m);
+          INFO(Describe(ops));
+          int f = 0, b = 0, w = 0;
+          for (const Op& op : ops) {
+            switch (op.type) {
+              case Op::kForward: CHECK(op.microbatch == f++); break;
+              case Op::kBackward: CHECK_FALSE(s->splits_backward); CHECK(op.microbatch == b++); ++w; break;
+              case Op::kInputGrad: CHECK(s->splits_backward); CHECK(op.microbatch == b++); break;
+              case Op::kWeightGrad: CHECK(op.microbatch == w++); break;
             }
-            continue;
+            CHECK(b <= f);
+            CHECK(w <= b);
           }
-          REQUIRE(next_op < ops.size());
-          CHECK(ops[next_op].forward == (in.kind == StageInstr::kForward));
-          CHECK(ops[next_op].microbatch == in.microbatch);
-          ++next_op;
-          const int j = in.microbatch;
-          if (in.kind == StageInstr::kForward) {
-            if (s > 0) CHECK(got_input[j] == 1);
-            forward_done[j] = true;
-          } else {
-            CHECK(forward_done[j]);
-            if (s + 1 < stages) CHECK(got_grad[j] == 1);
-            backward_done[j] = true;
+          CHECK(f == m);
+          CHECK(b == m);
+          CHECK(w == m);
+          // Memory: 1F1B's stage i holds S − i; the zero-bubble ones at most
+          // S − i before B, and at most S (zb-h1) or 2S − 1 (zb-h2) before W.
+          const auto peaks = Peaks(ops);
+          REQUIRE_FALSE(peaks.empty());
+          const int held_limit = s->name == "zb-h2" ? 2 * stages - 1 : stages;
+          for (const Held& h : peaks) {
+            CHECK(h.activations <= std::min(stages - i, m));
+            CHECK(h.activations + h.weight_inputs <= std::min(held_limit, m));
+            if (!s->splits_backward) CHECK(h.weight_inputs == 0);
           }
-        }
-        CHECK(next_op == ops.size());
-        for (int j = 0; j < m; ++j) {
-          CHECK(got_input[j] == (s > 0 ? 1 : 0));
-          CHECK(sent_act[j] == (s + 1 < stages ? 1 : 0));
-          CHECK(got_grad[j] == (s + 1 < stages ? 1 : 0));
-          CHECK(sent_grad[j] == (s > 0 ? 1 : 0));
         }
       }
     }
   }
 }
 
-TEST_CASE("the steady state posts the next forward's input before computing it",
-          "[runtime][schedule]") {
+TEST_CASE("Peaks keeps the points no other dominates", "[schedule]") {
+  const std::vector<Op> ops{{Op::kForward, 0},   {Op::kForward, 1},    {Op::kInputGrad, 0}, {Op::kInputGrad, 1},
+                            {Op::kForward, 2},   {Op::kWeightGrad, 0}, {Op::kWeightGrad, 1}, {Op::kInputGrad, 2},
+                            {Op::kWeightGrad, 2}};
+  const auto peaks = Peaks(ops);
+  // Held after each F and B: (1,0) (2,0) (1,1) (0,2) (1,2) (0,1); (1,2)
+  // covers all but (2,0).
+  REQUIRE(peaks.size() == 2);
+  CHECK((peaks[0].activations == 1 && peaks[0].weight_inputs == 2));
+  CHECK((peaks[1].activations == 2 && peaks[1].weight_inputs == 0));
+  CHECK(PeakBytes(peaks, 10, 3) == 20);
+  CHECK(PeakBytes(peaks, 10, 6) == 22);
+}
+
+TEST_CASE("stage programs never deadlock on rendezvous channels, S <= 8, m <= 16", "[schedule]") {
+  for (const Schedule* s : All()) {
+    for (int stages = 1; stages <= 8; ++stages) {
+      for (int m = 1; m <= 16; ++m) {
+        INFO(s->name << ": S = " << stages << ", m = " << m);
+        CHECK(CheckRendezvous(Pipeline(*s, stages, m)).empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("stage programs run their schedule's computes, inputs first, results sent once", "[schedule]") {
+  for (const Schedule* sch : All()) {
+    for (int stages = 1; stages <= 8; ++stages) {
+      for (int m = 1; m <= 16; ++m) {
+        for (int s = 0; s < stages; ++s) {
+          INFO(sch->name << ": S = " << stages << ", m = " << m << ", stage " << s);
+          const auto prog = StageProgram(*sch, s, stages, m);
+          const auto ops = sch->order(s, stages, m);
+          std::vector<int> got_input(m, 0), got_grad(m, 0), sent_act(m, 0), sent_grad(m, 0);
+          std::vector<bool> forward_done(m, false), backward_done(m, false);
+          size_t next_op = 0;
+          for (const StageInstr& in : prog) {
+            if (in.kind == StageInstr::kComm) {
+              REQUIRE(!in.comm.empty());
+              for (const P2p& p : in.comm) {
+                REQUIRE(p.microbatch >= 0);
+                REQUIRE(p.microbatch < m);
+                if (p.activation) {
+                  REQUIRE(p.peer == (p.send ? s + 1 : s - 1));
+                  if (p.send) {
+                    CHECK(forward_done[p.microbatch]);
+                    ++sent_act[p.microbatch];
+                  } else {
+                    ++got_input[p.microbatch];
+                  }
+                } else {
+                  REQUIRE(p.peer == (p.send ? s - 1 : s + 1));
+                  if (p.send) {
+                    CHECK(backward_done[p.microbatch]);
+                    ++sent_grad[p.microbatch];
+                  } else {
+                    ++got_grad[p.microbatch];
+                  }
+                }
+              }
+              continue;
+            }
+            REQUIRE(next_op < ops.size());
+            CHECK(ops[next_op] == in.op);
+            ++next_op;
+            const int j = in.op.microbatch;
+            if (in.op.type == Op::kForward) {
+              if (s > 0) CHECK(got_input[j] == 1);
+              forward_done[j] = true;
+            } else if (IsBackward(in.op)) {
+              CHECK(forward_done[j]);
+              if (s + 1 < stages) CHECK(got_grad[j] == 1);
+              backward_done[j] = true;
+            } else {
+              CHECK(backward_done[j]);
+            }
+          }
+          CHECK(next_op == ops.size());
+          for (int j = 0; j < m; ++j) {
+            CHECK(got_input[j] == (s > 0 ? 1 : 0));
+            CHECK(sent_act[j] == (s + 1 < stages ? 1 : 0));
+            CHECK(got_grad[j] == (s + 1 < stages ? 1 : 0));
+            CHECK(sent_grad[j] == (s > 0 ? 1 : 0));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the steady state posts the next forward's input before computing it", "[schedule]") {
   // Stage 1 of 3, 4 micro-batches: after backward 0 its gradient goes out
   // with the receive of forward 2's input, as Megatron's
   // send_backward_recv_forward.
-  const auto prog = StageProgram(1, 3, 4);
+  const auto prog = StageProgram(OneFOneB(), 1, 3, 4);
   bool found = false;
   for (size_t i = 0; i + 1 < prog.size(); ++i) {
-    if (prog[i].kind == StageInstr::kBackward && prog[i].microbatch == 0) {
+    if (prog[i].kind == StageInstr::kCompute && prog[i].op == Op{Op::kBackward, 0}) {
       REQUIRE(prog[i + 1].kind == StageInstr::kComm);
       CHECK(Describe(prog[i + 1].comm) == "{send g0→0, recv a2←0}");
       found = true;
@@ -149,5 +229,47 @@ TEST_CASE("the steady state posts the next forward's input before computing it",
   CHECK(found);
 }
 
+std::vector<StageCosts> Equal(int stages, double f, double b, double w) {
+  return std::vector<StageCosts>(static_cast<size_t>(stages), StageCosts{f, b, w, 0, 0});
+}
+
+TEST_CASE("at equal op costs, 1F1B idles (S - 1)(F + B + W) and the zero-bubble schedules less", "[schedule]") {
+  for (int stages = 1; stages <= 8; ++stages) {
+    for (int m = 1; m <= 24; ++m) {
+      INFO("S = " << stages << ", m = " << m);
+      const auto costs = Equal(stages, 1, 1, 1);
+      const double one = Makespan(Simulate(OneFOneB(), costs, m));
+      CHECK(one == Approx(3.0 * (m + stages - 1)));
+      const double h1 = Makespan(Simulate(*Find("zb-h1"), costs, m));
+      const double h2 = Makespan(Simulate(*Find("zb-h2"), costs, m));
+      // No schedule beats the last stage's wait for the first forward.
+      CHECK(h1 >= 3.0 * m + stages - 1);
+      CHECK(h2 >= 3.0 * m + stages - 1);
+      CHECK(h2 <= h1);
+      if (stages > 1 && m > 1) CHECK(h1 < one);
+      if (m >= 2 * stages) CHECK(h2 == Approx(3.0 * m + stages - 1));
+    }
+  }
+  // ZB-H1 at S = 8, m = 16: 1F1B idles 21 of 69, ZB-H1 9 of 57.
+  CHECK(Makespan(Simulate(*Find("zb-h1"), Equal(8, 1, 1, 1), 16)) == Approx(57));
+}
+
+TEST_CASE("the time of an order holds for any costs: transfers and uneven stages", "[schedule]") {
+  std::vector<StageCosts> c{{1.0, 1.5, 0.7, 0.2, 0.3}, {2.0, 2.5, 1.1, 0.1, 0.1}, {0.5, 0.9, 0.4, 0, 0}};
+  for (const Schedule* s : All()) {
+    INFO(s->name);
+    const auto ops = Simulate(*s, c, 6);
+    REQUIRE(ops.size() == static_cast<size_t>(3 * 6 * (s->splits_backward ? 3 : 2)));
+    // Each stage's ops in order, none overlapping; each op after its input.
+    for (size_t k = 1; k < ops.size(); ++k)
+      if (ops[k].stage == ops[k - 1].stage) CHECK(ops[k].start >= ops[k - 1].end - 1e-12);
+    for (const TimedOp& t : ops) {
+      if (t.op.type != Op::kForward || t.stage == 0) continue;
+      for (const TimedOp& u : ops)
+        if (u.stage == t.stage - 1 && u.op == t.op) CHECK(t.start >= u.end + c[u.stage].send - 1e-12);
+    }
+  }
+}
+
 }  // namespace
-}  // namespace ob::runtime
+}  // namespace ob::schedule

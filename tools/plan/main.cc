@@ -18,6 +18,7 @@
 #include "ob/plan/placement.h"
 #include "ob/plan/plan_io.h"
 #include "ob/plan/schedule.h"
+#include "ob/schedule/schedule.h"
 #include "ob/plan/templates.h"
 #include "failure_flags.h"
 
@@ -34,6 +35,7 @@ struct Options {
   bool mixed_stages = false;   // templates may mix stage degrees
   bool always_mixed = false;   // ... and the plan keeps them even when one degree is predicted faster
   std::string recompute = "auto";  // none, selective, full, auto (each stage the fastest that fits)
+  std::string schedule = "auto";   // a schedule's name, or auto (each template the fastest that fits)
   std::vector<std::string> template_tp;  // "NODES=T"
   std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
   bool local = false;          // the nodes are processes of this machine
@@ -398,6 +400,13 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     }
     problem->recompute_modes = {mode};
   }
+  if (g.schedule == "auto") {
+    problem->schedules = ob::schedule::All();  // 1F1B first: it wins ties
+  } else {
+    const ob::schedule::Schedule* s = ob::schedule::Find(g.schedule);
+    if (s == nullptr) return ob::Status::Usage("--schedule " + g.schedule + ": not one of auto, " + ob::schedule::Names());
+    problem->schedules = {s};
+  }
   if (g.tp > 0) {
     if (c.gpus_per_node % g.tp != 0) {
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +
@@ -504,6 +513,11 @@ void Setup(CLI::App& app) {
                  "Activation recomputation of each stage's blocks: none, selective (the attention core and the "
                  "MLP's activation), full (each block again), or auto: each stage the fastest that fits")
       ->check(CLI::IsMember({"none", "selective", "full", "auto"}))
+      ->capture_default_str();
+  app.add_option("--schedule", g.schedule,
+                 "Pipeline schedule of each template: 1f1b, zb-h1 (backward split, weight gradients fill the "
+                 "bubbles, 1F1B's memory), zb-h2 (near-zero bubble, more memory), or auto: each template the "
+                 "fastest that fits (design/schedule.md)")
       ->capture_default_str();
   app.add_option("--template-tp", g.template_tp,
                  "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "

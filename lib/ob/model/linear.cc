@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ob/model/compute_copies.h"
+#include "ob/model/weight_grads.h"
 #include "ob/torch_compat.h"
 
 namespace ob::model {
@@ -46,6 +47,11 @@ torch::Tensor CpuWideProduct(const torch::Tensor& a, const torch::Tensor& b) {
 // p.grad() += update, or p.grad() = update where it is not defined yet, as
 // autograd's accumulation does.
 void AddToGradient(const torch::Tensor& p, const torch::Tensor& update) {
+  if (auto* w = DeferringWeightGradients()) return w->Keep(WeightGradients::Kind::kAdd, p, update);
+  SumIntoGradient(p, update);
+}
+
+void SumIntoGradient(const torch::Tensor& p, const torch::Tensor& update) {
   auto& g = const_cast<torch::Tensor&>(p).mutable_grad();
   if (g.defined()) {
     g.add_(update);
@@ -66,6 +72,11 @@ bool SummableGradient(const torch::Tensor& p, const torch::Tensor& on) {
 // in fp32, in the product itself where the gradient is an fp32 tensor of
 // w's shape.
 void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x) {
+  if (auto* q = DeferringWeightGradients()) return q->Keep(WeightGradients::Kind::kWeight, w, dy, x);
+  SumWeightGradient(w, dy, x);
+}
+
+void SumWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x) {
   auto& g = const_cast<torch::Tensor&>(w).mutable_grad();
   const bool in_place = SummableGradient(w, x);
 #ifdef OB_WITH_CUDA_KERNELS
@@ -85,11 +96,16 @@ void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const to
     g.addmm_(dy.t().to(torch::kFloat), x.to(torch::kFloat));
     return;
   }
-  AddToGradient(w, torch::mm(dy.t().to(torch::kFloat), x.to(torch::kFloat)));
+  SumIntoGradient(w, torch::mm(dy.t().to(torch::kFloat), x.to(torch::kFloat)));
 }
 
 // b.grad() += Σ_rows dy for dy [N, out], summed in fp32.
 void AddBiasGradient(const torch::Tensor& b, const torch::Tensor& dy) {
+  if (auto* q = DeferringWeightGradients()) return q->Keep(WeightGradients::Kind::kBias, b, dy);
+  SumBiasGradient(b, dy);
+}
+
+void SumBiasGradient(const torch::Tensor& b, const torch::Tensor& dy) {
 #ifdef OB_WITH_CUDA_KERNELS
   if (GradientGemmsOn(dy.device()) && SummableGradient(b, dy) &&
       (dy.scalar_type() == torch::kBFloat16 || dy.scalar_type() == torch::kFloat)) {
@@ -98,7 +114,7 @@ void AddBiasGradient(const torch::Tensor& b, const torch::Tensor& dy) {
     return;
   }
 #endif
-  AddToGradient(b, dy.sum(0, false, torch::kFloat));
+  SumIntoGradient(b, dy.sum(0, false, torch::kFloat));
 }
 
 // `p` in `dtype`, without a graph: the current ComputeCopies' copy, else

@@ -16,6 +16,9 @@ torch::Tensor CpuWideProduct(const torch::Tensor& a, const torch::Tensor& b);
 
 // p.grad() += update, or p.grad() = update where it is not defined yet, as
 // autograd's accumulation does.
+// These three sum now, or, inside a DeferWeightGradients scope
+// (weight_grads.h), keep what the sum reads for its W pass; the Sum…
+// versions always sum now.
 void AddToGradient(const torch::Tensor& p, const torch::Tensor& update);
 // True where `p`'s gradient is an fp32 tensor of its shape on `on`'s device
 // that a product can add into.
@@ -24,6 +27,9 @@ bool SummableGradient(const torch::Tensor& p, const torch::Tensor& on);
 // and b.grad() += Σ_rows dy, accumulated in fp32.
 void AddWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x);
 void AddBiasGradient(const torch::Tensor& b, const torch::Tensor& dy);
+void SumIntoGradient(const torch::Tensor& p, const torch::Tensor& update);
+void SumWeightGradient(const torch::Tensor& w, const torch::Tensor& dy, const torch::Tensor& x);
+void SumBiasGradient(const torch::Tensor& b, const torch::Tensor& dy);
 
 // `p` in `dtype`, without a graph: the current ComputeCopies' copy, else
 // autocast's cached cast where it makes one.

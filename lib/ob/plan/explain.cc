@@ -64,34 +64,37 @@ std::string ExplainPlan(const pb::Plan& plan) {
   for (const auto& p : in.pipelines()) used[p.template_nodes()]++;
 
   out += "#\n# templates\n";
-  out += Format("# %5s %6s %3s %3s %10s %10s %8s %9s %9s  %s\n", "nodes", "stages", "k", "tp",
+  out += Format("# %5s %6s %3s %3s %8s %10s %10s %8s %9s %9s  %s\n", "nodes", "stages", "k", "tp", "schedule",
                 "bottleneck", "fill+drain", "update", "mem peak", "capacity", "layers per stage");
-  out += Format("# %5s %6s %3s %3s %10s %10s %8s %9s %9s\n", "", "", "", "", "(ms)", "(ms)", "(ms)", "(GiB)",
-                "(GiB)");
+  out += Format("# %5s %6s %3s %3s %8s %10s %10s %8s %9s %9s\n", "", "", "", "", "", "(ms)", "(ms)", "(ms)",
+                "(GiB)", "(GiB)");
   for (const auto& t : plan.templates()) {
     // A mixed template (stages of several degrees) shows "mix" and each
     // stage's degree after its layers.
     const bool mixed = t.stages_per_node() == 0;
-    out += Format("  %5u %6d %3s %3s %10.3f %10.3f %8.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
+    // fill+drain: what the template's schedule leaves of 1F1B's Σw at its
+    // expected share of micro-batches.
+    out += Format("  %5u %6d %3s %3s %8s %10.3f %10.3f %8.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
                   mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
-                  mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(), t.bottleneck_seconds() * 1e3,
-                  t.total_seconds() * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
+                  mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(),
+                  t.schedule().empty() ? "1f1b" : t.schedule().c_str(), t.bottleneck_seconds() * 1e3,
+                  (t.total_seconds() - t.saved_seconds()) * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
                   Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
   }
 
   out += "#\n# stages of the templates in use\n";
-  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %9s %8s\n", "tmpl", "stage", "node", "layers",
-                "tp", "compute", "with xfer", "memory", "capacity", "flight", "recompute", "saved");
-  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %9s %8s\n", "", "", "", "", "", "(ms)", "(ms)",
-                "(GiB)", "(GiB)", "", "", "(GiB)");
+  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %6s %9s %8s\n", "tmpl", "stage", "node", "layers",
+                "tp", "compute", "with xfer", "memory", "capacity", "flight", "for W", "recompute", "saved");
+  out += Format("# %5s %5s %4s %8s %3s %10s %10s %9s %9s %6s %6s %9s %8s\n", "", "", "", "", "", "(ms)", "(ms)",
+                "(GiB)", "(GiB)", "", "", "", "(GiB)");
   for (const auto& t : plan.templates()) {
     if (!used.count(t.nodes())) continue;
     for (int i = 0; i < t.stages_size(); ++i) {
       const auto& s = t.stages(i);
       std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
-      out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u %9s %8.2f\n", t.nodes(), i, s.node(),
+      out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u %6u %9s %8.2f\n", t.nodes(), i, s.node(),
                     layers.c_str(), s.tensor_parallel(), s.compute_seconds() * 1e3, s.seconds() * 1e3,
-                    GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight(),
+                    GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight(), s.weight_inputs(),
                     model::RecomputeName(static_cast<model::Recompute>(s.recompute())),
                     GiB(s.recompute_saved_bytes()));
     }

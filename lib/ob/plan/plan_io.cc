@@ -22,6 +22,13 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
   out->set_total_seconds(t.total);
   out->set_node_gradient_bytes(t.node_gradient_bytes);
   out->set_update_seconds(t.update_seconds);
+  // 1F1B's template keeps the fields of plans before schedules unset.
+  if (t.schedule != &schedule::OneFOneB()) {
+    out->set_schedule(std::string(t.schedule->name));
+    out->set_saved_seconds_one(t.saved_one);
+    out->set_saved_seconds(t.saved);
+    out->set_saved_at_microbatches(static_cast<uint32_t>(t.saved_at));
+  }
   const int S = static_cast<int>(t.stages.size());
   for (int i = 0; i < S; ++i) {
     const StageShape& s = t.stages[i];
@@ -35,7 +42,9 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
     st->set_node(static_cast<uint32_t>(t.NodeOf(i)));
-    st->set_in_flight(S - i);
+    const schedule::Held held = i < static_cast<int>(t.stage_held.size()) ? t.stage_held[i] : schedule::Held{S - i, 0};
+    st->set_in_flight(static_cast<uint32_t>(held.activations));
+    st->set_weight_inputs(static_cast<uint32_t>(held.weight_inputs));
     st->set_recompute(static_cast<pb::Recompute>(s.recompute));
     const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, S - i);
     st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
@@ -52,6 +61,12 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
   t.node_gradient_bytes = in.node_gradient_bytes();
   t.update_seconds = in.update_seconds();
   const std::string who = "template for " + std::to_string(t.nodes) + " nodes";
+  t.schedule = schedule::Find(in.schedule());
+  if (t.schedule == nullptr)
+    return Status::DataErr(who + ": unknown schedule \"" + in.schedule() + "\" (this ob runs " + schedule::Names() + ")");
+  t.saved_one = in.saved_seconds_one();
+  t.saved = in.saved_seconds();
+  t.saved_at = std::max(1, static_cast<int>(in.saved_at_microbatches()));
   // stages_per_node 0: a mixed template, whose stages name their nodes.
   if (t.nodes < 1 || t.tp < 1)
     return Status::DataErr(who + ": nodes and tensor_parallel must be positive");
@@ -88,6 +103,7 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
                         static_cast<model::Recompute>(s.recompute())});
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
+    t.stage_held.push_back({static_cast<int>(s.in_flight()), static_cast<int>(s.weight_inputs())});
     next = static_cast<int>(s.last_layer()) + 1;
   }
   if (next != p.num_layers())

@@ -106,6 +106,15 @@ uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_
          p.cluster.overhead_bytes;
 }
 
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, const schedule::Held& held,
+                          model::Recompute r) {
+  const uint64_t whole = StageMemoryBytes(p, first, last, tp, held.activations, r);
+  if (held.weight_inputs <= 0) return whole;
+  double w = 0;
+  for (int l = first; l <= last; ++l) w += static_cast<double>(p.layers[l].weight_input_bytes) / tp;
+  return whole + static_cast<uint64_t>(w * held.weight_inputs * (1.0 + p.cluster.overhead_fraction));
+}
+
 std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight) {
   for (model::Recompute r : p.recompute_modes) {
     if (StageMemoryBytes(p, first, last, tp, in_flight, r) <= p.cluster.gpu_memory) return r;
@@ -176,6 +185,12 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     c.update = l.update_seconds();
     c.kept_bytes = {cost->activation_bytes(), cost->selective_activation_bytes(), cost->full_activation_bytes()};
     c.recompute_seconds = {0.0, cost->selective_recompute_seconds(), cost->full_recompute_seconds()};
+    const double w = cost->weight_grad_seconds();
+    if (!std::isfinite(w) || w < 0 || w > c.backward)
+      return Status::DataErr(who + ": weight-gradient seconds " + std::to_string(w) +
+                             " outside the backward's [0, " + std::to_string(c.backward) + "]");
+    c.weight_grad = w;
+    c.weight_input_bytes = cost->weight_input_bytes();
     p.layers.push_back(c);
   }
   // Every block's costs in every mode, or recomputation is not priced.

@@ -16,6 +16,7 @@
 
 #include "ob/model/recompute_mode.h"
 #include "ob/profile.pb.h"
+#include "ob/schedule/schedule.h"
 #include "ob/status.h"
 
 namespace ob::plan {
@@ -36,6 +37,12 @@ struct LayerCost {
   // that does not recompute (embed, head) has those in every mode.
   std::array<uint64_t, 3> kept_bytes{};
   std::array<double, 3> recompute_seconds{};
+  // The backward's split for the zero-bubble schedules (design/schedule.md):
+  // the weight gradients' seconds (W, part of `backward`) and what a
+  // micro-batch keeps between its input gradient and W; 0 where the
+  // profile has no split.
+  double weight_grad = 0;
+  uint64_t weight_input_bytes = 0;
 };
 
 // Seconds of one collective on a local cluster: a least-squares line of
@@ -112,6 +119,10 @@ struct Problem {
   // Whether the profile has each block's costs in every mode (profiles
   // made before them do not: then none alone).
   bool has_recompute_costs = false;
+  // The schedules a template may run (ob-plan --schedule), the first
+  // preferred on a tie; ChooseSchedule takes the fastest that fits.
+  // MakeProblem: 1F1B only.
+  std::vector<const schedule::Schedule*> schedules{&schedule::OneFOneB()};
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 
@@ -151,6 +162,10 @@ double StageBoundarySeconds(const Problem& p, int last, bool crosses_node);
 // micro-batch).
 uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_flight,
                           model::Recompute r = model::Recompute::kNone);
+// The same for a schedule's peaks (schedule::Peaks): `held` micro-batches'
+// activations and what W reads of the others, at its worst moment.
+uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, const schedule::Held& held,
+                          model::Recompute r);
 // The fastest of p.recompute_modes in which the stage fits (nullopt: none).
 std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight);
 bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);

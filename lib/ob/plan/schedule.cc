@@ -9,123 +9,162 @@
 #include <utility>
 
 #include "ob/io/text.h"
-#include "ob/runtime/schedule.h"
+#include "ob/schedule/program.h"
+#include "ob/schedule/timing.h"
 
 namespace ob::plan {
 namespace {
 
 std::string Num(double v, int decimals = 1) { return io::Fixed(v, decimals); }
 
-// Forward and backward seconds of one micro-batch through a stage: the
-// compute split by the layers' own forward/backward ratio, the tensor-parallel
-// all-reduces (what StageComputeSeconds adds beyond compute / tp) half each way,
-// and what its recomputation mode computes again in the backward.
-std::pair<double, double> StageOpSeconds(const Problem& p, const StageShape& st) {
-  double fwd = 0, bwd = 0;
-  for (int l = st.first; l <= st.last; ++l) fwd += p.layers[l].forward, bwd += p.layers[l].backward;
+const char* OpColour(schedule::Op::Type t) {
+  switch (t) {
+    case schedule::Op::kForward: return "#4c78a8";
+    case schedule::Op::kWeightGrad: return "#54a24b";
+    default: return "#f58518";
+  }
+}
+
+const char* OpName(schedule::Op::Type t) {
+  switch (t) {
+    case schedule::Op::kForward: return "forward";
+    case schedule::Op::kInputGrad: return "input gradient (B)";
+    case schedule::Op::kWeightGrad: return "weight gradient (W)";
+    default: return "backward";
+  }
+}
+
+// Forward, input-gradient and weight-gradient seconds of one micro-batch
+// through a stage: the compute split by the layers' own forward/backward
+// ratio, the tensor-parallel all-reduces (what StageComputeSeconds adds
+// beyond compute / tp) half each way, what its recomputation mode computes
+// again in the backward, and the layers' weight gradients apart (they need
+// no all-reduce: each rank's shard is its own).
+schedule::StageCosts StageOps(const Problem& p, const StageShape& st) {
+  double fwd = 0, bwd = 0, weight = 0;
+  for (int l = st.first; l <= st.last; ++l) {
+    fwd += p.layers[l].forward, bwd += p.layers[l].backward;
+    weight += p.layers[l].weight_grad;
+  }
   const int tp = std::max(1, st.tp);
   const double plain = StageComputeSeconds(p, st.first, st.last, tp);
   const double extra = plain - (fwd + bwd) / tp;
   const double again = StageComputeSeconds(p, st.first, st.last, tp, st.recompute) - plain;
-  return {fwd / tp + extra / 2, bwd / tp + extra / 2 + again};
+  schedule::StageCosts c;
+  c.forward = fwd / tp + extra / 2;
+  c.weight_grad = weight / tp;
+  c.input_grad = (bwd - weight) / tp + extra / 2 + again;
+  return c;
 }
 
-// One pipeline's op durations per stage and the one-way transfer after each
-// stage, each way (see Simulate1F1B).
-struct PipelineCosts {
-  std::vector<double> fwd, bwd, send, send_back;
-};
+// The saving of `s` on 1F1B at 1 and m micro-batches for these costs.
+std::pair<double, double> Savings(const schedule::Schedule& s, const std::vector<schedule::StageCosts>& c, int m,
+                                  double base_one, double base_m) {
+  const double one = base_one - schedule::Makespan(s, c, 1);
+  const double at = base_m - schedule::Makespan(s, c, m);
+  return {one, at};
+}
 
-PipelineCosts CostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
-                      const BandwidthMatrix* bw) {
+}  // namespace
+
+std::vector<schedule::StageCosts> StageCostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
+                                               const BandwidthMatrix* bw) {
   const int S = static_cast<int>(t.stages.size());
-  PipelineCosts c;
-  c.fwd.assign(S, 0), c.bwd.assign(S, 0), c.send.assign(S, 0), c.send_back.assign(S, 0);
+  std::vector<schedule::StageCosts> c(static_cast<size_t>(S));
   for (int i = 0; i < S; ++i) {
-    std::tie(c.fwd[i], c.bwd[i]) = StageOpSeconds(p, t.stages[i]);
+    c[i] = StageOps(p, t.stages[i]);
     if (i + 1 == S) continue;
     const int a = t.NodeOf(i), b = t.NodeOf(i + 1);
     if (a == b) {  // the next stage is on the same node
-      c.send[i] = c.send_back[i] = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
+      c[i].send = c[i].send_back = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
     } else if (bw && b < static_cast<int>(nodes.size())) {
       const int na = nodes[a], nb = nodes[b];
-      c.send[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
-      c.send_back[i] = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
+      c[i].send = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
+      c[i].send_back = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
     } else {
-      c.send[i] = c.send_back[i] = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
+      c[i].send = c[i].send_back = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
     }
   }
   return c;
 }
 
-// Each stage's op order, the workers' own (runtime::OneFOneB).
-std::vector<std::vector<ScheduledOp>> OneFOneBOrder(int S, int m) {
-  std::vector<std::vector<ScheduledOp>> order(S);
-  for (int i = 0; i < S; ++i) {
-    for (const runtime::PipelineOp& o : runtime::OneFOneB(i, S, m)) {
-      ScheduledOp op;
-      op.stage = i;
-      op.forward = o.forward;
-      op.microbatch = o.microbatch;
-      order[i].push_back(op);
-    }
-  }
-  return order;
-}
-
-// When the next op of stage i (in `order`) may start: its input's arrival,
-// or a negative number while that input is not computed yet.
-double ReadyAt(const ScheduledOp& op, int S, const PipelineCosts& c,
-               const std::vector<std::vector<double>>& f_end, const std::vector<std::vector<double>>& b_end) {
-  const int i = op.stage;
-  if (op.forward) {
-    if (i == 0) return 0;
-    const double e = f_end[i - 1][op.microbatch];
-    return e < 0 ? -1 : e + c.send[i - 1];
-  }
-  if (i + 1 == S) return f_end[i][op.microbatch];
-  const double e = b_end[i + 1][op.microbatch];
-  return e < 0 ? -1 : e + c.send_back[i];
-}
-
-}  // namespace
-
-std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
-                                      const std::vector<int>& nodes, const BandwidthMatrix* bw) {
-  const int S = static_cast<int>(t.stages.size());
-  const int m = microbatches;
-  if (S == 0 || m <= 0) return {};
-  const PipelineCosts c = CostsOf(p, t, nodes, bw);
-  std::vector<std::vector<ScheduledOp>> order = OneFOneBOrder(S, m);
-  // Run ops in each stage's order as soon as their input has arrived; 1F1B
-  // cannot deadlock, so every sweep schedules something.
-  std::vector<std::vector<double>> f_end(S, std::vector<double>(m, -1)), b_end = f_end;
-  std::vector<size_t> next(S, 0);
-  std::vector<double> free_at(S, 0);
-  size_t done = 0;
-  const size_t total = static_cast<size_t>(S) * m * 2;
-  while (done < total) {
-    const size_t before = done;
-    for (int i = 0; i < S; ++i) {
-      while (next[i] < order[i].size()) {
-        ScheduledOp& op = order[i][next[i]];
-        const double ready = ReadyAt(op, S, c, f_end, b_end);
-        if (ready < 0) break;
-        op.start = std::max(ready, free_at[i]);
-        op.end = op.start + (op.forward ? c.fwd[i] : c.bwd[i]);
-        free_at[i] = op.end;
-        (op.forward ? f_end : b_end)[i][op.microbatch] = op.end;
-        ++next[i];
-        ++done;
-      }
-    }
-    assert(done > before && "1F1B deadlocked");
-    if (done == before) break;
-  }
+std::vector<ScheduledOp> SimulatePipeline(const Problem& p, const Template& t, int microbatches,
+                                          const std::vector<int>& nodes, const BandwidthMatrix* bw) {
+  if (t.stages.empty() || microbatches <= 0) return {};
   std::vector<ScheduledOp> out;
-  out.reserve(total);
-  for (auto& ops : order) out.insert(out.end(), ops.begin(), ops.end());
+  for (const schedule::TimedOp& o : schedule::Simulate(*t.schedule, StageCostsOf(p, t, nodes, bw), microbatches)) {
+    ScheduledOp op;
+    op.stage = o.stage;
+    op.microbatch = o.op.microbatch;
+    op.type = o.op.type;
+    op.forward = o.op.type == schedule::Op::kForward;
+    op.start = o.start;
+    op.end = o.end;
+    out.push_back(op);
+  }
   return out;
+}
+
+void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
+  const int S = static_cast<int>(t->stages.size());
+  t->schedule = &schedule::OneFOneB();
+  t->saved_one = t->saved = 0;
+  t->saved_at = 1;
+  if (S == 0) return;
+  if (p.schedules.size() == 1 && p.schedules.front() == &schedule::OneFOneB()) return;
+  // The share it is expected to run, at most 2S (the steady state by then
+  // for every schedule here), rounded down to a power of two below that:
+  // every template of S stages is then timed at one of a few shapes whose
+  // orders are made once (the saving at fewer micro-batches is no larger:
+  // an underestimate); memory at the most a share may hold.
+  int m = 2 * S;
+  if (!std::isinf(m_expected) && m_expected < 2 * S) {
+    m = 1;
+    while (2 * m <= m_expected) m *= 2;
+  }
+  const int m_memory = p.microbatches > 0 ? std::clamp(p.microbatches, 1, 2 * S) : 2 * S;
+  const auto costs = StageCostsOf(p, *t, {}, nullptr);
+  const double base_one = schedule::Makespan(schedule::OneFOneB(), costs, 1);
+  const double base_m = schedule::Makespan(schedule::OneFOneB(), costs, m);
+  const std::vector<uint64_t> one_f_one_b_memory = t->stage_memory;
+  const std::vector<schedule::Held> one_f_one_b_held = t->stage_held;
+  bool have = false;
+  double best_time = 0;
+  for (const schedule::Schedule* s : p.schedules) {
+    std::vector<uint64_t> memory = one_f_one_b_memory;
+    std::vector<schedule::Held> held = one_f_one_b_held;
+    double one = 0, at = 0;
+    if (s != &schedule::OneFOneB()) {
+      bool fits = true;
+      const auto& peaks = schedule::PipelinePeaks(*s, S, m_memory);
+      for (int i = 0; i < S && fits; ++i) {
+        const StageShape& st = t->stages[i];
+        uint64_t most = 0;
+        schedule::Held worst;
+        for (const schedule::Held& h : peaks[i]) {
+          const uint64_t b = StageMemoryBytes(p, st.first, st.last, st.tp, h, st.recompute);
+          if (b >= most) most = b, worst = h;
+        }
+        memory[i] = most, held[i] = worst;
+        fits = most <= p.cluster.gpu_memory;
+      }
+      if (!fits) continue;
+      std::tie(one, at) = Savings(*s, costs, m, base_one, base_m);
+      // Seconds must not fall as m grows: the saving grows by at most a
+      // bottleneck a micro-batch.
+      if (m > 1) at = std::min(at, one + t->bottleneck * (m - 1));
+    }
+    const double time = t->total + (m - 1) * t->bottleneck - at;
+    if (have && !(time < best_time)) continue;
+    have = true;
+    best_time = time;
+    t->schedule = s;
+    t->saved_one = one;
+    t->saved = m > 1 ? at : one;
+    t->saved_at = m;
+    t->stage_memory = std::move(memory);
+    t->stage_held = std::move(held);
+  }
 }
 
 double ContentionSlowdown(const std::vector<double>& curve, int k) {
@@ -141,10 +180,10 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
   // alone, an op takes its time over that many's slowdown.
   const double measured_at = ContentionSlowdown(curve, static_cast<int>(curve.size()));
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  // One stage of one pipeline running its program (runtime::StageProgram).
+  // One stage of one pipeline running its program (schedule::StageProgram).
   struct Lane {
     int pipe = 0, stage = 0, procs = 1;
-    std::vector<runtime::StageInstr> program;
+    std::vector<schedule::StageInstr> program;
     size_t pc = 0;
     double left = -1;        // a compute's work left, in seconds alone; < 0: none running
     double start = 0;        // when the current instruction started (a compute) or was posted
@@ -153,7 +192,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
   };
   struct Pipe {
     const Template* t = nullptr;
-    PipelineCosts c;
+    std::vector<schedule::StageCosts> c;
     double end = 0;
     int first_lane = 0;
   };
@@ -166,13 +205,13 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     q.first_lane = static_cast<int>(lanes.size());
     if (q.t != nullptr && pi.microbatches > 0) {
       const int S = static_cast<int>(q.t->stages.size());
-      q.c = CostsOf(p, *q.t, pi.nodes, nullptr);
+      q.c = StageCostsOf(p, *q.t, pi.nodes, nullptr);
       for (int i = 0; i < S; ++i) {
         Lane l;
         l.pipe = static_cast<int>(j);
         l.stage = i;
         l.procs = std::max(1, q.t->stages[i].tp);
-        l.program = runtime::StageProgram(i, S, pi.microbatches);
+        l.program = schedule::StageProgram(*q.t->schedule, i, S, pi.microbatches);
         lanes.push_back(std::move(l));
       }
     }
@@ -188,16 +227,16 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     const auto& batch = l.program[l.pc].comm;
     for (size_t m = 0; m < batch.size(); ++m) {
       if (l.done[m] < kInf) continue;
-      const runtime::P2p& msg = batch[m];
+      const schedule::P2p& msg = batch[m];
       Lane& peer = lanes[q.first_lane + msg.peer];
       if (!peer.posted) continue;
       const auto& theirs = peer.program[peer.pc].comm;
       for (size_t n = 0; n < theirs.size(); ++n) {
-        const runtime::P2p& o = theirs[n];
+        const schedule::P2p& o = theirs[n];
         if (o.send == msg.send || o.activation != msg.activation || o.peer != l.stage || o.microbatch != msg.microbatch)
           continue;
         const int low = std::min(l.stage, msg.peer);  // the boundary after stage `low`
-        const double transfer = msg.activation ? q.c.send[low] : q.c.send_back[low];
+        const double transfer = msg.activation ? q.c[low].send : q.c[low].send_back;
         l.done[m] = peer.done[n] = std::max(l.start, peer.start) + transfer;
       }
     }
@@ -212,10 +251,14 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
       changed = false;
       for (Lane& l : lanes) {
         if (l.pc >= l.program.size() || l.left >= 0) continue;
-        const runtime::StageInstr& in = l.program[l.pc];
-        if (in.kind != runtime::StageInstr::kComm) {
-          const auto& c = pipes[l.pipe].c;
-          l.left = (in.kind == runtime::StageInstr::kForward ? c.fwd[l.stage] : c.bwd[l.stage]) / measured_at;
+        const schedule::StageInstr& in = l.program[l.pc];
+        if (in.kind != schedule::StageInstr::kComm) {
+          const schedule::StageCosts& c = pipes[l.pipe].c[l.stage];
+          double takes = c.input_grad + c.weight_grad;
+          if (in.op.type == schedule::Op::kForward) takes = c.forward;
+          if (in.op.type == schedule::Op::kInputGrad) takes = c.input_grad;
+          if (in.op.type == schedule::Op::kWeightGrad) takes = c.weight_grad;
+          l.left = takes / measured_at;
           l.start = now;
           continue;
         }
@@ -293,7 +336,7 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
   for (const auto& pi : inst.pipelines) {
     Lanes lanes;
     lanes.t = ts.ForNodes(pi.template_nodes);
-    if (lanes.t) lanes.ops = Simulate1F1B(p, *lanes.t, pi.microbatches, pi.nodes, bw);
+    if (lanes.t) lanes.ops = SimulatePipeline(p, *lanes.t, pi.microbatches, pi.nodes, bw);
     for (const auto& op : lanes.ops) lanes.makespan = std::max(lanes.makespan, op.end);
     horizon = std::max(horizon, lanes.makespan);
     microbatches += pi.microbatches;
@@ -317,7 +360,13 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
     << Num(height, 0) << "\" viewBox=\"0 0 " << Num(width, 0) << ' ' << Num(height, 0)
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const std::string title = "1F1B schedule: " + std::to_string(inst.pipelines.size()) +
+  std::string names;  // the schedules the pipelines run, in order of appearance
+  for (const auto& lanes : pipes) {
+    if (!lanes.t) continue;
+    const std::string n(lanes.t->schedule->name);
+    if (names.find(n) == std::string::npos) names += (names.empty() ? "" : ", ") + n;
+  }
+  const std::string title = (names.empty() ? std::string("1f1b") : names) + " schedule: " + std::to_string(inst.pipelines.size()) +
                             " pipeline(s), " + std::to_string(microbatches) +
                             " micro-batches, iteration " + Num(ms, 2) + " ms (compute and " +
                             "transfers; all-reduce not shown)";
@@ -327,8 +376,10 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
   o << "<rect x=\"10\" y=\"32\" width=\"12\" height=\"12\" fill=\"#4c78a8\"/>"
     << "<text x=\"26\" y=\"42\">forward</text>"
     << "<rect x=\"86\" y=\"32\" width=\"12\" height=\"12\" fill=\"#f58518\"/>"
-    << "<text x=\"102\" y=\"42\">backward</text>"
-    << "<text x=\"170\" y=\"42\" fill=\"#666\">gaps are idle time; red line: pipeline makespan</text>\n";
+    << "<text x=\"102\" y=\"42\">backward (B)</text>"
+    << "<rect x=\"186\" y=\"32\" width=\"12\" height=\"12\" fill=\"#54a24b\"/>"
+    << "<text x=\"202\" y=\"42\">weight gradients (W)</text>"
+    << "<text x=\"330\" y=\"42\" fill=\"#666\">gaps are idle time; red line: pipeline makespan</text>\n";
   // Grid lines and the time axis.
   for (double v = 0; v <= x_max_ms + step / 2; v += step) {
     const double px = kLabelW + v / x_max_ms * kPlotW;
@@ -367,9 +418,9 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
       const double ly = y + op.stage * (kLaneH + kLaneGap);
       const double x0 = x(op.start), w = std::max(0.5, x(op.end) - x0);
       o << "<rect x=\"" << Num(x0, 2) << "\" y=\"" << Num(ly) << "\" width=\"" << Num(w, 2)
-        << "\" height=\"" << Num(kLaneH) << "\" fill=\"" << (op.forward ? "#4c78a8" : "#f58518")
+        << "\" height=\"" << Num(kLaneH) << "\" fill=\"" << OpColour(op.type)
         << "\" stroke=\"white\" stroke-width=\"0.5\"><title>"
-        << (op.forward ? "forward" : "backward") << " micro-batch " << op.microbatch << ", "
+        << OpName(op.type) << " micro-batch " << op.microbatch << ", "
         << Num(op.start * 1e3, 3) << "-" << Num(op.end * 1e3, 3) << " ms</title></rect>";
       const std::string mb = std::to_string(op.microbatch);
       if (w >= 7.0 * mb.size() + 4)

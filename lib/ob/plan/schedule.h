@@ -1,6 +1,6 @@
-// One iteration's 1F1B schedule per pipeline, simulated op by op, and its
-// drawing as SVG (ob-plan --schedule-svg), so a person can see the bubbles
-// and the stragglers. Torch-free, pure.
+// One iteration's schedule per pipeline (its template's, lib/ob/schedule/),
+// timed op by op, and its drawing as SVG (ob-plan --schedule-svg), so a
+// person can see the bubbles and the stragglers. Torch-free, pure.
 #pragma once
 
 #include <string>
@@ -10,29 +10,34 @@
 #include "ob/plan/placement.h"
 #include "ob/plan/problem.h"
 #include "ob/plan/templates.h"
+#include "ob/schedule/schedule.h"
+#include "ob/schedule/timing.h"
 
 namespace ob::plan {
 
 struct ScheduledOp {
   int stage = 0;
   int microbatch = 0;
-  bool forward = true;
+  bool forward = true;                              // type == kForward
+  schedule::Op::Type type = schedule::Op::kForward;
   double start = 0, end = 0;   // seconds from the start of the iteration
 };
 
-// 1F1B for one pipeline: stage i runs min(S − i − 1, m) warm-up forwards,
-// then alternates one forward and one backward, then drains backwards. A
-// forward waits for the previous stage's forward of the same micro-batch
-// plus the transfer; a backward for the next stage's backward plus the
-// transfer (transfers overlap compute). Op times: the stage's compute
-// (StageComputeSeconds) split by its layers' forward/backward ratio, the
-// tensor-parallel all-reduces half each way. Transfers: per-direction halves
-// of the boundary term, on `bw`'s links between nodes[q] and nodes[q + 1]
-// when `bw` is given, else (and within a node) at the nominal link.
-// Returns 2·S·m ops, stage by stage, each stage's in execution order; empty
-// when m <= 0. REQUIRES: nodes.size() == t.nodes when bw is given.
-std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int microbatches,
-                                      const std::vector<int>& nodes, const BandwidthMatrix* bw);
+// The op costs of template t's stages for schedule::Simulate: each
+// stage's compute (StageComputeSeconds) split into forward and backward by
+// its layers' ratio, the tensor-parallel all-reduces half each way, the
+// backward's weight gradients (the layers' weight_grad / tp) apart; and
+// the per-direction halves of the boundary term, on `bw`'s links between
+// nodes[q] and nodes[q + 1] when `bw` is given, else (and within a node) at
+// the nominal link. REQUIRES: nodes.size() == t.nodes when bw is given.
+std::vector<schedule::StageCosts> StageCostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
+                                               const BandwidthMatrix* bw);
+
+// One pipeline of template `t` running m micro-batches under t's schedule
+// (schedule/timing.h with StageCostsOf's costs). Returns every op, stage by
+// stage, each stage's in execution order; empty when m <= 0.
+std::vector<ScheduledOp> SimulatePipeline(const Problem& p, const Template& t, int microbatches,
+                                          const std::vector<int>& nodes, const BandwidthMatrix* bw);
 
 // How much slower a process computes with k computing at once on a local
 // cluster's shared cores than alone: curve[k − 1] (Cluster::contention, as
@@ -41,8 +46,9 @@ std::vector<ScheduledOp> Simulate1F1B(const Problem& p, const Template& t, int m
 double ContentionSlowdown(const std::vector<double>& curve, int k);
 
 // TimePipelines on a local cluster whose workers share one machine's cores:
-// every stage's program as its workers run it (runtime::StageProgram: the
-// 1F1B computes and the batches of sends and receives between them)
+// every stage's program as its workers run it (schedule::StageProgram: its
+// template's schedule's computes and the batches of sends and receives
+// between them)
 // replayed together for all pipelines. A message meets when both
 // neighbours have posted the batches holding it (a rendezvous, as NCCL's
 // and Gloo's point-to-point are) and arrives its one-way transfer later
@@ -54,7 +60,7 @@ double ContentionSlowdown(const std::vector<double>& curve, int k);
 // wall-clock seconds. The profile's layer times are those with all its
 // processes computing; a worker that waits on its neighbours leaves the
 // cores to the others, which T_j's closed form, at the profile's speed
-// throughout, cannot see. REQUIRES: as Simulate1F1B's.
+// throughout, cannot see. REQUIRES: as SimulatePipeline's.
 PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const Instantiation& inst);
 
 // An SVG with one lane per stage of every pipeline (labelled "pipeline j

@@ -29,6 +29,7 @@ void SetFigures(const Problem& p, Template* out) {
     const double w = StageComputeSeconds(p, s) + StageBoundarySeconds(p, s.last, crosses);
     out->stage_seconds.push_back(w);
     out->stage_memory.push_back(StageMemoryBytes(p, s.first, s.last, s.tp, S - i, s.recompute));
+    out->stage_held.push_back({S - i, 0});
     out->bottleneck = std::max(out->bottleneck, w);
     out->total += w;
     out->tp = std::max(out->tp, s.tp);
@@ -69,10 +70,11 @@ bool Better(const Template& a, const Template& b) {
   return a.total < b.total;
 }
 
-// The time a pipeline of `t` is expected to take per iteration: its 1F1B of
-// m micro-batches (m real: the batch's share of its nodes) and its tail.
+// The time a pipeline of `t` is expected to take per iteration: its
+// schedule's m micro-batches (m real: the batch's share of its nodes) and
+// its tail.
 double Expected(const Problem& p, const Template& t, double m) {
-  return t.total + (m - 1) * t.bottleneck + StepTailSeconds(p, t);
+  return t.total + (m - 1) * t.bottleneck - t.Saved(m) + StepTailSeconds(p, t);
 }
 
 // The micro-batches a pipeline of `nodes` nodes is expected to run: the
@@ -104,6 +106,7 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
     const std::vector<int> lasts = MinSumUnderBound(t, S, bound);
     if (lasts.empty()) continue;  // cannot happen: the minimax partition qualifies
     Template cand = MakeTemplate(p, t, nodes, lasts);
+    ChooseSchedule(p, &cand, m);
     if (!best) {
       best = std::move(cand);
       continue;
@@ -114,7 +117,10 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
   }
   if (mixed && p.mixed_stages && p.tp == 0 && !p.tp_at.count(nodes)) {
     std::optional<Template> cand;
-    if (auto r = BestMixed(p, *mixed, nodes, m, MixedOptions{})) cand = std::move(r->t);
+    if (auto r = BestMixed(p, *mixed, nodes, m, MixedOptions{})) {
+      cand = std::move(r->t);
+      ChooseSchedule(p, &*cand, m);
+    }
     // Only when strictly faster. It may be of one degree after all: the
     // search above ranks each k's partitions by (max w, Σw), which at a
     // few micro-batches can miss the least Σw + (m − 1)·max w when the

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "ob/plan/problem.h"
+#include "ob/schedule/schedule.h"
 #include "ob/status.h"
 
 namespace ob::plan {
@@ -59,9 +60,25 @@ struct Template {
   double total = 0;                    // Σ w_i
   uint64_t node_gradient_bytes = 0;    // largest per-node gradient (all-reduce volume)
   double update_seconds = 0;           // the slowest stage's update, once per iteration
+  // The order its stages run their micro-batches in (ob-plan --schedule;
+  // ChooseSchedule), and what that order saves on 1F1B's fill and drain:
+  // saved_one at one micro-batch and saved at saved_at, linear between and
+  // the same beyond (0 for 1F1B).
+  const schedule::Schedule* schedule = &schedule::OneFOneB();
+  double saved_one = 0, saved = 0;
+  int saved_at = 1;
+  // Per stage under its schedule: micro-batches held before their
+  // backward (1F1B: S − i) and, past their input gradient, before W.
+  std::vector<schedule::Held> stage_held;
 
-  // 1F1B time of m micro-batches (without the data-parallel all-reduce).
-  double Seconds(int m) const { return total + (m - 1) * bottleneck; }
+  // Time of m micro-batches (without the data-parallel all-reduce): 1F1B's
+  // Σw + (m − 1)·max w, less what the schedule saves.
+  double Seconds(int m) const { return total + (m - 1) * bottleneck - Saved(m); }
+  double Saved(double m) const {
+    if (m >= saved_at) return saved;
+    if (m <= 1) return saved_one;
+    return saved_one + (saved - saved_one) * (m - 1) / (saved_at - 1);
+  }
   // Which stage holds global layer `layer`; -1 if no stage does.
   int StageOf(int layer) const;
   bool mixed() const { return stages_per_node < 1; }
@@ -88,6 +105,18 @@ struct TemplateSet {
 // gradient buckets (when other pipelines exist), the tied weight with the
 // losses and the gradient norms (when there is more than one rank).
 double StepTailSeconds(const Problem& p, const Template& t);
+
+// Chooses t's schedule among p.schedules (design/schedule.md): the one
+// whose pipeline finishes m micro-batches soonest (m: the template's
+// expected share; ∞: its steady state, 2S), among those under which every
+// stage fits in memory (1F1B always does: the template was cut for it);
+// ties to the earlier in p.schedules. Times each at one and at m
+// micro-batches (up to 2S) with the stages' forward, input- and
+// weight-gradient seconds on the nominal links, and sets schedule,
+// saved_one, saved, saved_at, stage_held and (for a schedule other than
+// 1F1B) stage_memory. The saving's growth is kept within the bottleneck
+// per micro-batch, so Seconds stays non-decreasing in m.
+void ChooseSchedule(const Problem& p, Template* t, double m);
 
 // The best template for exactly `nodes` nodes, or nullopt if no partition
 // fits in memory (or there are more stages than layers for every k).

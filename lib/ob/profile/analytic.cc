@@ -95,6 +95,25 @@ double SelectiveRecomputeFlops(const model::GptConfig& c, int b, int s) {
   return 4.0 * b * static_cast<double>(s) * s * c.n_head * c.head_dim();
 }
 
+// What a block's micro-batch keeps between its input gradient and its
+// weight gradients under a zero-bubble schedule (model/weight_grads.h):
+// each dense layer's input and output gradient. GPT-2, per token: the
+// inputs h (ln_1's output, read by c_attn), h (attention's output), h
+// (ln_2's), 4h (GELU's), and the gradients of c_attn (3h), c_proj (h),
+// c_fc (4h) and the MLP's c_proj (h): 16h. Llama: the inputs h (q, k and v
+// share it), H·d (o_proj's), h (gate and up share it), I (down's), and the
+// gradients H·d + 2K·d + h + 2I + h.
+uint64_t WeightInputBytes(const model::GptConfig& c, int b, int s, int elem_bytes) {
+  const double tokens = static_cast<double>(b) * s, h = c.n_embd;
+  double per = 16.0 * h;
+  if (c.llama()) {
+    const double q = static_cast<double>(c.n_head) * c.head_dim(),
+                 kv = static_cast<double>(c.kv_heads()) * c.head_dim(), mlp = c.mlp_width();
+    per = (2 * h + q + mlp) + (q + 2 * kv + 2 * h + 2 * mlp);
+  }
+  return static_cast<uint64_t>(tokens * per * elem_bytes);
+}
+
 double RingAllReduceSeconds(uint64_t bytes, int group, double bus_gbps) {
   if (group <= 1) return 0.0;
   const double d = group;
@@ -188,6 +207,12 @@ Result<pb::Profile> AnalyticProfile(const model::GptConfig& c, const AnalyticOpt
         cost->set_selective_recompute_seconds(std::max(SelectiveRecomputeFlops(c, b, s) / flops_per_s,
                                                        static_cast<double>(act > sel ? act - sel : 0) / bytes_per_s));
         cost->set_full_recompute_seconds(cost->forward_seconds());
+        // The weight gradients' products (dyᵀ·x, as many FLOPs as the
+        // forward's dense products, 2 a parameter a token), as their share
+        // of the backward's FLOPs.
+        const double w_flops = 2.0 * tokens * static_cast<double>(params);
+        cost->set_weight_grad_seconds(cost->backward_seconds() * std::min(1.0, w_flops / (flops * 2.0 / 3.0)));
+        cost->set_weight_input_bytes(WeightInputBytes(c, b, s, e));
       }
     }
     for (int d = 1; d <= max_group; d *= 2) {

@@ -2,6 +2,8 @@
 // measure_chain.h).
 #include "ob/profile/measure_chain.h"
 
+#include "ob/model/weight_grads.h"
+
 #include <malloc.h>
 
 #include <memory>
@@ -41,7 +43,8 @@ LayerInputs MakeInputs(const model::GptConfig& c, pb::LayerKind kind, int b, int
 std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<model::PlannerLayer>& layers,
                                         int b, int s, const torch::Device& dev, const MeasureOptions& o) {
   const size_t n = layers.size();
-  std::vector<Samples> fwd(n), bwd(n);
+  std::vector<Samples> fwd(n), bwd(n), wgt(n);
+  std::vector<uint64_t> weight_inputs(n, 0);
   std::vector<int64_t> activation(n, -1);
   std::vector<uint64_t> output_bytes(n, 0);
   // Under bf16 the layers read their weights' compute copies, as a
@@ -67,7 +70,7 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
     // timed the launches of each layer's kernels as well and made
     // gpt2-medium's step on an H200 look 2.1x longer than it ran. (The
     // allocator's byte count needs none: it is kept on the host.)
-    std::vector<std::unique_ptr<compat::DeviceTimer>> ft(n), bt(n);
+    std::vector<std::unique_ptr<compat::DeviceTimer>> ft(n), bt(n), wt(n);
     compat::Synchronize(dev);
     for (size_t i = 0; i < n; ++i) {
       inputs[i] = i == 0 ? first.input : outputs[i - 1].detach().requires_grad_(true);
@@ -84,18 +87,31 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
         activation[i] = std::max<int64_t>(0, InUseBytes(dev) - before - static_cast<int64_t>(output_bytes[i]));
       }
     }
+    // The backward as the zero-bubble schedules split it (model/weight_grads.h):
+    // the input gradient, then the weight gradients from what it kept,
+    // each timed; the two are the whole backward's work.
     for (size_t i = n; i-- > 0;) {
+      model::WeightGradients kept;
       bt[i] = std::make_unique<compat::DeviceTimer>(dev);
+      wt[i] = std::make_unique<compat::DeviceTimer>(dev);
       bt[i]->Start();
-      if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
-      else outputs[i].backward();  // the head's output is the loss
+      {
+        model::DeferWeightGradients defer(&kept);
+        if (i + 1 < n) outputs[i].backward(inputs[i + 1].grad());
+        else outputs[i].backward();  // the head's output is the loss
+      }
       bt[i]->Stop();
       outputs[i] = torch::Tensor();  // its graph is spent; free it as a step does
+      if (k >= o.warmup) weight_inputs[i] = kept.bytes();
+      wt[i]->Start();
+      kept.Run();
+      wt[i]->Stop();
     }
     if (k >= o.warmup) {
       for (size_t i = 0; i < n; ++i) {
         fwd[i].v.push_back(ft[i]->Seconds());
-        bwd[i].v.push_back(bt[i]->Seconds());
+        bwd[i].v.push_back(bt[i]->Seconds() + wt[i]->Seconds());
+        wgt[i].v.push_back(wt[i]->Seconds());
       }
     }
   }
@@ -106,6 +122,8 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
     costs[i].set_backward_seconds(bwd[i].Typical(o));
     costs[i].set_forward_spread(fwd[i].Spread());
     costs[i].set_backward_spread(bwd[i].Spread());
+    costs[i].set_weight_grad_seconds(std::min(wgt[i].Typical(o), costs[i].backward_seconds()));
+    costs[i].set_weight_input_bytes(weight_inputs[i]);
     costs[i].set_activation_bytes(static_cast<uint64_t>(activation[i]));
     costs[i].set_output_bytes(output_bytes[i]);
   }

@@ -17,8 +17,11 @@
 //     and added up in layer order, so it is bit-identical on every rank and
 //     every replica clips alike; then lr = LearningRate(opts, step), AdamW.
 //
-// Within a pipeline, micro-batches follow StageProgram (schedule.h): 1F1B's
-// computes, with activations sent forward and their gradients backward over
+// Within a pipeline, micro-batches follow StageProgram (schedule/program.h):
+// the computes of the template's schedule (1F1B, or a zero-bubble one whose
+// backward is split: the input gradient first, sent upstream at once, the
+// weight gradients later from what model/weight_grads.h kept, the very
+// same sums), with activations sent forward and their gradients backward over
 // the pipeline group in batches posted together (one NCCL group on CUDA),
 // an order proven free of deadlock on rendezvous channels (schedule_test);
 // tag 2·g for activations, 2·g + 1 for gradients, g the global micro-batch
@@ -86,6 +89,7 @@
 #include "ob/runtime/snapshot.h"
 #include "ob/runtime/snapshot_arena.h"
 #include "ob/runtime/topology.h"
+#include "ob/schedule/program.h"
 #include "ob/status.h"
 #include "ob/torch_compat.h"
 
@@ -119,7 +123,7 @@ struct StepResult {
 // Step and recovery catch it and return kUnavailable).
 void WaitWork(const c10::intrusive_ptr<c10d::Work>& work);
 
-struct StageInstr;  // schedule.h
+
 
 class StageWorker {
  public:
@@ -145,7 +149,7 @@ class StageWorker {
   // the learning rate). Collective over all ranks of the topology.
   Result<StepResult> Step(int64_t step);
 
-  // Step without the update: zeroes the gradients, runs the 1F1B schedule and
+  // Step without the update: zeroes the gradients, runs the schedule and
   // the gradient all-reduces, and leaves the summed (unclipped) gradients in
   // the stage's parameters. Returns loss and grad_norm; lr stays 0. For tests
   // and gradient checks.
@@ -315,9 +319,12 @@ class StageWorker {
   // the buckets, the tied weight and the loss, and the global norm.
   struct StepState;
   void ZeroGradients();
-  void RunComm(const StageInstr& in, StepState& s);
-  void RunForward(const StageInstr& in, StepState& s);
-  void RunBackward(const StageInstr& in, StepState& s);
+  void RunComm(const std::vector<schedule::P2p>& comm, StepState& s);
+  void RunForward(int j, StepState& s);
+  // The backward of micro-batch j; with `weights` false only its input
+  // gradient, its weight gradients kept for RunWeightGradients.
+  void RunBackward(int j, bool weights, StepState& s);
+  void RunWeightGradients(int j, StepState& s);
   void IssueBucketsDownTo(int unit, StepState& s);
   void ReduceGradients(StepState& s);
   void SumNormAndLoss(StepState& s);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ob/model/weight_grads.h"
 #include "ob/runtime/stage_worker.h"
 
 namespace ob::runtime {
@@ -50,6 +51,7 @@ struct StageWorker::StepState {
         inputs(microbatches),
         outputs(microbatches),
         sent(microbatches),
+        weights(microbatches),
         loss_sum(torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device))) {}
 
   StepResult r;
@@ -67,6 +69,10 @@ struct StageWorker::StepState {
   // segment's input), so that its backward can hand each bucket to the
   // all-reduce as soon as the bucket's units are done.
   std::vector<torch::Tensor> seg_in, seg_out;
+  int seg_units = 0;  // how many units the last micro-batch ran
+  // A split backward's weight gradients, per micro-batch, from its B to
+  // its W (model/weight_grads.h).
+  std::vector<model::WeightGradients> weights;
   torch::Tensor loss_sum;  // [1] double: this stage's weighted losses
   // Data-parallel reductions, issued in bucket order (highest layers first)
   // on every rank, then the tied weight's gradient and the loss: one global

@@ -1,8 +1,8 @@
 // A StageWorker's training step (see stage_worker.h): Step and
-// ForwardBackward around RunSchedule, which runs the step's 1F1B program on
-// this rank (its message batches, forwards and backwards; with overlap the
-// last micro-batch's backward unit by unit, each finished bucket's
-// all-reduce issued at once) and leaves the rest of the sums to
+// ForwardBackward around RunSchedule, which runs the step's program on this
+// rank (its schedule's message batches, forwards, backwards or their B and
+// W halves; with overlap the last micro-batch's backward, or its W, unit by
+// unit, each finished bucket's all-reduce issued at once) and leaves the rest of the sums to
 // stage_worker_reduce.cc; then ApplyUpdate's clipping and AdamW step.
 #include "ob/runtime/stage_worker.h"
 
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ob/clock.h"
-#include "ob/runtime/schedule.h"
+#include "ob/schedule/program.h"
 #include "ob/runtime/stage_worker_impl.h"
 
 namespace ob::runtime {
@@ -90,11 +90,17 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   if (copies_) copies_->Refresh();
   std::optional<model::ComputeCopies::Scope> use_copies(std::in_place, copies_.get());
   std::optional<compat::AutocastCacheScope> cast_once(std::in_place, s.bf16);
-  for (const StageInstr& in : StageProgram(me.stage, me.num_stages, s.m)) {
-    switch (in.kind) {
-      case StageInstr::kComm: RunComm(in, s); break;
-      case StageInstr::kForward: RunForward(in, s); break;
-      case StageInstr::kBackward: RunBackward(in, s); break;
+  for (const schedule::StageInstr& in : schedule::StageProgram(*me.schedule, me.stage, me.num_stages, s.m)) {
+    if (in.kind == schedule::StageInstr::kComm) {
+      RunComm(in.comm, s);
+      continue;
+    }
+    const int j = in.op.microbatch;
+    switch (in.op.type) {
+      case schedule::Op::kForward: RunForward(j, s); break;
+      case schedule::Op::kBackward: RunBackward(j, true, s); break;
+      case schedule::Op::kInputGrad: RunBackward(j, false, s); break;
+      case schedule::Op::kWeightGrad: RunWeightGradients(j, s); break;
     }
   }
   cast_once.reset();
@@ -112,7 +118,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   return r;
 }
 
-void StageWorker::RunComm(const StageInstr& in, StepState& s) {
+void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) {
   const RankInfo& me = topo_.ranks[rank_];
   Group& pipe = groups_->pipeline;
   // Across a stage boundary each TP rank of a lane sends its 1/t of the
@@ -127,7 +133,7 @@ void StageWorker::RunComm(const StageInstr& in, StepState& s) {
   std::vector<compat::P2pMessage> batch;
   std::vector<torch::Tensor> keep;  // what sends read, alive until they finish
   std::vector<torch::Tensor*> parts;  // received shares to all-gather (t > 1)
-  for (const P2p& p : in.comm) {
+  for (const schedule::P2p& p : comm) {
     const int gj = me.first_microbatch + p.microbatch;
     const BoundaryPeers& peers = PeersOf(p.peer);
     compat::P2pMessage msg;
@@ -160,10 +166,9 @@ void StageWorker::RunComm(const StageInstr& in, StepState& s) {
   s.r.comm_seconds += SecondsSince(t0);
 }
 
-void StageWorker::RunForward(const StageInstr& in, StepState& s) {
+void StageWorker::RunForward(int j, StepState& s) {
   const RankInfo& me = topo_.ranks[rank_];
   const bool overlap = opts_.overlap_allreduce;
-  const int j = in.microbatch;
   const int g = me.first_microbatch + j;
   RECORD_USER_SCOPE("ob::forward");
   auto [input, targets] = MicroBatch(data_, s.r.step, g);
@@ -206,10 +211,9 @@ void StageWorker::RunForward(const StageInstr& in, StepState& s) {
   s.outputs[j] = out;
 }
 
-void StageWorker::RunBackward(const StageInstr& in, StepState& s) {
+void StageWorker::RunBackward(int j, bool weights, StepState& s) {
   const RankInfo& me = topo_.ranks[rank_];
   const bool overlap = opts_.overlap_allreduce;
-  const int j = in.microbatch;
   RECORD_USER_SCOPE("ob::backward");
   if (stall_at_ == s.r.step) {  // fault injection: stop making progress, stay alive
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -221,12 +225,17 @@ void StageWorker::RunBackward(const StageInstr& in, StepState& s) {
     grad_out = s.grads_in[j].to(s.outputs[j].scalar_type());
     s.grads_in[j] = torch::Tensor();
   }
+  // B alone: the weight gradients are kept for W (model/weight_grads.h).
+  std::optional<model::DeferWeightGradients> defer;
+  if (!weights) defer.emplace(&s.weights[j]);
   if (overlap && j == s.m - 1) {
     // Unit by unit (a layer's segments), highest first; a bucket's
-    // all-reduce starts once its lowest unit is done.
+    // all-reduce starts once its lowest unit is done (under B alone, once
+    // W has summed the unit's weight gradients).
     torch::Tensor grad = grad_out;
     const int units = static_cast<int>(s.seg_out.size());
     for (int k = units - 1; k >= 0; --k) {
+      s.weights[j].SetUnit(units - 1 - k);
       if (grad.defined()) {
         torch::autograd::backward({s.seg_out[k]}, {grad});
       } else {
@@ -238,8 +247,9 @@ void StageWorker::RunBackward(const StageInstr& in, StepState& s) {
         // The stage input's gradient goes back to the previous stage.
         s.inputs[j].mutable_grad() = xin.grad();
       }
-      IssueBucketsDownTo(units - 1 - k, s);
+      if (weights) IssueBucketsDownTo(units - 1 - k, s);
     }
+    s.seg_units = units;
     s.seg_in.clear();
     s.seg_out.clear();
   } else if (me.is_last_stage()) {
@@ -247,12 +257,33 @@ void StageWorker::RunBackward(const StageInstr& in, StepState& s) {
   } else {
     torch::autograd::backward({s.outputs[j]}, {grad_out});
   }
+  defer.reset();
   s.backward_timer.Stop();
   SlowDown(t0);
   s.r.backward_seconds += SecondsSince(t0);
   Tick();
   s.outputs[j] = torch::Tensor();
   if (me.is_first_stage()) s.inputs[j] = torch::Tensor();
+}
+
+void StageWorker::RunWeightGradients(int j, StepState& s) {
+  RECORD_USER_SCOPE("ob::weight_grads");
+  const auto t0 = Clock::now();
+  s.backward_timer.Start();
+  model::WeightGradients& w = s.weights[j];
+  if (opts_.overlap_allreduce && j == s.m - 1) {
+    // The last micro-batch's, unit by unit from the top as its B kept
+    // them: each bucket's all-reduce starts once its units are summed.
+    for (int unit = 0; unit < s.seg_units; ++unit) {
+      w.Run(unit);
+      IssueBucketsDownTo(unit, s);
+    }
+  }
+  w.Run();
+  s.backward_timer.Stop();
+  SlowDown(t0);
+  s.r.backward_seconds += SecondsSince(t0);
+  Tick();
 }
 
 // Units 0..unit (from the top) are done: the all-reduces of the buckets

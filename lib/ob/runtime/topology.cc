@@ -191,6 +191,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         r.first_layer = shape.first;
         r.last_layer = shape.last;
         r.recompute = shape.recompute;
+        r.schedule = t->schedule;
         r.first_microbatch = next_microbatch;
         r.num_microbatches = pipe.microbatches;
         r.prev_rank = s > 0 ? stage_first[s - 1] + tr % r.prev_tp : -1;

@@ -57,6 +57,7 @@
 #include "ob/model/config.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/templates.h"
+#include "ob/schedule/schedule.h"
 #include "ob/status.h"
 
 namespace ob::runtime {
@@ -73,6 +74,7 @@ struct RankInfo {
   int first_layer = 0;        // global planner layers [first_layer, last_layer]
   int last_layer = 0;
   model::Recompute recompute = model::Recompute::kNone;  // its stage's, from the plan's template
+  const schedule::Schedule* schedule = &schedule::OneFOneB();  // its template's
   int first_microbatch = 0;   // index within the global batch
   int num_microbatches = 0;   // m of its pipeline
   int prev_rank = -1;         // the rank its activations come from; -1 on the first stage

@@ -160,7 +160,7 @@ Status WorkerRun::Run() {
   const auto& me = worker_->info();
   OB_LOG(Info) << "generation " << o_.generation << ": pipeline " << me.pipeline << " stage "
                << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
-               << me.num_microbatches << " micro-batches per step"
+               << me.num_microbatches << " micro-batches per step, schedule " << me.schedule->name
                << (me.recompute != model::Recompute::kNone
                        ? std::string(", recomputation ") + model::RecomputeName(me.recompute)
                        : std::string())

@@ -1,31 +1,26 @@
-// 1F1B op order and communication program for one stage (see schedule.h).
-#include "ob/runtime/schedule.h"
+// Stage programs and the rendezvous check (program.h).
+#include "ob/schedule/program.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cstddef>
 
-namespace ob::runtime {
+namespace ob::schedule {
+namespace {
 
-std::vector<PipelineOp> OneFOneB(int stage, int num_stages, int microbatches) {
-  assert(0 <= stage && stage < num_stages);
-  std::vector<PipelineOp> ops;
-  if (microbatches <= 0) return ops;
-  ops.reserve(2 * static_cast<size_t>(microbatches));
-  const int warmup = std::min(num_stages - stage - 1, microbatches);
-  int next_forward = 0, next_backward = 0;
-  for (; next_forward < warmup; ++next_forward) ops.push_back({true, next_forward});
-  while (next_forward < microbatches) {
-    ops.push_back({true, next_forward++});
-    ops.push_back({false, next_backward++});
-  }
-  while (next_backward < microbatches) ops.push_back({false, next_backward++});
-  return ops;
+bool IsBackward(const Op& op) { return op.type == Op::kBackward || op.type == Op::kInputGrad; }
+
+// Whether `op` on `stage` needs an input from a neighbour.
+bool NeedsInput(const Op& op, int stage, int stages) {
+  if (op.type == Op::kForward) return stage > 0;
+  return IsBackward(op) && stage < stages - 1;
 }
 
-std::vector<StageInstr> StageProgram(int stage, int num_stages, int microbatches) {
-  assert(0 <= stage && stage < num_stages);
-  const bool first = stage == 0, last = stage == num_stages - 1;
+}  // namespace
+
+std::vector<StageInstr> StageProgram(const std::vector<Op>& ops, int stage, int stages) {
+  assert(0 <= stage && stage < stages);
+  const bool first = stage == 0, last = stage == stages - 1;
   std::vector<StageInstr> program;
   std::vector<P2p> pending;  // messages to post in the next batch
   auto flush = [&] {
@@ -36,47 +31,33 @@ std::vector<StageInstr> StageProgram(int stage, int num_stages, int microbatches
     pending.clear();
     program.push_back(std::move(c));
   };
-  auto compute = [&](StageInstr::Kind kind, int j) {
-    StageInstr c;
-    c.kind = kind;
-    c.microbatch = j;
-    program.push_back(c);
-  };
-  const auto ops = OneFOneB(stage, num_stages, microbatches);
-  // An input is received in the batch that precedes the compute needing it;
-  // a result is sent with the next batch there is, or alone before the next
-  // compute that would otherwise hold it back, or at the end. The steady
-  // state pairs each send with the next receive, which is the batching that
-  // keeps neighbours from both sending first.
   for (size_t i = 0; i < ops.size(); ++i) {
-    const PipelineOp& op = ops[i];
+    const Op& op = ops[i];
     const int j = op.microbatch;
-    if (op.forward) {
-      if (!first) pending.push_back({false, true, stage - 1, j});
-      // In the warm-up (the next op is a forward too, or this is the last
-      // stage's alternation) there is nothing to pair the input's receive
-      // with but what is already pending.
-      flush();
-      compute(StageInstr::kForward, j);
-      if (!last) pending.push_back({true, true, stage + 1, j});
-      // Pair the activation's send with the receive of the next backward's
-      // gradient when that backward comes next; else post it alone now, so
-      // the next stage is not kept waiting through our next compute.
-      const bool backward_next = i + 1 < ops.size() && !ops[i + 1].forward;
-      if (!backward_next) flush();
-    } else {
-      if (!last) pending.push_back({false, false, stage + 1, j});
-      flush();
-      compute(StageInstr::kBackward, j);
-      if (!first) pending.push_back({true, false, stage - 1, j});
-      // Pair the gradient's send with the receive of the next forward's
-      // input when a forward comes next (posted ahead of it); else alone.
-      const bool forward_next = i + 1 < ops.size() && ops[i + 1].forward;
-      if (!forward_next || first) flush();
-    }
+    if (op.type == Op::kForward && !first) pending.push_back({false, true, stage - 1, j});
+    if (IsBackward(op) && !last) pending.push_back({false, false, stage + 1, j});
+    flush();  // the input's receive, with whatever was held for it
+    StageInstr c;
+    c.kind = StageInstr::kCompute;
+    c.op = op;
+    program.push_back(c);
+    if (op.type == Op::kForward && !last) pending.push_back({true, true, stage + 1, j});
+    if (IsBackward(op) && !first) pending.push_back({true, false, stage - 1, j});
+    // Hold the result for the next compute's receive when that compute
+    // comes next and goes the other way (a forward's output with the next
+    // backward's gradient, a backward's with the next forward's input),
+    // the pairing that keeps neighbours from both sending first; else post
+    // it alone now.
+    const bool pair = i + 1 < ops.size() && NeedsInput(ops[i + 1], stage, stages) &&
+                      (ops[i + 1].type == Op::kForward) != (op.type == Op::kForward);
+    if (!pair) flush();
   }
   flush();
   return program;
+}
+
+std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, int microbatches) {
+  return StageProgram(s.order(stage, stages, microbatches), stage, stages);
 }
 
 std::string Describe(const std::vector<P2p>& batch) {
@@ -114,7 +95,9 @@ std::string CheckRendezvous(const std::vector<std::vector<StageInstr>>& programs
       for (size_t k = 0; k < batch.size(); ++k) {
         if (met[s][k]) continue;
         const P2p& mine = batch[k];
-        if (mine.peer < 0 || mine.peer >= n) return "stage " + std::to_string(s) + " talks to stage " + std::to_string(mine.peer) + ", outside the pipeline";
+        if (mine.peer < 0 || mine.peer >= n)
+          return "stage " + std::to_string(s) + " talks to stage " + std::to_string(mine.peer) +
+                 ", outside the pipeline";
         const int q = mine.peer;
         const auto& qprog = programs[static_cast<size_t>(q)];
         if (pc[q] >= qprog.size()) continue;
@@ -154,4 +137,4 @@ std::string CheckRendezvous(const std::vector<std::vector<StageInstr>>& programs
   return stuck;
 }
 
-}  // namespace ob::runtime
+}  // namespace ob::schedule

@@ -1,0 +1,74 @@
+// A stage's program (design/schedule.md, Messages): its schedule's computes
+// with the messages between them, batched so that a pipeline cannot
+// deadlock on rendezvous channels. What the workers execute and what the
+// planner replays on shared cores. Torch-free, pure.
+//
+// NCCL's point-to-point is a rendezvous: a send does not complete until
+// the peer has posted the matching receive, and a rank's operations on one
+// channel run in the order it issued them. Issued one by one in compute
+// order (send a_j, then receive g_k, ...), 1F1B deadlocks already at S = 2,
+// m = 2: in the steady state both neighbours send first. So a program
+// posts each input's receive in a batch just before the compute that
+// needs it, and holds a result's send for that batch when the very next
+// compute needs an input and goes the other way (a forward's output with
+// the next backward's gradient, a backward's input gradient with the next
+// forward's input); otherwise the send goes alone at once, so the
+// neighbour is not kept waiting through the next compute (a W, say). Each
+// batch is posted at once (ncclGroupStart/End under NCCL) and completes as
+// a whole. CheckRendezvous replays a pipeline's programs against that
+// channel model; schedule_test runs it for every schedule, S <= 8,
+// m <= 16.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ob/schedule/schedule.h"
+
+namespace ob::schedule {
+
+// One message across a stage boundary: micro-batch `microbatch`'s
+// activation (sent forward, stage s to s + 1) or its gradient (sent
+// backward, s + 1 to s).
+struct P2p {
+  bool send = true;        // false: receive
+  bool activation = true;  // false: gradient
+  int peer = 0;            // the other stage
+  int microbatch = 0;
+  bool operator==(const P2p& o) const {
+    return send == o.send && activation == o.activation && peer == o.peer && microbatch == o.microbatch;
+  }
+};
+
+// One instruction of a stage's program: a compute (one op of the order) or
+// a batch of messages posted together and waited for together (never
+// empty).
+struct StageInstr {
+  enum Kind { kCompute, kComm } kind = kCompute;
+  Op op;                  // kCompute
+  std::vector<P2p> comm;  // kComm
+};
+
+// The program of `stage` for its ops `order` (Schedule::order's). Every
+// forward of micro-batch j is preceded (not necessarily immediately) by
+// the batch receiving its input on stages > 0, every kBackward or
+// kInputGrad by the one receiving its output gradient on stages < S − 1,
+// and each result is sent in the first batch after it is computed.
+// REQUIRES: 0 <= stage < stages.
+std::vector<StageInstr> StageProgram(const std::vector<Op>& order, int stage, int stages);
+// The same for schedule `s`'s order.
+std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, int microbatches);
+
+// Replays one program per stage (programs[s] is stage s's) against
+// rendezvous-only channels: a rank blocks on its current batch until every
+// message in it has met its counterpart (a send of stage a to b with the
+// same kind and micro-batch meets a receive of b from a) in the peer's
+// current batch; computes never block. Returns "" when every program runs
+// to its end, else a description of the stuck state (each stage's pending
+// batch), which is a deadlock.
+std::string CheckRendezvous(const std::vector<std::vector<StageInstr>>& programs);
+
+// "{send a3→1, recv g2←1}", for diagnostics.
+std::string Describe(const std::vector<P2p>& batch);
+
+}  // namespace ob::schedule

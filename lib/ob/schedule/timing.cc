@@ -1,0 +1,116 @@
+// A schedule's iteration for given costs (timing.h).
+#include "ob/schedule/timing.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+
+namespace ob::schedule {
+namespace {
+
+using PipelineOrder = std::vector<std::vector<Op>>;
+
+// Runs each stage's ops in order as soon as their input is there; a
+// schedule's orders admit an execution (they were made by one), so every
+// sweep runs something. Sweeps alternate direction: forwards run down the
+// pipeline and backwards up it, each a whole chain a sweep. Returns the
+// makespan; records every op in `out` when given.
+double Run(const PipelineOrder& order, const std::vector<StageCosts>& c, int m, std::vector<TimedOp>* out) {
+  const int S = static_cast<int>(c.size());
+  const size_t M = static_cast<size_t>(m);
+  // Scratch kept between calls: the planner makes thousands, and arrays
+  // this size would each be a fresh mapping of memory.
+  thread_local std::vector<double> f_end, b_end, free_at;
+  thread_local std::vector<size_t> next;
+  f_end.assign(static_cast<size_t>(S) * M, -1);
+  b_end.assign(static_cast<size_t>(S) * M, -1);
+  free_at.assign(static_cast<size_t>(S), 0);
+  next.assign(static_cast<size_t>(S), 0);
+  std::vector<std::vector<std::pair<double, double>>> times;
+  if (out) {
+    times.resize(static_cast<size_t>(S));
+    for (int i = 0; i < S; ++i) times[i].resize(order[i].size());
+  }
+  size_t done = 0, total = 0;
+  for (const auto& ops : order) total += ops.size();
+  double makespan = 0;
+  for (bool down = true; done < total; down = !down) {
+    const size_t before = done;
+    for (int k = 0; k < S; ++k) {
+      const int i = down ? k : S - 1 - k;
+      const StageCosts& ci = c[i];
+      const std::vector<Op>& ops = order[i];
+      while (next[i] < ops.size()) {
+        const Op& op = ops[next[i]];
+        const size_t j = static_cast<size_t>(op.microbatch);
+        double ready = 0, takes = 0;
+        switch (op.type) {
+          case Op::kForward: {
+            if (i > 0) {
+              const double e = f_end[(i - 1) * M + j];
+              ready = e < 0 ? -1 : e + c[i - 1].send;
+            }
+            takes = ci.forward;
+            break;
+          }
+          case Op::kBackward:
+          case Op::kInputGrad: {
+            if (i + 1 == S) {
+              ready = f_end[i * M + j];
+            } else {
+              const double e = b_end[(i + 1) * M + j];
+              ready = e < 0 ? -1 : e + ci.send_back;
+            }
+            takes = ci.input_grad + (op.type == Op::kBackward ? ci.weight_grad : 0.0);
+            break;
+          }
+          case Op::kWeightGrad:
+            ready = b_end[i * M + j];
+            takes = ci.weight_grad;
+            break;
+        }
+        if (ready < 0) break;
+        const double start = std::max(ready, free_at[i]), end = start + takes;
+        free_at[i] = end;
+        makespan = std::max(makespan, end);
+        if (op.type == Op::kForward) f_end[i * M + j] = end;
+        else if (op.type != Op::kWeightGrad) b_end[i * M + j] = end;
+        if (out) times[i][next[i]] = {start, end};
+        ++next[i];
+        ++done;
+      }
+    }
+    assert(done > before && "a schedule's orders deadlocked");
+    if (done == before) break;
+  }
+  if (out) {
+    out->reserve(total);
+    for (int i = 0; i < S; ++i)
+      for (size_t k = 0; k < order[i].size(); ++k) out->push_back({i, order[i][k], times[i][k].first, times[i][k].second});
+  }
+  return makespan;
+}
+
+}  // namespace
+
+std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& c, int m) {
+  const int S = static_cast<int>(c.size());
+  if (S == 0 || m <= 0) return {};
+  std::vector<TimedOp> out;
+  Run(*Orders(s, S, m), c, m, &out);
+  return out;
+}
+
+double Makespan(const std::vector<TimedOp>& ops) {
+  double most = 0;
+  for (const TimedOp& t : ops) most = std::max(most, t.end);
+  return most;
+}
+
+double Makespan(const Schedule& s, const std::vector<StageCosts>& c, int m) {
+  const int S = static_cast<int>(c.size());
+  if (S == 0 || m <= 0) return 0;
+  return Run(*Orders(s, S, m), c, m, nullptr);
+}
+
+}  // namespace ob::schedule
