@@ -14,7 +14,9 @@
 # same configurations once each; its plans must equal ours but for the
 # creation time (compared as --json), and its wall time is printed beside;
 # only at OB_PLAN_REF_UPTO (2,048) nodes or fewer, since c935014's took
-# minutes at 16,384.
+# minutes at 16,384. Ours is then planned again with --schedule
+# OB_PLAN_REF_SCHEDULE (default 1f1b: a reference made before schedules
+# plans 1F1B only) for the comparison; the timed runs keep the default.
 # Usage: bench/fauto.sh [RUNS]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -22,6 +24,7 @@ bench_paths
 runs=${1:-5}
 ref=${OB_PLAN_REF:-}
 ref_upto=${OB_PLAN_REF_UPTO:-2048}
+ref_schedule=${OB_PLAN_REF_SCHEDULE-1f1b}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin/ob-profile" --model gpt3-175b --analytic --gpu h100 -o "$tmp/g3.pb"
@@ -48,6 +51,7 @@ for cfg in "128 42.1d 1024 1000" "2048 153.6d 16384 500" "16384 153.6d 131072 10
     "$ref" -q "${args[@]}" -o "$tmp/ref.pb" "$tmp/g3.pb"
     ref_ms=$(ms "$s")
     same="equal"
+    "$bin/ob-plan" -q "${args[@]}" ${ref_schedule:+--schedule "$ref_schedule"} -o "$tmp/plan.pb" "$tmp/g3.pb"
     cmp -s <("$bin/ob-plan" --json "$tmp/plan.pb" | grep -v '"created_unix_ms"') \
       <("$bin/ob-plan" --json "$tmp/ref.pb" | grep -v '"created_unix_ms"') || { same="DIFFERENT"; missed=1; }
     echo "# reference $ref: $ref_ms ms, its plan and ours: $same"

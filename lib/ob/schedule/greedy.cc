@@ -16,7 +16,7 @@ namespace {
 
 using Orders = std::vector<std::vector<Op>>;
 
-Orders Run(LimitsOf limits_of, int S, int m) {
+Orders RunGreedy(LimitsOf limits_of, int S, int m) {
   Orders out(static_cast<size_t>(S));
   std::vector<Limits> lim(static_cast<size_t>(S));
   for (int i = 0; i < S; ++i) {
@@ -85,7 +85,7 @@ std::shared_ptr<const std::vector<std::vector<Op>>> GreedyOrders(std::string_vie
     if (auto it = cache.find(k); it != cache.end()) orders = it->second;
   }
   if (!orders) {
-    orders = std::make_shared<const Orders>(Run(limits, stages, microbatches));
+    orders = std::make_shared<const Orders>(RunGreedy(limits, stages, microbatches));
     std::lock_guard<std::mutex> lock(mu);
     const size_t ops = size_t{3} * static_cast<size_t>(stages) * static_cast<size_t>(microbatches);
     if (cached_ops + ops > kMaxOps) cache.clear(), cached_ops = 0;

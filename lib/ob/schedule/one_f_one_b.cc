@@ -9,7 +9,7 @@
 #include "ob/schedule/schedule.h"
 
 namespace ob::schedule {
-namespace {
+namespace one_f_one_b {  // named: a unity build puts the schedules in one file
 
 std::vector<Op> Order(int stage, int stages, int microbatches) {
   assert(0 <= stage && stage < stages);
@@ -27,13 +27,13 @@ std::vector<Op> Order(int stage, int stages, int microbatches) {
   return ops;
 }
 
-}  // namespace
+}  // namespace one_f_one_b
 
 extern const Schedule kOneFOneB{
     "1f1b",
     "one forward, one backward: stage i holds S - i micro-batches; idle (S-1)/(m+S-1) of a step",
     false,
-    &Order,
+    &one_f_one_b::Order,
 };
 
 }  // namespace ob::schedule

@@ -15,7 +15,7 @@ using PipelineOrder = std::vector<std::vector<Op>>;
 // sweep runs something. Sweeps alternate direction: forwards run down the
 // pipeline and backwards up it, each a whole chain a sweep. Returns the
 // makespan; records every op in `out` when given.
-double Run(const PipelineOrder& order, const std::vector<StageCosts>& c, int m, std::vector<TimedOp>* out) {
+double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, int m, std::vector<TimedOp>* out) {
   const int S = static_cast<int>(c.size());
   const size_t M = static_cast<size_t>(m);
   // Scratch kept between calls: the planner makes thousands, and arrays
@@ -97,7 +97,7 @@ std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& 
   const int S = static_cast<int>(c.size());
   if (S == 0 || m <= 0) return {};
   std::vector<TimedOp> out;
-  Run(*Orders(s, S, m), c, m, &out);
+  RunOrders(*Orders(s, S, m), c, m, &out);
   return out;
 }
 
@@ -110,7 +110,7 @@ double Makespan(const std::vector<TimedOp>& ops) {
 double Makespan(const Schedule& s, const std::vector<StageCosts>& c, int m) {
   const int S = static_cast<int>(c.size());
   if (S == 0 || m <= 0) return 0;
-  return Run(*Orders(s, S, m), c, m, nullptr);
+  return RunOrders(*Orders(s, S, m), c, m, nullptr);
 }
 
 }  // namespace ob::schedule

@@ -10,7 +10,7 @@
 #include "ob/schedule/schedule.h"
 
 namespace ob::schedule {
-namespace {
+namespace zb_h1 {  // named: a unity build puts the schedules in one file
 
 detail::Limits Limits(int stage, int stages) { return {stages - stage, stages}; }
 
@@ -22,15 +22,15 @@ std::shared_ptr<const std::vector<std::vector<Op>>> Orders(int stages, int micro
   return detail::GreedyOrders("zb-h1", &Limits, stages, microbatches);
 }
 
-}  // namespace
+}  // namespace zb_h1
 
 extern const Schedule kZbH1{
     "zb-h1",
     "zero bubble, 1F1B's memory: the backward split, weight gradients fill the waits; "
     "a stage holds at most S micro-batches, those past B only what W reads",
     true,
-    &Order,
-    &Orders,
+    &zb_h1::Order,
+    &zb_h1::Orders,
 };
 
 }  // namespace ob::schedule

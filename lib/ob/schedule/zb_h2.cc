@@ -7,7 +7,7 @@
 #include "ob/schedule/schedule.h"
 
 namespace ob::schedule {
-namespace {
+namespace zb_h2 {  // named: a unity build puts the schedules in one file
 
 detail::Limits Limits(int stage, int stages) { return {stages - stage, 2 * stages - 1}; }
 
@@ -19,15 +19,15 @@ std::shared_ptr<const std::vector<std::vector<Op>>> Orders(int stages, int micro
   return detail::GreedyOrders("zb-h2", &Limits, stages, microbatches);
 }
 
-}  // namespace
+}  // namespace zb_h2
 
 extern const Schedule kZbH2{
     "zb-h2",
     "zero bubble, more memory: as zb-h1 with up to 2S - 1 micro-batches before their W; "
     "idle only the first forward's way down",
     true,
-    &Order,
-    &Orders,
+    &zb_h2::Order,
+    &zb_h2::Orders,
 };
 
 }  // namespace ob::schedule
