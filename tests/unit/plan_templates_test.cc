@@ -7,7 +7,9 @@
 #include <vector>
 #include <optional>
 
+#include "ob/plan/recovery.h"
 #include "ob/plan/templates.h"
+#include "ob/schedule/schedule.h"
 #include "plan_testing.h"
 
 namespace ob::plan {
@@ -557,3 +559,82 @@ TEST_CASE("recompute: templates shrink with it, and each stage says its mode") {
 }
 
 }  // namespace ob::plan
+
+namespace {
+
+// UniformProblem with each block's backward a third weight gradients and
+// `w_bytes` kept between its B and W; every schedule allowed.
+ob::plan::Problem SplitProblem(int nodes, int microbatches, uint64_t w_bytes) {
+  ob::plan::Problem p = ::ob::plan::testing::UniformProblem(8, nodes, 0, microbatches);
+  for (auto& l : p.layers) {
+    if (!l.is_block) continue;
+    l.weight_grad = l.backward / 3;
+    l.weight_input_bytes = w_bytes;
+  }
+  p.schedules = ::ob::schedule::All();
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("schedules: each template runs the fastest that fits, timed by its order") {
+  using namespace ob::plan;
+  Problem p = SplitProblem(4, 16, 4 << 20);
+  auto ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  for (const Template& t : ts->templates) {
+    INFO(t.nodes << " nodes");
+    // Never slower than 1F1B at its share; with three stages or more of
+    // near-equal blocks a zero-bubble one wins, and saves. (At two, the
+    // embed's and the head's stages differ enough that the unit-cost
+    // orders lose: 1F1B stays.)
+    CHECK(t.saved >= 0);
+    CHECK(t.Seconds(t.saved_at) <= t.total + (t.saved_at - 1) * t.bottleneck);
+    if (t.stages.size() >= 3) {
+      CHECK(t.schedule != &::ob::schedule::OneFOneB());
+      CHECK(t.saved > 0);
+      CHECK(t.Seconds(16) < t.total + 15 * t.bottleneck);
+    }
+    // Seconds never falls as m grows.
+    for (int m = 1; m < 40; ++m) CHECK(t.Seconds(m + 1) >= t.Seconds(m));
+    // The stages' memory is their schedule's worst moment, within the GPU.
+    for (size_t i = 0; i < t.stages.size(); ++i) {
+      const auto& s = t.stages[i];
+      CHECK(t.stage_memory[i] == StageMemoryBytes(p, s.first, s.last, s.tp, t.HeldBy(static_cast<int>(i)), s.recompute));
+      CHECK(t.stage_memory[i] <= p.cluster.gpu_memory);
+    }
+  }
+  // 1F1B only: the plans of before.
+  Problem one = p;
+  one.schedules = {&::ob::schedule::OneFOneB()};
+  auto ts1 = BuildTemplates(one);
+  REQUIRE(ts1.ok());
+  for (const Template& t : ts1->templates) {
+    CHECK(t.schedule == &::ob::schedule::OneFOneB());
+    CHECK(t.Seconds(7) == t.total + 6 * t.bottleneck);
+  }
+}
+
+TEST_CASE("schedules: one that does not fit is not chosen, and Validate counts what W holds") {
+  using namespace ob::plan;
+  // What W keeps is huge: zb-h2's extra micro-batches cannot fit.
+  Problem p = SplitProblem(2, 16, uint64_t{6} << 30);
+  p.cluster.gpu_memory = uint64_t{12} << 30;
+  p.schedules = {::ob::schedule::Find("zb-h2")};
+  auto ts = BuildTemplates(p);
+  REQUIRE(ts.ok());
+  const Template* two = ts->ForNodes(2);
+  REQUIRE(two != nullptr);
+  CHECK(two->schedule == &::ob::schedule::OneFOneB());
+  // A template that claims zb-h2 with what its stages then hold fails the
+  // check the master runs after a recovery.
+  Template bad = *two;
+  bad.schedule = ::ob::schedule::Find("zb-h2");
+  bad.stage_held.assign(bad.stages.size(), ::ob::schedule::Held{1, 3});
+  TemplateSet set = *ts;
+  for (Template& t : set.templates)
+    if (t.nodes == 2) t = bad;
+  Instantiation inst;
+  inst.pipelines = {{2, {0, 1}, 16}};
+  CHECK(Validate(p, set, inst).find("more than") != std::string::npos);
+}

@@ -42,11 +42,11 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
     st->set_node(static_cast<uint32_t>(t.NodeOf(i)));
-    const schedule::Held held = i < static_cast<int>(t.stage_held.size()) ? t.stage_held[i] : schedule::Held{S - i, 0};
+    const schedule::Held held = t.HeldBy(i);
     st->set_in_flight(static_cast<uint32_t>(held.activations));
     st->set_weight_inputs(static_cast<uint32_t>(held.weight_inputs));
     st->set_recompute(static_cast<pb::Recompute>(s.recompute));
-    const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, S - i);
+    const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
     st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
   }
 }

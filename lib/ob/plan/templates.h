@@ -74,6 +74,12 @@ struct Template {
   // Time of m micro-batches (without the data-parallel all-reduce): 1F1B's
   // Σw + (m − 1)·max w, less what the schedule saves.
   double Seconds(int m) const { return total + (m - 1) * bottleneck - Saved(m); }
+  // What stage i holds at its schedule's worst moment (stage_held, or
+  // 1F1B's S − i where a template has none).
+  schedule::Held HeldBy(int i) const {
+    if (i < static_cast<int>(stage_held.size())) return stage_held[static_cast<size_t>(i)];
+    return {static_cast<int>(stages.size()) - i, 0};
+  }
   double Saved(double m) const {
     if (m >= saved_at) return saved;
     if (m <= 1) return saved_one;

@@ -24,10 +24,9 @@ std::string MemoryCheckText(const Problem& p, const TemplateSet& ts, const Insta
     const Template* t = ts.ForNodes(pipe.template_nodes);
     if (t == nullptr) continue;  // Validate names it
     out += (out.empty() ? "template " : "; template ") + std::to_string(t->nodes) + ":";
-    const int stages = static_cast<int>(t->stages.size());
-    for (int i = 0; i < stages; ++i) {
+    for (int i = 0; i < static_cast<int>(t->stages.size()); ++i) {
       const StageShape& s = t->stages[i];
-      out += (i == 0 ? " " : ", ") + size(StageMemoryBytes(p, s.first, s.last, s.tp, stages - i, s.recompute)) + " " +
+      out += (i == 0 ? " " : ", ") + size(StageMemoryBytes(p, s.first, s.last, s.tp, t->HeldBy(i), s.recompute)) + " " +
              model::RecomputeName(s.recompute);
     }
   }
@@ -74,7 +73,7 @@ std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiatio
         return who + ": stage " + std::to_string(i) + " does not start at layer " +
                std::to_string(next);
       next = s.last + 1;
-      const uint64_t bytes = StageMemoryBytes(p, s.first, s.last, s.tp, stages - i, s.recompute);
+      const uint64_t bytes = StageMemoryBytes(p, s.first, s.last, s.tp, t->HeldBy(i), s.recompute);
       if (bytes > p.cluster.gpu_memory)
         return who + ": stage " + std::to_string(i) + " (layers " + std::to_string(s.first) +
                "-" + std::to_string(s.last) + ") needs " + std::to_string(bytes) +
