@@ -7,8 +7,13 @@
 # over as term 2 and starts a standby of its own on the third host. Once the
 # new master has trained on, its host loses power the same way: the third
 # host takes over as term 3, and the run ends "done exit 0" there with every
-# loss an uninterrupted run's within 1e-4 and nothing left. Needs root,
-# `ip netns` and python3; exit 77 (skipped) otherwise.
+# loss an uninterrupted run's within 1e-4 and nothing left. Every rank
+# waits before step 17 of the first generation and before step 45 of the
+# second (term 2's), until $WORK/release exists (it never does): each
+# master is lost while its run is still going, however fast this machine
+# trains (issue 72: term 2 once finished its 45 steps before its own
+# standby on the third host had started, and the test failed at random).
+# Needs root, `ip netns` and python3; exit 77 (skipped) otherwise.
 NAME=launch_standby_twice
 source "$(dirname "$0")/../lib/launch.sh"
 source "$(dirname "$0")/../lib/netns.sh"
@@ -30,11 +35,14 @@ events_a="$WORK/run/events.log"
 events_b="$WORK/run/standby-$b/events.log"
 events_c="$WORK/run/standby-$b/standby-$c/events.log"
 
+park=""
+for r in 0 1 2 3 4 5; do park+="$r:park=$((FIRST + 2));$r:park=45@2;"; done
+export OB_INJECT_RELEASE="$WORK/release"
 start=$(now_ms)
 ip netns exec "$a" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$a]}" \
   --master-host "$a" --standby-master "$b" --secret-file "$WORK/secret" \
   --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
-  --metrics "$WORK/run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
+  --inject "${park%;}" --metrics "$WORK/run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
 MASTER_PID=$!
 err_tail() { tail -n "${1:-3}" "$WORK/err" | tr '\n' '|'; }
 # power_loss HOST: every process of its namespace SIGKILLed, its link down.
