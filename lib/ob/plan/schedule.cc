@@ -253,12 +253,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
         if (l.pc >= l.program.size() || l.left >= 0) continue;
         const schedule::StageInstr& in = l.program[l.pc];
         if (in.kind != schedule::StageInstr::kComm) {
-          const schedule::StageCosts& c = pipes[l.pipe].c[l.stage];
-          double takes = c.input_grad + c.weight_grad;
-          if (in.op.type == schedule::Op::kForward) takes = c.forward;
-          if (in.op.type == schedule::Op::kInputGrad) takes = c.input_grad;
-          if (in.op.type == schedule::Op::kWeightGrad) takes = c.weight_grad;
-          l.left = takes / measured_at;
+          l.left = pipes[l.pipe].c[l.stage].Seconds(in.op.type) / measured_at;
           l.start = now;
           continue;
         }

@@ -43,14 +43,13 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
       while (next[i] < ops.size()) {
         const Op& op = ops[next[i]];
         const size_t j = static_cast<size_t>(op.microbatch);
-        double ready = 0, takes = 0;
+        double ready = 0;
         switch (op.type) {
           case Op::kForward: {
             if (i > 0) {
               const double e = f_end[(i - 1) * M + j];
               ready = e < 0 ? -1 : e + c[i - 1].send;
             }
-            takes = ci.forward;
             break;
           }
           case Op::kBackward:
@@ -61,16 +60,14 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
               const double e = b_end[(i + 1) * M + j];
               ready = e < 0 ? -1 : e + ci.send_back;
             }
-            takes = ci.input_grad + (op.type == Op::kBackward ? ci.weight_grad : 0.0);
             break;
           }
           case Op::kWeightGrad:
             ready = b_end[i * M + j];
-            takes = ci.weight_grad;
             break;
         }
         if (ready < 0) break;
-        const double start = std::max(ready, free_at[i]), end = start + takes;
+        const double start = std::max(ready, free_at[i]), end = start + ci.Seconds(op.type);
         free_at[i] = end;
         makespan = std::max(makespan, end);
         if (op.type == Op::kForward) f_end[i * M + j] = end;

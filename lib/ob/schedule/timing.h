@@ -21,6 +21,16 @@ namespace ob::schedule {
 struct StageCosts {
   double forward = 0, input_grad = 0, weight_grad = 0;
   double send = 0, send_back = 0;
+  // How long an op of type t takes on this stage.
+  double Seconds(Op::Type t) const {
+    switch (t) {
+      case Op::kForward: return forward;
+      case Op::kInputGrad: return input_grad;
+      case Op::kWeightGrad: return weight_grad;
+      case Op::kBackward: break;
+    }
+    return input_grad + weight_grad;
+  }
 };
 
 struct TimedOp {
