@@ -17,7 +17,11 @@
 # one, or a peak is more than 15% off its prediction (targets of issue 68).
 #
 # Peak RSS follows the live bytes only with every large tensor mapped and
-# unmapped (MALLOC_MMAP_THRESHOLD_ = 1 MiB; see bench/recompute.sh).
+# unmapped (MALLOC_MMAP_THRESHOLD_ = 1 MiB; see bench/recompute.sh), which
+# also makes every step 2 to 3 times slower here (a page fault per page
+# of every new tensor): the memory is measured in runs of its own, 3
+# steps each, after the timed rounds, and the profile and the timed runs
+# use the allocator as a user would.
 #
 #   bench/schedules.sh [ROUNDS [STEPS]]
 set -euo pipefail
@@ -28,10 +32,11 @@ bench_cluster schedules "zs$$x"
 bench_need ob-profile ob-plan ob-launch
 metrics_py=$root/tests/lib/metrics.py
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_-1048576}
-[ -n "$MALLOC_MMAP_THRESHOLD_" ] || unset MALLOC_MMAP_THRESHOLD_
+rss_threshold=${MALLOC_MMAP_THRESHOLD_-1048576}
+unset MALLOC_MMAP_THRESHOLD_
 printf 'zs%sx1\nzs%sx2\n' "$$" "$$" > hosts2.txt
 schedules=${SCHEDULES:-1f1b zb-h1 zb-h2}
+ms=${MS:-4 8}
 
 cat > gpt2-blocks.yaml <<'YAML'
 name: gpt2-blocks
@@ -44,7 +49,7 @@ YAML
 "$bin/ob-profile" --model gpt2-blocks.yaml --threads 1 --concurrency 2 --seq-len 512 -b 1 -k 3 -q -o profile.pb
 
 declare -A predicted predicted_mib
-for m in 4 8; do
+for m in $ms; do
   for s in $schedules; do
     "$bin/ob-plan" -q --local --hosts hosts2.txt -f 0 --pipelines 2 -B "$m" -b 1 --schedule "$s" \
       -o "plan-$m-$s.pb" profile.pb
@@ -57,23 +62,31 @@ done
 
 declare -A times rss
 for ((r = 1; r <= rounds; r++)); do
-  for m in 4 8; do
+  for m in $ms; do
     for s in $schedules; do
       run="run-$m-$s-$r"
       timeout 600 "$bin/ob-launch" --rsh local --secret-file secret --steps "$steps" --standby off \
         --data "$root/tests/data/corpus.txt" --run-dir "$run" --metrics "$run.m" \
         "plan-$m-$s.pb" hosts2.txt 2> "$run.err" || { tail -3 "$run.err" >&2; exit 1; }
       times[$m-$s]+=" $(python3 "$metrics_py" wall-step "$run.m" 2)"
-      rss[$m-$s]+=" $(python3 "$metrics_py" max "$run.m" 45)"
     done
     echo "# round $r, m = $m:$(for s in $schedules; do printf ' %s %s s' "$s" "${times[$m-$s]##* }"; done)"
+  done
+done
+for m in $ms; do
+  for s in $schedules; do
+    run="rss-$m-$s"
+    MALLOC_MMAP_THRESHOLD_=$rss_threshold timeout 600 "$bin/ob-launch" --rsh local --secret-file secret --steps 3 \
+      --standby off --data "$root/tests/data/corpus.txt" --run-dir "$run" --metrics "$run.m" \
+      "plan-$m-$s.pb" hosts2.txt 2> "$run.err" || { tail -3 "$run.err" >&2; exit 1; }
+    rss[$m-$s]=$(python3 "$metrics_py" max "$run.m" 45)
   done
 done
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 missed=0
 table="m schedule step_s ratio predicted_ratio points rss_MiB predicted_MiB rss/predicted"
-for m in 4 8; do
+for m in $ms; do
   for s in $schedules; do
     # Per round: this schedule's step over 1F1B's of the same round.
     read -r -a mine <<< "${times[$m-$s]}"

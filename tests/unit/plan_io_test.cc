@@ -6,6 +6,7 @@
 #include "ob/plan/explain.h"
 #include "ob/plan/plan_io.h"
 #include "ob/plan/recovery.h"
+#include "ob/schedule/schedule.h"
 #include "plan_testing.h"
 
 namespace {
@@ -247,4 +248,58 @@ TEST_CASE("a mixed template round-trips and one whose stages do not fill their n
   bad = plan;  // a stage on a node after a node it left half empty
   bad.mutable_templates(1)->mutable_stages(1)->set_node(1);
   CHECK_THAT(ob::plan::FromProto(bad).status().message(), Catch::Contains("after node 0's 1 of 2 GPUs"));
+}
+
+TEST_CASE("a zero-bubble template's workers make, from the file, the order the planner timed") {
+  ob::plan::Problem p = ob::plan::testing::UniformProblem(10, 6, 1, 24);
+  for (auto& l : p.layers) {
+    if (!l.is_block) continue;
+    l.weight_grad = l.backward * 0.3;  // W cheaper than F: orders at these costs differ from unit ones
+    l.weight_input_bytes = 1 << 20;
+  }
+  p.schedules = ob::schedule::All();
+  const ob::pb::Profile profile = ProfileOf(p);
+  auto ts = ob::plan::BuildTemplates(p);
+  REQUIRE(ts.ok());
+  auto inst = ob::plan::Instantiate(p, *ts);
+  REQUIRE(inst.ok());
+  ob::plan::PlanMeta meta;
+  meta.global_batch = 24;
+  meta.profile = &profile;
+  for (int i = 0; i < 6; ++i) meta.hosts.push_back("host" + std::to_string(i));
+  const ob::pb::Plan plan = ob::plan::ToProto(p, *ts, *inst, meta);
+  ob::pb::Plan back;
+  REQUIRE(ob::io::ParseMessage(ob::io::SerializeMessage(plan, ob::io::kPlanFormatVersion), "plan.pb",
+                               ob::io::kPlanFormatVersion, &back)
+              .ok());
+  auto loaded = ob::plan::FromProto(back);
+  REQUIRE(loaded.ok());
+  int split = 0, differs = 0;
+  for (size_t i = 0; i < ts->templates.size(); ++i) {
+    const auto& a = ts->templates[i];
+    const auto& b = loaded->templates.templates[i];
+    INFO(a.nodes << " nodes, " << a.schedule->name);
+    CHECK(b.schedule == a.schedule);
+    if (!a.schedule->splits_backward) continue;
+    ++split;
+    REQUIRE(a.op_costs.size() == a.stages.size());
+    CHECK(b.OrderCosts() == a.op_costs);
+    for (int m : {1, 3, 8, 24}) {
+      const auto orders = ob::schedule::Orders(*a.schedule, a.op_costs, m);
+      CHECK(*ob::schedule::Orders(*b.schedule, b.OrderCosts(), m) == *orders);
+      if (*orders != *ob::schedule::Orders(*a.schedule, static_cast<int>(a.stages.size()), m)) ++differs;
+    }
+  }
+  CHECK(split > 0);
+  CHECK(differs > 0);  // the costs change some order, so carrying them matters
+  // A stage's op costs that are not finite and non-negative: the file is refused.
+  ob::pb::Plan bad = back;
+  for (auto& t : *bad.mutable_templates()) {
+    if (t.schedule().empty()) continue;
+    t.mutable_stages(0)->set_weight_grad_seconds(-1);
+    break;
+  }
+  auto refused = ob::plan::FromProto(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("op costs"));
 }

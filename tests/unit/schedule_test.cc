@@ -6,6 +6,8 @@
 // schedule's fill of (S − 1)·F alone once m is large enough for ZB-H2).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -267,6 +269,77 @@ TEST_CASE("the time of an order holds for any costs: transfers and uneven stages
       if (t.op.type != Op::kForward || t.stage == 0) continue;
       for (const TimedOp& u : ops)
         if (u.stage == t.stage - 1 && u.op == t.op) CHECK(t.start >= u.end + c[u.stage].send - 1e-12);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ob::schedule
+
+namespace ob::schedule {
+namespace {
+
+// A stage's costs as the 2-core bench measured them (bench/schedules.sh:
+// per micro-batch F 0.32 s, B 0.30 s, W 0.20 s): W cheaper than F.
+std::vector<StageCosts> CheapW(int stages) {
+  return std::vector<StageCosts>(static_cast<size_t>(stages), StageCosts{0.32, 0.30, 0.20, 0, 0});
+}
+
+TEST_CASE("zero-bubble orders are made for the pipeline's own costs, never slower than at unit costs",
+          "[schedule]") {
+  // S = 2, m = 4, W cheaper than F: the unit-cost ZB-H1 order has stage 0
+  // run W0 while stage 1 waits for F2; ordered by these costs stage 0
+  // runs F2 first (W0 still fits before B1's gradient arrives).
+  const auto c = CheapW(2);
+  const Schedule& h1 = *Find("zb-h1");
+  const double own = Makespan(h1, c, 4);
+  const double unit = Makespan(*Orders(h1, 2, 4), c, 4);
+  INFO("own " << Describe((*Orders(h1, c, 4))[0]) << " | unit " << Describe((*Orders(h1, 2, 4))[0]));
+  CHECK(own < unit - 0.05);
+  // 1F1B's backward sends its input gradient after its weight gradients:
+  // the zero-bubble order at these costs saves a tenth of its step.
+  CHECK(own < 0.91 * Makespan(OneFOneB(), c, 4));
+
+  // Any costs: valid orders within the memory limits, programs that cannot
+  // deadlock, never slower than the unit-cost order, and the same order
+  // for costs in another unit (seconds or milliseconds).
+  uint64_t seed = 12345;
+  auto next = [&] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 0.05 + static_cast<double>(seed >> 40) / static_cast<double>(1ULL << 24);
+  };
+  for (int trial = 0; trial < 60; ++trial) {
+    const int stages = 1 + trial % 6, m = 1 + (trial * 7) % 12;
+    std::vector<StageCosts> costs;
+    for (int i = 0; i < stages; ++i)
+      costs.push_back({next(), next(), next() * 0.5, i + 1 < stages ? next() * 0.2 : 0, i + 1 < stages ? next() * 0.2 : 0});
+    std::vector<StageCosts> in_ms = costs;
+    for (StageCosts& x : in_ms) x = {x.forward * 1e3, x.input_grad * 1e3, x.weight_grad * 1e3, x.send * 1e3, x.send_back * 1e3};
+    for (const Schedule* s : All()) {
+      INFO(s->name << ": S = " << stages << ", m = " << m << ", trial " << trial);
+      const auto orders = Orders(*s, costs, m);
+      REQUIRE(orders->size() == static_cast<size_t>(stages));
+      CHECK(*orders == *Orders(*s, in_ms, m));
+      CHECK(Makespan(*orders, costs, m) <= Makespan(*Orders(*s, stages, m), costs, m) + 1e-9);
+      Programs p;
+      for (int i = 0; i < stages; ++i) {
+        const auto& ops = (*orders)[i];
+        int f = 0, b = 0, w = 0;
+        for (const Op& op : ops) {
+          if (op.type == Op::kForward) CHECK(op.microbatch == f++);
+          if (op.type == Op::kBackward || op.type == Op::kInputGrad) CHECK(op.microbatch == b++);
+          if (op.type == Op::kBackward || op.type == Op::kWeightGrad) ++w;
+        }
+        CHECK((f == m && b == m && w == m));
+        const int held_limit = s->name == "zb-h2" ? 2 * stages - 1 : stages;
+        for (const Held& h : Peaks(ops)) {
+          CHECK(h.activations <= std::min(stages - i, m));
+          CHECK(h.activations + h.weight_inputs <= std::min(held_limit, m));
+        }
+        p.push_back(StageProgram(*s, costs, i, m));
+        CHECK(p.back().size() == StageProgram(ops, i, stages).size());
+      }
+      CHECK(CheckRendezvous(p) == "");
     }
   }
 }

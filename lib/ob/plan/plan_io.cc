@@ -1,6 +1,7 @@
 #include "ob/plan/plan_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <xxhash.h>
@@ -48,6 +49,14 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_recompute(static_cast<pb::Recompute>(s.recompute));
     const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
     st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
+    if (t.schedule != &schedule::OneFOneB() && t.op_costs.size() == static_cast<size_t>(S)) {
+      const schedule::StageCosts& c = t.op_costs[static_cast<size_t>(i)];
+      st->set_forward_seconds(c.forward);
+      st->set_input_grad_seconds(c.input_grad);
+      st->set_weight_grad_seconds(c.weight_grad);
+      st->set_send_seconds(c.send);
+      st->set_send_back_seconds(c.send_back);
+    }
   }
 }
 
@@ -104,6 +113,14 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
     t.stage_held.push_back({static_cast<int>(s.in_flight()), static_cast<int>(s.weight_inputs())});
+    t.op_costs.push_back({s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(),
+                          s.send_back_seconds()});
+    for (double v : {s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(),
+                     s.send_back_seconds()}) {
+      if (!std::isfinite(v) || v < 0)
+        return Status::DataErr(who + ": stage of layers " + std::to_string(s.first_layer()) + "-" +
+                               std::to_string(s.last_layer()) + ": op costs must be finite and non-negative");
+    }
     next = static_cast<int>(s.last_layer()) + 1;
   }
   if (next != p.num_layers())

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -92,7 +93,10 @@ std::vector<ScheduledOp> SimulatePipeline(const Problem& p, const Template& t, i
                                           const std::vector<int>& nodes, const BandwidthMatrix* bw) {
   if (t.stages.empty() || microbatches <= 0) return {};
   std::vector<ScheduledOp> out;
-  for (const schedule::TimedOp& o : schedule::Simulate(*t.schedule, StageCostsOf(p, t, nodes, bw), microbatches)) {
+  // The order the workers run (made for the template's nominal costs),
+  // timed on these nodes' links.
+  const auto orders = schedule::Orders(*t.schedule, t.OrderCosts(), microbatches);
+  for (const schedule::TimedOp& o : schedule::Simulate(*orders, StageCostsOf(p, t, nodes, bw), microbatches)) {
     ScheduledOp op;
     op.stage = o.stage;
     op.microbatch = o.op.microbatch;
@@ -124,6 +128,7 @@ void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
   }
   const int m_memory = p.microbatches > 0 ? std::clamp(p.microbatches, 1, 2 * S) : 2 * S;
   const auto costs = StageCostsOf(p, *t, {}, nullptr);
+  t->op_costs = costs;
   const double base_one = schedule::Makespan(schedule::OneFOneB(), costs, 1);
   const double base_m = schedule::Makespan(schedule::OneFOneB(), costs, m);
   const std::vector<uint64_t> one_f_one_b_memory = t->stage_memory;
@@ -136,7 +141,7 @@ void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
     double one = 0, at = 0;
     if (s != &schedule::OneFOneB()) {
       bool fits = true;
-      const auto& peaks = schedule::PipelinePeaks(*s, S, m_memory);
+      const auto peaks = schedule::PipelinePeaks(*s, costs, m_memory);
       for (int i = 0; i < S && fits; ++i) {
         const StageShape& st = t->stages[i];
         uint64_t most = 0;
@@ -211,34 +216,39 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
         l.pipe = static_cast<int>(j);
         l.stage = i;
         l.procs = std::max(1, q.t->stages[i].tp);
-        l.program = schedule::StageProgram(*q.t->schedule, i, S, pi.microbatches);
+        l.program = schedule::StageProgram(*q.t->schedule, q.t->OrderCosts(), i, pi.microbatches);
         lanes.push_back(std::move(l));
       }
     }
     pipes.push_back(std::move(q));
   }
-  // A message between neighbours meets when both have posted the batches
-  // holding it (a rendezvous, as NCCL's and Gloo's point-to-point are) and
-  // arrives its transfer time later; a batch completes with its last
-  // message. Computes share the cores: between two events, the k
-  // processes computing each run at 1 / slowdown(k) of their speed alone.
+  // A send is posted with its batch and the sender goes on at once (the
+  // workers wait for their sends only at the step's end); a receive's
+  // message arrives its transfer time after both it and the send are
+  // posted; a batch completes with its last receive. Computes share the
+  // cores: between two events, the k processes computing each run at
+  // 1 / slowdown(k) of their speed alone.
+  std::map<std::tuple<int, int, bool, int>, double> sent;  // (pipeline, from stage, activation, micro-batch) → posted
+  auto post = [&](Lane& l) {
+    const auto& batch = l.program[l.pc].comm;
+    for (size_t m = 0; m < batch.size(); ++m) {
+      if (!batch[m].send) continue;
+      sent[{l.pipe, l.stage, batch[m].activation, batch[m].microbatch}] = l.start;
+      l.done[m] = l.start;
+    }
+  };
   auto match = [&](Lane& l) {
     const Pipe& q = pipes[l.pipe];
     const auto& batch = l.program[l.pc].comm;
     for (size_t m = 0; m < batch.size(); ++m) {
       if (l.done[m] < kInf) continue;
       const schedule::P2p& msg = batch[m];
-      Lane& peer = lanes[q.first_lane + msg.peer];
-      if (!peer.posted) continue;
-      const auto& theirs = peer.program[peer.pc].comm;
-      for (size_t n = 0; n < theirs.size(); ++n) {
-        const schedule::P2p& o = theirs[n];
-        if (o.send == msg.send || o.activation != msg.activation || o.peer != l.stage || o.microbatch != msg.microbatch)
-          continue;
-        const int low = std::min(l.stage, msg.peer);  // the boundary after stage `low`
-        const double transfer = msg.activation ? q.c[low].send : q.c[low].send_back;
-        l.done[m] = peer.done[n] = std::max(l.start, peer.start) + transfer;
-      }
+      auto it = sent.find({l.pipe, msg.peer, msg.activation, msg.microbatch});
+      if (it == sent.end()) continue;
+      const int low = std::min(l.stage, msg.peer);  // the boundary after stage `low`
+      const double transfer = msg.activation ? q.c[low].send : q.c[low].send_back;
+      l.done[m] = std::max(l.start, it->second) + transfer;
+      sent.erase(it);
     }
   };
   double now = 0;
@@ -261,6 +271,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
           l.posted = true;
           l.start = now;
           l.done.assign(in.comm.size(), kInf);
+          post(l);
           changed = true;
         }
         match(l);

@@ -49,11 +49,11 @@ double ContentionSlowdown(const std::vector<double>& curve, int k);
 // every stage's program as its workers run it (schedule::StageProgram: its
 // template's schedule's computes and the batches of sends and receives
 // between them)
-// replayed together for all pipelines. A message meets when both
-// neighbours have posted the batches holding it (a rendezvous, as NCCL's
-// and Gloo's point-to-point are) and arrives its one-way transfer later
-// (the local cluster's boundary, StageBoundarySeconds / 2); a batch ends
-// with its last message. Each compute progresses at the speed the number
+// replayed together for all pipelines. A message arrives its one-way
+// transfer (the local cluster's boundary, StageBoundarySeconds / 2) after
+// both its send and its receive are posted; a batch ends with its last
+// receive, the sender going on at once (the workers wait for their sends
+// at the step's end). Each compute progresses at the speed the number
 // of processes computing at that moment allows (ContentionSlowdown of
 // p.cluster.contention; a tensor-parallel stage counts its tp processes).
 // Each pipeline then adds its StepTailSeconds; busy: the computes'

@@ -70,6 +70,15 @@ struct Template {
   // Per stage under its schedule: micro-batches held before their
   // backward (1F1B: S − i) and, past their input gradient, before W.
   std::vector<schedule::Held> stage_held;
+  // Per stage: the op costs its schedule's orders are made for (nominal
+  // links; StageCostsOf), which every worker of its pipelines reads from
+  // the plan to run the same order. Empty in plans before them: unit
+  // costs.
+  std::vector<schedule::StageCosts> op_costs;
+  std::vector<schedule::StageCosts> OrderCosts() const {
+    if (op_costs.size() == stages.size()) return op_costs;
+    return schedule::UnitCosts(static_cast<int>(stages.size()));
+  }
 
   // Time of m micro-batches (without the data-parallel all-reduce): 1F1B's
   // Σw + (m − 1)·max w, less what the schedule saves.

@@ -79,6 +79,12 @@ struct StageWorker::StepState {
   // order over all groups, so no two ranks wait for each other's different
   // collectives under NCCL.
   std::vector<Work> reductions;
+  // Sends posted and not waited for (RunComm): the sender goes on to its
+  // next compute while its neighbour is busy, as the schedule's timing
+  // assumes; waited for at the program's end. `sending` keeps what they
+  // read alive until then.
+  std::vector<Work> sends;
+  std::vector<torch::Tensor> sending;
   size_t next_bucket = 0;  // the first bucket not issued yet
   Clock::time_point t_comm;  // when the program ended and the reductions' wait began
 };

@@ -8,6 +8,7 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <optional>
@@ -90,7 +91,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   if (copies_) copies_->Refresh();
   std::optional<model::ComputeCopies::Scope> use_copies(std::in_place, copies_.get());
   std::optional<compat::AutocastCacheScope> cast_once(std::in_place, s.bf16);
-  for (const schedule::StageInstr& in : schedule::StageProgram(*me.schedule, me.stage, me.num_stages, s.m)) {
+  for (const schedule::StageInstr& in : me.Program()) {
     if (in.kind == schedule::StageInstr::kComm) {
       RunComm(in.comm, s);
       continue;
@@ -105,6 +106,12 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   }
   cast_once.reset();
   use_copies.reset();
+  {  // the sends still on the wire (RunComm)
+    const auto t0 = Clock::now();
+    WaitAll(s.sends);
+    s.sending.clear();
+    s.r.comm_seconds += SecondsSince(t0);
+  }
 
   ReduceGradients(s);
   SumNormAndLoss(s);
@@ -161,7 +168,22 @@ void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) 
   }
   if (batch.empty()) return;
   auto works = compat::PostP2p(*pipe, batch);
-  WaitAll(works);
+  // Only what a compute needs is waited for now: the receives. A send goes
+  // on in the background (kept alive in s.sending) and is waited for at
+  // the program's end, so a stage never idles for its neighbour to post
+  // the matching receive. Where the batch came back as one work
+  // (coalesced under NCCL) it is waited for whole when it receives.
+  // Channel order is unchanged (each batch is posted in program order),
+  // so the programs' rendezvous check (schedule/program.h) still holds.
+  const bool per_message = works.size() == batch.size();
+  const bool receives = std::any_of(batch.begin(), batch.end(), [](const compat::P2pMessage& m) { return !m.send; });
+  std::vector<Work> now;
+  for (size_t k = 0; k < works.size(); ++k) {
+    const bool send = per_message ? batch[k].send : !receives;
+    (send ? s.sends : now).push_back(std::move(works[k]));
+  }
+  if (!s.sends.empty()) s.sending.insert(s.sending.end(), keep.begin(), keep.end());
+  WaitAll(now);
   for (torch::Tensor* slot : parts) *slot = GatherShares(*slot);
   s.r.comm_seconds += SecondsSince(t0);
 }

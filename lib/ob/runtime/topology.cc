@@ -163,6 +163,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
                             " stages a node has stages of different tensor parallelism (only a mixed template may)");
     }
     auto tp_of = [&](int s) { return s < 0 || s >= num_stages ? 0 : t->stages[s].tp; };
+    const auto order_costs = std::make_shared<const std::vector<schedule::StageCosts>>(t->OrderCosts());
     int expected_first = 0;
     for (int s = 0; s < num_stages; ++s) {
       const auto& shape = t->stages[s];
@@ -192,6 +193,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         r.last_layer = shape.last;
         r.recompute = shape.recompute;
         r.schedule = t->schedule;
+        r.op_costs = order_costs;
         r.first_microbatch = next_microbatch;
         r.num_microbatches = pipe.microbatches;
         r.prev_rank = s > 0 ? stage_first[s - 1] + tr % r.prev_tp : -1;
@@ -257,6 +259,12 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     }
   }
   return topo;
+}
+
+std::vector<schedule::StageInstr> RankInfo::Program() const {
+  if (op_costs && static_cast<int>(op_costs->size()) == num_stages)
+    return schedule::StageProgram(*schedule, *op_costs, stage, num_microbatches);
+  return schedule::StageProgram(*schedule, stage, num_stages, num_microbatches);
 }
 
 }  // namespace ob::runtime

@@ -51,12 +51,14 @@
 // kConfig with a one-line message.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ob/model/config.h"
 #include "ob/plan/instantiation.h"
 #include "ob/plan/templates.h"
+#include "ob/schedule/program.h"
 #include "ob/schedule/schedule.h"
 #include "ob/status.h"
 
@@ -75,6 +77,11 @@ struct RankInfo {
   int last_layer = 0;
   model::Recompute recompute = model::Recompute::kNone;  // its stage's, from the plan's template
   const schedule::Schedule* schedule = &schedule::OneFOneB();  // its template's
+  // The op costs of its pipeline's stages that the schedule orders by
+  // (Template::OrderCosts), shared by the pipeline's ranks.
+  std::shared_ptr<const std::vector<schedule::StageCosts>> op_costs;
+  // Its stage's program for its micro-batches (schedule/program.h).
+  std::vector<schedule::StageInstr> Program() const;
   int first_microbatch = 0;   // index within the global batch
   int num_microbatches = 0;   // m of its pipeline
   int prev_rank = -1;         // the rank its activations come from; -1 on the first stage

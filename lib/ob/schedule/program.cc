@@ -60,6 +60,12 @@ std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, i
   return StageProgram(s.order(stage, stages, microbatches), stage, stages);
 }
 
+std::vector<StageInstr> StageProgram(const Schedule& s, const std::vector<StageCosts>& costs, int stage,
+                                     int microbatches) {
+  const int stages = static_cast<int>(costs.size());
+  return StageProgram((*Orders(s, costs, microbatches))[static_cast<size_t>(stage)], stage, stages);
+}
+
 std::string Describe(const std::vector<P2p>& batch) {
   std::string s;
   for (const P2p& p : batch) {

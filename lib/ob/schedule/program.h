@@ -14,10 +14,14 @@
 // the next backward's gradient, a backward's input gradient with the next
 // forward's input); otherwise the send goes alone at once, so the
 // neighbour is not kept waiting through the next compute (a W, say). Each
-// batch is posted at once (ncclGroupStart/End under NCCL) and completes as
-// a whole. CheckRendezvous replays a pipeline's programs against that
-// channel model; schedule_test runs it for every schedule, S <= 8,
-// m <= 16.
+// batch is posted at once (ncclGroupStart/End under NCCL); the worker
+// waits for its receives before the compute that needs them, and for its
+// sends only at the step's end (a send's channel stays held until the
+// peer receives, under NCCL, whether or not the host waits). CheckRendezvous
+// replays a pipeline's programs against that channel model, each batch
+// complete when all its messages met; schedule_test runs it for every
+// schedule at unit costs, S <= 8, m <= 16, and for orders made for other
+// costs, which greedy.h keeps only when it passes.
 #pragma once
 
 #include <string>
@@ -56,8 +60,11 @@ struct StageInstr {
 // and each result is sent in the first batch after it is computed.
 // REQUIRES: 0 <= stage < stages.
 std::vector<StageInstr> StageProgram(const std::vector<Op>& order, int stage, int stages);
-// The same for schedule `s`'s order.
+// The same for schedule `s`'s order at unit costs, and at the pipeline's
+// `costs` (Orders).
 std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, int microbatches);
+std::vector<StageInstr> StageProgram(const Schedule& s, const std::vector<StageCosts>& costs, int stage,
+                                     int microbatches);
 
 // Replays one program per stage (programs[s] is stage s's) against
 // rendezvous-only channels: a rank blocks on its current batch until every

@@ -1,10 +1,7 @@
 // The schedules (schedule.h): a new one is a file stating its order and a
 // line here. And what every schedule shares: names, peaks, descriptions.
 #include <algorithm>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <tuple>
 
 #include "ob/schedule/schedule.h"
 
@@ -67,23 +64,28 @@ std::vector<Held> Peaks(const std::vector<Op>& order) {
   return out;
 }
 
-std::shared_ptr<const std::vector<std::vector<Op>>> Orders(const Schedule& s, int stages, int microbatches) {
-  if (s.orders) return s.orders(stages, microbatches);
-  auto all = std::make_shared<std::vector<std::vector<Op>>>();
+std::vector<StageCosts> UnitCosts(int stages) {
+  return std::vector<StageCosts>(static_cast<size_t>(std::max(0, stages)), StageCosts{1, 1, 1, 0, 0});
+}
+
+std::shared_ptr<const PipelineOrders> Orders(const Schedule& s, int stages, int microbatches) {
+  return Orders(s, UnitCosts(stages), microbatches);
+}
+
+std::shared_ptr<const PipelineOrders> Orders(const Schedule& s, const std::vector<StageCosts>& costs,
+                                             int microbatches) {
+  if (s.orders) return s.orders(costs, microbatches);
+  const int stages = static_cast<int>(costs.size());
+  auto all = std::make_shared<PipelineOrders>();
   for (int i = 0; i < stages; ++i) all->push_back(s.order(i, stages, microbatches));
   return all;
 }
 
-const std::vector<std::vector<Held>>& PipelinePeaks(const Schedule& s, int stages, int microbatches) {
-  static std::mutex mu;
-  static std::map<std::tuple<const Schedule*, int, int>, std::unique_ptr<std::vector<std::vector<Held>>>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[{&s, stages, microbatches}];
-  if (!slot) {
-    slot = std::make_unique<std::vector<std::vector<Held>>>();
-    for (const std::vector<Op>& order : *Orders(s, stages, microbatches)) slot->push_back(Peaks(order));
-  }
-  return *slot;  // entries are never removed: references stay valid
+std::vector<std::vector<Held>> PipelinePeaks(const Schedule& s, const std::vector<StageCosts>& costs,
+                                             int microbatches) {
+  std::vector<std::vector<Held>> out;
+  for (const std::vector<Op>& order : *Orders(s, costs, microbatches)) out.push_back(Peaks(order));
+  return out;
 }
 
 uint64_t PeakBytes(const std::vector<Held>& peaks, uint64_t activation_bytes, uint64_t weight_input_bytes) {

@@ -39,6 +39,37 @@ struct Op {
   bool operator==(const Op& o) const { return type == o.type && microbatch == o.microbatch; }
 };
 
+// One stage's op times (seconds, or any one unit): a micro-batch's
+// forward, its input gradient (B), its weight gradients (W; a kBackward
+// takes B + W), and the one-way transfer to the next stage of its
+// activation and back of the gradient (0 on the last stage). What a
+// schedule derived by simulation orders for (Schedule::orders), and what
+// timing.h times an order with.
+struct StageCosts {
+  double forward = 0, input_grad = 0, weight_grad = 0;
+  double send = 0, send_back = 0;
+  // How long an op of type t takes on this stage.
+  double Seconds(Op::Type t) const {
+    switch (t) {
+      case Op::kForward: return forward;
+      case Op::kInputGrad: return input_grad;
+      case Op::kWeightGrad: return weight_grad;
+      case Op::kBackward: break;
+    }
+    return input_grad + weight_grad;
+  }
+  bool operator==(const StageCosts& o) const {
+    return forward == o.forward && input_grad == o.input_grad && weight_grad == o.weight_grad &&
+           send == o.send && send_back == o.send_back;
+  }
+};
+
+// F = B = W = 1, transfers free, on each of `stages` stages: the costs the
+// zero-bubble paper's hand-made schedules assume.
+std::vector<StageCosts> UnitCosts(int stages);
+
+using PipelineOrders = std::vector<std::vector<Op>>;
+
 struct Schedule {
   std::string_view name;     // as ob-plan --schedule and the plan spell it: "1f1b"
   std::string_view summary;  // one line: what it does and what it costs
@@ -49,14 +80,22 @@ struct Schedule {
   // micro-batch order. Empty when microbatches <= 0.
   // REQUIRES: 0 <= stage < stages.
   std::vector<Op> (*order)(int stage, int stages, int microbatches) = nullptr;
-  // Optional: every stage's order at once, shared (a schedule that derives
-  // its orders for the whole pipeline at once keeps them; see Orders).
-  std::shared_ptr<const std::vector<std::vector<Op>>> (*orders)(int stages, int microbatches) = nullptr;
+  // Optional: every stage's order at once, made for the stages' op costs
+  // (costs.size() stages), shared. A schedule that places each op where it
+  // fits best (zb-h1, zb-h2) orders by the pipeline's own costs: with W
+  // cheaper than F, say, unit-cost orders leave a stage idle where
+  // another order would not. Deterministic in the costs, so that the
+  // planner and every worker of a pipeline, reading the same plan, run
+  // one order.
+  std::shared_ptr<const PipelineOrders> (*orders)(const std::vector<StageCosts>& costs, int microbatches) = nullptr;
 };
 
-// Every stage's order of a pipeline of `stages` under `s` (orders[i] is
-// stage i's); shared, so that readers timing many templates copy nothing.
-std::shared_ptr<const std::vector<std::vector<Op>>> Orders(const Schedule& s, int stages, int microbatches);
+// Every stage's order of a pipeline under `s` (orders[i] is stage i's),
+// made for `costs` (one per stage); shared, so that readers timing many
+// templates copy nothing. The first form at UnitCosts(stages).
+std::shared_ptr<const PipelineOrders> Orders(const Schedule& s, int stages, int microbatches);
+std::shared_ptr<const PipelineOrders> Orders(const Schedule& s, const std::vector<StageCosts>& costs,
+                                             int microbatches);
 
 // Every schedule, 1F1B first (the default, and what plans made before
 // schedules run).
@@ -77,9 +116,10 @@ struct Held {
 // The most a stage holds at once over `order`: the points (a, w) that no
 // other moment's dominates, ascending in a. 1F1B's is one point (a, 0).
 std::vector<Held> Peaks(const std::vector<Op>& order);
-// Peaks of each stage of a pipeline of `stages` under `s` at m micro-batches
-// (cached: the planner asks for the same shapes again and again).
-const std::vector<std::vector<Held>>& PipelinePeaks(const Schedule& s, int stages, int microbatches);
+// Peaks of each stage of a pipeline under `s` at m micro-batches, in the
+// orders made for `costs`.
+std::vector<std::vector<Held>> PipelinePeaks(const Schedule& s, const std::vector<StageCosts>& costs,
+                                             int microbatches);
 // The largest a·activation_bytes + w·weight_input_bytes over `peaks`.
 uint64_t PeakBytes(const std::vector<Held>& peaks, uint64_t activation_bytes, uint64_t weight_input_bytes);
 

@@ -90,12 +90,17 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
 
 }  // namespace
 
-std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& c, int m) {
-  const int S = static_cast<int>(c.size());
-  if (S == 0 || m <= 0) return {};
+std::vector<TimedOp> Simulate(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m) {
+  assert(orders.size() == c.size());
+  if (c.empty() || m <= 0 || orders.size() != c.size()) return {};
   std::vector<TimedOp> out;
-  RunOrders(*Orders(s, S, m), c, m, &out);
+  RunOrders(orders, c, m, &out);
   return out;
+}
+
+std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& c, int m) {
+  if (c.empty() || m <= 0) return {};
+  return Simulate(*Orders(s, c, m), c, m);
 }
 
 double Makespan(const std::vector<TimedOp>& ops) {
@@ -107,7 +112,13 @@ double Makespan(const std::vector<TimedOp>& ops) {
 double Makespan(const Schedule& s, const std::vector<StageCosts>& c, int m) {
   const int S = static_cast<int>(c.size());
   if (S == 0 || m <= 0) return 0;
-  return RunOrders(*Orders(s, S, m), c, m, nullptr);
+  return RunOrders(*Orders(s, c, m), c, m, nullptr);
+}
+
+double Makespan(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m) {
+  assert(orders.size() == c.size());
+  if (c.empty() || m <= 0 || orders.size() != c.size()) return 0;
+  return RunOrders(orders, c, m, nullptr);
 }
 
 }  // namespace ob::schedule

@@ -15,8 +15,8 @@ std::vector<Op> Order(int stage, int stages, int microbatches) {
   return detail::GreedyOrder("zb-h2", &Limits, stage, stages, microbatches);
 }
 
-std::shared_ptr<const std::vector<std::vector<Op>>> Orders(int stages, int microbatches) {
-  return detail::GreedyOrders("zb-h2", &Limits, stages, microbatches);
+std::shared_ptr<const PipelineOrders> Orders(const std::vector<StageCosts>& costs, int microbatches) {
+  return detail::GreedyOrders("zb-h2", &Limits, costs, microbatches);
 }
 
 }  // namespace zb_h2
