@@ -11,6 +11,7 @@
 #include "ob/ckpt/checkpoint.h"
 #include "ob/ckpt/hf.h"
 #include "ob/cli/cli.h"
+#include "ob/cli/progress.h"
 #include "ob/clock.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -91,35 +92,23 @@ ob::Result<std::string> ResolveCheckpoint(const std::string& path) {
   return ob::ckpt::Latest(path);
 }
 
-// "\rverify  42% 1.2 GiB / 2.9 GiB" on a terminal's stderr, at most 10 times a second.
+// "ob-ckpt: verify step-40: 1.2 GiB of 2.9 GiB (42%, 12 s left)" on stderr
+// (cli/progress.h: redrawn on a terminal, a line every few seconds
+// otherwise, nothing with -q).
 class ProgressBar {
  public:
-  ProgressBar(std::string what, bool quiet)
-      : what_(std::move(what)), on_(!quiet && ob::io::IsTerminal(STDERR_FILENO)) {}
-  ~ProgressBar() {
-    if (drawn_) std::fputs("\r\033[K", stderr);
-  }
+  ProgressBar(std::string what, bool quiet) : what_(std::move(what)), line_("ob-ckpt", quiet) {}
   ob::ckpt::Progress Callback() {
-    if (!on_) return {};
-    return [this](uint64_t done, uint64_t total) { Draw(done, total); };
+    if (!line_.on()) return {};
+    return [this](uint64_t done, uint64_t total) {
+      line_.Update(static_cast<double>(done), static_cast<double>(total),
+                   what_ + ": " + HumanBytes(done) + " of " + HumanBytes(total));
+    };
   }
 
  private:
-  void Draw(uint64_t done, uint64_t total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (drawn_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    drawn_ = true;
-    const int pct = total ? static_cast<int>(100.0 * static_cast<double>(done) / total) : 100;
-    std::fprintf(stderr, "\r%s %3d%% %s / %s\033[K", what_.c_str(), pct, HumanBytes(done).c_str(),
-                 HumanBytes(total).c_str());
-    std::fflush(stderr);
-  }
-
   std::string what_;
-  bool on_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_;
+  ob::cli::ProgressLine line_;
 };
 
 ob::Status Ls(const ob::cli::CommonOptions& common) {
@@ -319,7 +308,10 @@ ob::Status ImportCmd(const ob::cli::CommonOptions& common) {
       model = cfg.ToProto();
     }
   }
-  OB_RETURN_IF_ERROR(ob::ckpt::ImportHf(config, weights, model, common.output, g.step));
+  {
+    ProgressBar bar("import", common.quiet);
+    OB_RETURN_IF_ERROR(ob::ckpt::ImportHf(config, weights, model, common.output, g.step, bar.Callback()));
+  }
   return ob::io::WriteFile("-", "imported " + g.path + " as " + model.name() + ", " +
                                     ob::ckpt::StepPath(common.output, g.step) + "\n");
 }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "ob/cli/cli.h"
+#include "ob/cli/progress.h"
 #include "ob/data/tokenize.h"
 #include "ob/io/file.h"
 #include "ob/log.h"
@@ -65,15 +66,19 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
   o.eot_token = g.eot_token;
   o.bos = g.bos ? 1 : g.no_bos ? 0 : -1;
   o.split_special_tokens = g.split_special_tokens;
+  std::optional<ob::cli::ProgressLine> line;
   if (!common.quiet) {
-    o.progress = [](uint64_t done, uint64_t total, uint64_t tokens) {
-      std::string line = "ob-data: " + Mib(done);
-      if (total > 0) line += " of " + Mib(total) + " (" + std::to_string(100 * done / total) + "%)";
-      std::fprintf(stderr, "%s, %llu tokens\n", line.c_str(), static_cast<unsigned long long>(tokens));
+    line.emplace("ob-data", common.quiet);
+    o.progress = [&line](uint64_t done, uint64_t total, uint64_t tokens) {
+      std::string what = Mib(done);
+      if (total > 0) what += " of " + Mib(total);
+      line->Update(static_cast<double>(done), static_cast<double>(total),
+                   what + ", " + std::to_string(tokens) + " tokens");
     };
   }
   OB_ASSIGN_OR_RETURN(ob::data::TokenizeStats s,
                       tok.bpe ? ob::data::Tokenize(*tok.bpe, o) : ob::data::Tokenize(*tok.hf, o));
+  line.reset();  // cleared from a terminal before the summary
   if (!common.quiet) {
     std::fprintf(stderr, "ob-data: %s → %llu tokens in %s", Mib(s.bytes).c_str(),
                  static_cast<unsigned long long>(s.train_tokens), common.output.c_str());

@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "ob/cli/cli.h"
+#include "ob/cli/progress.h"
 #include "ob/cluster/hosts.h"
 #include "ob/io/file.h"
 #include "ob/io/message.h"
@@ -127,7 +128,7 @@ ob::Status Measured(const ob::model::GptConfig&) {
                             " measures layers; it is installed beside ob-profile)");
 }
 #else
-ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
+ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg, bool quiet) {
   ob::profile::MeasureOptions o;
   o.device = g.device;
   OB_ASSIGN_OR_RETURN(o.microbatches, ob::cli::ParseIntList(g.microbatches, "--microbatch"));
@@ -139,7 +140,12 @@ ob::Result<ob::pb::Profile> Measured(const ob::model::GptConfig& cfg) {
   o.concurrency = g.concurrency;
   o.bf16 = Bf16(/*analytic=*/false);
   o.seed = g.seed;
-  o.progress = Progress;
+  // Minutes of measuring on a CPU: what is done, and the time left.
+  ob::cli::ProgressLine line("ob-profile", quiet);
+  o.progress = [&line](const std::string& what, int done, int total) {
+    OB_LOG(Debug) << what;  // -v: every step, with the host and pid
+    line.Update(done, total, what);
+  };
   try {
     return ob::profile::MeasureProfile(cfg, o);
   } catch (const std::exception& e) {
@@ -191,7 +197,7 @@ ob::Status Run(const ob::cli::CommonOptions& common) {
       OB_ASSIGN_OR_RETURN(p, Analytic(cfg));
     } else {
 #ifdef OB_PROFILE_MEASURE
-      OB_ASSIGN_OR_RETURN(p, Measured(cfg));
+      OB_ASSIGN_OR_RETURN(p, Measured(cfg, common.quiet));
 #else
       return Measured(cfg);
 #endif

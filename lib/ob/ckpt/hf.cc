@@ -413,7 +413,7 @@ Result<pb::ModelConfig> ReadHfConfig(const std::string& config_json) {
 }
 
 Status ImportHf(const std::string& config_json, const std::vector<std::string>& files, const pb::ModelConfig& model,
-                const std::string& dir, int64_t step) {
+                const std::string& dir, int64_t step, const Progress& progress) {
   OB_ASSIGN_OR_RETURN(pb::ModelConfig hf_model, ReadHfConfig(config_json));
   pb::ModelConfig shape = model;
   shape.clear_name();
@@ -466,6 +466,15 @@ Status ImportHf(const std::string& config_json, const std::vector<std::string>& 
   const auto layout = HfLayout(model);
   buffers.reserve(3 * layout.size());
   std::vector<char> wte;
+  // Progress: the layout's bytes read, then the weights and their two
+  // moments written, fp32.
+  uint64_t done = 0, total = 0;
+  for (const HfTensor& t : layout) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    if (auto it = by_name.find(t.hf); it != by_name.end()) total += it->second.e->end - it->second.e->begin;
+    total += 12 * numel;
+  }
   for (const HfTensor& t : layout) {
     auto it = by_name.find(t.hf);
     if (it == by_name.end()) return Status::DataErr(files.front() + ": no tensor " + t.hf);
@@ -475,6 +484,8 @@ Status ImportHf(const std::string& config_json, const std::vector<std::string>& 
                              (llama ? model.hf_model_type() : std::string("GPT-2")) + "'s shape");
     }
     OB_ASSIGN_OR_RETURN(std::vector<char> bytes, read(it->second));
+    done += e.end - e.begin;
+    if (progress) progress(done, total);
     std::vector<int64_t> shape = t.shape;
     if (t.transpose) {
       bytes = Transpose(bytes, t.shape[0], t.shape[1], 4);
@@ -516,6 +527,8 @@ Status ImportHf(const std::string& config_json, const std::vector<std::string>& 
     OB_ASSIGN_OR_RETURN(pb::CheckpointFile f, WriteLayer(dir, step, static_cast<int>(layer), layers[layer],
                                                          metadata[layer]));
     *part.add_files() = f;
+    for (const TensorView& v : layers[layer]) done += v.bytes;
+    if (progress) progress(std::min(done, total), total);
   }
   OB_RETURN_IF_ERROR(WritePart(dir, step, 0, part));
   pb::Manifest base;

@@ -61,8 +61,9 @@ Status ExportHf(const std::string& ckpt_path, const std::string& out_dir, const 
 // kDataErr when config.json's shape is not `model`'s.
 // `files`: model.safetensors, or the shards model.safetensors.index.json
 // names (HfWeightFiles); a tensor in two of them is kDataErr.
+// `progress` gets the bytes read and written so far of all.
 Status ImportHf(const std::string& config_json, const std::vector<std::string>& files, const pb::ModelConfig& model,
-                const std::string& dir, int64_t step);
+                const std::string& dir, int64_t step, const Progress& progress = {});
 
 // The weight files of HF directory `dir`: dir/model.safetensors, else the
 // files dir/model.safetensors.index.json's weight_map names (each once, in

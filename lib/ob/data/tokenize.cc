@@ -149,7 +149,6 @@ Result<TokenizeStats> Run(Enc& enc, uint32_t vocab_size, const std::vector<uint3
   // 0: before the split point; 1: past it, looking for the end of its line; 2: split.
   int phase = split ? 0 : 2;
   uint64_t done = 0;
-  auto last_progress = Clock::now();
   std::string chunk(o.chunk_bytes, '\0');
 
   auto to_val = [&]() -> Status {
@@ -191,10 +190,7 @@ Result<TokenizeStats> Run(Enc& enc, uint32_t vocab_size, const std::vector<uint3
       OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));
       OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
       done += static_cast<uint64_t>(n);
-      if (o.progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
-        last_progress = Clock::now();
-        o.progress(done, sized ? total : 0, train->count() + (val ? val->count() : 0));
-      }
+      if (o.progress) o.progress(done, sized ? total : 0, train->count() + (val ? val->count() : 0));
     }
     enc.End();
     OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));

@@ -49,8 +49,8 @@ struct TokenizeOptions {
   int bos = -1;                     // the prefix: -1 as the tokenizer says, 0 none, 1 BOS at least
   bool split_special_tokens = false;  // special added tokens' text is text (HF's encode_special_tokens)
   size_t chunk_bytes = size_t{1} << 20;
-  // Called about once a second: bytes read so far, bytes in all (0: not
-  // known), tokens written so far.
+  // Called after every chunk (cli::ProgressLine decides what to show):
+  // bytes read so far, bytes in all (0: not known), tokens written so far.
   std::function<void(uint64_t done, uint64_t total, uint64_t tokens)> progress;
 };
 

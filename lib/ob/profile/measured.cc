@@ -192,20 +192,39 @@ std::vector<model::PlannerLayer> ChainOf(const model::GptConfig& c, const Measur
   return chain;
 }
 
+// The work of a measured profile, for MeasureOptions::progress: each
+// chained pass over the layers counts a unit a layer, each layer's update
+// one, the contention curve and each all-reduce group one each.
+struct Tally {
+  const MeasureOptions& o;
+  int done = 0, total = 0;
+  void Step(int units, const std::string& line) {
+    done += units;
+    if (o.progress) o.progress(line, done, total);
+  }
+};
+
+std::string Ms(Clock::time_point since) { return std::to_string(static_cast<int>(Seconds(since) * 1e3)) + " ms"; }
+
 // Each micro-batch size's costs of every layer, in the chain, and of the
 // blocks again in each recomputation mode.
 void MeasureCosts(const model::GptConfig& c, const MeasureOptions& o, std::vector<model::PlannerLayer>& chain, int s,
-                  const torch::Device& dev, pb::Profile& p) {
+                  const torch::Device& dev, pb::Profile& p, Tally& tally) {
+  const int L = c.num_layers();
   for (int b : o.microbatches) {
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
     std::vector<pb::LayerCost> costs = MeasureChain(c, chain, b, s, dev, o);
+    tally.Step(L, "micro-batch " + std::to_string(b) + ", " + std::to_string(L) + " layers chained: " + Ms(t0));
     // The blocks again in each recomputation mode (model/recompute.h): what
     // they keep, and what their backward takes beyond none's. A full
     // block's backward runs its forward again: where the difference is
     // lost in the noise, that forward's own time stands for it.
     for (model::Recompute r : {model::Recompute::kSelective, model::Recompute::kFull}) {
       for (auto& layer : chain) layer->set_recompute(r);
+      t0 = Clock::now();
       const std::vector<pb::LayerCost> again = MeasureChain(c, chain, b, s, dev, o);
+      tally.Step(L, "micro-batch " + std::to_string(b) + ", " + std::to_string(L) + " layers chained, " +
+                        (r == model::Recompute::kSelective ? "selective" : "full") + " recomputation: " + Ms(t0));
       for (int i = 0; i < c.num_layers(); ++i) {
         if (chain[static_cast<size_t>(i)]->kind() != pb::LAYER_BLOCK) continue;
         const double extra = again[i].backward_seconds() - costs[i].backward_seconds();
@@ -220,42 +239,35 @@ void MeasureCosts(const model::GptConfig& c, const MeasureOptions& o, std::vecto
     }
     for (auto& layer : chain) layer->set_recompute(model::Recompute::kNone);
     for (int i = 0; i < c.num_layers(); ++i) *p.mutable_layers(i)->add_costs() = costs[i];
-    if (o.progress)
-      o.progress("micro-batch " + std::to_string(b) + ", " + std::to_string(c.num_layers()) + " layers chained: " +
-                 std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
   }
 }
 
-void MeasureContentionCurve(const MeasureOptions& o, BackgroundLoad& load, pb::Profile& p) {
+void MeasureContentionCurve(const MeasureOptions& o, BackgroundLoad& load, pb::Profile& p, Tally& tally) {
   auto* d = p.mutable_device();
   const auto t0 = Clock::now();
   for (double x : MeasureContention(o, load)) d->add_contention(x);
   load.Run(o.concurrency - 1);
-  if (o.progress) {
-    std::string curve;
-    for (double x : d->contention()) curve += (curve.empty() ? "" : " ") + std::to_string(x).substr(0, 4);
-    o.progress("contention, 1-" + std::to_string(o.concurrency) + " computing: " + curve + " in " +
-               std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
-  }
+  std::string curve;
+  for (double x : d->contention()) curve += (curve.empty() ? "" : " ") + std::to_string(x).substr(0, 4);
+  tally.Step(1, "contention, 1-" + std::to_string(o.concurrency) + " computing: " + curve + " in " + Ms(t0));
 }
 
 // Each layer's optimizer state and update time.
 void MeasureUpdates(const model::GptConfig& c, const MeasureOptions& o, std::vector<model::PlannerLayer>& layers,
-                    const torch::Device& dev, pb::Profile& p) {
+                    const torch::Device& dev, pb::Profile& p, Tally& tally) {
   for (int i = 0; i < c.num_layers(); ++i) {
     const auto t0 = Clock::now();
     double update = 0;
     auto* l = p.mutable_layers(i);
     l->set_optimizer_state_bytes(OptimizerStateBytes(layers[i], dev, o, &update));
     l->set_update_seconds(update);
-    if (o.progress)
-      o.progress("layer " + std::to_string(i + 1) + "/" + std::to_string(c.num_layers()) + " " +
-                 layers[i]->name() + " update: " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+    tally.Step(1, "layer " + std::to_string(i + 1) + "/" + std::to_string(c.num_layers()) + " " + layers[i]->name() +
+                      " update: " + Ms(t0));
   }
 }
 
 Status MeasureAllReduces(const model::GptConfig& c, const MeasureOptions& o, int s, const torch::Device& dev,
-                         int max_group, BackgroundLoad& load, pb::Profile& p) {
+                         int max_group, BackgroundLoad& load, pb::Profile& p, Tally& tally) {
   // Gradient all-reduce: every distinct gradient size, each group size once;
   // and a block's output of one micro-batch, the bytes a stage boundary and
   // a tensor-parallel all-reduce move, so that ob-plan --local prices those
@@ -282,9 +294,8 @@ Status MeasureAllReduces(const model::GptConfig& c, const MeasureOptions& o, int
     auto times = TimeAllReduce(sizes, g, dev.str(), o.warmup, o.repeats, between);
     if (!times.ok()) return times.status();
     for (size_t i = 0; i < sizes.size(); ++i) timed[g][sizes[i]] = (*times)[i];
-    if (o.progress)
-      o.progress("all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) +
-                 " sizes in " + std::to_string(static_cast<int>(Seconds(t0) * 1e3)) + " ms");
+    tally.Step(1, "all-reduce, group of " + std::to_string(g) + ": " + std::to_string(sizes.size()) + " sizes in " +
+                      Ms(t0));
   }
   load.Stop();
   for (auto& l : *p.mutable_layers()) {
@@ -341,12 +352,17 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   DescribeDevice(o, dev, process_bytes, p);
   std::vector<model::PlannerLayer> layers = AddLayers(c, o, dev, p);
   std::vector<model::PlannerLayer> chain = ChainOf(c, o, dev, layers);
-  MeasureCosts(c, o, chain, s, dev, p);
-  if (o.concurrency > 1) MeasureContentionCurve(o, load, p);
-  MeasureUpdates(c, o, layers, dev, p);
+  Tally tally{o};
+  int groups = 0;
+  for (int g = 1; g <= max_group; g *= 2) ++groups;
+  tally.total = 3 * c.num_layers() * static_cast<int>(o.microbatches.size()) + (o.concurrency > 1 ? 1 : 0) +
+                c.num_layers() + groups;
+  MeasureCosts(c, o, chain, s, dev, p, tally);
+  if (o.concurrency > 1) MeasureContentionCurve(o, load, p, tally);
+  MeasureUpdates(c, o, layers, dev, p, tally);
   chain.clear();
   layers.clear();
-  OB_RETURN_IF_ERROR(MeasureAllReduces(c, o, s, dev, max_group, load, p));
+  OB_RETURN_IF_ERROR(MeasureAllReduces(c, o, s, dev, max_group, load, p, tally));
   SetFlops(c, s, p);
   return p;
 }

@@ -32,7 +32,9 @@ struct MeasureOptions {
   // same layers on this machine (forward and backward in a loop), as the
   // workers of a local cluster share its cores; 1: alone.
   int concurrency = 1;
-  std::function<void(const std::string&)> progress;  // one line per step of work
+  // After each step of work: what it was, and the work done so far of
+  // all (a chained pass over the layers counts as many as there are).
+  std::function<void(const std::string& line, int done, int total)> progress;
 };
 
 // Measures every layer of `c`. kConfig for unusable options (no CUDA in this
