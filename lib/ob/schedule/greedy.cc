@@ -25,7 +25,7 @@ struct Steps {
 };
 
 constexpr int64_t kStepsPerLargest = 4096;
-constexpr int64_t kMostCostMade = 4096;  // stages × micro-batches (GreedyOrders)
+constexpr int64_t kMostCostMade = 1024;  // stages × micro-batches (GreedyOrders)
 
 bool IsUnit(const std::vector<StageCosts>& costs) {
   return std::all_of(costs.begin(), costs.end(), [](const StageCosts& c) { return c == StageCosts{1, 1, 1, 0, 0}; });
@@ -175,8 +175,8 @@ std::shared_ptr<const PipelineOrders> GreedyOrders(std::string_view key, LimitsO
   static std::mutex mu;
   static std::map<std::tuple<std::string, int, std::vector<int64_t>>, std::shared_ptr<const PipelineOrders>> cache;
   static size_t cached_ops = 0;
-  // Orders made for a pipeline's own costs up to 4,096 stage-micro-batches
-  // (64 stages of 64, say); beyond, at unit costs, which the cache shares
+  // Orders made for a pipeline's own costs up to 1,024 stage-micro-batches
+  // (16 stages of 64, 32 of 32); beyond, at unit costs, which the cache shares
   // among every template of that shape: the planner times hundreds of
   // large templates, and the fill that cost-made orders save is a smaller
   // share of a long pipeline's step. Both the planner and the workers

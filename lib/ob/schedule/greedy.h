@@ -16,7 +16,7 @@
 // fixes what runs after what. Where the order made at unit costs is
 // faster at the pipeline's own costs (list scheduling has such
 // anomalies), or the other's stage programs could deadlock on rendezvous
-// channels (program.h), the unit-cost one is kept; and beyond 4,096
+// channels (program.h), the unit-cost one is kept; and beyond 1,024
 // stage-micro-batches (S × m) orders are made at unit costs, so that
 // planning hundreds of long templates stays fast (their shapes share the
 // cache). Internal to lib/ob/schedule; thread-safe (a
