@@ -29,7 +29,6 @@
 namespace ob::launch::detail {
 
 constexpr int kWatchdogMs = 50;          // how often the agent checks the master and workers
-constexpr int kDrainMs = 300;            // the most time spent flushing on the way out
 // Step records kept per rank for a master that takes over: the steps a
 // master may have left unread while it was silent (--master-timeout) or
 // lost, at a few hundred bytes each.

@@ -33,7 +33,6 @@ namespace ob::launch::detail {
 constexpr int kTickMs = 50;        // detection granularity (well under the 1 s bound)
 constexpr int kProgressMs = 1000;  // progress line period
 constexpr int kDecideMs = 100;     // failures this close together are one event
-constexpr int kDrainMs = 300;      // the most time spent flushing on the way out
 constexpr size_t kHostsNamed = 8;  // in a message about many hosts, the rest are counted (io::NameSome)
 constexpr int kStallBlameMs = 5000;  // losses this soon after the master's own stall are its fault
 

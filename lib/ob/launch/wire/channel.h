@@ -46,6 +46,9 @@ inline constexpr int kHandshakeTimeoutMs = 5000;
 // How often the master and each agent send a heartbeat on an idle
 // connection (each side judges the other's silence against it).
 inline constexpr int kHeartbeatMs = 200;
+// The most time the master or an agent spends flushing its channels on the
+// way out.
+inline constexpr int kDrainMs = 300;
 // Largest frame a peer may send before it proved the secret (a Hello or a
 // Proof is tiny): a stranger cannot make the master hold more than this
 // per connection.
