@@ -48,9 +48,10 @@ d = p["device"]
 assert d["concurrency"] == 3, d
 assert int(d["process_bytes"]) > 10 << 20, d
 assert all(l["update_seconds"] > 0 for l in p["layers"]), [l.get("update_seconds") for l in p["layers"]]
-# The slowdown with 1..3 computing at once: 1 alone, then positive.
+# The slowdown with 1..3 computing at once: 1 alone, then never below 1
+# (k processes do not each compute faster than one alone).
 c = d["contention"]
-assert len(c) == 3 and c[0] == 1 and all(0 < x < 100 for x in c), c
+assert len(c) == 3 and c[0] == 1 and all(1 <= x < 100 for x in c), c
 PY
 pgrep -f -- "--concurrency 3 -k 3" > /dev/null && fail "a load process outlived ob-profile" || pass
 expect 64 'concurrency' -- "$P" --model gpt-tiny --concurrency 0 -o "$TMP/c0.pb"

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 #include <thread>
@@ -66,7 +67,7 @@ void BackgroundLoad::Run(int n) {
   for (size_t i = 0; i < pids_.size(); ++i) ::kill(pids_[i], static_cast<int>(i) < n ? SIGCONT : SIGSTOP);
 }
 
-uint64_t BackgroundLoad::LayersTrained() const {
+uint64_t BackgroundLoad::BlocksTrained() const {
   uint64_t sum = 0;
   for (size_t i = 0; i < pids_.size(); ++i) sum += counts_[i].load(std::memory_order_relaxed);
   return sum;
@@ -106,7 +107,9 @@ void BackgroundLoad::Train(const model::GptConfig& c, const MeasureOptions& o, i
         torch::Tensor out = layer->forward(in.input, in.targets);
         if (layer->kind() == pb::LAYER_HEAD) out.backward();
         else out.backward(torch::randn_like(out));
-        count->fetch_add(1, std::memory_order_relaxed);
+        // Blocks only: each the same work, so a count is a measure of it
+        // (the embedding and the head take a fraction of a block).
+        if (layer->kind() == pb::LAYER_BLOCK) count->fetch_add(1, std::memory_order_relaxed);
       }
       if (!said) said = ::write(ready_fd, "r", 1) == 1;
     }
@@ -117,24 +120,34 @@ void BackgroundLoad::Train(const model::GptConfig& c, const MeasureOptions& o, i
 std::vector<double> MeasureContention(const MeasureOptions& o, BackgroundLoad& load) {
   const int n = o.concurrency;
   constexpr int kBlocks = 4;
-  const auto settle = std::chrono::milliseconds(40), window = std::chrono::milliseconds(160);
+  // A window lasts until the k running have trained 16 blocks each (a
+  // count's error, a block a process, is then within 1/16), at least 160
+  // ms and at most 5 s: a window of 160 ms alone saw 0 or 1 blocks of a
+  // GPT-2-sized model and gave curves below 1, a process computing faster
+  // because another computes beside it.
+  constexpr uint64_t kEach = 16;
+  const auto settle = std::chrono::milliseconds(40), least = std::chrono::milliseconds(160),
+             most = std::chrono::milliseconds(5000), poll = std::chrono::milliseconds(20);
   std::vector<double> layers(n, 0), seconds(n, 0);
   for (int r = 0; r < kBlocks; ++r) {
     for (int k = 1; k <= n; ++k) {
       load.Run(k);
       std::this_thread::sleep_for(settle);
-      const uint64_t before = load.LayersTrained();
+      const uint64_t before = load.BlocksTrained();
       const auto t0 = Clock::now();
-      std::this_thread::sleep_for(window);
-      layers[k - 1] += static_cast<double>(load.LayersTrained() - before);
+      std::this_thread::sleep_for(least);
+      while (load.BlocksTrained() - before < kEach * static_cast<uint64_t>(k) && Clock::now() - t0 < most)
+        std::this_thread::sleep_for(poll);
+      layers[k - 1] += static_cast<double>(load.BlocksTrained() - before);
       seconds[k - 1] += Seconds(t0);
     }
   }
   std::vector<double> out(n, 1.0);
-  const double alone = seconds[0] > 0 ? layers[0] / seconds[0] : 0;  // layers per second
+  const double alone = seconds[0] > 0 ? layers[0] / seconds[0] : 0;  // blocks per second
   for (int k = 2; k <= n; ++k) {
     const double rate = seconds[k - 1] > 0 ? layers[k - 1] / seconds[k - 1] : 0;
-    out[k - 1] = alone > 0 && rate > 0 ? k * alone / rate : 1.0;
+    // Never below 1: k processes do not each compute faster than one alone.
+    out[k - 1] = alone > 0 && rate > 0 ? std::max(1.0, k * alone / rate) : 1.0;
   }
   return out;
 }

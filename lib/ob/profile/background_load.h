@@ -36,14 +36,14 @@ class BackgroundLoad {
 
   int processes() const { return static_cast<int>(pids_.size()); }
 
-  // Layers trained so far by all of them together.
-  uint64_t LayersTrained() const;
+  // Blocks trained so far by all of them together (each the same work).
+  uint64_t BlocksTrained() const;
 
   void Stop();
 
  private:
   // One load process's loop (the child of a fork): trains the layers until
-  // `stop_fd` closes, counting them in *count; says "r" on `ready_fd` after
+  // `stop_fd` closes, counting the blocks in *count; says "r" on `ready_fd` after
   // its first pass.
   static void Train(const model::GptConfig& c, const MeasureOptions& o, int s, int which, int stop_fd,
                     int ready_fd, std::atomic<uint64_t>* count);
@@ -62,7 +62,9 @@ class BackgroundLoad {
 // processes on 2 cores, the one a core has to itself runs at full speed
 // for as long as the kernel leaves it there, and which one that is is luck.
 // The k are taken in turn, kBlocks times over, so that a drift of the
-// machine's speed falls on all of them alike. Under a pipeline's schedule
+// machine's speed falls on all of them alike; each window lasts until the
+// k have trained 16 blocks each (at least 160 ms, at most 5 s), and no
+// value is below 1. Under a pipeline's schedule
 // the workers of a local cluster do not all compute at once (they wait for
 // their neighbours), and ob-plan --local replays the schedule at the speed
 // this curve gives for the number computing at each moment (schedule.h).
