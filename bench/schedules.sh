@@ -24,6 +24,7 @@
 # use the allocator as a user would.
 #
 #   bench/schedules.sh [ROUNDS [STEPS]]
+#   SCHEDULES="1f1b zb-h1" MS=4 bench/schedules.sh 1 5   (a quick look: fewer schedules and shares)
 set -euo pipefail
 rounds=${1:-5}
 steps=${2:-8}
