@@ -113,10 +113,9 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
     t.stage_held.push_back({static_cast<int>(s.in_flight()), static_cast<int>(s.weight_inputs())});
-    t.op_costs.push_back({s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(),
-                          s.send_back_seconds()});
-    for (double v : {s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(),
-                     s.send_back_seconds()}) {
+    const schedule::StageCosts& c = t.op_costs.emplace_back(schedule::StageCosts{
+        s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(), s.send_back_seconds()});
+    for (double v : {c.forward, c.input_grad, c.weight_grad, c.send, c.send_back}) {
       if (!std::isfinite(v) || v < 0)
         return Status::DataErr(who + ": stage of layers " + std::to_string(s.first_layer()) + "-" +
                                std::to_string(s.last_layer()) + ": op costs must be finite and non-negative");

@@ -178,11 +178,13 @@ void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) 
   const bool per_message = works.size() == batch.size();
   const bool receives = std::any_of(batch.begin(), batch.end(), [](const compat::P2pMessage& m) { return !m.send; });
   std::vector<Work> now;
+  bool deferred = false;
   for (size_t k = 0; k < works.size(); ++k) {
     const bool send = per_message ? batch[k].send : !receives;
     (send ? s.sends : now).push_back(std::move(works[k]));
+    deferred = deferred || send;
   }
-  if (!s.sends.empty()) s.sending.insert(s.sending.end(), keep.begin(), keep.end());
+  if (deferred) s.sending.insert(s.sending.end(), keep.begin(), keep.end());
   WaitAll(now);
   for (torch::Tensor* slot : parts) *slot = GatherShares(*slot);
   s.r.comm_seconds += SecondsSince(t0);

@@ -27,10 +27,15 @@ struct Steps {
 constexpr int64_t kStepsPerLargest = 4096;
 constexpr int64_t kMostCostMade = 1024;  // stages × micro-batches (GreedyOrders)
 
-bool IsUnit(const std::vector<StageCosts>& costs) {
-  return std::all_of(costs.begin(), costs.end(), [](const StageCosts& c) { return c == StageCosts{1, 1, 1, 0, 0}; });
+// Unit costs: F = B = W, the same on every stage, transfers free.
+bool IsUnit(const std::vector<Steps>& c) {
+  return std::all_of(c.begin(), c.end(), [&](const Steps& s) {
+    return s.f == c[0].f && s.b == s.f && s.w == s.f && s.send == 0 && s.back == 0;
+  });
 }
 
+// `costs` in steps; unit costs of any size as Steps{} (one step an op),
+// so that they share one cache entry.
 std::vector<Steps> Quantize(const std::vector<StageCosts>& costs) {
   double largest = 0;
   for (const StageCosts& c : costs)
@@ -46,6 +51,7 @@ std::vector<Steps> Quantize(const std::vector<StageCosts>& costs) {
     out[i] = {steps(costs[i].forward, 1), steps(costs[i].input_grad, 1), steps(costs[i].weight_grad, 1),
               steps(costs[i].send, 0), steps(costs[i].send_back, 0)};
   }
+  if (IsUnit(out)) std::fill(out.begin(), out.end(), Steps{});
   return out;
 }
 
@@ -107,10 +113,7 @@ PipelineOrders RunGreedy(LimitsOf limits_of, const std::vector<Steps>& c, int m)
     }
     return true;
   };
-  const bool unit = std::all_of(c.begin(), c.end(), [&](const Steps& s) {
-    return s.f == c[0].f && s.b == s.f && s.w == s.f && s.send == 0 && s.back == 0;
-  });
-  if (unit) {
+  if (IsUnit(c)) {
     // Every op one step: every stage is free at every step, each looked at
     // in pipeline order (a stage with nothing ready waits a step).
     for (int64_t t = 0; done < total && t <= 2 * total * c[0].f; t += c[0].f)
@@ -181,10 +184,8 @@ std::shared_ptr<const PipelineOrders> GreedyOrders(std::string_view key, LimitsO
   // large templates, and the fill that cost-made orders save is a smaller
   // share of a long pipeline's step. Both the planner and the workers
   // follow this rule, so they still make the same order.
-  if (int64_t{stages} * microbatches > kMostCostMade) {
-    if (!IsUnit(costs)) return GreedyOrders(key, limits, UnitCosts(stages), microbatches);
-  }
-  const std::vector<Steps> steps = Quantize(costs);
+  std::vector<Steps> steps = Quantize(costs);
+  if (int64_t{stages} * microbatches > kMostCostMade) std::fill(steps.begin(), steps.end(), Steps{});
   std::vector<int64_t> flat;
   flat.reserve(5 * steps.size());
   for (const Steps& s : steps) flat.insert(flat.end(), {s.f, s.b, s.w, s.send, s.back});
@@ -199,12 +200,8 @@ std::shared_ptr<const PipelineOrders> GreedyOrders(std::string_view key, LimitsO
     // them runs longer than the unit-cost one. Keep whichever is faster at
     // these costs (the unit-cost one on a tie), so that ordering by a
     // pipeline's costs never loses to not doing so.
-    // Unit costs: F = B = W, the same on every stage, transfers free.
-    const bool unit = std::all_of(steps.begin(), steps.end(), [&](const Steps& s) {
-      return s.f == steps[0].f && s.b == s.f && s.w == s.f && s.send == 0 && s.back == 0;
-    });
     auto own = std::make_shared<const PipelineOrders>(RunGreedy(limits, steps, microbatches));
-    if (!unit) {
+    if (!IsUnit(steps)) {
       auto plain = GreedyOrders(key, limits, UnitCosts(stages), microbatches);  // cached: one per shape
       if (*own == *plain ||
           !(Makespan(*own, costs, microbatches) < Makespan(*plain, costs, microbatches)) || !Rendezvous(*own))
