@@ -7,6 +7,7 @@
 #include "ob/cli/progress.h"
 #include "ob/data/tokenize.h"
 #include "ob/io/file.h"
+#include "ob/launch/agent/host.h"
 #include "ob/log.h"
 
 namespace {
@@ -20,6 +21,10 @@ struct Options {
   std::string eot_token;
   bool bos = false, no_bos = false;
   bool split_special_tokens = false;
+  std::string field = "text";
+  bool skip_bad = false;
+  int jobs = 0;  // 0: the cores this process may use
+  std::string format = "flat";
 };
 
 Options g;
@@ -55,7 +60,9 @@ ob::Result<Loaded> LoadTokenizer() {
 }
 
 ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
-  if (common.output == "-") return ob::Status::Usage("tokenize writes a token file: give -o FILE.bin or -o FILE.u32");
+  if (common.output == "-") {
+    return ob::Status::Usage("tokenize writes a token file: give -o FILE.bin or -o FILE.u32 (--format megatron: -o PREFIX)");
+  }
   OB_ASSIGN_OR_RETURN(Loaded tok, LoadTokenizer());
   ob::data::TokenizeOptions o;
   o.inputs = g.inputs;
@@ -66,6 +73,10 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
   o.eot_token = g.eot_token;
   o.bos = g.bos ? 1 : g.no_bos ? 0 : -1;
   o.split_special_tokens = g.split_special_tokens;
+  o.field = g.field;
+  o.skip_bad = g.skip_bad;
+  o.megatron = g.format == "megatron";
+  o.jobs = g.jobs > 0 ? g.jobs : ob::launch::UsableCores();
   std::optional<ob::cli::ProgressLine> line;
   if (!common.quiet) {
     line.emplace("ob-data", common.quiet);
@@ -80,12 +91,17 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
                       tok.bpe ? ob::data::Tokenize(*tok.bpe, o) : ob::data::Tokenize(*tok.hf, o));
   line.reset();  // cleared from a terminal before the summary
   if (!common.quiet) {
-    std::fprintf(stderr, "ob-data: %s → %llu tokens in %s", Mib(s.bytes).c_str(),
-                 static_cast<unsigned long long>(s.train_tokens), common.output.c_str());
+    std::fprintf(stderr, "ob-data: %s, %llu documents → %llu tokens in %s", Mib(s.bytes).c_str(),
+                 static_cast<unsigned long long>(s.documents), static_cast<unsigned long long>(s.train_tokens),
+                 common.output.c_str());
     if (!g.val_output.empty()) {
       std::fprintf(stderr, ", %llu in %s", static_cast<unsigned long long>(s.val_tokens), g.val_output.c_str());
     }
-    std::fprintf(stderr, " (%.1f s, %.1f MB/s)\n", s.seconds, s.seconds > 0 ? s.bytes / s.seconds / 1e6 : 0.0);
+    std::fprintf(stderr, " (%.1f s, %.1f MB/s, %d threads)\n", s.seconds,
+                 s.seconds > 0 ? s.bytes / s.seconds / 1e6 : 0.0, o.jobs);
+    if (s.skipped > 0) {
+      std::fprintf(stderr, "ob-data: skipped %llu bad lines (--skip-bad)\n", static_cast<unsigned long long>(s.skipped));
+    }
   }
   return ob::Status::Ok();
 }
@@ -120,8 +136,26 @@ CLI::App* Command(CLI::App& app, const char* name, const char* what, const char*
 
 void Setup(CLI::App& app) {
   app.require_subcommand(0, 1);
-  g_tokenize = Command(app, "tokenize", "Text files to a token file (-o FILE.bin: uint16 ids, FILE.u32: uint32)",
-                       "Text files, in order; - for stdin");
+  g_tokenize = Command(app, "tokenize",
+                       "Text or JSON Lines to a token file (-o FILE.bin: uint16 ids, FILE.u32: uint32; "
+                       "--format megatron: -o PREFIX)",
+                       "Inputs, in order: text, or JSON Lines (*.jsonl, *.json, *.ndjson), each plain, .gz or "
+                       ".zst; - for stdin (text)");
+  g_tokenize->add_option("--field", g.field, "JSON Lines: the field holding each document's text (default text)")
+      ->option_text("NAME");
+  g_tokenize->add_flag("--skip-bad", g.skip_bad,
+                       "JSON Lines: skip lines that are not an object with a string --field, and count them "
+                       "(default: stop at the first, exit 65)");
+  g_tokenize->add_option("-j,--jobs", g.jobs,
+                         "Tokenize on N threads (default: the cores this process may use); the output is the same "
+                         "for any N")
+      ->option_text("N")
+      ->check(CLI::PositiveNumber);
+  g_tokenize->add_option("--format", g.format,
+                         "flat: the ids alone (-o FILE.bin or FILE.u32); megatron: Megatron-LM's indexed dataset, "
+                         "PREFIX.bin + PREFIX.idx, one sequence a document")
+      ->option_text("flat|megatron")
+      ->check(CLI::IsMember({"flat", "megatron"}));
   g_tokenize->add_option("--val-fraction", g.val_fraction,
                          "Send the last F of the input bytes (from the end of the line it falls in) to --val-output")
       ->option_text("F")
@@ -129,15 +163,15 @@ void Setup(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.999999));
   g_tokenize->add_option("--val-output", g.val_output, "The validation split's token file")->option_text("FILE");
   g_tokenize->add_flag("--eot", g.eot,
-                       "End each input file (a document) with the end-of-text token: GPT-2's <|endoftext|>, "
+                       "End each document (a text input, a JSON line) with the end-of-text token: GPT-2's <|endoftext|>, "
                        "tokenizer_config.json's eos_token");
   g_tokenize->add_option("--eot-token", g.eot_token, "--eot with this token instead (its text, e.g. '<|endoftext|>')")
       ->option_text("TOKEN");
   auto* bos = g_tokenize->add_flag("--bos", g.bos,
-                                   "Start each input with the BOS token even where the tokenizer adds none "
+                                   "Start each document with the BOS token even where the tokenizer adds none "
                                    "(tokenizer_config.json's bos_token)");
   auto* no_bos = g_tokenize->add_flag("--no-bos", g.no_bos,
-                                      "Start each input with no BOS, where the tokenizer's template or "
+                                      "Start each document with no BOS, where the tokenizer's template or "
                                       "add_bos_token adds one");
   bos->excludes(no_bos);
   g_tokenize->add_flag("--split-special-tokens", g.split_special_tokens,
@@ -151,7 +185,8 @@ void Setup(CLI::App& app) {
       "      corpus/*.txt --val-fraction 0.01 --val-output val.bin -o train.bin\n"
       "  ob-launch --data train.bin ...\n"
       "  ob-data decode --vocab vocab.json --merges merges.txt val.bin | head\n"
-      "  ob-data tokenize --tokenizer Llama-3.1-8B/tokenizer.json --eot corpus/*.txt -o train.u32");
+      "  ob-data tokenize --tokenizer Llama-3.1-8B/tokenizer.json --eot corpus/*.txt -o train.u32\n"
+      "  ob-data tokenize --tokenizer tokenizer.json --eot pile/*.jsonl.zst --format megatron -o pile_text");
 }
 
 }  // namespace

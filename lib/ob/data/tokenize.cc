@@ -6,9 +6,14 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <thread>
 
+#include "ob/data/corpus.h"
+#include "ob/data/megatron.h"
 #include "ob/io/file.h"
 #include "ob/model/data.h"
 
@@ -107,22 +112,183 @@ Result<int> IdWidth(const std::string& path, uint32_t vocab_size) {
 Status EncoderStatus(const Encoder&) { return Status::Ok(); }
 Status EncoderStatus(const HfEncoder& enc) { return enc.status(); }
 
-// The inputs through `enc`, each input a document: `prefix` before it, its
-// ids, then `eot` (when >= 0).
+// One output: flat ids (TokenWriter) or a Megatron pair.
+class Output {
+ public:
+  static Result<std::unique_ptr<Output>> Open(const std::string& path, uint32_t vocab_size, bool megatron) {
+    auto out = std::make_unique<Output>();
+    if (megatron) {
+      std::string prefix = path;
+      for (const char* suffix : {".bin", ".idx"}) {
+        if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, suffix) == 0) prefix.resize(prefix.size() - 4);
+      }
+      OB_ASSIGN_OR_RETURN(out->megatron_, MegatronWriter::Open(prefix, vocab_size));
+    } else {
+      OB_ASSIGN_OR_RETURN(int width, IdWidth(path, vocab_size));
+      OB_ASSIGN_OR_RETURN(out->flat_, TokenWriter::Open(path, width));
+    }
+    return out;
+  }
+  Status Write(std::vector<uint32_t>* ids, const std::vector<size_t>& ends) {
+    return megatron_ ? megatron_->Write(ids, ends) : flat_->Write(ids);
+  }
+  Status Commit() { return megatron_ ? megatron_->Commit() : flat_->Commit(); }
+  uint64_t count() const { return megatron_ ? megatron_->tokens() : flat_->count(); }
+
+ private:
+  std::unique_ptr<TokenWriter> flat_;
+  std::unique_ptr<MegatronWriter> megatron_;
+};
+
+// A unit's ids, and where in them each document it ends ends.
+struct Encoded {
+  std::vector<uint32_t> ids;
+  std::vector<size_t> ends;
+  Status status;
+};
+
+// Unit `u` through `enc`: each document `prefix` first, its ids, then
+// `eot` (when >= 0). The encoder ends the unit empty, so the next unit's
+// ids do not depend on this one's.
 template <typename Enc>
-Result<TokenizeStats> Run(Enc& enc, uint32_t vocab_size, const std::vector<uint32_t>& prefix, int64_t eot,
+void EncodeUnit(Enc& enc, const Unit& u, const std::vector<uint32_t>& prefix, int64_t eot, Encoded* out) {
+  out->ids.clear();
+  out->ends.clear();
+  auto flush = [&] {
+    out->ids.insert(out->ids.end(), enc.ids().begin(), enc.ids().end());
+    enc.ids().clear();
+  };
+  const std::string_view text = u.text;
+  for (const Unit::Piece& p : u.pieces) {
+    if (p.starts_doc) {
+      flush();
+      out->ids.insert(out->ids.end(), prefix.begin(), prefix.end());
+    }
+    enc.Add(text.substr(p.begin, p.size));
+    if (p.ends_doc) {
+      enc.End();
+      flush();
+      if (eot >= 0) out->ids.push_back(static_cast<uint32_t>(eot));
+      out->ends.push_back(out->ids.size());
+    }
+  }
+  enc.End();
+  flush();
+  out->status = EncoderStatus(enc);
+}
+
+// Units from `reader` through encoders from `make`, on `jobs` threads,
+// handed to `write` in order. Up to 2·jobs + 2 units are in memory at
+// once. The first error (reading, encoding or writing) stops everything.
+template <typename MakeEnc, typename Write>
+Status Pipeline(CorpusReader& reader, int jobs, MakeEnc&& make, const std::vector<uint32_t>& prefix, int64_t eot,
+                Write&& write) {
+  if (jobs <= 1) {
+    auto enc = make();
+    Unit u;
+    Encoded e;
+    for (;;) {
+      OB_ASSIGN_OR_RETURN(bool more, reader.Next(&u));
+      if (!more) return Status::Ok();
+      EncodeUnit(*enc, u, prefix, eot, &e);
+      OB_RETURN_IF_ERROR(write(u, e));
+    }
+  }
+  enum State { kFree, kRead, kTaken, kDone };
+  struct Slot {
+    Unit unit;
+    Encoded encoded;
+    State state = kFree;
+  };
+  const size_t window = 2 * static_cast<size_t>(jobs) + 2;
+  std::vector<Slot> slots(window);
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next_read = 0, next_encode = 0, next_write = 0;
+  bool read_done = false, stop = false;
+  Status read_error;
+  std::thread read_thread([&] {
+    for (;;) {
+      Slot* slot;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || slots[next_read % window].state == kFree; });
+        if (stop) return;
+        slot = &slots[next_read % window];
+      }
+      Result<bool> more = reader.Next(&slot->unit);  // a free slot is the reader's alone
+      std::lock_guard<std::mutex> lock(mu);
+      if (!more.ok() || !*more) {
+        if (!more.ok()) read_error = more.status();
+        read_done = true;
+        cv.notify_all();
+        return;
+      }
+      slot->state = kRead;
+      ++next_read;
+      cv.notify_all();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int j = 0; j < jobs; ++j) {
+    workers.emplace_back([&] {
+      auto enc = make();
+      for (;;) {
+        Slot* slot;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || next_encode < next_read || read_done; });
+          if (stop || next_encode == next_read) return;  // read_done: nothing left to encode
+          slot = &slots[next_encode % window];
+          slot->state = kTaken;
+          ++next_encode;
+        }
+        EncodeUnit(*enc, slot->unit, prefix, eot, &slot->encoded);
+        std::lock_guard<std::mutex> lock(mu);
+        slot->state = kDone;
+        cv.notify_all();
+      }
+    });
+  }
+  Status status;
+  for (;;) {
+    Slot* slot;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] {
+        return slots[next_write % window].state == kDone || (read_done && next_write == next_read);
+      });
+      if (slots[next_write % window].state != kDone) break;
+      slot = &slots[next_write % window];
+    }
+    status = write(slot->unit, slot->encoded);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!status.ok()) {
+      stop = true;
+      cv.notify_all();
+      break;
+    }
+    slot->state = kFree;
+    ++next_write;
+    cv.notify_all();
+  }
+  read_thread.join();
+  for (std::thread& t : workers) t.join();
+  if (!status.ok()) return status;
+  return read_error;
+}
+
+// The inputs through encoders from `make`, as the header says.
+template <typename MakeEnc>
+Result<TokenizeStats> Run(MakeEnc&& make, uint32_t vocab_size, const std::vector<uint32_t>& prefix, int64_t eot,
                           const TokenizeOptions& o) {
   const auto t0 = Clock::now();
-  if (o.inputs.empty()) return Status::Usage("no input: give text files, or - for stdin");
+  if (o.inputs.empty()) return Status::Usage("no input: give text or JSON Lines files, or - for stdin");
   if (o.val_fraction < 0 || o.val_fraction >= 1) return Status::Usage("--val-fraction must be in [0, 1)");
+  if (o.jobs < 1) return Status::Usage("-j must be at least 1");
   const bool split = o.val_fraction > 0;
   if (split && o.val_output.empty()) return Status::Usage("--val-fraction needs --val-output FILE");
   if (!split && !o.val_output.empty()) return Status::Usage("--val-output needs --val-fraction F");
-  OB_ASSIGN_OR_RETURN(int width, IdWidth(o.output, vocab_size));
-  int val_width = width;
-  if (split) {
-    OB_ASSIGN_OR_RETURN(val_width, IdWidth(o.val_output, vocab_size));
-  }
 
   // Sizes, for the split and the progress line.
   uint64_t total = 0;
@@ -138,73 +304,33 @@ Result<TokenizeStats> Run(Enc& enc, uint32_t vocab_size, const std::vector<uint3
   if (split && !sized) {
     return Status::Usage("--val-fraction splits at a fraction of the inputs' size: give regular files, not stdin or a pipe");
   }
-  const uint64_t split_at = split ? static_cast<uint64_t>(static_cast<double>(total) * (1 - o.val_fraction)) : UINT64_MAX;
-
-  OB_ASSIGN_OR_RETURN(auto train, TokenWriter::Open(o.output, width));
-  std::unique_ptr<TokenWriter> val;
+  OB_ASSIGN_OR_RETURN(auto train, Output::Open(o.output, vocab_size, o.megatron));
+  std::unique_ptr<Output> val;
   if (split) {
-    OB_ASSIGN_OR_RETURN(val, TokenWriter::Open(o.val_output, val_width));
+    OB_ASSIGN_OR_RETURN(val, Output::Open(o.val_output, vocab_size, o.megatron));
   }
-  TokenWriter* out = train.get();
-  // 0: before the split point; 1: past it, looking for the end of its line; 2: split.
-  int phase = split ? 0 : 2;
-  uint64_t done = 0;
-  std::string chunk(o.chunk_bytes, '\0');
-
-  auto to_val = [&]() -> Status {
-    enc.End();
-    OB_RETURN_IF_ERROR(EncoderStatus(enc));
-    OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
-    out = val.get();
-    phase = 2;
+  CorpusOptions co;
+  co.inputs = o.inputs;
+  co.field = o.field;
+  co.skip_bad = o.skip_bad;
+  co.split_at = split ? static_cast<uint64_t>(static_cast<double>(total) * (1 - o.val_fraction)) : UINT64_MAX;
+  co.unit_bytes = std::max<size_t>(o.chunk_bytes, 1);
+  CorpusReader reader(co);
+  TokenizeStats s;
+  auto write = [&](const Unit& u, Encoded& e) -> Status {
+    OB_RETURN_IF_ERROR(e.status);
+    s.documents += e.ends.size();
+    OB_RETURN_IF_ERROR((u.val ? val : train)->Write(&e.ids, e.ends));
+    if (o.progress) o.progress(u.raw_done, sized ? total : 0, train->count() + (val ? val->count() : 0));
     return Status::Ok();
   };
-  for (const std::string& in : o.inputs) {
-    const std::string name = io::DisplayName(in);
-    int fd = in == "-" ? STDIN_FILENO : ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::NoInput(in + ": cannot read: " + std::strerror(errno));
-    struct Closer {
-      int fd;
-      ~Closer() {
-        if (fd != STDIN_FILENO) ::close(fd);
-      }
-    } closer{fd};
-    enc.ids().insert(enc.ids().end(), prefix.begin(), prefix.end());
-    for (;;) {
-      ssize_t n = ::read(fd, chunk.data(), chunk.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Status::NoInput(name + ": cannot read: " + std::strerror(errno));
-      if (n == 0) break;
-      std::string_view data(chunk.data(), static_cast<size_t>(n));
-      if (phase == 0 && done + data.size() > split_at) phase = 1;
-      if (phase == 1) {
-        const size_t from = split_at > done ? static_cast<size_t>(split_at - done) : 0;
-        const size_t nl = data.find('\n', from);
-        if (nl != std::string_view::npos) {
-          enc.Add(data.substr(0, nl + 1));
-          OB_RETURN_IF_ERROR(to_val());
-          data.remove_prefix(nl + 1);
-        }
-      }
-      enc.Add(data);
-      OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));
-      OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
-      done += static_cast<uint64_t>(n);
-      if (o.progress) o.progress(done, sized ? total : 0, train->count() + (val ? val->count() : 0));
-    }
-    enc.End();
-    OB_RETURN_IF_ERROR(EncoderStatus(enc).WithContext(name));
-    if (eot >= 0) enc.ids().push_back(static_cast<uint32_t>(eot));
-    OB_RETURN_IF_ERROR(out->Write(&enc.ids()));
-    if (phase == 1) OB_RETURN_IF_ERROR(to_val());  // no newline after the split point in this input
-  }
-  if (split && phase != 2) OB_RETURN_IF_ERROR(to_val());
+  OB_RETURN_IF_ERROR(Pipeline(reader, o.jobs, make, prefix, eot, write));
   OB_RETURN_IF_ERROR(train->Commit());
   if (val) OB_RETURN_IF_ERROR(val->Commit());
-  TokenizeStats s;
-  s.bytes = done;
+  s.bytes = reader.raw_done();
   s.train_tokens = train->count();
   s.val_tokens = val ? val->count() : 0;
+  s.skipped = reader.skipped();
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return s;
 }
@@ -241,8 +367,7 @@ Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o) {
   if (o.split_special_tokens) {
     return Status::Usage("--split-special-tokens: GPT-2's files have no added tokens; their text is always text");
   }
-  Encoder enc(bpe);
-  return Run(enc, bpe.vocab_size(), {}, eot, o);
+  return Run([&] { return std::make_unique<Encoder>(bpe); }, bpe.vocab_size(), {}, eot, o);
 }
 
 Result<TokenizeStats> Tokenize(const HfTokenizer& tok, const TokenizeOptions& o) {
@@ -263,8 +388,8 @@ Result<TokenizeStats> Tokenize(const HfTokenizer& tok, const TokenizeOptions& o)
     }
     prefix.push_back(static_cast<uint32_t>(tok.bos_id()));
   }
-  HfEncoder enc(tok, o.split_special_tokens);
-  return Run(enc, tok.vocab_size(), prefix, eot, o);
+  return Run([&] { return std::make_unique<HfEncoder>(tok, o.split_special_tokens); }, tok.vocab_size(), prefix, eot,
+             o);
 }
 
 Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out) {

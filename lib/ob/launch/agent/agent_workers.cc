@@ -25,43 +25,6 @@ namespace ob::launch {
 
 namespace {
 
-// The least CPU quota of our cgroups (host.h), 0 when none is set or
-// none can be read. Read once: a quota is the container's, fixed for the
-// agent's life.
-int CgroupCpus() {
-  static const int cpus = [] {
-    auto cgroup = io::ReadFile("/proc/self/cgroup");
-    auto mounts = io::ReadFile("/proc/self/mountinfo");
-    if (!cgroup.ok() || !mounts.ok()) return 0;
-    int least = 0;
-    for (const CgroupDir& d : CpuCgroupDirs(*cgroup, *mounts)) {
-      int n = 0;
-      if (d.v2) {
-        auto max = io::ReadFile(d.path + "/cpu.max");
-        if (max.ok()) n = QuotaCpus(*max);
-      } else {
-        auto quota = io::ReadFile(d.path + "/cpu.cfs_quota_us");
-        auto period = io::ReadFile(d.path + "/cpu.cfs_period_us");
-        if (quota.ok() && period.ok()) n = QuotaCpus(*quota, *period);
-      }
-      if (n > 0 && (least == 0 || n < least)) least = n;
-    }
-    return least;
-  }();
-  return cpus;
-}
-
-// The cores a worker's share is cut from: our affinity mask, or fewer
-// where a CPU quota allows fewer.
-int Cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int mask = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                 : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-  const int quota = CgroupCpus();
-  return quota > 0 ? std::min(mask, quota) : mask;
-}
-
 const char* Getenv(const char* var) { return std::getenv(var); }
 
 }  // namespace
@@ -103,7 +66,7 @@ void Agent::StartWorkers(const pb::StartWorkers& sw) {
 
 std::map<std::string, std::string> Agent::ThreadEnv(int sharing) const {
   std::map<std::string, std::string> env;
-  for (const ThreadSetting& s : ThreadSettings(ThreadsPerWorker(Cores(), sharing), Getenv)) {
+  for (const ThreadSetting& s : ThreadSettings(ThreadsPerWorker(UsableCores(), sharing), Getenv)) {
     if (s.origin != ThreadSetting::kInherited) env[s.var] = s.value;
   }
   return env;
@@ -111,7 +74,7 @@ std::map<std::string, std::string> Agent::ThreadEnv(int sharing) const {
 
 void Agent::SetThreads(std::vector<pb::WorkerSpec>* specs) {
   if (specs->empty()) return;
-  const int cores = Cores();
+  const int cores = UsableCores();
   const int sharing = std::max(static_cast<int>(specs->size()), opt_.cpu_share);
   last_sharing_ = sharing;
   std::string said;

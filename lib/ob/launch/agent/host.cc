@@ -1,5 +1,8 @@
 #include "ob/launch/agent/host.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
@@ -7,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ob/io/file.h"
 #include "ob/io/text.h"
 
 namespace ob::launch {
@@ -170,6 +174,38 @@ std::vector<ThreadSetting> ThreadSettings(int share, const char* (*env)(const ch
     out.push_back(std::move(s));
   }
   return out;
+}
+
+int CgroupCpus() {
+  static const int cpus = [] {
+    auto cgroup = io::ReadFile("/proc/self/cgroup");
+    auto mounts = io::ReadFile("/proc/self/mountinfo");
+    if (!cgroup.ok() || !mounts.ok()) return 0;
+    int least = 0;
+    for (const CgroupDir& d : CpuCgroupDirs(*cgroup, *mounts)) {
+      int n = 0;
+      if (d.v2) {
+        auto max = io::ReadFile(d.path + "/cpu.max");
+        if (max.ok()) n = QuotaCpus(*max);
+      } else {
+        auto quota = io::ReadFile(d.path + "/cpu.cfs_quota_us");
+        auto period = io::ReadFile(d.path + "/cpu.cfs_period_us");
+        if (quota.ok() && period.ok()) n = QuotaCpus(*quota, *period);
+      }
+      if (n > 0 && (least == 0 || n < least)) least = n;
+    }
+    return least;
+  }();
+  return cpus;
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int mask = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                 : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const int quota = CgroupCpus();
+  return std::max(1, quota > 0 ? std::min(mask, quota) : mask);
 }
 
 }  // namespace ob::launch

@@ -38,6 +38,13 @@ int ThreadsPerWorker(int cores, int workers);
 // Whole CPUs a CFS quota allows, ceil(quota / period); 0 when unlimited or
 // unreadable. cgroup v2's cpu.max ("max 100000", "150000 100000"), or v1's
 // cpu.cfs_quota_us ("-1", "150000") and cpu.cfs_period_us.
+// The cores this process may use: its affinity mask, or fewer where a
+// cgroup's quota (below) allows fewer; at least 1. Also ob-data's default
+// -j.
+int UsableCores();
+// The least CPU quota of this process's cgroups (QuotaCpus), 0 when none is
+// set or none can be read. Read once: a quota is the container's.
+int CgroupCpus();
 int QuotaCpus(const std::string& cpu_max);
 int QuotaCpus(const std::string& quota_us, const std::string& period_us);
 // The cgroup directories whose CPU quota binds this process, innermost
