@@ -177,7 +177,8 @@ void Setup(CLI::App& app) {
   g_tokenize->add_flag("--split-special-tokens", g.split_special_tokens,
                        "Tokenize special tokens' text in the input as text (default: it becomes their ids, "
                        "as HF's encode)");
-  g_decode = Command(app, "decode", "A token file back to text (-o FILE, or stdout)", "A token file (*.bin or *.u32)");
+  g_decode = Command(app, "decode", "A token file back to text (-o FILE, or stdout)",
+                     "A token file (*.bin or *.u32), or a Megatron dataset's PREFIX");
   app.footer(
       "Each command has its own --help, e.g. 'ob-data tokenize --help'.\n"
       "Examples:\n"

@@ -25,6 +25,7 @@
 #include "ob/control.pb.h"
 #include "ob/launch/agent/agent.h"
 #include "ob/launch/wire/devices.h"
+#include "ob/model/data.h"
 #include "ob/launch/worker/inject.h"
 #include "ob/launch/master/master.h"
 #include "ob/launch/master/master_setup.h"
@@ -329,8 +330,8 @@ ob::Status CheckData(const ob::launch::PlanData& plan, ob::launch::MasterOptions
   OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
                       ob::launch::CheckDataForPlan(w.eval_data, plan, /*data_is_local=*/o->rsh == "local"));
   o->eval_data_sum = eval_checked.sum;
-  const auto eval_id = ob::io::RegularFileId(w.eval_data);
-  if (eval_id && eval_id == ob::io::RegularFileId(Absolute(w.data))) {
+  const auto eval_id = ob::io::RegularFileId(ob::model::DataFile(w.eval_data));
+  if (eval_id && eval_id == ob::io::RegularFileId(ob::model::DataFile(Absolute(w.data)))) {
     OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data
                  << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
   }

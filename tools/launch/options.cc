@@ -9,6 +9,7 @@
 #include "ob/build_info.h"
 #include "ob/io/file.h"
 #include "ob/launch/agent/peer_probe.h"
+#include "ob/model/data.h"
 
 namespace ob::launch_tool {
 
@@ -18,6 +19,8 @@ std::string Absolute(const std::string& path) {
   if (path.empty() || path == "-" || path[0] == '/') return path;
   char buf[PATH_MAX];
   if (realpath(path.c_str(), buf) != nullptr) return buf;
+  // A path that names no file (a Megatron dataset's PREFIX): from here.
+  if (getcwd(buf, sizeof buf) != nullptr) return std::string(buf) + "/" + path;
   return path;
 }
 
@@ -199,8 +202,9 @@ std::vector<ob::cli::NamedFile> Reads() {
   std::vector<ob::cli::NamedFile> reads{{"the plan", g.master.plan_path},
                                         {"the hosts file", g.master.hosts_path},
                                         {"--secret-file", g.master.secret_file}};
-  if (g.worker.data != "synthetic") reads.push_back({"--data", g.worker.data});
-  if (g.worker.eval_data != "synthetic") reads.push_back({"--eval-data", g.worker.eval_data});
+  // A Megatron dataset's PREFIX names no file: its .bin is what is read.
+  if (g.worker.data != "synthetic") reads.push_back({"--data", ob::model::DataFile(g.worker.data)});
+  if (g.worker.eval_data != "synthetic") reads.push_back({"--eval-data", ob::model::DataFile(g.worker.eval_data)});
   return reads;
 }
 

@@ -338,8 +338,17 @@ Result<TokenizeStats> Run(MakeEnc&& make, uint32_t vocab_size, const std::vector
 // The bytes of each id in the token file `path`, by `bytes` (empty: none).
 template <typename Bytes>
 Status DetokenizeWith(const Bytes& bytes, const std::string& path, std::string* out) {
-  const int width = model::TokenFormatForPath(path) == model::TokenFormat::kU32 ? 4 : 2;
-  OB_ASSIGN_OR_RETURN(std::string data, io::ReadFile(path));
+  int width = model::TokenFormatForPath(path) == model::TokenFormat::kU32 ? 4 : 2;
+  std::string file = path;
+  if (const std::string prefix = MegatronPrefix(path); !prefix.empty()) {
+    // A Megatron dataset: its .bin, ids as wide as its index says.
+    file = prefix + ".bin";
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) return Status::NoInput(file + ": cannot read: " + std::strerror(errno));
+    OB_ASSIGN_OR_RETURN(MegatronIndex ix, ReadMegatronIndex(prefix, static_cast<uint64_t>(st.st_size)));
+    width = ix.token_bytes;
+  }
+  OB_ASSIGN_OR_RETURN(std::string data, io::ReadFile(file));
   if (data.size() % width != 0) {
     return Status::DataErr(path + ": " + std::to_string(data.size()) + " bytes is not a whole number of " +
                            std::to_string(width) + "-byte ids");

@@ -77,8 +77,8 @@ struct TokenizeStats {
 Result<TokenizeStats> Tokenize(const Bpe& bpe, const TokenizeOptions& o);
 Result<TokenizeStats> Tokenize(const HfTokenizer& tokenizer, const TokenizeOptions& o);
 
-// The text of a token file (*.bin or *.u32, as above): the bytes of its ids,
-// appended to `out`. kDataErr naming the file for an id the vocabulary does
+// The text of a token file (*.bin or *.u32, as above, or a Megatron
+// dataset's PREFIX, megatron.h): the bytes of its ids, appended to `out`. kDataErr naming the file for an id the vocabulary does
 // not have (with its position) or a size that is not a whole number of ids.
 Status Detokenize(const Bpe& bpe, const std::string& path, std::string* out);
 // The same for a tokenizer.json: an added token's id gives its content.

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "ob/clock.h"
+#include "ob/data/megatron.h"
 #include "ob/io/file.h"
 #include "ob/io/text.h"
 
@@ -94,9 +95,14 @@ std::string Xxh3Text(XXH64_hash_t h) { return io::HashText("xxh3=", h); }
 
 }  // namespace
 
+std::string DataFile(const std::string& spec) {
+  const std::string prefix = data::MegatronPrefix(spec);
+  return prefix.empty() ? spec : prefix + ".bin";
+}
+
 std::string DataFingerprint(const std::string& spec) {
   if (spec == "synthetic") return spec;
-  const int fd = ::open(spec.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::open(DataFile(spec).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -179,10 +185,13 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   if (format == TokenFormat::kSynthetic) {
     return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
   }
-  if (format == TokenFormat::kAuto) format = TokenFormatForPath(path);
+  // A Megatron dataset (data/megatron.h): its .bin, read as its .idx says.
+  const std::string megatron = format == TokenFormat::kAuto ? data::MegatronPrefix(path) : std::string();
+  const std::string file = megatron.empty() ? path : megatron + ".bin";
+  if (format == TokenFormat::kAuto) format = TokenFormatForPath(file);
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return Status::NoInput(path + ": cannot read: " + std::strerror(errno));
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Status::NoInput(file + ": cannot read: " + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int e = errno;
@@ -200,9 +209,17 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
                            "must be a file; save the stream to one first");
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
+  if (!megatron.empty()) {
+    Result<data::MegatronIndex> ix = data::ReadMegatronIndex(megatron, bytes);
+    if (!ix.ok()) {
+      ::close(fd);
+      return ix.status();
+    }
+    format = ix->token_bytes == 2 ? TokenFormat::kU16 : TokenFormat::kU32;
+  }
   if (bytes == 0) {
     ::close(fd);
-    return Status::DataErr(path + ": empty data file");
+    return Status::DataErr(file + ": empty data file");
   }
   void* addr = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
@@ -226,7 +243,7 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   size_t payload = bytes;
 
   int32_t header[3] = {0, 0, 0};
-  if (format == TokenFormat::kU16 && bytes >= kLlmcHeaderBytes) {
+  if (format == TokenFormat::kU16 && bytes >= kLlmcHeaderBytes && megatron.empty()) {
     std::memcpy(header, base, sizeof(header));
   }
   if (header[0] == kLlmcMagic) {

@@ -8,7 +8,11 @@
 //   kU32       flat little-endian uint32 ids.
 //   kText      any file, read as bytes (vocabulary 256).
 //   kSynthetic no file: token p is a hash of (seed, p) in [0, vocab).
-//   kAuto      kU16 for ".bin", kU32 for ".u32", kText otherwise.
+//   kAuto      a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx,
+//              data/megatron.h: its uint16 or int32 tokens, by the index's
+//              dtype; the documents are back to back, as Megatron's
+//              GPTDataset concatenates them, windows may span them),
+//              else kU16 for ".bin", kU32 for ".u32", kText otherwise.
 //
 // Sampling: sample i of global step k starts at an offset chosen by a 64-bit
 // mix of (seed, k, i) alone, so the same sample is drawn whatever the number
@@ -41,6 +45,11 @@ Result<TokenFormat> ParseTokenFormat(const std::string& name);
 // What kAuto reads a file as, by its name: kU16 for "*.bin", kU32 for
 // "*.u32", kText otherwise (ob-data writes by the same rule).
 TokenFormat TokenFormatForPath(const std::string& path);
+
+// The file a --data spec reads tokens from: PREFIX.bin for a Megatron-LM
+// indexed dataset (data/megatron.h: the spec is PREFIX, PREFIX.bin or
+// PREFIX.idx, with Megatron's header in PREFIX.idx), else the spec itself.
+std::string DataFile(const std::string& spec);
 
 // What identifies a data spec across runs: "synthetic", or "bytes=N
 // xxh3=<16 hex>" over the file's size and its first and last MiB (cheap on

@@ -28,11 +28,12 @@ Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd
     OB_RETURN_IF_ERROR(CheckEvalSplit(model::TokenSource::Synthetic(pd.cfg.vocab_size, 0), eval_split, pd));
     return DataChecked{};
   }
-  if (access(data.c_str(), R_OK) != 0) {
+  const std::string file = model::DataFile(data);  // a Megatron prefix's .bin
+  if (access(file.c_str(), R_OK) != 0) {
     if (!data_is_local) return DataChecked{};  // only on the hosts: they check
-    return Status::NoInput(data + ": " + std::strerror(errno));
+    return Status::NoInput(file + ": " + std::strerror(errno));
   }
-  const std::string identity = model::FileIdentity(data);
+  const std::string identity = model::FileIdentity(file);
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
   Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
   if (!st.ok())
@@ -45,7 +46,7 @@ Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd
   }
   OB_RETURN_IF_ERROR(CheckEvalSplit(src, eval_split, pd));
   return DataChecked{src.facts().Encode(), src.content_sum(),
-                     model::FileIdentity(data) == identity ? identity : std::string()};
+                     model::FileIdentity(file) == identity ? identity : std::string()};
 }
 
 }  // namespace ob::launch

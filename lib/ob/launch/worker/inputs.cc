@@ -75,12 +75,13 @@ Result<std::unique_ptr<ContentCheck>> ContentCheck::Start(Store& store, const st
                                                            int rank, const std::string& read_path,
                                                            const std::string& copy_identity) {
   if (spec.empty() || spec == "synthetic") return std::unique_ptr<ContentCheck>();
-  const std::string identity = copy_identity.empty() ? model::FileIdentity(spec) : copy_identity;
+  const std::string file = model::DataFile(spec);  // a Megatron prefix's .bin
+  const std::string identity = copy_identity.empty() ? model::FileIdentity(file) : copy_identity;
   if (identity.empty()) return std::unique_ptr<ContentCheck>();
   // Nothing to compare: a file every host mounts as one (read by each, it
   // would be read as many times as there are hosts), or the very file the
   // master read whole (a host on its machine: --rsh local).
-  if (io::OnSharedFileSystem(spec)) {
+  if (io::OnSharedFileSystem(file)) {
     OB_LOG(Debug) << flag << " " << spec << ": on a shared file system, the file the master read";
     return std::unique_ptr<ContentCheck>();
   }
