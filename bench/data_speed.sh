@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ob-data tokenize's speed (issue 12: >= 20 MB/s) against npm's gpt-3-encoder
+# ob-data tokenize's speed on one thread (-j 1; issue 12: >= 20 MB/s) against npm's gpt-3-encoder
 # (node, the reference of tests/cli/data_bpe.sh) in the same run, on text
 # made to defeat a word cache: MB of words drawn from a Zipf law over a
 # million invented words (syllables), with numbers, punctuation, line
@@ -83,16 +83,16 @@ fi
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 ob=() node_rate=() ob_small=()
 for ((r = 0; r < rounds; r++)); do
-  line=$("$bin/ob-data" tokenize "${T[@]}" "$work/text.txt" -o "$work/t.$ext" 2>&1 | tail -1)
+  line=$("$bin/ob-data" tokenize -j 1 "${T[@]}" "$work/text.txt" -o "$work/t.$ext" 2>&1 | tail -1)
   ob+=("$(sed -n 's/.*, \([0-9.]*\) MB\/s.*/\1/p' <<< "$line")")
-  line=$("$bin/ob-data" tokenize "${T[@]}" "$work/ref.txt" -o "$work/r.$ext" 2>&1 | tail -1)
+  line=$("$bin/ob-data" tokenize -j 1 "${T[@]}" "$work/ref.txt" -o "$work/r.$ext" 2>&1 | tail -1)
   ob_small+=("$(sed -n 's/.*, \([0-9.]*\) MB\/s.*/\1/p' <<< "$line")")
   node_rate+=("$(node "$work/ref.js" "$ref" "$work/ref.txt" ${ref_args[@]+"${ref_args[@]}"})")
 done
 tokens=$(( $(stat -c %s "$work/t.$ext") / width ))
 # Memory: peak RSS on the text and on ten copies of it (over 1 GiB).
 rss() {
-  /usr/bin/time -f %M "$bin/ob-data" tokenize -q "${T[@]}" "$@" -o "$work/m.$ext" 2>&1 | tail -1
+  /usr/bin/time -f %M "$bin/ob-data" tokenize -q -j 1 "${T[@]}" "$@" -o "$work/m.$ext" 2>&1 | tail -1
 }
 rss_small=$(rss "$work/text.txt")
 rss_big=$(rss $(for _ in 1 2 3 4 5 6 7 8 9 10; do echo "$work/text.txt"; done))

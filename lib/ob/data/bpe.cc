@@ -354,23 +354,13 @@ void Bpe::EncodeWord(std::string_view word, std::vector<uint32_t>* out) const {
   for (int i = 0; i >= 0; i = next[i]) out->push_back(id[i]);
 }
 
-Encoder::Encoder(const Bpe& bpe, size_t cache_words) : bpe_(bpe), cache_words_(cache_words) {}
+Encoder::Encoder(const Bpe& bpe, size_t cache_words) : bpe_(bpe), cache_(cache_words) {}
 
 void Encoder::Emit(std::string_view word) {
-  constexpr size_t kCachedLength = 64;
-  if (word.size() > kCachedLength || cache_words_ == 0) {
-    bpe_.EncodeWord(word, &ids_);
-    return;
-  }
-  key_.assign(word.data(), word.size());  // reused: no allocation per word
-  auto it = cache_.find(key_);
-  if (it == cache_.end()) {
-    if (cache_.size() >= cache_words_) cache_.clear();
-    std::vector<uint32_t> w;
-    bpe_.EncodeWord(word, &w);
-    it = cache_.emplace(key_, std::move(w)).first;
-  }
-  ids_.insert(ids_.end(), it->second.begin(), it->second.end());
+  if (cache_.Append(word, &ids_)) return;
+  const size_t before = ids_.size();
+  bpe_.EncodeWord(word, &ids_);
+  cache_.Insert(word, ids_.data() + before, ids_.size() - before);
 }
 
 void Encoder::Split(bool at_end) {

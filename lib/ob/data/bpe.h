@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ob/data/word_cache.h"
 #include "ob/status.h"
 
 namespace ob::data {
@@ -101,11 +102,9 @@ class Encoder {
   void Emit(std::string_view word);
   void Split(bool at_end);
   const Bpe& bpe_;
-  size_t cache_words_;
   std::string pending_;
-  std::string key_;  // the word being looked up in the cache
   std::vector<uint32_t> ids_;
-  std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  WordCache cache_;
 };
 
 // --- implementation details of PreTokenize ----------------------------------

@@ -88,7 +88,7 @@ void AppendNfc(std::string_view s, std::string* out) {
 }  // namespace
 
 HfEncoder::HfEncoder(const HfTokenizer& tokenizer, bool split_special_tokens, size_t cache_words)
-    : tok_(tokenizer), cache_words_(cache_words) {
+    : tok_(tokenizer), cache_(cache_words) {
   trie_.emplace_back();
   for (const HfTokenizer::AddedToken& a : tok_.added_) {
     if (a.special && split_special_tokens) continue;
@@ -241,7 +241,6 @@ void HfEncoder::Piece(std::string_view piece) {
 
 // Stage 4: BPE, through the cache.
 void HfEncoder::Word(std::string_view word) {
-  constexpr size_t kCachedLength = 64;
   auto encode = [this](std::string_view w, std::vector<uint32_t>* out) {
     if (tok_.ignore_merges_) {
       key_.assign(w.data(), w.size());
@@ -253,20 +252,10 @@ void HfEncoder::Word(std::string_view word) {
     }
     tok_.bpe_.EncodeWord(w, out);
   };
-  if (word.size() > kCachedLength || cache_words_ == 0) {
-    encode(word, &ids_);
-    return;
-  }
-  key_.assign(word.data(), word.size());
-  auto it = cache_.find(key_);
-  if (it == cache_.end()) {
-    if (cache_.size() >= cache_words_) cache_.clear();
-    std::vector<uint32_t> w;
-    encode(word, &w);
-    key_.assign(word.data(), word.size());
-    it = cache_.emplace(key_, std::move(w)).first;
-  }
-  ids_.insert(ids_.end(), it->second.begin(), it->second.end());
+  if (cache_.Append(word, &ids_)) return;
+  const size_t before = ids_.size();
+  encode(word, &ids_);
+  cache_.Insert(word, ids_.data() + before, ids_.size() - before);
 }
 
 }  // namespace ob::data

@@ -130,7 +130,6 @@ class HfEncoder {
   void Word(std::string_view word);
 
   const HfTokenizer& tok_;
-  size_t cache_words_;
   std::vector<TrieNode> trie_;  // added tokens; node 0 is the root
   bool starts_[256] = {};       // bytes an added token starts with
   std::unique_ptr<SplitRegex::Matcher> matcher_;
@@ -139,7 +138,7 @@ class HfEncoder {
   std::string text_;          // normalized, waiting for the regex
   std::string key_;
   std::vector<uint32_t> ids_;
-  std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  WordCache cache_;
   Status status_;
 };
 

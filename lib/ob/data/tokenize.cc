@@ -24,6 +24,22 @@ using Clock = std::chrono::steady_clock;
 
 Status Errno(const std::string& what) { return Status::IoErr(what + ": " + std::strerror(errno)); }
 
+// `ids` as little-endian integers of `width` (2 or 4) bytes, appended.
+void AppendLe(const std::vector<uint32_t>& ids, int width, std::string* out) {
+  const size_t at = out->size();
+  out->resize(at + ids.size() * static_cast<size_t>(width));
+  auto* p = reinterpret_cast<unsigned char*>(out->data() + at);
+  for (uint32_t id : ids) {
+    p[0] = static_cast<unsigned char>(id);
+    p[1] = static_cast<unsigned char>(id >> 8);
+    if (width == 4) {
+      p[2] = static_cast<unsigned char>(id >> 16);
+      p[3] = static_cast<unsigned char>(id >> 24);
+    }
+    p += width;
+  }
+}
+
 // Little-endian ids of 2 or 4 bytes into a file, replaced atomically (or a
 // device or pipe written through, as io::ResolveOutput says) on Commit.
 class TokenWriter {
@@ -49,9 +65,7 @@ class TokenWriter {
   }
 
   Status Write(std::vector<uint32_t>* ids) {
-    for (uint32_t id : *ids) {
-      for (int b = 0; b < width_; ++b) buffer_.push_back(static_cast<char>((id >> (8 * b)) & 0xFF));
-    }
+    AppendLe(*ids, width_, &buffer_);
     count_ += ids->size();
     ids->clear();
     return buffer_.size() >= (size_t{4} << 20) ? Flush() : Status::Ok();
