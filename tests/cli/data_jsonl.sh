@@ -90,6 +90,10 @@ for j in 1 2; do
   compare "-j $j" "$TMP/j$j.u32" "$TMP/ref.u32"
 done
 cmp -s "$TMP/j1.u32" "$TMP/j2.u32" && pass || fail "-j 1 and -j 2 wrote different files"
+# Streaming: JSON Lines from a pipe (--stdin jsonl), ids to a pipe.
+{ cat "$TMP/part0.jsonl"; gzip -dc "$TMP/part1.json.gz"; zstd -dcq "$TMP/part2.jsonl.zst"; } |
+  "$OB_BIN/ob-data" tokenize -q "${T[@]}" --eot -j 2 --stdin jsonl --format u32 - -o /dev/stdout | cat > "$TMP/pipe.u32"
+compare "from and to pipes" "$TMP/pipe.u32" "$TMP/ref.u32"
 echo "data_jsonl: $docs documents, $(( $(stat -c %s "$TMP/j1.u32") / 4 )) tokens, the reference's on 1 and 2 threads"
 
 # A long text input is cut into units too (after a newline, before a

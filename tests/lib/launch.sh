@@ -143,7 +143,7 @@ plan_hosts() {
 METRICS_PY="$OB_SOURCE_DIR/tests/lib/metrics.py"
 
 # run_start RUN STEPS [FLAGS...]: trains $WORK/plan.pb on $WORK/hosts.txt (or
-# $RUN_PLAN on $RUN_HOSTS; the fixed corpus) in the background: run directory $WORK/RUN, metrics
+# $RUN_PLAN on $RUN_HOSTS; the fixed corpus, or $RUN_DATA) in the background: run directory $WORK/RUN, metrics
 # $WORK/RUN.pb, stderr $WORK/RUN.err; sets MASTER_PID. $RUN_WRAP: a command
 # that execs the master (e.g. nohup).
 run_start() {
@@ -151,7 +151,7 @@ run_start() {
   shift 2
   rm -rf "${WORK:?}/$run" "$WORK/$run.pb"
   timeout 240 ${RUN_WRAP:-} "$OB_BIN/ob-launch" --rsh local --secret-file "$WORK/secret" --run-dir "$WORK/$run" \
-    --steps "$steps" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" --metrics "$WORK/$run.pb" "$@" \
+    --steps "$steps" --data "${RUN_DATA:-$OB_SOURCE_DIR/tests/data/corpus.txt}" --metrics "$WORK/$run.pb" "$@" \
     "${RUN_PLAN:-$WORK/plan.pb}" "${RUN_HOSTS:-$WORK/hosts.txt}" 2> "$WORK/$run.err" &
   MASTER_PID=$!
 }

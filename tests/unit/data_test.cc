@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -176,6 +177,90 @@ TEST_CASE("sampling depends only on seed and step and sample index", "[data]") {
   }
   CHECK(lo < 100);
   CHECK(hi > toks.size() - s - 100);
+}
+
+TEST_CASE("a blend draws each file in its weight's share, by (seed, step, index) alone", "[data]") {
+  // Three files whose tokens say which they are: 1s, 2s and 3s.
+  std::vector<uint16_t> ones(3000, 1), twos(5000, 2), threes(700, 3);
+  TempData a("blend_a.bin", ones.data(), ones.size() * 2);
+  TempData b("blend_b.bin", twos.data(), twos.size() * 2);
+  TempData c("blend_c.bin", threes.data(), threes.size() * 2);
+  const std::string spec = "0.3:" + a.path + ",0.6:" + b.path + ",0.1:" + c.path;
+  auto src = TokenSource::Open(spec, TokenFormat::kAuto, nullptr, nullptr);
+  REQUIRE(src.ok());
+  REQUIRE(src->parts() == 3);
+  CHECK(src->max_token() == 3);
+  CHECK(src->size() == 700);  // the smallest part's: every part must take a window
+  CHECK(src->Check(16, 4).ok());
+  CHECK(src->Check(701, 4).code() == Code::kDataErr);
+  // 10^5 samples: 100 steps of 1,000.
+  std::vector<int> count(3, 0);
+  int64_t x[16], y[16];
+  for (uint64_t step = 0; step < 100; ++step) {
+    for (uint64_t i = 0; i < 1000; ++i) {
+      const int k = src->Part(7, step, i);
+      ++count[static_cast<size_t>(k)];
+      if (i % 97 == 0) {  // the sample is the chosen file's
+        src->Sample(7, step, i, 16, x, y);
+        CHECK(x[0] == k + 1);
+        CHECK(y[15] == k + 1);
+      }
+    }
+  }
+  const double want[] = {0.3, 0.6, 0.1};
+  for (int k = 0; k < 3; ++k) {
+    INFO("file " << k << ": " << count[static_cast<size_t>(k)] << " of 100000");
+    CHECK(std::abs(count[static_cast<size_t>(k)] / 1e5 - want[k]) <= 0.01 * want[k]);
+  }
+  // The choice is (seed, step, index)'s alone: another opening, another
+  // order of asking, another seed.
+  auto again = TokenSource::Open(spec, TokenFormat::kAuto, nullptr, nullptr);
+  REQUIRE(again.ok());
+  int differ = 0;
+  for (uint64_t i = 0; i < 500; ++i) {
+    CHECK(again->Part(7, 42, 499 - i) == src->Part(7, 42, 499 - i));
+    CHECK(again->Offset(7, 42, i, 16) == src->Offset(7, 42, i, 16));
+    differ += again->Part(8, 42, i) != src->Part(7, 42, i);
+  }
+  CHECK(differ > 0);
+  // The evaluation split holds out the end of each file, blended again.
+  TokenSource train = *src, eval = *src;
+  REQUIRE(ob::model::SplitForEval(*src, 0.1, 16, &train, &eval).ok());
+  REQUIRE(eval.parts() == 3);
+  CHECK(eval.part(0).size() == 300);
+  CHECK(train.part(1).size() == 4500);
+  CHECK(eval.Part(7, 3, 5) == src->Part(7, 3, 5));
+}
+
+TEST_CASE("blend specs parse, and a malformed one is refused naming it", "[data]") {
+  using ob::model::ParseBlend;
+  auto ok = ParseBlend("0.3:a.bin,0.7:/d/b.u32");
+  REQUIRE(ok.ok());
+  REQUIRE(ok->size() == 2);
+  CHECK((*ok)[0].weight == 0.3);
+  CHECK((*ok)[1].path == "/d/b.u32");
+  for (const char* one : {"train.bin", "synthetic", "/data/x:y.bin", "a,b"}) {
+    auto r = ParseBlend(one);
+    REQUIRE(r.ok());
+    CHECK(r->empty());
+  }
+  for (const char* bad : {"0.3:a.bin", "0.3:a.bin,b.bin", "0.3:a.bin,0:b.bin", "0.3:a.bin,-1:b.bin",
+                          "0.3:a.bin,0.7:", "0.3:a.bin,0.7:a.bin", "1:a.bin,nan:b.bin", "1:a.bin,"}) {
+    auto r = ParseBlend(bad);
+    INFO(bad);
+    REQUIRE(!r.ok());
+    CHECK(r.status().code() == Code::kUsage);
+    CHECK(r.status().message().find(bad) != std::string::npos);
+  }
+  // A file whose name looks like a blend is a file (here, in the working
+  // directory).
+  const std::string odd = "0.5:ob_data_test_" + std::to_string(getpid()) + ".bin,0.5:y.bin";
+  REQUIRE(!ParseBlend(odd)->empty());
+  { std::ofstream(odd) << "x"; }
+  auto r = ParseBlend(odd);
+  std::remove(odd.c_str());
+  REQUIRE(r.ok());
+  CHECK(r->empty());
 }
 
 TEST_CASE("synthetic tokens are seeded and within the vocabulary", "[data]") {

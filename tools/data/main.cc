@@ -25,6 +25,7 @@ struct Options {
   bool skip_bad = false;
   int jobs = 0;  // 0: the cores this process may use
   std::string format = "flat";
+  std::string stdin_kind = "text";
 };
 
 Options g;
@@ -74,8 +75,10 @@ ob::Status TokenizeCmd(const ob::cli::CommonOptions& common) {
   o.bos = g.bos ? 1 : g.no_bos ? 0 : -1;
   o.split_special_tokens = g.split_special_tokens;
   o.field = g.field;
+  o.stdin_json_lines = g.stdin_kind == "jsonl";
   o.skip_bad = g.skip_bad;
   o.megatron = g.format == "megatron";
+  o.id_bytes = g.format == "u16" ? 2 : g.format == "u32" ? 4 : 0;
   o.jobs = g.jobs > 0 ? g.jobs : ob::launch::UsableCores();
   std::optional<ob::cli::ProgressLine> line;
   if (!common.quiet) {
@@ -151,11 +154,17 @@ void Setup(CLI::App& app) {
                          "for any N")
       ->option_text("N")
       ->check(CLI::PositiveNumber);
+  g_tokenize->add_option("--stdin", g.stdin_kind,
+                         "What - (standard input) holds: text (the default) or jsonl, e.g. from a decompressor: "
+                         "zstdcat x.jsonl.zst | ob-data tokenize --stdin jsonl - ...")
+      ->option_text("text|jsonl")
+      ->check(CLI::IsMember({"text", "jsonl"}));
   g_tokenize->add_option("--format", g.format,
-                         "flat: the ids alone (-o FILE.bin or FILE.u32); megatron: Megatron-LM's indexed dataset, "
-                         "PREFIX.bin + PREFIX.idx, one sequence a document")
-      ->option_text("flat|megatron")
-      ->check(CLI::IsMember({"flat", "megatron"}));
+                         "flat: the ids alone, their width by -o's name (FILE.bin: uint16, FILE.u32: uint32); "
+                         "u16, u32: the ids alone, that wide, whatever -o's name (a pipe); megatron: Megatron-LM's "
+                         "indexed dataset, PREFIX.bin + PREFIX.idx, one sequence a document")
+      ->option_text("flat|u16|u32|megatron")
+      ->check(CLI::IsMember({"flat", "u16", "u32", "megatron"}));
   g_tokenize->add_option("--val-fraction", g.val_fraction,
                          "Send the last F of the input bytes (from the end of the line it falls in) to --val-output")
       ->option_text("F")

@@ -317,21 +317,23 @@ ob::Status CheckOptimizerFlags() {
 // plan's model; their facts and sums for the workers.
 ob::Status CheckData(const ob::launch::PlanData& plan, ob::launch::MasterOptions* o) {
   // Refuse a plan whose model cannot take the data (or its --eval-split)
-  // before any host is touched.
+  // before any host is touched; a malformed blend first (kUsage).
+  OB_RETURN_IF_ERROR(ob::model::ParseBlend(g.worker.data).status());
+  OB_RETURN_IF_ERROR(ob::model::ParseBlend(g.worker.eval_data).status());
   OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked data_checked,
-                      ob::launch::CheckDataForPlan(Absolute(g.worker.data), plan,
+                      ob::launch::CheckDataForPlan(AbsoluteData(g.worker.data), plan,
                                                    /*data_is_local=*/o->rsh == "local", g.worker.eval_split));
   g.worker.data_facts = data_checked.facts;
   o->data_sum = data_checked.sum;
   o->data_identity = data_checked.identity;
   auto& w = g.worker;
   if (w.eval_data.empty()) return ob::Status::Ok();
-  w.eval_data = w.eval_data == "synthetic" ? w.eval_data : Absolute(w.eval_data);
+  w.eval_data = AbsoluteData(w.eval_data);
   OB_ASSIGN_OR_RETURN(const ob::launch::DataChecked eval_checked,
                       ob::launch::CheckDataForPlan(w.eval_data, plan, /*data_is_local=*/o->rsh == "local"));
   o->eval_data_sum = eval_checked.sum;
   const auto eval_id = ob::io::RegularFileId(ob::model::DataFile(w.eval_data));
-  if (eval_id && eval_id == ob::io::RegularFileId(ob::model::DataFile(Absolute(w.data)))) {
+  if (eval_id && eval_id == ob::io::RegularFileId(ob::model::DataFile(AbsoluteData(w.data)))) {
     OB_LOG(Warn) << "--eval-data " << w.eval_data << " is the training data (--data " << w.data
                  << "): its loss is not a held-out one (--eval-split holds out the end of --data)";
   }
@@ -408,7 +410,7 @@ ob::Status MasterFromFlags(const ob::launch::PlanData& plan, const ob::cli::Comm
   o.resume = o.resume == "auto" ? o.resume : Absolute(o.resume);
   o.seed = g.worker.seed;
   o.eval_split = g.worker.eval_split;
-  o.data = g.worker.data == "synthetic" ? g.worker.data : Absolute(g.worker.data);
+  o.data = AbsoluteData(g.worker.data);
   o.eval_data = g.worker.eval_data;
   o.steps = g.worker.steps;
   {

@@ -32,6 +32,16 @@ std::string Exact(double v) {
   return buf;
 }
 
+std::string AbsoluteData(const std::string& spec) {
+  ob::Result<std::vector<ob::model::BlendPart>> parts = ob::model::ParseBlend(spec);
+  if (spec == "synthetic" || !parts.ok() || parts->empty()) return spec == "synthetic" ? spec : Absolute(spec);
+  std::string out;
+  for (const ob::model::BlendPart& p : *parts) {
+    out += (out.empty() ? "" : ",") + Exact(p.weight) + ":" + Absolute(p.path);
+  }
+  return out;
+}
+
 // Which build agents and the master are (Hello.build): the version line
 // and the LibTorch it was built with; $OB_TEST_BUILD instead, for tests.
 std::string BuildId() {
@@ -56,7 +66,9 @@ void Setup(CLI::App& app) {
                  "Training steps (default 100); 0 with --resume and evaluation data: evaluate the checkpoint")
       ->option_text("N")
       ->check(ob::cli::NonNegative());
-  app.add_option("--data", g.worker.data, "Token file, text file, or 'synthetic' (the default)")
+  app.add_option("--data", g.worker.data,
+                 "Token file (*.bin, *.u32, a Megatron dataset's PREFIX), a blend W1:FILE1,W2:FILE2,..., a text "
+                 "file, or 'synthetic' (the default)")
       ->option_text("SPEC");
   app.add_option("--eval-data", g.worker.eval_data,
                  "Held-out token file (or 'synthetic') whose loss is evaluated, forward only")
@@ -202,9 +214,14 @@ std::vector<ob::cli::NamedFile> Reads() {
   std::vector<ob::cli::NamedFile> reads{{"the plan", g.master.plan_path},
                                         {"the hosts file", g.master.hosts_path},
                                         {"--secret-file", g.master.secret_file}};
-  // A Megatron dataset's PREFIX names no file: its .bin is what is read.
-  if (g.worker.data != "synthetic") reads.push_back({"--data", ob::model::DataFile(g.worker.data)});
-  if (g.worker.eval_data != "synthetic") reads.push_back({"--eval-data", ob::model::DataFile(g.worker.eval_data)});
+  // What is read: a Megatron dataset's .bin (its PREFIX names no file), a
+  // blend's files.
+  if (g.worker.data != "synthetic") {
+    for (const std::string& f : ob::model::DataFiles(g.worker.data)) reads.push_back({"--data", f});
+  }
+  if (g.worker.eval_data != "synthetic") {
+    for (const std::string& f : ob::model::DataFiles(g.worker.eval_data)) reads.push_back({"--eval-data", f});
+  }
   return reads;
 }
 

@@ -49,6 +49,8 @@ std::vector<ob::cli::NamedFile> Reads();
 // `path` made absolute (realpath where it exists); "", "-" and absolute
 // paths as given.
 std::string Absolute(const std::string& path);
+// A --data or --eval-data spec with its files made absolute (a blend's each).
+std::string AbsoluteData(const std::string& spec);
 // A double as text that reads back to the same value.
 std::string Exact(double v);
 // This process's executable (/proc/self/exe).

@@ -44,7 +44,7 @@ CorpusReader::~CorpusReader() = default;
 
 Status CorpusReader::Open() {
   const std::string& path = o_.inputs[next_input_++];
-  OB_ASSIGN_OR_RETURN(reader_, ByteReader::Open(path));
+  OB_ASSIGN_OR_RETURN(reader_, ByteReader::Open(path, o_.stdin_json_lines));
   carry_.clear();
   carry_off_ = 0;
   carry_pos_ = raw_before_;

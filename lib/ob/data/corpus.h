@@ -52,6 +52,7 @@ struct Unit {
 struct CorpusOptions {
   std::vector<std::string> inputs;  // "-": stdin (text)
   std::string field = "text";       // JSON Lines: the document's string
+  bool stdin_json_lines = false;    // "-" is JSON Lines, not text
   bool skip_bad = false;
   uint64_t split_at = UINT64_MAX;   // input byte where validation starts
   size_t unit_bytes = size_t{1} << 20;

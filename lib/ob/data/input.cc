@@ -161,8 +161,8 @@ Result<size_t> ByteReader::ReadRaw(char* buf, size_t n) {
   }
 }
 
-Result<std::unique_ptr<ByteReader>> ByteReader::Open(const std::string& path) {
-  const InputKind kind = path == "-" ? InputKind{} : KindOf(path);
+Result<std::unique_ptr<ByteReader>> ByteReader::Open(const std::string& path, bool stdin_json_lines) {
+  const InputKind kind = path == "-" ? InputKind{Compression::kNone, stdin_json_lines} : KindOf(path);
   std::unique_ptr<ByteReader> r;
   switch (kind.compression) {
     case Compression::kNone: r = std::make_unique<PlainReader>(); break;

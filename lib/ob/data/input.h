@@ -37,8 +37,9 @@ InputKind KindOf(const std::string& path);
 class ByteReader {
  public:
   // kNoInput when it cannot be opened; kDataErr when its first bytes are
-  // not what its name says (above).
-  static Result<std::unique_ptr<ByteReader>> Open(const std::string& path);
+  // not what its name says (above). Standard input ("-") is plain text, or
+  // plain JSON Lines with `stdin_json_lines`.
+  static Result<std::unique_ptr<ByteReader>> Open(const std::string& path, bool stdin_json_lines = false);
   virtual ~ByteReader();
   // Up to `n` bytes into `buf`; 0 at the end. kDataErr naming the file for
   // corrupt or truncated compressed data, kNoInput on a read error.

@@ -110,11 +110,25 @@ class TokenWriter {
 };
 
 // The bytes of an id in the token file `path`, as ob-launch will read it.
-Result<int> IdWidth(const std::string& path, uint32_t vocab_size) {
+// `forced` (2 or 4; 0: by the name) for an output whose name says nothing,
+// a pipe's.
+Result<int> IdWidth(const std::string& path, uint32_t vocab_size, int forced) {
   const model::TokenFormat format = model::TokenFormatForPath(path);
+  if (forced != 0) {
+    const int named = format == model::TokenFormat::kU32 ? 4 : format == model::TokenFormat::kU16 ? 2 : 0;
+    if (named != 0 && named != forced) {
+      return Status::Usage(path + ": its name says uint" + std::to_string(8 * named) + " ids, --format uint" +
+                           std::to_string(8 * forced));
+    }
+    if (forced == 2 && vocab_size > 65536) {
+      return Status::Usage("--format u16: a vocabulary of " + std::to_string(vocab_size) + " ids does not fit uint16 ids");
+    }
+    return forced;
+  }
   if (format == model::TokenFormat::kU32) return 4;
   if (format != model::TokenFormat::kU16) {
-    return Status::Usage(path + ": name a token file *.bin (uint16 ids) or *.u32 (uint32 ids)");
+    return Status::Usage(path + ": name a token file *.bin (uint16 ids) or *.u32 (uint32 ids), or give "
+                         "--format u16 or u32 (a pipe)");
   }
   if (vocab_size > 65536) {
     return Status::Usage(path + ": a vocabulary of " + std::to_string(vocab_size) +
@@ -129,7 +143,8 @@ Status EncoderStatus(const HfEncoder& enc) { return enc.status(); }
 // One output: flat ids (TokenWriter) or a Megatron pair.
 class Output {
  public:
-  static Result<std::unique_ptr<Output>> Open(const std::string& path, uint32_t vocab_size, bool megatron) {
+  static Result<std::unique_ptr<Output>> Open(const std::string& path, uint32_t vocab_size, bool megatron,
+                                              int width) {
     auto out = std::make_unique<Output>();
     if (megatron) {
       std::string prefix = path;
@@ -138,8 +153,8 @@ class Output {
       }
       OB_ASSIGN_OR_RETURN(out->megatron_, MegatronWriter::Open(prefix, vocab_size));
     } else {
-      OB_ASSIGN_OR_RETURN(int width, IdWidth(path, vocab_size));
-      OB_ASSIGN_OR_RETURN(out->flat_, TokenWriter::Open(path, width));
+      OB_ASSIGN_OR_RETURN(const int bytes, IdWidth(path, vocab_size, width));
+      OB_ASSIGN_OR_RETURN(out->flat_, TokenWriter::Open(path, bytes));
     }
     return out;
   }
@@ -318,14 +333,15 @@ Result<TokenizeStats> Run(MakeEnc&& make, uint32_t vocab_size, const std::vector
   if (split && !sized) {
     return Status::Usage("--val-fraction splits at a fraction of the inputs' size: give regular files, not stdin or a pipe");
   }
-  OB_ASSIGN_OR_RETURN(auto train, Output::Open(o.output, vocab_size, o.megatron));
+  OB_ASSIGN_OR_RETURN(auto train, Output::Open(o.output, vocab_size, o.megatron, o.id_bytes));
   std::unique_ptr<Output> val;
   if (split) {
-    OB_ASSIGN_OR_RETURN(val, Output::Open(o.val_output, vocab_size, o.megatron));
+    OB_ASSIGN_OR_RETURN(val, Output::Open(o.val_output, vocab_size, o.megatron, o.id_bytes));
   }
   CorpusOptions co;
   co.inputs = o.inputs;
   co.field = o.field;
+  co.stdin_json_lines = o.stdin_json_lines;
   co.skip_bad = o.skip_bad;
   co.split_at = split ? static_cast<uint64_t>(static_cast<double>(total) * (1 - o.val_fraction)) : UINT64_MAX;
   co.unit_bytes = std::max<size_t>(o.chunk_bytes, 1);

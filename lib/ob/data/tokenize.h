@@ -56,8 +56,10 @@ struct TokenizeOptions {
   int bos = -1;                     // the prefix: -1 as the tokenizer says, 0 none, 1 BOS at least
   bool split_special_tokens = false;  // special added tokens' text is text (HF's encode_special_tokens)
   std::string field = "text";       // JSON Lines: the document's string
+  bool stdin_json_lines = false;    // "-" is JSON Lines (a decompressor's pipe), not text
   bool skip_bad = false;            // JSON Lines: skip (and count) bad lines
   bool megatron = false;            // outputs are Megatron prefixes
+  int id_bytes = 0;                 // flat outputs: 2 or 4 bytes an id; 0: as the name says
   int jobs = 1;                     // tokenizing threads
   size_t chunk_bytes = size_t{1} << 20;  // text in a unit (corpus.h)
   // Called after every chunk (cli::ProgressLine decides what to show):

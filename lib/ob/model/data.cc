@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cassert>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "ob/clock.h"
 #include "ob/data/megatron.h"
@@ -62,6 +65,20 @@ struct TokenSource::Mapping {
   }
 };
 
+// A blend's parts and where in [0, 2^64) each one's share ends.
+struct TokenSource::Blend {
+  std::vector<TokenSource> parts;
+  std::vector<double> weights;  // as given
+  std::vector<uint64_t> ends;   // ascending; the last is 2^64 - 1
+  int Choose(uint64_t seed, uint64_t step, uint64_t sample_index) const {
+    // R2's constants, 1/ρ and 1/ρ² (ρ the plastic number), as 64-bit fractions.
+    const uint64_t u = Mix64(seed, 0xB1E4D) + sample_index * 0xC13FA9A902A6328FULL + step * 0x91E10DA5C79E7B1DULL;
+    size_t k = 0;
+    while (k + 1 < ends.size() && u > ends[k]) ++k;
+    return static_cast<int>(k);
+  }
+};
+
 uint64_t Mix64(uint64_t a, uint64_t b, uint64_t c) {
   uint64_t h = SplitMix64(a ^ 0x6a09e667f3bcc908ULL);
   h = SplitMix64(h ^ b);
@@ -95,6 +112,49 @@ std::string Xxh3Text(XXH64_hash_t h) { return io::HashText("xxh3=", h); }
 
 }  // namespace
 
+Result<std::vector<BlendPart>> ParseBlend(const std::string& spec) {
+  std::vector<BlendPart> parts;
+  struct stat st {};
+  if (spec == "synthetic" || spec.find(':') == std::string::npos || ::stat(spec.c_str(), &st) == 0) return parts;
+  // A blend only when it starts as one: a number, then ':'.
+  char* end = nullptr;
+  std::strtod(spec.c_str(), &end);
+  if (end == spec.c_str() || *end != ':') return parts;
+  auto bad = [&](const std::string& why) {
+    return Status::Usage("--data " + spec + ": " + why + " (a blend is W1:PATH1,W2:PATH2,... with weights > 0)");
+  };
+  size_t at = 0;
+  while (at <= spec.size()) {
+    size_t comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(at, comma - at);
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return bad("'" + item + "' has no weight");
+    const std::string w = item.substr(0, colon);
+    char* wend = nullptr;
+    const double weight = std::strtod(w.c_str(), &wend);
+    if (w.empty() || wend != w.c_str() + w.size() || !(weight > 0) || !std::isfinite(weight)) {
+      return bad("'" + w + "' is not a weight > 0");
+    }
+    BlendPart part{weight, item.substr(colon + 1)};
+    if (part.path.empty()) return bad("a weight without a path");
+    for (const BlendPart& p : parts)
+      if (p.path == part.path) return bad(part.path + " is given twice");
+    parts.push_back(std::move(part));
+    at = comma + 1;
+  }
+  if (parts.size() < 2) return bad("one file is not a blend: give it without its weight");
+  return parts;
+}
+
+std::vector<std::string> DataFiles(const std::string& spec) {
+  Result<std::vector<BlendPart>> parts = ParseBlend(spec);
+  if (!parts.ok() || parts->empty()) return {DataFile(spec)};
+  std::vector<std::string> files;
+  for (const BlendPart& p : *parts) files.push_back(DataFile(p.path));
+  return files;
+}
+
 std::string DataFile(const std::string& spec) {
   const std::string prefix = data::MegatronPrefix(spec);
   return prefix.empty() ? spec : prefix + ".bin";
@@ -102,6 +162,15 @@ std::string DataFile(const std::string& spec) {
 
 std::string DataFingerprint(const std::string& spec) {
   if (spec == "synthetic") return spec;
+  if (Result<std::vector<BlendPart>> parts = ParseBlend(spec); parts.ok() && !parts->empty()) {
+    std::string out;  // each part's, with its weight
+    for (const BlendPart& p : *parts) {
+      const std::string f = DataFingerprint(p.path);
+      if (f.empty()) return "";
+      out += (out.empty() ? "" : ",") + std::to_string(p.weight) + ":" + f;
+    }
+    return out;
+  }
   const int fd = ::open(DataFile(spec).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
   struct stat st {};
@@ -184,6 +253,19 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
                                       const TokenFileFacts* known, const ScanCache* cache) {
   if (format == TokenFormat::kSynthetic) {
     return Status::Usage(path + ": synthetic data has no file (use TokenSource::Synthetic)");
+  }
+  if (format == TokenFormat::kAuto) {
+    OB_ASSIGN_OR_RETURN(std::vector<BlendPart> blend, ParseBlend(path));
+    if (!blend.empty()) {  // each file as it is; `known` facts are one file's
+      std::vector<TokenSource> parts;
+      std::vector<double> weights;
+      for (const BlendPart& p : blend) {
+        OB_ASSIGN_OR_RETURN(TokenSource part, Open(p.path, TokenFormat::kAuto, nullptr, cache));
+        parts.push_back(std::move(part));
+        weights.push_back(p.weight);
+      }
+      return Blended(std::move(parts), weights, path);
+    }
   }
   // A Megatron dataset (data/megatron.h): its .bin, read as its .idx says.
   const std::string megatron = format == TokenFormat::kAuto ? data::MegatronPrefix(path) : std::string();
@@ -328,6 +410,53 @@ Result<TokenSource> TokenSource::Open(const std::string& path, TokenFormat forma
   return src;
 }
 
+TokenSource TokenSource::Blended(std::vector<TokenSource> parts, const std::vector<double>& weights,
+                                 const std::string& spec) {
+  assert(parts.size() == weights.size() && !parts.empty());
+  auto blend = std::make_shared<Blend>();
+  long double total = 0;
+  for (double w : weights) total += w;
+  long double cum = 0;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    cum += weights[k];
+    const long double end = cum / total * 18446744073709551616.0L;
+    blend->ends.push_back(k + 1 == weights.size() || end >= 18446744073709551615.0L ? UINT64_MAX
+                                                                                     : static_cast<uint64_t>(end));
+  }
+  TokenSource src;
+  src.path_ = spec;
+  src.size_ = SIZE_MAX;
+  src.max_token_ = 0;
+  src.format_ = TokenFormat::kU16;
+  for (const TokenSource& p : parts) {
+    src.size_ = std::min(src.size_, p.size());
+    src.max_token_ = std::max(src.max_token_, p.max_token());
+    if (p.format() == TokenFormat::kText) src.format_ = TokenFormat::kText;
+    if (p.content_sum().empty() || src.content_sum_ == "-") {
+      src.content_sum_ = "-";
+    } else {
+      src.content_sum_ += (src.content_sum_.empty() ? "" : ",") + p.content_sum();
+    }
+  }
+  if (src.content_sum_ == "-") src.content_sum_.clear();
+  blend->parts = std::move(parts);
+  blend->weights = weights;
+  src.blend_ = std::move(blend);
+  return src;
+}
+
+int TokenSource::parts() const { return blend_ ? static_cast<int>(blend_->parts.size()) : 1; }
+
+int TokenSource::Part(uint64_t seed, uint64_t step, uint64_t sample_index) const {
+  return blend_ ? blend_->Choose(seed, step, sample_index) : 0;
+}
+
+double TokenSource::weight(int i) const { return blend_ ? blend_->weights[static_cast<size_t>(i)] : 1.0; }
+
+const TokenSource& TokenSource::part(int i) const {
+  return blend_ ? blend_->parts[static_cast<size_t>(i)] : *this;
+}
+
 TokenSource TokenSource::Synthetic(int vocab_size, uint64_t seed, size_t size) {
   assert(vocab_size > 0 && size >= 2);
   TokenSource src;
@@ -341,6 +470,10 @@ TokenSource TokenSource::Synthetic(int vocab_size, uint64_t seed, size_t size) {
 }
 
 Status TokenSource::Check(int seq_len, int vocab_size) const {
+  if (blend_) {
+    for (const TokenSource& p : blend_->parts) OB_RETURN_IF_ERROR(p.Check(seq_len, vocab_size));
+    return Status::Ok();
+  }
   if (seq_len <= 0 || size_ < static_cast<size_t>(seq_len) + 1) {
     return Status::DataErr(path_ + ": " + std::to_string(size_) +
                            " tokens is too short for sequences of " + std::to_string(seq_len) +
@@ -376,6 +509,10 @@ int64_t TokenSource::at(size_t p) const {
 }
 
 Status TokenSource::Unchanged() const {
+  if (blend_) {
+    for (const TokenSource& p : blend_->parts) OB_RETURN_IF_ERROR(p.Unchanged());
+    return Status::Ok();
+  }
   if (map_ == nullptr || map_->fd < 0) return Status::Ok();
   struct stat st {};
   if (fstat(map_->fd, &st) != 0) return Status::IoErr(path_ + ": cannot stat: " + std::strerror(errno));
@@ -422,6 +559,20 @@ Status SplitForEval(const TokenSource& all, double fraction, int seq_len, TokenS
   if (!(fraction > 0 && fraction < 1)) {
     return Status::Usage("an evaluation split of " + std::to_string(fraction) + " is not between 0 and 1");
   }
+  if (all.parts() > 1) {  // each file split, the parts blended again with their weights
+    std::vector<TokenSource> trains, evals;
+    std::vector<double> weights;
+    for (int k = 0; k < all.parts(); ++k) {
+      TokenSource t = all.part(k), e = all.part(k);
+      OB_RETURN_IF_ERROR(SplitForEval(all.part(k), fraction, seq_len, &t, &e));
+      trains.push_back(std::move(t));
+      evals.push_back(std::move(e));
+      weights.push_back(all.weight(k));
+    }
+    *train = TokenSource::Blended(std::move(trains), weights, all.path());
+    *eval = TokenSource::Blended(std::move(evals), weights, all.path());
+    return Status::Ok();
+  }
   const size_t n = all.size();
   const size_t held = static_cast<size_t>(static_cast<double>(n) * fraction);
   const size_t window = static_cast<size_t>(seq_len) + 1;
@@ -438,6 +589,7 @@ Status SplitForEval(const TokenSource& all, double fraction, int seq_len, TokenS
 
 size_t TokenSource::Offset(uint64_t seed, uint64_t step, uint64_t sample_index,
                            int seq_len) const {
+  if (blend_) return part(Part(seed, step, sample_index)).Offset(seed, step, sample_index, seq_len);
   assert(seq_len > 0 && size_ >= static_cast<size_t>(seq_len) + 1);
   const uint64_t windows = size_ - static_cast<size_t>(seq_len);  // starts 0..size-seq_len-1
   return static_cast<size_t>(Mix64(seed, step, sample_index) % windows);
@@ -445,6 +597,7 @@ size_t TokenSource::Offset(uint64_t seed, uint64_t step, uint64_t sample_index,
 
 void TokenSource::Sample(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len,
                          int64_t* x, int64_t* y) const {
+  if (blend_) return part(Part(seed, step, sample_index)).Sample(seed, step, sample_index, seq_len, x, y);
   const size_t off = Offset(seed, step, sample_index, seq_len);
   int64_t prev = at(off);
   for (int i = 0; i < seq_len; ++i) {

@@ -18,6 +18,16 @@
 // mix of (seed, k, i) alone, so the same sample is drawn whatever the number
 // of pipelines, micro-batch split or restarts.
 //
+// Blends: "W1:PATH1,W2:PATH2,..." (ParseBlend) samples from several files in
+// the proportions of the weights (normalized; Megatron's --data-path W1 P1
+// W2 P2). Which file sample (k, i) comes from is a function of (seed, k, i)
+// alone too: the fractional part of γ(seed) + a1·i + a2·k, with (a1, a2) the
+// R2 low-discrepancy sequence's constants, falls in the file's share of
+// [0, 1). So every layout, recovery and resume draws the same files, and
+// the shares over a run are the weights to within a few samples (not to
+// within the noise of independent draws); the window within the file is
+// then drawn as above.
+//
 // Ownership: the file is mmapped read-only; copies of a TokenSource share the
 // mapping, which is released with the last copy. Thread-safety: const methods
 // may be called concurrently. Failure: Open returns kNoInput for a missing or
@@ -30,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ob/model/scan_cache.h"
 #include "ob/status.h"
@@ -56,6 +67,20 @@ std::string DataFile(const std::string& spec);
 // a multi-GB file; catches another file, a regenerated one, a truncation).
 // "" when `spec` cannot be read here (it may exist only on the hosts).
 std::string DataFingerprint(const std::string& spec);
+
+// One file of a blend and its weight.
+struct BlendPart {
+  double weight = 0;
+  std::string path;
+};
+// The parts of a blended --data spec ("0.3:a.bin,0.7:b.bin"): empty when
+// `spec` is one file (or "synthetic", or names an existing file whatever
+// its name). kUsage naming the spec for a blend that is malformed: a part
+// without "W:", a weight that is not a finite number > 0, an empty path, a
+// path given twice, fewer than two parts.
+Result<std::vector<BlendPart>> ParseBlend(const std::string& spec);
+// The files a --data spec reads: DataFile(spec), or each part's of a blend.
+std::vector<std::string> DataFiles(const std::string& spec);
 
 // "xxh3=<16 hex>" over every byte of the file at `path`, read in chunks
 // (io::HashFile): what TokenSource::content_sum gives for it. Adds the
@@ -100,6 +125,10 @@ class TokenSource {
                                   TokenFormat format = TokenFormat::kAuto,
                                   const TokenFileFacts* known = nullptr,
                                   const ScanCache* cache = &ScanCache::Default());
+  // A blend of `parts` (each opened: not blends themselves) with `weights`
+  // (> 0, as many), named `spec`.
+  static TokenSource Blended(std::vector<TokenSource> parts, const std::vector<double>& weights,
+                             const std::string& spec);
   // A file-less source of `size` pseudo-random tokens in [0, vocab_size).
   // REQUIRES: vocab_size > 0, size >= 2.
   static TokenSource Synthetic(int vocab_size, uint64_t seed,
@@ -131,15 +160,22 @@ class TokenSource {
   void Sample(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len,
               int64_t* x, int64_t* y) const;
 
-  // The window start Sample uses (exposed for tests and data-position logs).
+  // The window start Sample uses (exposed for tests and data-position logs);
+  // in a blend, within the part Part() chose.
   size_t Offset(uint64_t seed, uint64_t step, uint64_t sample_index, int seq_len) const;
+  // A blend: how many files, which one sample (step, sample_index) comes
+  // from, and the files. 1 and 0 for a source that is not a blend.
+  int parts() const;
+  int Part(uint64_t seed, uint64_t step, uint64_t sample_index) const;
+  const TokenSource& part(int i) const;
+  double weight(int i) const;  // part i's weight, as given
 
-  // Token at position p. REQUIRES: p < size().
+  // Token at position p. REQUIRES: p < size(); not a blend.
   int64_t at(size_t p) const;
 
   // The tokens [first, first + count) as a source of their own (sharing the
   // mapping): a held-out evaluation part and the training part of one
-  // file never overlap. REQUIRES: first + count <= size().
+  // file never overlap. REQUIRES: first + count <= size(); not a blend.
   TokenSource Window(size_t first, size_t count) const;
 
   size_t size() const { return size_; }
@@ -159,7 +195,9 @@ class TokenSource {
 
  private:
   struct Mapping;
+  struct Blend;
   TokenSource() = default;
+  std::shared_ptr<const Blend> blend_;  // a blend's parts; null otherwise
 
   std::shared_ptr<const Mapping> map_;
   const unsigned char* tokens_ = nullptr;  // first token, inside map_
@@ -175,8 +213,8 @@ class TokenSource {
   size_t synthetic_base_ = 0;  // position of token 0 in the synthetic stream
 };
 
-// Holds out the last `fraction` (0 < fraction < 1) of `all`'s tokens for
-// evaluation: *train the tokens before, *eval those after, disjoint by
+// Holds out the last `fraction` (0 < fraction < 1) of `all`'s tokens (of
+// each file's, in a blend: the parts blended again) for evaluation: *train the tokens before, *eval those after, disjoint by
 // construction. kDataErr naming the file when either part is shorter than
 // one window of seq_len + 1 tokens; kUsage for a fraction outside (0, 1).
 Status SplitForEval(const TokenSource& all, double fraction, int seq_len, TokenSource* train,

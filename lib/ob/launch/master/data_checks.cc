@@ -28,11 +28,14 @@ Result<DataChecked> CheckDataForPlan(const std::string& data, const PlanData& pd
     OB_RETURN_IF_ERROR(CheckEvalSplit(model::TokenSource::Synthetic(pd.cfg.vocab_size, 0), eval_split, pd));
     return DataChecked{};
   }
-  const std::string file = model::DataFile(data);  // a Megatron prefix's .bin
-  if (access(file.c_str(), R_OK) != 0) {
-    if (!data_is_local) return DataChecked{};  // only on the hosts: they check
-    return Status::NoInput(file + ": " + std::strerror(errno));
+  // A Megatron prefix's .bin, a blend's files.
+  for (const std::string& file : model::DataFiles(data)) {
+    if (access(file.c_str(), R_OK) != 0) {
+      if (!data_is_local) return DataChecked{};  // only on the hosts: they check
+      return Status::NoInput(file + ": " + std::strerror(errno));
+    }
   }
+  const std::string file = model::DataFile(data);  // a blend's is no file: no identity
   const std::string identity = model::FileIdentity(file);
   OB_ASSIGN_OR_RETURN(model::TokenSource src, model::TokenSource::Open(data));
   Status st = src.Check(SequenceLength(pd.plan, pd.cfg), pd.cfg.vocab_size);
