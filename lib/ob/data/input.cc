@@ -16,7 +16,7 @@
 namespace ob::data {
 namespace {
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
+bool HasSuffix(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
@@ -134,14 +134,14 @@ ByteReader::~ByteReader() {
 InputKind KindOf(const std::string& path) {
   InputKind k;
   std::string_view name = path;
-  if (EndsWith(name, ".gz")) {
+  if (HasSuffix(name, ".gz")) {
     k.compression = Compression::kGzip;
     name.remove_suffix(3);
-  } else if (EndsWith(name, ".zst")) {
+  } else if (HasSuffix(name, ".zst")) {
     k.compression = Compression::kZstd;
     name.remove_suffix(4);
   }
-  k.json_lines = EndsWith(name, ".jsonl") || EndsWith(name, ".json") || EndsWith(name, ".ndjson");
+  k.json_lines = HasSuffix(name, ".jsonl") || HasSuffix(name, ".json") || HasSuffix(name, ".ndjson");
   return k;
 }
 

@@ -8,16 +8,13 @@
 #include <cstring>
 
 #include "ob/io/file.h"
+#include "ob/io/text.h"
 
 namespace ob::data {
 namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool IsRegular(const std::string& path) {
   struct stat st {};
@@ -74,7 +71,7 @@ Result<size_t> ReadFull(int fd, char* buf, size_t n, const std::string& name) {
 std::string MegatronPrefix(const std::string& spec) {
   if (IsRegular(spec + ".idx") && IsRegular(spec + ".bin")) return spec;
   for (const char* suffix : {".bin", ".idx"}) {
-    if (!EndsWith(spec, suffix)) continue;
+    if (!io::EndsWith(spec, suffix)) continue;
     const std::string prefix = spec.substr(0, spec.size() - 4);
     if (IsRegular(prefix + ".bin") && HasMagic(prefix + ".idx")) return prefix;
   }
