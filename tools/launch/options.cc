@@ -19,8 +19,6 @@ std::string Absolute(const std::string& path) {
   if (path.empty() || path == "-" || path[0] == '/') return path;
   char buf[PATH_MAX];
   if (realpath(path.c_str(), buf) != nullptr) return buf;
-  // A path that names no file (a Megatron dataset's PREFIX): from here.
-  if (getcwd(buf, sizeof buf) != nullptr) return std::string(buf) + "/" + path;
   return path;
 }
 
@@ -34,7 +32,16 @@ std::string Exact(double v) {
 
 std::string AbsoluteData(const std::string& spec) {
   ob::Result<std::vector<ob::model::BlendPart>> parts = ob::model::ParseBlend(spec);
-  if (spec == "synthetic" || !parts.ok() || parts->empty()) return spec == "synthetic" ? spec : Absolute(spec);
+  if (spec == "synthetic" || !parts.ok() || parts->empty()) {
+    if (spec == "synthetic") return spec;
+    // A Megatron dataset's PREFIX names no file: its .bin's directory does.
+    const std::string file = ob::model::DataFile(spec);
+    if (file == spec + ".bin") {
+      const std::string bin = Absolute(file);
+      return bin.substr(0, bin.size() - 4);
+    }
+    return Absolute(spec);
+  }
   std::string out;
   for (const ob::model::BlendPart& p : *parts) {
     out += (out.empty() ? "" : ",") + Exact(p.weight) + ":" + Absolute(p.path);
