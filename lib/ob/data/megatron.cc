@@ -42,17 +42,6 @@ void PutLe(std::string* out, T v) {
   for (size_t b = 0; b < sizeof(T); ++b) out->push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF));
 }
 
-Status WriteAllFd(int fd, const char* data, size_t n, const std::string& name) {
-  size_t at = 0;
-  while (at < n) {
-    const ssize_t w = ::write(fd, data + at, n - at);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Status::IoErr(name + ": cannot write: " + std::strerror(errno));
-    at += static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
 // Reads exactly n bytes (fewer only at the end of the file).
 Result<size_t> ReadFull(int fd, char* buf, size_t n, const std::string& name) {
   size_t at = 0;
@@ -201,14 +190,14 @@ MegatronWriter::~MegatronWriter() {
 
 Status MegatronWriter::FlushBin(bool all) {
   if (!all && bin_buf_.size() < (size_t{4} << 20)) return Status::Ok();
-  OB_RETURN_IF_ERROR(WriteAllFd(bin_fd_, bin_buf_.data(), bin_buf_.size(), prefix_ + ".bin"));
+  OB_RETURN_IF_ERROR(io::WriteAll(bin_fd_, bin_buf_, prefix_ + ".bin"));
   bin_buf_.clear();
   return Status::Ok();
 }
 
 Status MegatronWriter::FlushSizes(bool all) {
   if (!all && sizes_buf_.size() < (size_t{1} << 20)) return Status::Ok();
-  OB_RETURN_IF_ERROR(WriteAllFd(sizes_fd_, sizes_buf_.data(), sizes_buf_.size(), prefix_ + ".idx"));
+  OB_RETURN_IF_ERROR(io::WriteAll(sizes_fd_, sizes_buf_, prefix_ + ".idx"));
   sizes_buf_.clear();
   return Status::Ok();
 }
@@ -281,7 +270,7 @@ Status MegatronWriter::Commit() {
         }
       }
       if (out.size() >= (size_t{4} << 20)) {
-        OB_RETURN_IF_ERROR(WriteAllFd(idx_fd_, out.data(), out.size(), idx_name));
+        OB_RETURN_IF_ERROR(io::WriteAll(idx_fd_, out, idx_name));
         out.clear();
       }
     }
@@ -289,11 +278,11 @@ Status MegatronWriter::Commit() {
   for (uint64_t d = 0; d <= documents_; ++d) {
     PutLe(&out, static_cast<int64_t>(d));
     if (out.size() >= (size_t{4} << 20)) {
-      OB_RETURN_IF_ERROR(WriteAllFd(idx_fd_, out.data(), out.size(), idx_name));
+      OB_RETURN_IF_ERROR(io::WriteAll(idx_fd_, out, idx_name));
       out.clear();
     }
   }
-  OB_RETURN_IF_ERROR(WriteAllFd(idx_fd_, out.data(), out.size(), idx_name));
+  OB_RETURN_IF_ERROR(io::WriteAll(idx_fd_, out, idx_name));
   for (auto [fd, name] : {std::pair{&bin_fd_, prefix_ + ".bin"}, std::pair{&idx_fd_, idx_name}}) {
     const bool ok = ::fsync(*fd) == 0;
     const bool closed = ::close(*fd) == 0;
