@@ -24,7 +24,7 @@ struct PipelineOp {
 };
 std::vector<PipelineOp> OneFOneB(int stage, int stages, int m) {
   std::vector<PipelineOp> out;
-  for (const auto& op : ob::schedule::OneFOneB().order(stage, stages, m))
+  for (const auto& op : ob::schedule::Order(ob::schedule::OneFOneB(), stage, stages, m))
     out.push_back({op.type == ob::schedule::Op::kForward, op.microbatch});
   return out;
 }

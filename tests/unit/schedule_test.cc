@@ -40,7 +40,7 @@ Programs OneByOne(int stages, int m) {
       c.comm = {p};
       prog.push_back(c);
     };
-    for (const Op& op : OneFOneB().order(s, stages, m)) {
+    for (const Op& op : Order(OneFOneB(), s, stages, m)) {
       const int j = op.microbatch;
       StageInstr c;
       c.op = op;
@@ -76,24 +76,28 @@ TEST_CASE("the registry: names, 1F1B first and for an empty name", "[schedule]")
   REQUIRE(Find("zb-h1") != nullptr);
   CHECK(Find("zb-h1")->splits_backward);
   CHECK(Find("zb-h3") == nullptr);
-  CHECK(Names() == "1f1b, zb-h1, zb-h2");
+  CHECK(Names() == "1f1b, zb-h1, zb-h2, interleaved, zb-v");
+  CHECK_FALSE(Find("zb-h2")->chunked());
+  CHECK((Find("interleaved")->chunked() && !Find("interleaved")->splits_backward));
+  CHECK((Find("zb-v")->min_chunks == 2 && Find("zb-v")->max_chunks == 2 && Find("zb-v")->splits_backward));
 }
 
 TEST_CASE("1F1B's order: warm-up forwards, then one forward one backward", "[schedule]") {
-  CHECK(Describe(OneFOneB().order(0, 3, 4)) == "F0 F1 F2 BW0 F3 BW1 BW2 BW3");
-  CHECK(Describe(OneFOneB().order(2, 3, 4)) == "F0 BW0 F1 BW1 F2 BW2 F3 BW3");
-  CHECK(Describe(OneFOneB().order(0, 4, 2)) == "F0 F1 BW0 BW1");
-  CHECK(OneFOneB().order(0, 2, 0).empty());
+  CHECK(Describe(Order(OneFOneB(), 0, 3, 4)) == "F0 F1 F2 BW0 F3 BW1 BW2 BW3");
+  CHECK(Describe(Order(OneFOneB(), 2, 3, 4)) == "F0 BW0 F1 BW1 F2 BW2 F3 BW3");
+  CHECK(Describe(Order(OneFOneB(), 0, 4, 2)) == "F0 F1 BW0 BW1");
+  CHECK(Order(OneFOneB(), 0, 2, 0).empty());
 }
 
 TEST_CASE("every order runs each micro-batch's ops once, in order, within its schedule's memory",
           "[schedule]") {
   for (const Schedule* s : All()) {
+    if (s->chunked()) continue;  // schedule_chunks_test.cc
     for (int stages = 1; stages <= 8; ++stages) {
       for (int m = 1; m <= 16; ++m) {
         for (int i = 0; i < stages; ++i) {
           INFO(s->name << ": S = " << stages << ", m = " << m << ", stage " << i);
-          const auto ops = s->order(i, stages, m);
+          const auto ops = Order(*s, i, stages, m);
           INFO(Describe(ops));
           int f = 0, b = 0, w = 0;
           for (const Op& op : ops) {
@@ -141,6 +145,7 @@ TEST_CASE("Peaks keeps the points no other dominates", "[schedule]") {
 
 TEST_CASE("stage programs never deadlock on rendezvous channels, S <= 8, m <= 16", "[schedule]") {
   for (const Schedule* s : All()) {
+    if (s->chunked()) continue;  // schedule_chunks_test.cc
     for (int stages = 1; stages <= 8; ++stages) {
       for (int m = 1; m <= 16; ++m) {
         INFO(s->name << ": S = " << stages << ", m = " << m);
@@ -152,12 +157,13 @@ TEST_CASE("stage programs never deadlock on rendezvous channels, S <= 8, m <= 16
 
 TEST_CASE("stage programs run their schedule's computes, inputs first, results sent once", "[schedule]") {
   for (const Schedule* sch : All()) {
+    if (sch->chunked()) continue;  // schedule_chunks_test.cc
     for (int stages = 1; stages <= 8; ++stages) {
       for (int m = 1; m <= 16; ++m) {
         for (int s = 0; s < stages; ++s) {
           INFO(sch->name << ": S = " << stages << ", m = " << m << ", stage " << s);
           const auto prog = StageProgram(*sch, s, stages, m);
-          const auto ops = sch->order(s, stages, m);
+          const auto ops = Order(*sch, s, stages, m);
           std::vector<int> got_input(m, 0), got_grad(m, 0), sent_act(m, 0), sent_grad(m, 0);
           std::vector<bool> forward_done(m, false), backward_done(m, false);
           size_t next_op = 0;
@@ -259,6 +265,7 @@ TEST_CASE("at equal op costs, 1F1B idles (S - 1)(F + B + W) and the zero-bubble 
 TEST_CASE("the time of an order holds for any costs: transfers and uneven stages", "[schedule]") {
   std::vector<StageCosts> c{{1.0, 1.5, 0.7, 0.2, 0.3}, {2.0, 2.5, 1.1, 0.1, 0.1}, {0.5, 0.9, 0.4, 0, 0}};
   for (const Schedule* s : All()) {
+    if (s->chunked()) continue;  // schedule_chunks_test.cc
     INFO(s->name);
     const auto ops = Simulate(*s, c, 6);
     REQUIRE(ops.size() == static_cast<size_t>(3 * 6 * (s->splits_backward ? 3 : 2)));
@@ -316,6 +323,7 @@ TEST_CASE("zero-bubble orders are made for the pipeline's own costs, never slowe
     std::vector<StageCosts> in_ms = costs;
     for (StageCosts& x : in_ms) x = {x.forward * 1e3, x.input_grad * 1e3, x.weight_grad * 1e3, x.send * 1e3, x.send_back * 1e3};
     for (const Schedule* s : All()) {
+      if (s->chunked()) continue;  // schedule_chunks_test.cc
       INFO(s->name << ": S = " << stages << ", m = " << m << ", trial " << trial);
       const auto orders = Orders(*s, costs, m);
       REQUIRE(orders->size() == static_cast<size_t>(stages));

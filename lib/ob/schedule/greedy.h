@@ -31,17 +31,21 @@
 
 namespace ob::schedule::detail {
 
+// Per virtual stage (schedule.h, Chain; the stage itself with one chunk).
 struct Limits {
   int activations = 1;  // micro-batches after their F and before their B
   int held = 1;         // micro-batches after their F and before their W
 };
-using LimitsOf = Limits (*)(int stage, int stages);
+using LimitsOf = Limits (*)(const Chain& chain, int virtual_stage);
 
 // Stage `stage`'s order at unit costs; `key` names the schedule for the
-// cache. REQUIRES: 0 <= stage < stages; every limit >= 1.
-std::vector<Op> GreedyOrder(std::string_view key, LimitsOf limits, int stage, int stages, int microbatches);
-// Every stage's, made for `costs` (one per stage), shared from the cache.
-std::shared_ptr<const PipelineOrders> GreedyOrders(std::string_view key, LimitsOf limits,
-                                                   const std::vector<StageCosts>& costs, int microbatches);
+// cache. REQUIRES: 0 <= stage < chain.stages; every limit >= 1.
+std::vector<Op> GreedyOrder(std::string_view key, LimitsOf limits, const Chain& chain, int stage, int microbatches,
+                            bool split = true);
+// Every stage's, made for `costs` (one per virtual stage), shared from
+// the cache.
+std::shared_ptr<const PipelineOrders> GreedyOrders(std::string_view key, LimitsOf limits, const Chain& chain,
+                                                   const std::vector<StageCosts>& costs, int microbatches,
+                                                   bool split = true);
 
 }  // namespace ob::schedule::detail

@@ -11,8 +11,9 @@
 namespace ob::schedule {
 namespace one_f_one_b {  // named: a unity build puts the schedules in one file
 
-std::vector<Op> Order(int stage, int stages, int microbatches) {
-  assert(0 <= stage && stage < stages);
+std::vector<Op> Order(const Chain& chain, int stage, int microbatches) {
+  const int stages = chain.stages;
+  assert(0 <= stage && stage < stages && chain.chunks == 1);
   std::vector<Op> ops;
   if (microbatches <= 0) return ops;
   ops.reserve(2 * static_cast<size_t>(microbatches));

@@ -31,16 +31,20 @@
 
 namespace ob::schedule {
 
-// One message across a stage boundary: micro-batch `microbatch`'s
-// activation (sent forward, stage s to s + 1) or its gradient (sent
-// backward, s + 1 to s).
+// One message across a boundary of the chain: micro-batch `microbatch`'s
+// activation (sent forward, virtual stage k to k + 1) or its gradient
+// (sent backward, k + 1 to k), k = `link`. With one chunk, link is the
+// lower of the two stages. Boundaries within a stage (Chain::Local) have
+// no message.
 struct P2p {
   bool send = true;        // false: receive
   bool activation = true;  // false: gradient
   int peer = 0;            // the other stage
   int microbatch = 0;
+  int link = 0;            // the virtual boundary crossed
   bool operator==(const P2p& o) const {
-    return send == o.send && activation == o.activation && peer == o.peer && microbatch == o.microbatch;
+    return send == o.send && activation == o.activation && peer == o.peer && microbatch == o.microbatch &&
+           link == o.link;
   }
 };
 
@@ -60,11 +64,28 @@ struct StageInstr {
 // and each result is sent in the first batch after it is computed.
 // REQUIRES: 0 <= stage < stages.
 std::vector<StageInstr> StageProgram(const std::vector<Op>& order, int stage, int stages);
+// Every stage's program for `orders` (orders[i] is stage i's). With one
+// chunk, StageProgram's. With chunks a stage exchanges with one neighbour
+// on several links at once (interleaved: forwards of one chunk and
+// backwards of another both ways between stages S − 1 and 0 as between
+// any two; a V: activations both ways), and no rule that looks at one
+// stage's order alone pairs them safely. So the pipeline is run once at
+// unit costs (Simulate), each message stamped with the time its result is
+// computed, and both ends post it in their first batch before a compute
+// that starts at or after that time: every stage then posts the messages
+// it shares with a neighbour in one order of time, messages of one time
+// together, and the batch with the earliest latest message always
+// completes (its counterparts are in their stages' current batches), so
+// no order of chunks can deadlock. A forward of chunk c waits for the
+// previous virtual stage's activation, a backward for the next one's
+// gradient, unless that one lies on this stage.
+std::vector<std::vector<StageInstr>> Programs(const PipelineOrders& orders, const Chain& chain);
+std::vector<StageInstr> StageProgram(const std::vector<Op>& order, int stage, const Chain& chain);
 // The same for schedule `s`'s order at unit costs, and at the pipeline's
-// `costs` (Orders).
-std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, int microbatches);
+// `costs` (Orders: one per virtual stage).
+std::vector<StageInstr> StageProgram(const Schedule& s, int stage, int stages, int microbatches, int chunks = 1);
 std::vector<StageInstr> StageProgram(const Schedule& s, const std::vector<StageCosts>& costs, int stage,
-                                     int microbatches);
+                                     int microbatches, int chunks = 1);
 
 // Replays one program per stage (programs[s] is stage s's) against
 // rendezvous-only channels: a rank blocks on its current batch until every
@@ -75,7 +96,8 @@ std::vector<StageInstr> StageProgram(const Schedule& s, const std::vector<StageC
 // batch), which is a deadlock.
 std::string CheckRendezvous(const std::vector<std::vector<StageInstr>>& programs);
 
-// "{send a3→1, recv g2←1}", for diagnostics.
+// "{send a3→1, recv g2@1←2}" (@ the link where it is not 0), for
+// diagnostics.
 std::string Describe(const std::vector<P2p>& batch);
 
 }  // namespace ob::schedule

@@ -15,15 +15,19 @@ using PipelineOrder = std::vector<std::vector<Op>>;
 // sweep runs something. Sweeps alternate direction: forwards run down the
 // pipeline and backwards up it, each a whole chain a sweep. Returns the
 // makespan; records every op in `out` when given.
-double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, int m, std::vector<TimedOp>* out) {
-  const int S = static_cast<int>(c.size());
+double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, int m, Placement placement,
+                 std::vector<TimedOp>* out) {
+  const int S = static_cast<int>(order.size()), V = static_cast<int>(c.size());
+  const Chain chain{S, V / S, placement};
+  const bool one = chain.chunks == 1;  // no chunks: the stage is the virtual stage, every transfer paid
   const size_t M = static_cast<size_t>(m);
   // Scratch kept between calls: the planner makes thousands, and arrays
-  // this size would each be a fresh mapping of memory.
+  // this size would each be a fresh mapping of memory. Ends per virtual
+  // stage.
   thread_local std::vector<double> f_end, b_end, free_at;
   thread_local std::vector<size_t> next;
-  f_end.assign(static_cast<size_t>(S) * M, -1);
-  b_end.assign(static_cast<size_t>(S) * M, -1);
+  f_end.assign(static_cast<size_t>(V) * M, -1);
+  b_end.assign(static_cast<size_t>(V) * M, -1);
   free_at.assign(static_cast<size_t>(S), 0);
   next.assign(static_cast<size_t>(S), 0);
   std::vector<std::vector<std::pair<double, double>>> times;
@@ -36,42 +40,43 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
   double makespan = 0;
   for (bool down = true; done < total; down = !down) {
     const size_t before = done;
-    for (int k = 0; k < S; ++k) {
-      const int i = down ? k : S - 1 - k;
-      const StageCosts& ci = c[i];
+    for (int n = 0; n < S; ++n) {
+      const int i = down ? n : S - 1 - n;
       const std::vector<Op>& ops = order[i];
       while (next[i] < ops.size()) {
         const Op& op = ops[next[i]];
         const size_t j = static_cast<size_t>(op.microbatch);
+        const int k = one ? i : chain.At(i, op.chunk);  // its virtual stage
+        const StageCosts& ck = c[k];
         double ready = 0;
         switch (op.type) {
           case Op::kForward: {
-            if (i > 0) {
-              const double e = f_end[(i - 1) * M + j];
-              ready = e < 0 ? -1 : e + c[i - 1].send;
+            if (k > 0) {
+              const double e = f_end[(k - 1) * M + j];
+              ready = e < 0 ? -1 : e + (one || !chain.Local(k - 1) ? c[k - 1].send : 0);
             }
             break;
           }
           case Op::kBackward:
           case Op::kInputGrad: {
-            if (i + 1 == S) {
-              ready = f_end[i * M + j];
+            if (k + 1 == V) {
+              ready = f_end[k * M + j];
             } else {
-              const double e = b_end[(i + 1) * M + j];
-              ready = e < 0 ? -1 : e + ci.send_back;
+              const double e = b_end[(k + 1) * M + j];
+              ready = e < 0 ? -1 : e + (one || !chain.Local(k) ? ck.send_back : 0);
             }
             break;
           }
           case Op::kWeightGrad:
-            ready = b_end[i * M + j];
+            ready = b_end[k * M + j];
             break;
         }
         if (ready < 0) break;
-        const double start = std::max(ready, free_at[i]), end = start + ci.Seconds(op.type);
+        const double start = std::max(ready, free_at[i]), end = start + ck.Seconds(op.type);
         free_at[i] = end;
         makespan = std::max(makespan, end);
-        if (op.type == Op::kForward) f_end[i * M + j] = end;
-        else if (op.type != Op::kWeightGrad) b_end[i * M + j] = end;
+        if (op.type == Op::kForward) f_end[k * M + j] = end;
+        else if (op.type != Op::kWeightGrad) b_end[k * M + j] = end;
         if (out) times[i][next[i]] = {start, end};
         ++next[i];
         ++done;
@@ -90,17 +95,24 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
 
 }  // namespace
 
-std::vector<TimedOp> Simulate(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m) {
-  assert(orders.size() == c.size());
-  if (c.empty() || m <= 0 || orders.size() != c.size()) return {};
+namespace {
+bool OrdersFitCosts(const PipelineOrders& orders, const std::vector<StageCosts>& c) {
+  assert(!orders.empty() && c.size() % orders.size() == 0);
+  return !orders.empty() && c.size() % orders.size() == 0;
+}
+}  // namespace
+
+std::vector<TimedOp> Simulate(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m,
+                              Placement placement) {
+  if (c.empty() || m <= 0 || !OrdersFitCosts(orders, c)) return {};
   std::vector<TimedOp> out;
-  RunOrders(orders, c, m, &out);
+  RunOrders(orders, c, m, placement, &out);
   return out;
 }
 
-std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& c, int m) {
+std::vector<TimedOp> Simulate(const Schedule& s, const std::vector<StageCosts>& c, int m, int chunks) {
   if (c.empty() || m <= 0) return {};
-  return Simulate(*Orders(s, c, m), c, m);
+  return Simulate(*Orders(s, c, m, chunks), c, m, s.placement);
 }
 
 double Makespan(const std::vector<TimedOp>& ops) {
@@ -109,16 +121,14 @@ double Makespan(const std::vector<TimedOp>& ops) {
   return most;
 }
 
-double Makespan(const Schedule& s, const std::vector<StageCosts>& c, int m) {
-  const int S = static_cast<int>(c.size());
-  if (S == 0 || m <= 0) return 0;
-  return RunOrders(*Orders(s, c, m), c, m, nullptr);
+double Makespan(const Schedule& s, const std::vector<StageCosts>& c, int m, int chunks) {
+  if (c.empty() || m <= 0) return 0;
+  return RunOrders(*Orders(s, c, m, chunks), c, m, s.placement, nullptr);
 }
 
-double Makespan(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m) {
-  assert(orders.size() == c.size());
-  if (c.empty() || m <= 0 || orders.size() != c.size()) return 0;
-  return RunOrders(orders, c, m, nullptr);
+double Makespan(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m, Placement placement) {
+  if (c.empty() || m <= 0 || !OrdersFitCosts(orders, c)) return 0;
+  return RunOrders(orders, c, m, placement, nullptr);
 }
 
 }  // namespace ob::schedule

@@ -12,14 +12,18 @@
 namespace ob::schedule {
 namespace zb_h1 {  // named: a unity build puts the schedules in one file
 
-detail::Limits Limits(int stage, int stages) { return {stages - stage, stages}; }
-
-std::vector<Op> Order(int stage, int stages, int microbatches) {
-  return detail::GreedyOrder("zb-h1", &Limits, stage, stages, microbatches);
+detail::Limits Limits(const Chain& chain, int stage) {
+  const int stages = chain.stages;
+  return {stages - stage, stages};
 }
 
-std::shared_ptr<const PipelineOrders> Orders(const std::vector<StageCosts>& costs, int microbatches) {
-  return detail::GreedyOrders("zb-h1", &Limits, costs, microbatches);
+std::vector<Op> Order(const Chain& chain, int stage, int microbatches) {
+  return detail::GreedyOrder("zb-h1", &Limits, chain, stage, microbatches);
+}
+
+std::shared_ptr<const PipelineOrders> Orders(const Chain& chain, const std::vector<StageCosts>& costs,
+                                             int microbatches) {
+  return detail::GreedyOrders("zb-h1", &Limits, chain, costs, microbatches);
 }
 
 }  // namespace zb_h1

@@ -9,14 +9,18 @@
 namespace ob::schedule {
 namespace zb_h2 {  // named: a unity build puts the schedules in one file
 
-detail::Limits Limits(int stage, int stages) { return {stages - stage, 2 * stages - 1}; }
-
-std::vector<Op> Order(int stage, int stages, int microbatches) {
-  return detail::GreedyOrder("zb-h2", &Limits, stage, stages, microbatches);
+detail::Limits Limits(const Chain& chain, int stage) {
+  const int stages = chain.stages;
+  return {stages - stage, 2 * stages - 1};
 }
 
-std::shared_ptr<const PipelineOrders> Orders(const std::vector<StageCosts>& costs, int microbatches) {
-  return detail::GreedyOrders("zb-h2", &Limits, costs, microbatches);
+std::vector<Op> Order(const Chain& chain, int stage, int microbatches) {
+  return detail::GreedyOrder("zb-h2", &Limits, chain, stage, microbatches);
+}
+
+std::shared_ptr<const PipelineOrders> Orders(const Chain& chain, const std::vector<StageCosts>& costs,
+                                             int microbatches) {
+  return detail::GreedyOrders("zb-h2", &Limits, chain, costs, microbatches);
 }
 
 }  // namespace zb_h2
