@@ -11,34 +11,7 @@
 
 namespace {
 
-// A Profile with the costs of `p` (the plan stores and re-reads it).
-ob::pb::Profile ProfileOf(const ob::plan::Problem& p) {
-  ob::pb::Profile prof;
-  prof.set_mode(ob::pb::PROFILE_ANALYTIC);
-  prof.mutable_model()->set_name("uniform");
-  prof.mutable_model()->set_n_layer(p.num_layers() - 2);
-  prof.mutable_model()->set_n_embd(p.n_embd);
-  prof.mutable_model()->set_n_head(p.n_head);
-  prof.set_sequence_length(p.sequence_length);
-  prof.add_microbatch_sizes(1);
-  for (int i = 0; i < p.num_layers(); ++i) {
-    const auto& c = p.layers[i];
-    auto* l = prof.add_layers();
-    l->set_index(i);
-    l->set_kind(i == 0 ? ob::pb::LAYER_EMBED
-                       : (i + 1 == p.num_layers() ? ob::pb::LAYER_HEAD : ob::pb::LAYER_BLOCK));
-    l->set_parameter_bytes(c.gradient_bytes);
-    l->set_gradient_bytes(c.gradient_bytes);
-    l->set_optimizer_state_bytes(c.state_bytes - 2 * c.gradient_bytes);
-    auto* cost = l->add_costs();
-    cost->set_microbatch(1);
-    cost->set_forward_seconds(c.forward);
-    cost->set_backward_seconds(c.backward);
-    cost->set_activation_bytes(c.activation_bytes);
-    cost->set_output_bytes(c.output_bytes);
-  }
-  return prof;
-}
+using ob::plan::testing::ProfileOf;
 
 // A planned problem and its Plan protobuf, hosts named host0, host1, ...
 struct Planned {
@@ -282,12 +255,13 @@ TEST_CASE("a zero-bubble template's workers make, from the file, the order the p
     CHECK(b.schedule == a.schedule);
     if (!a.schedule->splits_backward) continue;
     ++split;
-    REQUIRE(a.op_costs.size() == a.stages.size());
+    REQUIRE(a.op_costs.size() == a.Virtual().size());
+    CHECK(b.chunks == a.chunks);
     CHECK(b.OrderCosts() == a.op_costs);
     for (int m : {1, 3, 8, 24}) {
-      const auto orders = ob::schedule::Orders(*a.schedule, a.op_costs, m);
-      CHECK(*ob::schedule::Orders(*b.schedule, b.OrderCosts(), m) == *orders);
-      if (*orders != *ob::schedule::Orders(*a.schedule, static_cast<int>(a.stages.size()), m)) ++differs;
+      const auto orders = ob::schedule::Orders(*a.schedule, a.op_costs, m, a.chunks);
+      CHECK(*ob::schedule::Orders(*b.schedule, b.OrderCosts(), m, b.chunks) == *orders);
+      if (*orders != *ob::schedule::Orders(*a.schedule, static_cast<int>(a.stages.size()), m, a.chunks)) ++differs;
     }
   }
   CHECK(split > 0);

@@ -43,6 +43,34 @@ Problem RandomProblem(uint64_t seed, const RandomProblemOptions& o) {
   return p;
 }
 
+pb::Profile ProfileOf(const Problem& p) {
+  pb::Profile prof;
+  prof.set_mode(pb::PROFILE_ANALYTIC);
+  prof.mutable_model()->set_name("uniform");
+  prof.mutable_model()->set_n_layer(p.num_layers() - 2);
+  prof.mutable_model()->set_n_embd(p.n_embd);
+  prof.mutable_model()->set_n_head(p.n_head);
+  prof.set_sequence_length(p.sequence_length);
+  prof.add_microbatch_sizes(1);
+  for (int i = 0; i < p.num_layers(); ++i) {
+    const auto& c = p.layers[i];
+    auto* l = prof.add_layers();
+    l->set_index(i);
+    l->set_kind(i == 0 ? pb::LAYER_EMBED
+                       : (i + 1 == p.num_layers() ? pb::LAYER_HEAD : pb::LAYER_BLOCK));
+    l->set_parameter_bytes(c.gradient_bytes);
+    l->set_gradient_bytes(c.gradient_bytes);
+    l->set_optimizer_state_bytes(c.state_bytes - 2 * c.gradient_bytes);
+    auto* cost = l->add_costs();
+    cost->set_microbatch(1);
+    cost->set_forward_seconds(c.forward);
+    cost->set_backward_seconds(c.backward);
+    cost->set_activation_bytes(c.activation_bytes);
+    cost->set_output_bytes(c.output_bytes);
+  }
+  return prof;
+}
+
 Problem UniformProblem(int blocks, int nodes, int faults, int microbatches, int gpus_per_node) {
   Problem p;
   auto layer = [](double f, uint64_t state, uint64_t act, uint64_t out, bool block) {

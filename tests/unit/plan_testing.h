@@ -21,6 +21,9 @@ struct RandomProblemOptions {
 // and a global batch of M micro-batches, M ≥ f + 1. Not always plannable.
 Problem RandomProblem(uint64_t seed, const RandomProblemOptions& opts = {});
 
+// A Profile with the costs of `p` (the plan stores and re-reads it).
+pb::Profile ProfileOf(const Problem& p);
+
 // A GPT-like problem: embed, `blocks` equal blocks, head; plenty of memory.
 Problem UniformProblem(int blocks, int nodes, int faults, int microbatches, int gpus_per_node = 1);
 

@@ -5,6 +5,7 @@
 
 #include "ob/io/text.h"
 #include "ob/plan/problem.h"
+#include "ob/schedule/schedule.h"
 #include "ob/watch/stats.h"
 
 namespace ob::plan {
@@ -14,13 +15,48 @@ using io::Format;
 
 double GiB(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
 
+// Stage i's layer ranges: its own, or with chunks its slices' (in chunk
+// order).
+std::vector<std::pair<uint32_t, uint32_t>> StageLayers(const pb::PipelineTemplate& t, int i) {
+  const auto& st = t.stages(i);
+  const schedule::Schedule* sch = schedule::Find(t.schedule());
+  if (t.chunks() <= 1 || sch == nullptr || t.slices_size() != t.stages_size() * static_cast<int>(t.chunks()))
+    return {{st.first_layer(), st.last_layer()}};
+  const schedule::Chain chain = sch->ChainOf(t.stages_size(), static_cast<int>(t.chunks()));
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (int c = 0; c < static_cast<int>(t.chunks()); ++c) {
+    const auto& sl = t.slices(chain.At(i, c));
+    out.emplace_back(sl.first_layer(), sl.last_layer());
+  }
+  return out;
+}
+
+// "0-3" or, with chunks, "0-3+16-19".
+std::string LayersText(const pb::PipelineTemplate& t, int i) {
+  std::string r;
+  for (const auto& [first, last] : StageLayers(t, i)) {
+    if (!r.empty()) r += "+";
+    r += first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+  }
+  return r;
+}
+
+// The template's schedule as --explain shows it: "1f1b", "zb-h1", and with
+// a choice of chunks their count, "interleaved/4".
+std::string ScheduleText(const pb::PipelineTemplate& t) {
+  if (t.schedule().empty()) return "1f1b";
+  const schedule::Schedule* sch = schedule::Find(t.schedule());
+  if (t.chunks() > 1 && sch != nullptr && sch->min_chunks != sch->max_chunks)
+    return t.schedule() + "/" + std::to_string(t.chunks());
+  return t.schedule();
+}
+
 // "0-3 4-12 13" : the layer ranges of a template's stages.
 std::string Ranges(const pb::PipelineTemplate& t, size_t max_chars) {
   std::string out;
-  for (const auto& s : t.stages()) {
-    std::string r = s.first_layer() == s.last_layer()
-                        ? std::to_string(s.first_layer())
-                        : std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
+  for (int i = 0; i < t.stages_size(); ++i) {
+    const auto& s = t.stages(i);
+    std::string r = LayersText(t, i);
     if (t.stages_per_node() == 0) r += "/" + std::to_string(s.tensor_parallel());  // mixed degrees
     if (out.size() + r.size() + 1 > max_chars) return out + " ...";
     out += (out.empty() ? "" : " ") + r;
@@ -28,14 +64,16 @@ std::string Ranges(const pb::PipelineTemplate& t, size_t max_chars) {
   return out;
 }
 
-// What a worker of stage `s` is predicted to hold: its stage, and on the
+// What a worker of stage i is predicted to hold: its stage, and on the
 // CPU, whose memory is the host's, also its host snapshots (as
 // --host-memory counts them).
-uint64_t WorkerMemory(const pb::Plan& plan, const pb::Stage& s) {
+uint64_t WorkerMemory(const pb::Plan& plan, const pb::PipelineTemplate& t, int i) {
+  const auto& s = t.stages(i);
   if (plan.profile().device().kind() != "cpu") return s.memory_bytes();
   uint64_t params = 0;
-  for (uint32_t l = s.first_layer(); l <= s.last_layer() && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
-    params += plan.profile().layers(static_cast<int>(l)).parameter_count();
+  for (const auto& [first, last] : StageLayers(t, i))
+    for (uint32_t l = first; l <= last && l < static_cast<uint32_t>(plan.profile().layers_size()); ++l)
+      params += plan.profile().layers(static_cast<int>(l)).parameter_count();
   return s.memory_bytes() + kSnapshotBytesPerParameter * params / std::max(1u, s.tensor_parallel());
 }
 
@@ -77,7 +115,7 @@ std::string ExplainPlan(const pb::Plan& plan) {
     out += Format("  %5u %6d %3s %3s %8s %10.3f %10.3f %8.3f %9.2f %9.2f  %s%s\n", t.nodes(), t.stages_size(),
                   mixed ? "mix" : std::to_string(t.stages_per_node()).c_str(),
                   mixed ? "mix" : std::to_string(t.tensor_parallel()).c_str(),
-                  t.schedule().empty() ? "1f1b" : t.schedule().c_str(), t.bottleneck_seconds() * 1e3,
+                  ScheduleText(t).c_str(), t.bottleneck_seconds() * 1e3,
                   (t.total_seconds() - t.saved_seconds()) * 1e3, t.update_seconds() * 1e3, GiB(PeakMemory(t)), GiB(plan.gpu_memory_bytes()),
                   Ranges(t, 48).c_str(), used.count(t.nodes()) ? "  *" : "");
   }
@@ -91,7 +129,7 @@ std::string ExplainPlan(const pb::Plan& plan) {
     if (!used.count(t.nodes())) continue;
     for (int i = 0; i < t.stages_size(); ++i) {
       const auto& s = t.stages(i);
-      std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
+      const std::string layers = LayersText(t, i);
       out += Format("  %5u %5d %4u %8s %3u %10.3f %10.3f %9.2f %9.2f %6u %6u %9s %8.2f\n", t.nodes(), i, s.node(),
                     layers.c_str(), s.tensor_parallel(), s.compute_seconds() * 1e3, s.seconds() * 1e3,
                     GiB(s.memory_bytes()), GiB(s.memory_capacity_bytes()), s.in_flight(), s.weight_inputs(),
@@ -124,7 +162,7 @@ std::string ExplainPlan(const pb::Plan& plan) {
   for (const auto& p : in.pipelines()) {
     for (const auto& t : plan.templates()) {
       if (t.nodes() != p.template_nodes()) continue;
-      for (const auto& s : t.stages()) peak = std::max(peak, WorkerMemory(plan, s));
+      for (int i = 0; i < t.stages_size(); ++i) peak = std::max(peak, WorkerMemory(plan, t, i));
     }
   }
   out += Format("# predicted peak memory per worker %.1f MiB%s\n", static_cast<double>(peak) / (1 << 20),
@@ -209,10 +247,10 @@ Result<std::string> CompareMeasured(const pb::Plan& plan, const std::vector<pb::
     for (int j = 0; j < t->stages_size(); ++j) {
       const auto& s = t->stages(j);
       const auto key = std::make_pair(static_cast<uint32_t>(i), static_cast<uint32_t>(j));
-      const std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer());
+      const std::string layers = LayersText(*t, j);
       const double predicted = j < p.stage_compute_seconds_size() ? p.stage_compute_seconds(j) * 1e3
                                                                    : s.compute_seconds() * p.microbatches() * 1e3;
-      const double predicted_mib = static_cast<double>(WorkerMemory(plan, s)) / (1 << 20);
+      const double predicted_mib = static_cast<double>(WorkerMemory(plan, *t, j)) / (1 << 20);
       auto c = compute.find(key);
       auto m = memory.find(key);
       std::vector<double> steps;

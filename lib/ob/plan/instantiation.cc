@@ -234,7 +234,7 @@ PipelineTimes TimePipelines(const Problem& p, const TemplateSet& ts, const Insta
     const Template* t = ts.ForNodes(pl.template_nodes);
     out.seconds.push_back(t ? PipelineSeconds(p, *t, pl.microbatches) : 0.0);
     if (t)
-      for (const StageShape& s : t->stages) out.busy += pl.microbatches * StageComputeSeconds(p, s);
+      for (const StageShape& s : t->Virtual()) out.busy += pl.microbatches * StageComputeSeconds(p, s);
   }
   return out;
 }

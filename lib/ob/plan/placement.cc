@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "ob/plan/replanner.h"
 #include "ob/watch/stats.h"
 
 namespace ob::plan {
@@ -40,27 +41,40 @@ class Evaluator {
       pipe.first_slot = static_cast<int>(assign_.size());
       pipe.slots = t->nodes;
       pipe.m = std::max(1, pi.microbatches);
-      for (int i = 0; i < static_cast<int>(t->stages.size()); ++i) {
-        const auto& st = t->stages[i];
-        const bool crosses = i + 1 < static_cast<int>(t->stages.size()) && t->NodeOf(i + 1) != t->NodeOf(i);
-        double w = StageComputeSeconds(p, st);
-        if (!crosses) w += StageBoundarySeconds(p, st.last, false);  // inside the node (or the last stage)
-        pipe.base.push_back(w);
-        pipe.bytes.push_back(crosses ? static_cast<double>(p.layers[st.last].output_bytes) : -1);
-        pipe.node.push_back(t->NodeOf(i));
+      // Each (virtual) stage's compute, and its boundary: inside the node,
+      // or over the link from its node to the next one's (with chunks the
+      // slices of one stage add up, and the loop's way back from the last
+      // node to the first is a link too).
+      const std::vector<StageShape>& vs = t->Virtual();
+      const schedule::Chain chain = t->chain();
+      const int S = static_cast<int>(t->stages.size());
+      pipe.base.assign(static_cast<size_t>(S), 0.0);
+      pipe.cross.assign(static_cast<size_t>(S), {});
+      for (int k = 0; k < static_cast<int>(vs.size()); ++k) {
+        const auto& st = vs[k];
+        const int i = t->chunks > 1 ? chain.StageOf(k) : k;
+        const bool last = k + 1 == static_cast<int>(vs.size());
+        const int to = last ? -1 : (t->chunks > 1 ? chain.StageOf(k + 1) : k + 1);
+        const bool crosses = !last && t->NodeOf(to) != t->NodeOf(i);
+        pipe.base[i] += StageComputeSeconds(p, st);
+        if (!crosses && to != i) pipe.base[i] += StageBoundarySeconds(p, st.last, false);
+        if (crosses) pipe.cross[i].push_back({t->NodeOf(i), t->NodeOf(to), static_cast<double>(p.layers[st.last].output_bytes)});
       }
       pipes_.push_back(std::move(pipe));
       for (int q = 0; q < t->nodes; ++q) {
         assign_.push_back(pi.nodes[q]);
         slot_pipe_.push_back(static_cast<int>(j));
-        slot_layers_.emplace_back(t->stages[t->FirstStageOn(q)].first, t->stages[t->LastStageOn(q)].last);
+        std::vector<std::pair<int, int>> spans;
+        for (const detail::Span& sp : detail::NodeSpans(*t, q)) spans.emplace_back(sp.first, sp.last);
+        slot_layers_.push_back(std::move(spans));
       }
     }
     // One ring per layer through the slot holding it in every pipeline.
     const int P = static_cast<int>(pipes_.size());
     rings_.assign(L, {});
     for (int s = 0; s < static_cast<int>(assign_.size()); ++s)
-      for (int l = slot_layers_[s].first; l <= slot_layers_[s].second; ++l) rings_[l].push_back(s);
+      for (const auto& [first, last] : slot_layers_[s])
+        for (int l = first; l <= last; ++l) rings_[l].push_back(s);
     grad_.resize(L);
     for (int l = 0; l < L; ++l) {
       grad_[l] = P > 1 && static_cast<int>(rings_[l].size()) == P
@@ -104,12 +118,17 @@ class Evaluator {
   }
 
  private:
+  // A boundary of a stage over the network: from its node's position to
+  // another's (the next one's; with chunks also the first's), `bytes` each way.
+  struct Crossing {
+    int from = 0, to = 0;
+    double bytes = 0;
+  };
   struct Pipe {
     int first_slot = 0, slots = 0, m = 1;
-    std::vector<double> base;   // per stage: compute + nominal intra-node boundary
-    std::vector<double> bytes;  // per stage: bytes over the link to the next node, or -1
-    std::vector<int> node;      // per stage: its node's position in the pipeline
-    double seconds = 0;         // Σw + (m − 1)·max w
+    std::vector<double> base;                  // per stage: compute + nominal intra-node boundaries
+    std::vector<std::vector<Crossing>> cross;  // per stage: its boundaries over links
+    double seconds = 0;                        // Σw + (m − 1)·max w
   };
 
   double Link(int a, int b, double bytes) const {
@@ -121,10 +140,8 @@ class Evaluator {
     double sum = 0, worst = 0;
     for (size_t i = 0; i < pipe.base.size(); ++i) {
       double w = pipe.base[i];
-      if (pipe.bytes[i] >= 0) {
-        const int q = pipe.first_slot + pipe.node[i];
-        w += Link(assign_[q], assign_[q + 1], pipe.bytes[i]);
-      }
+      for (const Crossing& c : pipe.cross[i])
+        w += Link(assign_[pipe.first_slot + c.from], assign_[pipe.first_slot + c.to], c.bytes);
       sum += w;
       worst = std::max(worst, w);
     }
@@ -144,12 +161,13 @@ class Evaluator {
   }
 
   void UpdateRings(int s) {
-    for (int l = slot_layers_[s].first; l <= slot_layers_[s].second; ++l) {
-      const double now = RingSeconds(l), delta = now - ring_[l];
-      if (delta == 0) continue;
-      ring_[l] = now;
-      for (int r : rings_[l]) slot_ar_[r] += delta;
-    }
+    for (const auto& [first, last] : slot_layers_[s])
+      for (int l = first; l <= last; ++l) {
+        const double now = RingSeconds(l), delta = now - ring_[l];
+        if (delta == 0) continue;
+        ring_[l] = now;
+        for (int r : rings_[l]) slot_ar_[r] += delta;
+      }
   }
 
   void Aggregate() {
@@ -168,7 +186,7 @@ class Evaluator {
   const BandwidthMatrix* bw_;
   std::vector<Pipe> pipes_;
   std::vector<int> assign_, slot_pipe_;
-  std::vector<std::pair<int, int>> slot_layers_;  // layers [first, last] held by the slot
+  std::vector<std::vector<std::pair<int, int>>> slot_layers_;  // layer ranges [first, last] held by the slot
   std::vector<std::vector<int>> rings_;           // per layer: the slots holding it
   std::vector<double> grad_;                      // per layer: 2(P−1)/P · gradient bytes
   std::vector<double> ring_, slot_ar_;            // per layer ring time; per slot Σ of its rings

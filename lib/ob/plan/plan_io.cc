@@ -15,6 +15,14 @@
 namespace ob::plan {
 namespace {
 
+void SetOpCosts(const schedule::StageCosts& c, pb::Stage* st) {
+  st->set_forward_seconds(c.forward);
+  st->set_input_grad_seconds(c.input_grad);
+  st->set_weight_grad_seconds(c.weight_grad);
+  st->set_send_seconds(c.send);
+  st->set_send_back_seconds(c.send_back);
+}
+
 void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* out) {
   out->set_nodes(t.nodes);
   out->set_stages_per_node(t.stages_per_node);
@@ -38,7 +46,9 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_last_layer(s.last);
     st->set_gpus(s.tp);
     st->set_tensor_parallel(s.tp);
-    st->set_compute_seconds(StageComputeSeconds(p, s));
+    double compute = 0;  // with chunks, all its slices'
+    for (const auto& [first, last] : t.LayersOf(i)) compute += StageComputeSeconds(p, first, last, s.tp, s.recompute);
+    st->set_compute_seconds(compute);
     st->set_seconds(t.stage_seconds[i]);
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
@@ -47,17 +57,83 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     st->set_in_flight(static_cast<uint32_t>(held.activations));
     st->set_weight_inputs(static_cast<uint32_t>(held.weight_inputs));
     st->set_recompute(static_cast<pb::Recompute>(s.recompute));
-    const uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
+    uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
+    if (t.chunks > 1) plain = t.stage_memory[i];  // chunked stages run one mode: nothing to compare
     st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
-    if (t.schedule != &schedule::OneFOneB() && t.op_costs.size() == static_cast<size_t>(S)) {
-      const schedule::StageCosts& c = t.op_costs[static_cast<size_t>(i)];
-      st->set_forward_seconds(c.forward);
-      st->set_input_grad_seconds(c.input_grad);
-      st->set_weight_grad_seconds(c.weight_grad);
-      st->set_send_seconds(c.send);
-      st->set_send_back_seconds(c.send_back);
+    if (t.schedule != &schedule::OneFOneB() && t.chunks <= 1 && t.op_costs.size() == static_cast<size_t>(S))
+      SetOpCosts(t.op_costs[static_cast<size_t>(i)], st);
+  }
+  if (t.chunks > 1) {
+    out->set_chunks(static_cast<uint32_t>(t.chunks));
+    for (size_t k = 0; k < t.slices.size(); ++k) {
+      const StageShape& s = t.slices[k];
+      auto* sl = out->add_slices();
+      sl->set_first_layer(s.first);
+      sl->set_last_layer(s.last);
+      sl->set_gpus(s.tp);
+      sl->set_tensor_parallel(s.tp);
+      sl->set_node(static_cast<uint32_t>(s.node));
+      sl->set_recompute(static_cast<pb::Recompute>(s.recompute));
+      sl->set_compute_seconds(StageComputeSeconds(p, s));
+      if (t.op_costs.size() == t.slices.size()) SetOpCosts(t.op_costs[k], sl);
     }
   }
+}
+
+// The op costs of a stage or slice as the plan stores them, checked.
+Result<schedule::StageCosts> OpCostsOf(const pb::Stage& s, const std::string& who) {
+  const schedule::StageCosts c{s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(),
+                               s.send_back_seconds()};
+  for (double v : {c.forward, c.input_grad, c.weight_grad, c.send, c.send_back}) {
+    if (!std::isfinite(v) || v < 0)
+      return Status::DataErr(who + ": stage of layers " + std::to_string(s.first_layer()) + "-" +
+                             std::to_string(s.last_layer()) + ": op costs must be finite and non-negative");
+  }
+  return c;
+}
+
+// A chunked template's slices (TemplateFromProto): they cover the layers
+// in order, S·chunks of them, each stage's first/last its chunk 0's.
+Status ReadSlices(const Problem& p, const pb::PipelineTemplate& in, const std::string& who, Template* t) {
+  const int S = static_cast<int>(t->stages.size());
+  t->chunks = static_cast<int>(in.chunks());
+  if (!t->schedule->chunked() || t->chunks < t->schedule->min_chunks || t->chunks > t->schedule->max_chunks)
+    return Status::DataErr(who + ": " + std::to_string(t->chunks) + " chunks a stage under schedule " +
+                           std::string(t->schedule->name) + " (it takes " + std::to_string(t->schedule->min_chunks) +
+                           " to " + std::to_string(t->schedule->max_chunks) + ")");
+  if (t->mixed()) return Status::DataErr(who + ": a mixed template with chunks");
+  if (in.slices_size() != S * t->chunks)
+    return Status::DataErr(who + ": " + std::to_string(in.slices_size()) + " slices, expected " +
+                           std::to_string(S * t->chunks));
+  const schedule::Chain chain = t->chain();
+  int next = 0;
+  t->op_costs.clear();
+  for (int k = 0; k < in.slices_size(); ++k) {
+    const pb::Stage& s = in.slices(k);
+    if (static_cast<int>(s.first_layer()) != next || s.last_layer() < s.first_layer() ||
+        static_cast<int>(s.last_layer()) >= p.num_layers())
+      return Status::DataErr(who + ": slices do not cover layers 0.." + std::to_string(p.num_layers() - 1) +
+                             " in order");
+    const StageShape& st = t->stages[chain.StageOf(k)];
+    if (!pb::Recompute_IsValid(s.recompute()) || static_cast<int>(s.tensor_parallel()) != st.tp)
+      return Status::DataErr(who + ": slice of layers " + std::to_string(s.first_layer()) + "-" +
+                             std::to_string(s.last_layer()) + ": its degree or recompute mode is not its stage's");
+    StageShape sh{static_cast<int>(s.first_layer()), static_cast<int>(s.last_layer()), st.tp, t->NodeOf(chain.StageOf(k)),
+                  static_cast<model::Recompute>(s.recompute())};
+    t->slices.push_back(sh);
+    OB_ASSIGN_OR_RETURN(schedule::StageCosts c, OpCostsOf(s, who));
+    t->op_costs.push_back(c);
+    next = sh.last + 1;
+  }
+  if (next != p.num_layers())
+    return Status::DataErr(who + ": slices end at layer " + std::to_string(next - 1) + " of " +
+                           std::to_string(p.num_layers() - 1));
+  for (int i = 0; i < S; ++i) {
+    const StageShape& head = t->slices[chain.At(i, 0)];
+    if (t->stages[i].first != head.first || t->stages[i].last != head.last)
+      return Status::DataErr(who + ": stage " + std::to_string(i) + " does not name its first chunk's layers");
+  }
+  return Status::Ok();
 }
 
 Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate& in) {
@@ -83,10 +159,11 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
     return Status::DataErr(who + ": " + std::to_string(in.stages_size()) + " stages, expected " +
                            std::to_string(t.nodes * t.stages_per_node));
   const int g = p.cluster.gpus_per_node;
+  const bool chunked = in.chunks() > 1;  // stages name their chunk 0's layers: ReadSlices checks them
   int next = 0, node = 0, node_gpus = 0;
   for (const auto& s : in.stages()) {
-    if (static_cast<int>(s.first_layer()) != next || s.last_layer() < s.first_layer() ||
-        static_cast<int>(s.last_layer()) >= p.num_layers())
+    if (!chunked && (static_cast<int>(s.first_layer()) != next || s.last_layer() < s.first_layer() ||
+                     static_cast<int>(s.last_layer()) >= p.num_layers()))
       return Status::DataErr(who + ": stages do not cover layers 0.." +
                              std::to_string(p.num_layers() - 1) + " in order");
     if (t.mixed()) {  // nodes in order, each used and filled by its stages (the runtime checks degrees)
@@ -113,14 +190,15 @@ Result<Template> TemplateFromProto(const Problem& p, const pb::PipelineTemplate&
     t.stage_seconds.push_back(s.seconds());
     t.stage_memory.push_back(s.memory_bytes());
     t.stage_held.push_back({static_cast<int>(s.in_flight()), static_cast<int>(s.weight_inputs())});
-    const schedule::StageCosts& c = t.op_costs.emplace_back(schedule::StageCosts{
-        s.forward_seconds(), s.input_grad_seconds(), s.weight_grad_seconds(), s.send_seconds(), s.send_back_seconds()});
-    for (double v : {c.forward, c.input_grad, c.weight_grad, c.send, c.send_back}) {
-      if (!std::isfinite(v) || v < 0)
-        return Status::DataErr(who + ": stage of layers " + std::to_string(s.first_layer()) + "-" +
-                               std::to_string(s.last_layer()) + ": op costs must be finite and non-negative");
-    }
+    OB_ASSIGN_OR_RETURN(schedule::StageCosts c, OpCostsOf(s, who));
+    t.op_costs.push_back(c);
     next = static_cast<int>(s.last_layer()) + 1;
+  }
+  if (chunked) {
+    OB_RETURN_IF_ERROR(ReadSlices(p, in, who, &t));
+    next = p.num_layers();
+  } else if (in.slices_size() > 0) {
+    return Status::DataErr(who + ": slices without chunks");
   }
   if (next != p.num_layers())
     return Status::DataErr(who + ": stages end at layer " + std::to_string(next - 1) + " of " +

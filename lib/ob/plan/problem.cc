@@ -115,6 +115,29 @@ uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, const s
   return whole + static_cast<uint64_t>(w * held.weight_inputs * (1.0 + p.cluster.overhead_fraction));
 }
 
+uint64_t StageMemoryBytes(const Problem& p, const std::vector<StageShape>& chunks,
+                          const std::vector<schedule::Op>& order) {
+  double state = 0, again = 0;
+  std::vector<uint64_t> act, weight_inputs;
+  for (const StageShape& ch : chunks) {
+    double a = 0, w = 0;
+    for (int l = ch.first; l <= ch.last; ++l) {
+      const auto& c = p.layers[l];
+      state += static_cast<double>(c.state_bytes) / ch.tp;
+      const double kept = KeptBytes(p, c, ch.tp, ch.recompute);
+      a += kept;
+      again = std::max(again, KeptBytes(p, c, ch.tp, model::Recompute::kNone) - kept);
+      w += static_cast<double>(c.weight_input_bytes) / ch.tp;
+    }
+    if (ch.first > 0) a += static_cast<double>(p.layers[ch.first - 1].output_bytes) / ch.tp;
+    act.push_back(static_cast<uint64_t>(a));
+    weight_inputs.push_back(static_cast<uint64_t>(w));
+  }
+  const double peak = static_cast<double>(schedule::PeakBytes(order, act, weight_inputs));
+  const double bytes = state + peak + (order.empty() ? 0.0 : again);
+  return static_cast<uint64_t>(bytes * (1.0 + p.cluster.overhead_fraction)) + p.cluster.overhead_bytes;
+}
+
 std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight) {
   for (model::Recompute r : p.recompute_modes) {
     if (StageMemoryBytes(p, first, last, tp, in_flight, r) <= p.cluster.gpu_memory) return r;

@@ -166,6 +166,15 @@ uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_
 // activations and what W reads of the others, at its worst moment.
 uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, const schedule::Held& held,
                           model::Recompute r);
+// The same for a stage of several chunks (schedule.h, Chain): `chunks[c]`
+// its chunk c's layers (tp and recompute each's), `order` the stage's ops
+// in its schedule's order. Every chunk's weights, and at the order's worst
+// moment the activations of its micro-batches before their B and what W
+// reads of those past it, each chunk's own size (schedule::PeakBytes);
+// one recomputing block's activations in full again. The other forms' for
+// one chunk, up to a byte a micro-batch (each chunk's bytes are whole).
+uint64_t StageMemoryBytes(const Problem& p, const std::vector<StageShape>& chunks,
+                          const std::vector<schedule::Op>& order);
 // The fastest of p.recompute_modes in which the stage fits (nullopt: none).
 std::optional<model::Recompute> StageMode(const Problem& p, int first, int last, int tp, int in_flight);
 bool StageFits(const Problem& p, int first, int last, int tp, int in_flight);

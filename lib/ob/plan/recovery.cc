@@ -60,28 +60,30 @@ void ListFetches(const Problem& p, const TemplateSet& ts, const std::vector<Pipe
     const Template& t = *ts.ForNodes(pipe.template_nodes);
     for (int pos = 0; pos < pipe.template_nodes; ++pos) {
       const int node = pipe.nodes[pos];
-      const Span want = NodeSpan(t, pos);
       auto it = held.find(node);
-      const Span have = it == held.end() ? Span{} : it->second.span;
+      const std::vector<Span> none;
+      const std::vector<Span>& have = it == held.end() ? none : it->second.spans;
       const int prefer = it == held.end() ? pipe.origin : it->second.pipeline;
-      for (int layer = want.first; layer <= want.last; ++layer) {
-        if (have.first <= layer && layer <= have.last) continue;
-        const auto& hs = holders[layer];
-        int from = -1;
-        for (const auto& [h, pipeline] : hs)
-          if (pipeline == prefer) from = h;
-        if (from < 0) {
-          uint64_t least = std::numeric_limits<uint64_t>::max();
-          for (const auto& [h, pipeline] : hs) {
-            const uint64_t load = sent[h];
-            if (load < least) least = load, from = h;
+      for (const Span& want : NodeSpans(t, pos)) {
+        for (int layer = want.first; layer <= want.last; ++layer) {
+          if (Holds(have, layer)) continue;
+          const auto& hs = holders[layer];
+          int from = -1;
+          for (const auto& [h, pipeline] : hs)
+            if (pipeline == prefer) from = h;
+          if (from < 0) {
+            uint64_t least = std::numeric_limits<uint64_t>::max();
+            for (const auto& [h, pipeline] : hs) {
+              const uint64_t load = sent[h];
+              if (load < least) least = load, from = h;
+            }
           }
+          assert(from >= 0);
+          const uint64_t bytes = p.layers[layer].state_bytes;
+          sent[from] += bytes;
+          r->fetches.push_back({node, layer, from, bytes});
+          r->bytes_copied += bytes;
         }
-        assert(from >= 0);
-        const uint64_t bytes = p.layers[layer].state_bytes;
-        sent[from] += bytes;
-        r->fetches.push_back({node, layer, from, bytes});
-        r->bytes_copied += bytes;
       }
     }
   }
@@ -109,7 +111,7 @@ bool ReadCurrent(const TemplateSet& ts, const Instantiation& current, const std:
         return false;
       }
       if (gone.count(node)) continue;
-      (*held)[node] = {static_cast<int>(j), NodeSpan(*t, pos)};
+      (*held)[node] = {static_cast<int>(j), NodeSpans(*t, pos)};
       (*survivors)[j].push_back(node);
     }
   }
@@ -122,8 +124,8 @@ std::vector<std::vector<std::pair<int, int>>> Holders(int layers, const std::vec
   std::vector<std::vector<std::pair<int, int>>> holders(layers);
   for (size_t j = 0; j < survivors.size(); ++j)
     for (int node : survivors[j]) {
-      const Span s = held.at(node).span;
-      for (int l = s.first; l <= s.last; ++l) holders[l].emplace_back(node, static_cast<int>(j));
+      for (const Span& s : held.at(node).spans)
+        for (int l = s.first; l <= s.last; ++l) holders[l].emplace_back(node, static_cast<int>(j));
     }
   return holders;
 }

@@ -61,17 +61,20 @@ uint64_t Replanner::Cost(int n, Slice a, Slice b) const {
   uint64_t bytes = 0;
   for (int pos = 0; pos < n; ++pos) {
     const int node = pos < a.size ? a.data[pos] : b.data[pos - a.size];
-    bytes += Missing(node, NodeSpan(*t, pos));
+    bytes += Missing(node, NodeSpans(*t, pos));
   }
   return bytes;
 }
 
-uint64_t Replanner::Missing(int node, Span want) const {
-  uint64_t bytes = SpanBytes(want);
+uint64_t Replanner::Missing(int node, const std::vector<Span>& want) const {
+  uint64_t bytes = 0;
+  for (const Span& w : want) bytes += SpanBytes(w);
   auto it = held_.find(node);
   if (it != held_.end()) {
-    const Span have = it->second.span;
-    bytes -= SpanBytes({std::max(want.first, have.first), std::min(want.last, have.last)});
+    // Spans of one node never overlap one another.
+    for (const Span& w : want)
+      for (const Span& have : it->second.spans)
+        bytes -= SpanBytes({std::max(w.first, have.first), std::min(w.last, have.last)});
   }
   return bytes;
 }

@@ -4,6 +4,7 @@
 // lib/ob/plan (recovery.cc).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -27,14 +28,31 @@ struct Span {
   int first = 0, last = -1;
 };
 
-inline Span NodeSpan(const Template& t, int pos) {
-  return {t.stages[t.FirstStageOn(pos)].first, t.stages[t.LastStageOn(pos)].last};
+// The layers the node at position `pos` of a pipeline of `t` holds:
+// ascending ranges, adjacent ones merged (one range without chunks).
+inline std::vector<Span> NodeSpans(const Template& t, int pos) {
+  if (t.chunks <= 1) return {{t.stages[t.FirstStageOn(pos)].first, t.stages[t.LastStageOn(pos)].last}};
+  std::vector<Span> out;
+  for (int i = t.FirstStageOn(pos); i <= t.LastStageOn(pos); ++i)
+    for (const auto& [first, last] : t.LayersOf(i)) out.push_back({first, last});
+  std::sort(out.begin(), out.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
+  std::vector<Span> merged;
+  for (const Span& s : out) {
+    if (!merged.empty() && merged.back().last + 1 == s.first) merged.back().last = s.last;
+    else merged.push_back(s);
+  }
+  return merged;
+}
+inline bool Holds(const std::vector<Span>& spans, int layer) {
+  for (const Span& s : spans)
+    if (s.first <= layer && layer <= s.last) return true;
+  return false;
 }
 
 // What a surviving node held in `current`.
 struct Held {
   int pipeline = -1;
-  Span span;
+  std::vector<Span> spans;
 };
 
 // A read-only run of node ids.
@@ -83,7 +101,7 @@ class Replanner {
   // Bytes a pipeline of template n over nodes a ++ b must fetch.
   uint64_t Cost(int n, Slice a, Slice b = {}) const;
   // Bytes `node` lacks of the layers `want`.
-  uint64_t Missing(int node, Span want) const;
+  uint64_t Missing(int node, const std::vector<Span>& want) const;
 
   // Iteration time of pipelines of these sizes after the batch split.
   double Time(std::vector<int> sizes);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "ob/io/text.h"
+#include "ob/plan/templates_impl.h"
 #include "ob/schedule/program.h"
 #include "ob/schedule/timing.h"
 
@@ -70,20 +71,25 @@ std::pair<double, double> Savings(const schedule::Schedule& s, const std::vector
 
 std::vector<schedule::StageCosts> StageCostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
                                                const BandwidthMatrix* bw) {
-  const int S = static_cast<int>(t.stages.size());
-  std::vector<schedule::StageCosts> c(static_cast<size_t>(S));
-  for (int i = 0; i < S; ++i) {
-    c[i] = StageOps(p, t.stages[i]);
-    if (i + 1 == S) continue;
-    const int a = t.NodeOf(i), b = t.NodeOf(i + 1);
+  const std::vector<StageShape>& vs = t.Virtual();
+  const int V = static_cast<int>(vs.size());
+  const schedule::Chain chain = t.chain();
+  auto stage_of = [&](int k) { return t.chunks > 1 ? chain.StageOf(k) : k; };
+  std::vector<schedule::StageCosts> c(static_cast<size_t>(V));
+  for (int k = 0; k < V; ++k) {
+    c[k] = StageOps(p, vs[k]);
+    if (k + 1 == V) continue;
+    const int i = stage_of(k), next = stage_of(k + 1);
+    if (i == next) continue;  // the next chunk is on this stage: no transfer
+    const int a = t.NodeOf(i), b = t.NodeOf(next);
     if (a == b) {  // the next stage is on the same node
-      c[i].send = c[i].send_back = StageBoundarySeconds(p, t.stages[i].last, false) / 2;
-    } else if (bw && b < static_cast<int>(nodes.size())) {
+      c[k].send = c[k].send_back = StageBoundarySeconds(p, vs[k].last, false) / 2;
+    } else if (bw && a < static_cast<int>(nodes.size()) && b < static_cast<int>(nodes.size())) {
       const int na = nodes[a], nb = nodes[b];
-      c[i].send = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
-      c[i].send_back = BoundarySeconds(p, t.stages[i].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
+      c[k].send = BoundarySeconds(p, vs[k].last, bw->Bandwidth(na, nb), bw->Latency(na, nb)) / 2;
+      c[k].send_back = BoundarySeconds(p, vs[k].last, bw->Bandwidth(nb, na), bw->Latency(nb, na)) / 2;
     } else {
-      c[i].send = c[i].send_back = StageBoundarySeconds(p, t.stages[i].last, true) / 2;
+      c[k].send = c[k].send_back = StageBoundarySeconds(p, vs[k].last, true) / 2;
     }
   }
   return c;
@@ -95,10 +101,12 @@ std::vector<ScheduledOp> SimulatePipeline(const Problem& p, const Template& t, i
   std::vector<ScheduledOp> out;
   // The order the workers run (made for the template's nominal costs),
   // timed on these nodes' links.
-  const auto orders = schedule::Orders(*t.schedule, t.OrderCosts(), microbatches);
-  for (const schedule::TimedOp& o : schedule::Simulate(*orders, StageCostsOf(p, t, nodes, bw), microbatches)) {
+  const auto orders = schedule::Orders(*t.schedule, t.OrderCosts(), microbatches, t.chunks);
+  for (const schedule::TimedOp& o :
+       schedule::Simulate(*orders, StageCostsOf(p, t, nodes, bw), microbatches, t.schedule->placement)) {
     ScheduledOp op;
     op.stage = o.stage;
+    op.chunk = o.op.chunk;
     op.microbatch = o.op.microbatch;
     op.type = o.op.type;
     op.forward = o.op.type == schedule::Op::kForward;
@@ -131,12 +139,13 @@ void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
   t->op_costs = costs;
   const double base_one = schedule::Makespan(schedule::OneFOneB(), costs, 1);
   const double base_m = schedule::Makespan(schedule::OneFOneB(), costs, m);
+  const Template cut = *t;  // as cut for 1F1B: what chunked schedules cut again
   const std::vector<uint64_t> one_f_one_b_memory = t->stage_memory;
   const std::vector<schedule::Held> one_f_one_b_held = t->stage_held;
   bool have = false;
   double best_time = 0;
   for (const schedule::Schedule* s : p.schedules) {
-    if (s->chunked()) continue;  // not planned yet (design/schedule.md, chunks)
+    if (s->chunked()) continue;  // below
     std::vector<uint64_t> memory = one_f_one_b_memory;
     std::vector<schedule::Held> held = one_f_one_b_held;
     double one = 0, at = 0;
@@ -170,6 +179,20 @@ void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
     t->saved_at = m;
     t->stage_memory = std::move(memory);
     t->stage_held = std::move(held);
+  }
+  // Chunked schedules: the template cut again into S·v slices, each v the
+  // schedule allows, timed by its own Σw and max w less its saving.
+  for (const schedule::Schedule* s : p.schedules) {
+    if (!s->chunked()) continue;
+    for (int v = s->min_chunks; v <= s->max_chunks && S * v <= p.num_layers(); ++v) {
+      std::optional<Template> c = detail::ChunkedTemplate(p, cut, *s, v, m, m_memory);
+      if (!c) continue;
+      const double time = c->total + (m - 1) * c->bottleneck - c->saved;
+      if (have && !(time < best_time)) continue;
+      have = true;
+      best_time = time;
+      *t = std::move(*c);
+    }
   }
 }
 
@@ -217,7 +240,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
         l.pipe = static_cast<int>(j);
         l.stage = i;
         l.procs = std::max(1, q.t->stages[i].tp);
-        l.program = schedule::StageProgram(*q.t->schedule, q.t->OrderCosts(), i, pi.microbatches);
+        l.program = schedule::StageProgram(*q.t->schedule, q.t->OrderCosts(), i, pi.microbatches, q.t->chunks);
         lanes.push_back(std::move(l));
       }
     }
@@ -229,12 +252,12 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
   // posted; a batch completes with its last receive. Computes share the
   // cores: between two events, the k processes computing each run at
   // 1 / slowdown(k) of their speed alone.
-  std::map<std::tuple<int, int, bool, int>, double> sent;  // (pipeline, from stage, activation, micro-batch) → posted
+  std::map<std::tuple<int, int, bool, int>, double> sent;  // (pipeline, link, activation, micro-batch) → posted
   auto post = [&](Lane& l) {
     const auto& batch = l.program[l.pc].comm;
     for (size_t m = 0; m < batch.size(); ++m) {
       if (!batch[m].send) continue;
-      sent[{l.pipe, l.stage, batch[m].activation, batch[m].microbatch}] = l.start;
+      sent[{l.pipe, batch[m].link, batch[m].activation, batch[m].microbatch}] = l.start;
       l.done[m] = l.start;
     }
   };
@@ -244,10 +267,9 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
     for (size_t m = 0; m < batch.size(); ++m) {
       if (l.done[m] < kInf) continue;
       const schedule::P2p& msg = batch[m];
-      auto it = sent.find({l.pipe, msg.peer, msg.activation, msg.microbatch});
+      auto it = sent.find({l.pipe, msg.link, msg.activation, msg.microbatch});
       if (it == sent.end()) continue;
-      const int low = std::min(l.stage, msg.peer);  // the boundary after stage `low`
-      const double transfer = msg.activation ? q.c[low].send : q.c[low].send_back;
+      const double transfer = msg.activation ? q.c[msg.link].send : q.c[msg.link].send_back;
       l.done[m] = std::max(l.start, it->second) + transfer;
       sent.erase(it);
     }
@@ -264,7 +286,9 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
         if (l.pc >= l.program.size() || l.left >= 0) continue;
         const schedule::StageInstr& in = l.program[l.pc];
         if (in.kind != schedule::StageInstr::kComm) {
-          l.left = pipes[l.pipe].c[l.stage].Seconds(in.op.type) / measured_at;
+          const Template& t = *pipes[l.pipe].t;
+          const int k = t.chunks > 1 ? t.chain().At(l.stage, in.op.chunk) : l.stage;  // its slice
+          l.left = pipes[l.pipe].c[k].Seconds(in.op.type) / measured_at;
           l.start = now;
           continue;
         }
@@ -412,10 +436,11 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
       const int q = lanes.t->NodeOf(i);
       const std::string node =
           q < static_cast<int>(pi.nodes.size()) ? std::to_string(pi.nodes[q]) : "?";
-      const auto& st = lanes.t->stages[i];
+      std::string layers;
+      for (const auto& [first, last] : lanes.t->LayersOf(i))
+        layers += (layers.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
       const std::string label = "pipeline " + std::to_string(j) + " stage " + std::to_string(i) +
-                                " (node " + node + ", layers " + std::to_string(st.first) + "-" +
-                                std::to_string(st.last) + ")";
+                                " (node " + node + ", layers " + layers + ")";
       o << "<text class=\"lane\" x=\"" << Num(kLabelW - 6) << "\" y=\"" << Num(ly + kLaneH - 5)
         << "\" text-anchor=\"end\">" << io::XmlEscape(label) << "</text>"
         << "<rect x=\"" << Num(kLabelW) << "\" y=\"" << Num(ly) << "\" width=\"" << Num(kPlotW)
@@ -427,7 +452,8 @@ std::string ScheduleSvg(const Problem& p, const TemplateSet& ts, const Instantia
       o << "<rect x=\"" << Num(x0, 2) << "\" y=\"" << Num(ly) << "\" width=\"" << Num(w, 2)
         << "\" height=\"" << Num(kLaneH) << "\" fill=\"" << OpColour(op.type)
         << "\" stroke=\"white\" stroke-width=\"0.5\"><title>"
-        << OpName(op.type) << " micro-batch " << op.microbatch << ", "
+        << OpName(op.type) << " micro-batch " << op.microbatch
+        << (lanes.t->chunks > 1 ? " chunk " + std::to_string(op.chunk) : std::string()) << ", "
         << Num(op.start * 1e3, 3) << "-" << Num(op.end * 1e3, 3) << " ms</title></rect>";
       const std::string mb = std::to_string(op.microbatch);
       if (w >= 7.0 * mb.size() + 4)

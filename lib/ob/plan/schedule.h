@@ -17,19 +17,22 @@ namespace ob::plan {
 
 struct ScheduledOp {
   int stage = 0;
+  int chunk = 0;  // with chunks (interleaved, zb-v): which of the stage's
   int microbatch = 0;
   bool forward = true;                              // type == kForward
   schedule::Op::Type type = schedule::Op::kForward;
   double start = 0, end = 0;   // seconds from the start of the iteration
 };
 
-// The op costs of template t's stages for schedule::Simulate: each
+// The op costs of template t's stages (its slices with chunks, Template::
+// Virtual) for schedule::Simulate: each
 // stage's compute (StageComputeSeconds) split into forward and backward by
 // its layers' ratio, the tensor-parallel all-reduces half each way, the
 // backward's weight gradients (the layers' weight_grad / tp) apart; and
 // the per-direction halves of the boundary term, on `bw`'s links between
-// nodes[q] and nodes[q + 1] when `bw` is given, else (and within a node) at
-// the nominal link. REQUIRES: nodes.size() == t.nodes when bw is given.
+// nodes[q] and nodes[q + 1] (with chunks, the nodes of the two slices'
+// stages; none between two chunks of one stage) when `bw` is given, else
+// (and within a node) at the nominal link. REQUIRES: nodes.size() == t.nodes when bw is given.
 std::vector<schedule::StageCosts> StageCostsOf(const Problem& p, const Template& t, const std::vector<int>& nodes,
                                                const BandwidthMatrix* bw);
 

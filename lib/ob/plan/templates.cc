@@ -135,7 +135,24 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
 
 }  // namespace
 
+std::vector<std::pair<int, int>> Template::LayersOf(int i) const {
+  if (chunks <= 1) return {{stages[static_cast<size_t>(i)].first, stages[static_cast<size_t>(i)].last}};
+  std::vector<std::pair<int, int>> out;
+  const schedule::Chain c = chain();
+  for (int k = 0; k < chunks; ++k) {
+    const StageShape& s = slices[static_cast<size_t>(c.At(i, k))];
+    out.emplace_back(s.first, s.last);
+  }
+  return out;
+}
+
 int Template::StageOf(int layer) const {
+  if (chunks > 1) {
+    if (slices.empty() || layer < slices.front().first || layer > slices.back().last) return -1;
+    auto it = std::upper_bound(slices.begin(), slices.end(), layer,
+                               [](int l, const StageShape& s) { return l < s.first; });
+    return chain().StageOf(static_cast<int>(it - slices.begin()) - 1);
+  }
   if (stages.empty() || layer < stages.front().first || layer > stages.back().last) return -1;
   auto it = std::upper_bound(stages.begin(), stages.end(), layer,
                              [](int l, const StageShape& s) { return l < s.first; });

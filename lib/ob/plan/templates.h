@@ -70,15 +70,28 @@ struct Template {
   // Per stage under its schedule: micro-batches held before their
   // backward (1F1B: S − i) and, past their input gradient, before W.
   std::vector<schedule::Held> stage_held;
-  // Per stage: the op costs its schedule's orders are made for (nominal
-  // links; StageCostsOf), which every worker of its pipelines reads from
-  // the plan to run the same order. Empty in plans before them: unit
-  // costs.
+  // Per stage (per slice with chunks): the op costs its schedule's orders
+  // are made for (nominal links; StageCostsOf), which every worker of its
+  // pipelines reads from the plan to run the same order. Empty in plans
+  // before them: unit costs.
   std::vector<schedule::StageCosts> op_costs;
   std::vector<schedule::StageCosts> OrderCosts() const {
-    if (op_costs.size() == stages.size()) return op_costs;
-    return schedule::UnitCosts(static_cast<int>(stages.size()));
+    if (op_costs.size() == Virtual().size()) return op_costs;
+    return schedule::UnitCosts(static_cast<int>(Virtual().size()));
   }
+
+  // Chunks (interleaved, zb-v; design/schedule.md): the model cut into V =
+  // S·chunks slices, the virtual stages, in model order, slice k on stage
+  // chain().StageOf(k); stage i's first/last are then those of its chunk
+  // 0 (LayersOf lists all its ranges), and op_costs, OrderCosts and
+  // StageCostsOf are per slice. One chunk: slices is empty.
+  int chunks = 1;
+  std::vector<StageShape> slices;
+  schedule::Chain chain() const { return schedule->ChainOf(static_cast<int>(stages.size()), chunks); }
+  // The shapes the op costs are per: the slices with chunks, else the stages.
+  const std::vector<StageShape>& Virtual() const { return chunks > 1 ? slices : stages; }
+  // Stage i's layer ranges [first, last], in chunk order.
+  std::vector<std::pair<int, int>> LayersOf(int i) const;
 
   // Time of m micro-batches (without the data-parallel all-reduce): 1F1B's
   // Σw + (m − 1)·max w, less what the schedule saves.
@@ -94,7 +107,8 @@ struct Template {
     if (m <= 1) return saved_one;
     return saved_one + (saved - saved_one) * (m - 1) / (saved_at - 1);
   }
-  // Which stage holds global layer `layer`; -1 if no stage does.
+  // Which stage holds global layer `layer` (with chunks, the stage of the
+  // slice holding it); -1 if no stage does.
   int StageOf(int layer) const;
   bool mixed() const { return stages_per_node < 1; }
   // The position within the pipeline of stage i's node.
@@ -120,6 +134,11 @@ struct TemplateSet {
 // gradient buckets (when other pipelines exist), the tied weight with the
 // losses and the gradient norms (when there is more than one rank).
 double StepTailSeconds(const Problem& p, const Template& t);
+
+// The peak bytes per GPU of stage i of `t` in a pipeline running m
+// micro-batches: with chunks, at its order's worst moment over m
+// (StageMemoryBytes over its slices); else at HeldBy(i).
+uint64_t StageMemoryOf(const Problem& p, const Template& t, int i, int microbatches);
 
 // Chooses t's schedule among p.schedules (design/schedule.md): the one
 // whose pipeline finishes m micro-batches soonest (m: the template's

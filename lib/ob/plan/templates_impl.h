@@ -96,4 +96,15 @@ uint64_t LeastMemoryFor(const Problem& p, int max_nodes);
 std::string GiBText(uint64_t bytes);
 Status NothingFits(const Problem& p);
 
+// `t` (one chunk, its stages cut for 1F1B) cut again for schedule `s`
+// with v chunks a stage (chunks.cc): the layers in S·v slices of about
+// equal compute, each stage's in one recomputation mode (the first of
+// p.recompute_modes in which every stage fits at its order's peak over
+// m_memory micro-batches), its figures and op costs per slice, and what
+// its orders save on Σw + (m − 1)·max w at 1 and m micro-batches (as
+// ChooseSchedule sets them). nullopt when no mode fits, for one stage, a
+// mixed template, or more slices than layers.
+std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, const schedule::Schedule& s, int v,
+                                        int m, int m_memory);
+
 }  // namespace ob::plan::detail

@@ -26,7 +26,7 @@ std::string MemoryCheckText(const Problem& p, const TemplateSet& ts, const Insta
     out += (out.empty() ? "template " : "; template ") + std::to_string(t->nodes) + ":";
     for (int i = 0; i < static_cast<int>(t->stages.size()); ++i) {
       const StageShape& s = t->stages[i];
-      out += (i == 0 ? " " : ", ") + size(StageMemoryBytes(p, s.first, s.last, s.tp, t->HeldBy(i), s.recompute)) + " " +
+      out += (i == 0 ? " " : ", ") + size(StageMemoryOf(p, *t, i, pipe.microbatches)) + " " +
              model::RecomputeName(s.recompute);
     }
   }
@@ -66,18 +66,28 @@ std::string Validate(const Problem& p, const TemplateSet& ts, const Instantiatio
         t->NodeOf(stages - 1) != t->nodes - 1)
       return who + ": template has " + std::to_string(stages) + " stages for " +
              std::to_string(t->nodes) + " nodes";
+    // With chunks the slices cover the layers, slice k on its stage.
+    const std::vector<StageShape>& cover = t->Virtual();
+    if (t->chunks > 1 && static_cast<int>(cover.size()) != stages * t->chunks)
+      return who + ": template has " + std::to_string(cover.size()) + " slices for " + std::to_string(stages) +
+             " stages of " + std::to_string(t->chunks) + " chunks";
     int next = 0;
-    for (int i = 0; i < stages; ++i) {
-      const StageShape& s = t->stages[i];
+    for (size_t k = 0; k < cover.size(); ++k) {
+      const StageShape& s = cover[k];
       if (s.first != next || s.last < s.first || s.last >= layers)
-        return who + ": stage " + std::to_string(i) + " does not start at layer " +
+        return who + ": " + (t->chunks > 1 ? "slice " : "stage ") + std::to_string(k) + " does not start at layer " +
                std::to_string(next);
       next = s.last + 1;
-      const uint64_t bytes = StageMemoryBytes(p, s.first, s.last, s.tp, t->HeldBy(i), s.recompute);
-      if (bytes > p.cluster.gpu_memory)
-        return who + ": stage " + std::to_string(i) + " (layers " + std::to_string(s.first) +
-               "-" + std::to_string(s.last) + ") needs " + std::to_string(bytes) +
+    }
+    for (int i = 0; i < stages; ++i) {
+      const uint64_t bytes = StageMemoryOf(p, *t, i, pipe.microbatches);
+      if (bytes > p.cluster.gpu_memory) {
+        std::string layers_text;
+        for (const auto& [first, last] : t->LayersOf(i))
+          layers_text += (layers_text.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
+        return who + ": stage " + std::to_string(i) + " (layers " + layers_text + ") needs " + std::to_string(bytes) +
                " bytes per GPU, more than " + std::to_string(p.cluster.gpu_memory);
+      }
     }
     if (next != layers)
       return who + ": template covers layers 0-" + std::to_string(next - 1) + " of " +

@@ -83,6 +83,12 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
   // Every template, not only those instantiated: a recovery may use any.
   int pieces = 1;  // the least common multiple of every template's degree
   for (const plan::Template& t : ts.templates) {
+    // A worker holds one layer range (issue 68: chunks are planned, not yet run).
+    if (t.chunks > 1)
+      return Status::Config("the template for " + std::to_string(t.nodes) + " node(s) runs " +
+                            std::string(t.schedule->name) + " with " + std::to_string(t.chunks) +
+                            " chunks a stage, which ob-launch does not run yet: plan with --schedule auto, 1f1b, "
+                            "zb-h1 or zb-h2");
     for (size_t s = 0; s < t.stages.size(); ++s) {
       const int tp = t.stages[s].tp;
       const std::string where = "the template for " + std::to_string(t.nodes) + " node(s), stage " +

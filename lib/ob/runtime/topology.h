@@ -153,7 +153,8 @@ struct Topology {
 
 // Whether this worker runtime can run `inst` of `ts` for `model`: the
 // topology builds (see above), and every stage's tensor-parallel degree t
-// is one the runtime supports for this model (t divides the attention
+// is one the runtime supports for this model (no template has chunks,
+// which the workers do not run yet; t divides the attention
 // heads and the MLP width, t <= the vocabulary), one within each template,
 // and so is the least common multiple of all templates' degrees (a
 // recovery may put any two side by side, or re-shard from one to another).
