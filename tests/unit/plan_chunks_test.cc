@@ -74,6 +74,10 @@ TEST_CASE("chunked templates: slices tile the layers, Seconds is the orders' mak
         CHECK(t.stage_memory[i] == StageMemoryOf(p, t, i, std::min(16, 2 * S)));
         CHECK(t.stage_memory[i] <= p.cluster.gpu_memory);
       }
+      // The all-reduce of a chunk's gradients runs while the node's other
+      // chunks still compute: some of the node's is hidden, never more than all.
+      CHECK(t.allreduce_hidden > 0);
+      CHECK(t.allreduce_hidden <= AllReduceSeconds(p, t.node_gradient_bytes));
       // The simulated pipeline runs every chunk's ops (and a drawing names them).
       const auto ops = SimulatePipeline(p, t, 8, {}, nullptr);
       CHECK(ops.size() == static_cast<size_t>(S * t.chunks * 8 * (t.schedule->splits_backward ? 3 : 2)));

@@ -37,6 +37,37 @@ std::vector<int> EqualSlices(const Problem& p, int V, int tp) {
   return lasts;
 }
 
+// The same cut so that every stage's compute comes out even rather than
+// every slice's: slice k, chunk c of its stage, ends where its stage's
+// running sum comes closest to (c + 1)/V of the whole. Neither always
+// wins: even slices let rounding pile up on some stages (gpt3-175b on 8
+// stages of 6 chunks gave some a 13th block of 12), even stages may load
+// stage 0's first chunk with more activations than fit.
+// The last layer of each of the chain's V slices of [0, L) at degree tp,
+// each at least one layer.
+std::vector<int> EvenSlices(const Problem& p, const schedule::Chain& chain, int tp) {
+  const int L = p.num_layers(), V = chain.size();
+  std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + StageComputeSeconds(p, l, l, tp);
+  std::vector<double> load(static_cast<size_t>(chain.stages), 0.0);
+  std::vector<int> lasts;
+  int prev = -1;
+  for (int k = 0; k + 1 < V; ++k) {
+    const int s = chain.StageOf(k);
+    const double target = prefix[L] * (chain.ChunkOf(k) + 1) / V;
+    const int lo = prev + 1, hi = L - 1 - (V - 1 - k);  // leave a layer for every later slice
+    auto miss = [&](int e) { return std::abs(load[s] + prefix[e + 1] - prefix[lo] - target); };
+    int best = lo;
+    for (int e = lo + 1; e <= hi; ++e)
+      if (miss(e) < miss(best)) best = e;
+    load[s] += prefix[best + 1] - prefix[lo];
+    lasts.push_back(best);
+    prev = best;
+  }
+  lasts.push_back(L - 1);
+  return lasts;
+}
+
 // A chunked template's figures (templates.cc's SetFigures for slices): each
 // stage's w, its slices' compute plus each boundary to another stage (over
 // the network where that stage is on another node), Σw, max w, the slowest
@@ -67,6 +98,42 @@ void SetChunkFigures(const Problem& p, Template* t) {
   t->node_gradient_bytes = *std::max_element(node_grad.begin(), node_grad.end());
 }
 
+// What of the busiest node's data-parallel all-reduce a chunked pipeline
+// hides, running m micro-batches in `orders`: each slice's gradients go on
+// its node's link once its last backward (or W) is done, one slice after
+// another in that order, and the node is done when its last is summed;
+// what runs past the pipeline's makespan on the slowest node is exposed,
+// the rest of the whole-node all-reduce StepTailSeconds would charge is
+// hidden.
+double HiddenAllReduce(const Problem& p, const Template& t, const schedule::PipelineOrders& orders,
+                       const std::vector<schedule::StageCosts>& costs, int m) {
+  const int V = static_cast<int>(t.slices.size());
+  const schedule::Chain chain = t.chain();
+  std::vector<double> ready(static_cast<size_t>(V), 0.0);
+  double makespan = 0;
+  for (const schedule::TimedOp& o : schedule::Simulate(orders, costs, m, chain.placement)) {
+    makespan = std::max(makespan, o.end);
+    if (o.op.type == schedule::Op::kForward || o.op.type == schedule::Op::kInputGrad) continue;
+    const int k = chain.At(o.stage, o.op.chunk);
+    ready[k] = std::max(ready[k], o.end);
+  }
+  double exposed = 0;
+  for (int q = 0; q < t.nodes; ++q) {
+    std::vector<std::pair<double, uint64_t>> mine;  // (ready, gradient bytes) of the node's slices
+    for (int k = 0; k < V; ++k) {
+      if (t.NodeOf(chain.StageOf(k)) != q) continue;
+      uint64_t bytes = 0;
+      for (int l = t.slices[k].first; l <= t.slices[k].last; ++l) bytes += p.layers[l].gradient_bytes;
+      mine.emplace_back(ready[k], bytes);
+    }
+    std::sort(mine.begin(), mine.end());
+    double done = 0;
+    for (const auto& [at, bytes] : mine) done = std::max(done, at) + AllReduceSeconds(p, bytes);
+    exposed = std::max(exposed, done - makespan);
+  }
+  return std::max(0.0, AllReduceSeconds(p, t.node_gradient_bytes) - std::max(0.0, exposed));
+}
+
 }  // namespace
 
 std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, const schedule::Schedule& s, int v,
@@ -75,7 +142,10 @@ std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, con
   // No fill to cut with one stage; mixed degrees and chunks are not planned together.
   if (S < 2 || t.mixed() || t.chunks > 1 || V > L || v < s.min_chunks || v > s.max_chunks) return std::nullopt;
   const int tp = t.stages.front().tp;
-  const std::vector<int> lasts = EqualSlices(p, V, tp);
+  // Both cuts, each in the fastest mode that fits; the faster of the two.
+  std::optional<Template> best;
+  double best_time = 0;
+  for (const std::vector<int>& lasts : {EqualSlices(p, V, tp), EvenSlices(p, s.ChainOf(S, v), tp)})
   for (model::Recompute mode : p.recompute_modes) {
     Template c = t;
     c.schedule = &s;
@@ -114,9 +184,12 @@ std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, con
     c.saved_one = one;
     c.saved = m > 1 ? at : one;
     c.saved_at = m;
-    return c;
+    c.allreduce_hidden = p.cluster.local ? 0.0 : HiddenAllReduce(p, c, *schedule::Orders(s, costs, m, v), costs, m);
+    const double time = c.total + (m - 1) * c.bottleneck - c.saved + StepTailSeconds(p, c);
+    if (!best || time < best_time) best = std::move(c), best_time = time;
+    break;  // the fastest mode that fits
   }
-  return std::nullopt;
+  return best;
 }
 
 }  // namespace ob::plan::detail

@@ -65,6 +65,7 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
   }
   if (t.chunks > 1) {
     out->set_chunks(static_cast<uint32_t>(t.chunks));
+    out->set_allreduce_hidden_seconds(t.allreduce_hidden);
     for (size_t k = 0; k < t.slices.size(); ++k) {
       const StageShape& s = t.slices[k];
       auto* sl = out->add_slices();
@@ -97,6 +98,9 @@ Result<schedule::StageCosts> OpCostsOf(const pb::Stage& s, const std::string& wh
 Status ReadSlices(const Problem& p, const pb::PipelineTemplate& in, const std::string& who, Template* t) {
   const int S = static_cast<int>(t->stages.size());
   t->chunks = static_cast<int>(in.chunks());
+  t->allreduce_hidden = in.allreduce_hidden_seconds();
+  if (!std::isfinite(t->allreduce_hidden) || t->allreduce_hidden < 0)
+    return Status::DataErr(who + ": allreduce_hidden_seconds must be finite and non-negative");
   if (!t->schedule->chunked() || t->chunks < t->schedule->min_chunks || t->chunks > t->schedule->max_chunks)
     return Status::DataErr(who + ": " + std::to_string(t->chunks) + " chunks a stage under schedule " +
                            std::string(t->schedule->name) + " (it takes " + std::to_string(t->schedule->min_chunks) +

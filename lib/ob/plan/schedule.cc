@@ -187,7 +187,10 @@ void ChooseSchedule(const Problem& p, Template* t, double m_expected) {
     for (int v = s->min_chunks; v <= s->max_chunks && S * v <= p.num_layers(); ++v) {
       std::optional<Template> c = detail::ChunkedTemplate(p, cut, *s, v, m, m_memory);
       if (!c) continue;
-      const double time = c->total + (m - 1) * c->bottleneck - c->saved;
+      // With the all-reduce it hides (the single-chunk schedules share one
+      // tail, which their comparison above leaves out).
+      const double time =
+          c->total + (m - 1) * c->bottleneck - c->saved + StepTailSeconds(p, *c) - StepTailSeconds(p, cut);
       if (have && !(time < best_time)) continue;
       have = true;
       best_time = time;

@@ -177,7 +177,9 @@ double StepTailSeconds(const Problem& p, const Template& t) {
   // Every node runs a pipeline: a template over fewer nodes than the
   // cluster's has replicas to all-reduce with; one over all of them, none.
   const bool replicas = t.nodes < p.cluster.nodes;
-  if (!p.cluster.local) return (replicas ? AllReduceSeconds(p, t.node_gradient_bytes) : 0.0) + t.update_seconds;
+  if (!p.cluster.local)
+    return (replicas ? std::max(0.0, AllReduceSeconds(p, t.node_gradient_bytes) - t.allreduce_hidden) : 0.0) +
+           t.update_seconds;
   const bool stages = t.stages.size() > 1;
   const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
   const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;

@@ -87,6 +87,12 @@ struct Template {
   // StageCostsOf are per slice. One chunk: slices is empty.
   int chunks = 1;
   std::vector<StageShape> slices;
+  // Of the data-parallel all-reduce of its busiest node, the seconds its
+  // schedule hides (chunks: a chunk's gradients are final, and go on the
+  // wire, once its last backward is done, while the node's other chunks
+  // still compute; ChunkedTemplate). 0 for one chunk, whose stage 0
+  // finishes last and exposes its all-reduce.
+  double allreduce_hidden = 0;
   schedule::Chain chain() const { return schedule->ChainOf(static_cast<int>(stages.size()), chunks); }
   // The shapes the op costs are per: the slices with chunks, else the stages.
   const std::vector<StageShape>& Virtual() const { return chunks > 1 ? slices : stages; }
