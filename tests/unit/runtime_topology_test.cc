@@ -474,3 +474,41 @@ TEST_CASE("topologies of planned instantiations cover every layer once per pipel
     CHECK(distinct.size() == topo->layer_groups.size());
   }
 }
+
+TEST_CASE("chunked templates: a rank holds its chunks' ranges, layer groups and the tied group follow them",
+          "[runtime][topology]") {
+  // Two stages of two chunks over 6 layers: slices 0-1, 2-3, 4, 5.
+  for (const char* name : {"zb-v", "interleaved"}) {
+    INFO(name);
+    ob::plan::Template t = MakeTemplate(2, {{0, 1}, {2, 3}});
+    t.schedule = ob::schedule::Find(name);
+    t.chunks = 2;
+    t.slices = {{0, 1, 1}, {2, 3, 1}, {4, 4, 1}, {5, 5, 1}};
+    const bool vee = std::string(name) == "zb-v";
+    ob::plan::TemplateSet ts;
+    ts.min_nodes = 2;
+    ts.templates = {t};
+    ob::plan::Instantiation inst;
+    inst.pipelines = {{2, {0, 1}, 4}, {2, {2, 3}, 4}};
+    auto topo = BuildTopology(ts, inst, 1);
+    REQUIRE(topo.ok());
+    CHECK(topo->num_layers == 6);
+    // A V: stage 0 holds 0-1 and 5 (the embedding and the head), stage 1
+    // 2-3 and 4; a loop: stage 0 0-1 and 4, stage 1 2-3 and 5.
+    const std::vector<std::pair<int, int>> s0 = vee ? std::vector<std::pair<int, int>>{{0, 1}, {5, 5}}
+                                                    : std::vector<std::pair<int, int>>{{0, 1}, {4, 4}};
+    CHECK(topo->ranks[0].ranges == s0);
+    CHECK(topo->ranks[2].ranges == s0);
+    CHECK(topo->ranks[0].first_layer == 0);
+    CHECK(topo->ranks[0].last_layer == 1);
+    // Layer 4 and 5 are summed over the ranks that hold them in each pipeline.
+    const auto& g4 = topo->layer_groups[topo->layer_group_of[4]];
+    const auto& g5 = topo->layer_groups[topo->layer_group_of[5]];
+    CHECK(g4.ranks == (vee ? std::vector<int>{1, 3} : std::vector<int>{0, 2}));
+    CHECK(g5.ranks == (vee ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+    // The tied weight: the embedding's and the head's holders; in a V both
+    // on stage 0, each rank once.
+    REQUIRE(topo->tied.size() == 1);
+    CHECK(topo->tied[0] == (vee ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2, 3}));
+  }
+}

@@ -142,7 +142,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     }
     if (t->stages.empty()) return Status::Config(where + ": template has no stages");
     if (pipe.microbatches <= 0) return Status::Config(where + ": has no micro-batches");
-    const int layers = t->stages.back().last + 1;
+    const int layers = t->Virtual().back().last + 1;
     if (topo.num_layers == 0) topo.num_layers = layers;
     if (layers != topo.num_layers) {
       return Status::Config(where + ": template covers " + std::to_string(layers) +
@@ -170,16 +170,19 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     }
     auto tp_of = [&](int s) { return s < 0 || s >= num_stages ? 0 : t->stages[s].tp; };
     const auto order_costs = std::make_shared<const std::vector<schedule::StageCosts>>(t->OrderCosts());
+    // The stages (with chunks, the slices) tile the layers in order.
     int expected_first = 0;
-    for (int s = 0; s < num_stages; ++s) {
-      const auto& shape = t->stages[s];
-      const std::string stage_where = where + " stage " + std::to_string(s);
+    for (size_t k = 0; k < t->Virtual().size(); ++k) {
+      const auto& shape = t->Virtual()[k];
       if (shape.first != expected_first || shape.last < shape.first) {
-        return Status::Config(stage_where + ": layers " + std::to_string(shape.first) + "-" +
-                              std::to_string(shape.last) + " do not follow layer " +
-                              std::to_string(expected_first - 1));
+        return Status::Config(where + (t->chunks > 1 ? " slice " : " stage ") + std::to_string(k) + ": layers " +
+                              std::to_string(shape.first) + "-" + std::to_string(shape.last) +
+                              " do not follow layer " + std::to_string(expected_first - 1));
       }
       expected_first = shape.last + 1;
+    }
+    for (int s = 0; s < num_stages; ++s) {
+      const auto& shape = t->stages[s];
       std::vector<int> stage_ranks;
       for (int tr = 0; tr < shape.tp; ++tr) {
         RankInfo r;
@@ -197,6 +200,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         r.next_tp = tp_of(s + 1);
         r.first_layer = shape.first;
         r.last_layer = shape.last;
+        r.ranges = t->LayersOf(s);
         r.recompute = shape.recompute;
         r.schedule = t->schedule;
         r.op_costs = order_costs;
@@ -237,7 +241,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
   for (int layer = 0; layer < topo.num_layers; ++layer) {
     std::vector<int> owners;
     for (const auto& r : topo.ranks) {
-      if (r.tp_rank == 0 && r.first_layer <= layer && layer <= r.last_layer) owners.push_back(r.rank);
+      if (r.tp_rank == 0 && r.Holds(layer)) owners.push_back(r.rank);
     }
     auto [it, inserted] = id_of.emplace(owners, static_cast<int>(topo.layer_groups.size()));
     if (inserted) {
@@ -246,7 +250,7 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
         g.id = it->second + piece;
         g.piece = piece;
         for (const auto& r : topo.ranks) {
-          if (r.first_layer <= layer && layer <= r.last_layer && holds_piece(r, piece)) g.ranks.push_back(r.rank);
+          if (r.Holds(layer) && holds_piece(r, piece)) g.ranks.push_back(r.rank);
         }
         topo.layer_groups.push_back(std::move(g));
       }
@@ -255,11 +259,12 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
     topo.layer_group_of.push_back(it->second);
   }
 
-  // Per piece, the rank of every pipeline's first stage and of its last
-  // stage that hold it (one rank each; a single-stage pipeline's once).
+  // Per piece, the ranks of every pipeline that hold the embedding or the
+  // head and the piece (its first stage and its last; one rank each, a
+  // rank that holds both once).
   topo.tied.resize(T);
   for (const auto& r : topo.ranks) {
-    if (!r.is_first_stage() && !r.is_last_stage()) continue;
+    if (!r.Holds(0) && !r.Holds(topo.num_layers - 1)) continue;
     for (int piece = 0; piece < T; ++piece) {
       if (holds_piece(r, piece)) topo.tied[piece].push_back(r.rank);
     }

@@ -40,9 +40,10 @@
 //     degree t everywhere, T = t and piece P is TP rank P's shard (two
 //     pieces may have the same holders when T is no pipeline's degree:
 //     the group's name tells them apart);
-//   - tied[P]: the ranks of the first and last stages of every pipeline
-//     holding piece P of the tied LM weight, ascending (a single-stage
-//     pipeline's rank once), whose gradient is summed over exactly this set.
+//   - tied[P]: the ranks of every pipeline holding the embedding or the
+//     head (its first and last stages; with a V of chunks, stage 0 alone)
+//     and piece P of the tied LM weight, ascending (a rank holding both
+//     once), whose gradient is summed over exactly this set.
 //
 // Failure: an inconsistent plan (a pipeline whose template is missing, stages
 // that do not tile [0, L) contiguously, different layer counts across
@@ -74,7 +75,16 @@ struct RankInfo {
   int tp_rank = 0;            // 0 .. tp-1: which shard this rank holds
   int lane = 0;               // index in Topology::pipelines
   int first_layer = 0;        // global planner layers [first_layer, last_layer]
-  int last_layer = 0;
+  int last_layer = 0;         // (with chunks: its chunk 0's)
+  // Its layer ranges in chunk order: [first_layer, last_layer] alone with
+  // one chunk; with chunks (interleaved, zb-v: planned, not yet run by the
+  // workers) each chunk's slice (plan::Template::LayersOf).
+  std::vector<std::pair<int, int>> ranges;
+  bool Holds(int layer) const {
+    for (const auto& [first, last] : ranges)
+      if (first <= layer && layer <= last) return true;
+    return false;
+  }
   model::Recompute recompute = model::Recompute::kNone;  // its stage's, from the plan's template
   const schedule::Schedule* schedule = &schedule::OneFOneB();  // its template's
   // The op costs of its pipeline's stages that the schedule orders by
