@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ob/plan/schedule.h"
@@ -15,21 +16,31 @@
 namespace ob::plan::detail {
 namespace {
 
-// The last layer of each of V slices of [0, L) of about equal compute at
-// degree tp, each at least one layer: slice k ends where the running sum
-// comes closest to (k + 1)/V of the whole.
-std::vector<int> EqualSlices(const Problem& p, int V, int tp) {
-  const int L = p.num_layers();
-  std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);
-  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + StageComputeSeconds(p, l, l, tp);
+// The last layer of each of `chain`'s V slices of [0, L), each at least
+// one layer, cut from `prefix` (the running compute sum over the layers)
+// so that groups of slices come out even: slice k ends where the running
+// sum of its group comes closest to (index + 1)/V of the whole, k's group
+// and index within it given by `place`. One group of all the slices in
+// order (each slice 1/V of the compute, EqualSlices) or each stage's
+// chunks (each stage even, EvenSlices). Neither always wins: even slices
+// let rounding pile up on some stages (gpt3-175b on 8 stages of 6 chunks
+// gave some a 13th block of 12), even stages may load stage 0's first
+// chunk with more activations than fit.
+template <typename Place>
+std::vector<int> CutSlices(const std::vector<double>& prefix, int V, int groups, Place place) {
+  const int L = static_cast<int>(prefix.size()) - 1;
+  std::vector<double> load(static_cast<size_t>(groups), 0.0);
   std::vector<int> lasts;
   int prev = -1;
   for (int k = 0; k + 1 < V; ++k) {
-    const double target = prefix[L] * (k + 1) / V;
+    const auto [group, index] = place(k);
+    const double target = prefix[L] * (index + 1) / V;
     const int lo = prev + 1, hi = L - 1 - (V - 1 - k);  // leave a layer for every later slice
+    auto miss = [&](int e) { return std::abs(load[group] + prefix[e + 1] - prefix[lo] - target); };
     int best = lo;
-    for (int e = lo; e <= hi; ++e)
-      if (std::abs(prefix[e + 1] - target) < std::abs(prefix[best + 1] - target)) best = e;
+    for (int e = lo + 1; e <= hi; ++e)
+      if (miss(e) < miss(best)) best = e;
+    load[group] += prefix[best + 1] - prefix[lo];
     lasts.push_back(best);
     prev = best;
   }
@@ -37,35 +48,13 @@ std::vector<int> EqualSlices(const Problem& p, int V, int tp) {
   return lasts;
 }
 
-// The same cut so that every stage's compute comes out even rather than
-// every slice's: slice k, chunk c of its stage, ends where its stage's
-// running sum comes closest to (c + 1)/V of the whole. Neither always
-// wins: even slices let rounding pile up on some stages (gpt3-175b on 8
-// stages of 6 chunks gave some a 13th block of 12), even stages may load
-// stage 0's first chunk with more activations than fit.
-// The last layer of each of the chain's V slices of [0, L) at degree tp,
-// each at least one layer.
-std::vector<int> EvenSlices(const Problem& p, const schedule::Chain& chain, int tp) {
-  const int L = p.num_layers(), V = chain.size();
-  std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);
-  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + StageComputeSeconds(p, l, l, tp);
-  std::vector<double> load(static_cast<size_t>(chain.stages), 0.0);
-  std::vector<int> lasts;
-  int prev = -1;
-  for (int k = 0; k + 1 < V; ++k) {
-    const int s = chain.StageOf(k);
-    const double target = prefix[L] * (chain.ChunkOf(k) + 1) / V;
-    const int lo = prev + 1, hi = L - 1 - (V - 1 - k);  // leave a layer for every later slice
-    auto miss = [&](int e) { return std::abs(load[s] + prefix[e + 1] - prefix[lo] - target); };
-    int best = lo;
-    for (int e = lo + 1; e <= hi; ++e)
-      if (miss(e) < miss(best)) best = e;
-    load[s] += prefix[best + 1] - prefix[lo];
-    lasts.push_back(best);
-    prev = best;
-  }
-  lasts.push_back(L - 1);
-  return lasts;
+std::vector<int> EqualSlices(const std::vector<double>& prefix, int V) {
+  return CutSlices(prefix, V, 1, [](int k) { return std::pair<int, int>{0, k}; });
+}
+
+std::vector<int> EvenSlices(const std::vector<double>& prefix, const schedule::Chain& chain) {
+  return CutSlices(prefix, chain.size(), chain.stages,
+                   [&](int k) { return std::pair<int, int>{chain.StageOf(k), chain.ChunkOf(k)}; });
 }
 
 // A chunked template's figures (templates.cc's SetFigures for slices): each
@@ -142,10 +131,12 @@ std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, con
   // No fill to cut with one stage; mixed degrees and chunks are not planned together.
   if (S < 2 || t.mixed() || t.chunks > 1 || V > L || v < s.min_chunks || v > s.max_chunks) return std::nullopt;
   const int tp = t.stages.front().tp;
+  std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);  // compute of layers [0, l) at tp
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + StageComputeSeconds(p, l, l, tp);
   // Both cuts, each in the fastest mode that fits; the faster of the two.
   std::optional<Template> best;
   double best_time = 0;
-  for (const std::vector<int>& lasts : {EqualSlices(p, V, tp), EvenSlices(p, s.ChainOf(S, v), tp)})
+  for (const std::vector<int>& lasts : {EqualSlices(prefix, V), EvenSlices(prefix, s.ChainOf(S, v))})
   for (model::Recompute mode : p.recompute_modes) {
     Template c = t;
     c.schedule = &s;
@@ -168,9 +159,7 @@ std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, con
     c.stage_memory.assign(static_cast<size_t>(S), 0);
     c.stage_held.assign(static_cast<size_t>(S), {});
     for (int i = 0; i < S && fits; ++i) {
-      std::vector<StageShape> mine;
-      for (int k = 0; k < v; ++k) mine.push_back(c.slices[chain.At(i, k)]);
-      c.stage_memory[i] = StageMemoryBytes(p, mine, (*orders)[i]);
+      c.stage_memory[i] = StageMemoryBytes(p, c.ChunksOf(i), (*orders)[i]);
       const auto peaks = schedule::Peaks((*orders)[i]);
       if (!peaks.empty()) c.stage_held[i] = peaks.back();  // in chunk-micro-batches
       fits = c.stage_memory[i] <= p.cluster.gpu_memory;
@@ -178,13 +167,14 @@ std::optional<Template> ChunkedTemplate(const Problem& p, const Template& t, con
     if (!fits) continue;
     SetChunkFigures(p, &c);
     c.op_costs = costs;
+    const auto orders_m = schedule::Orders(s, costs, m, v);  // what the time and the overlap are of
     const double one = c.total - schedule::Makespan(s, costs, 1, v);
-    double at = c.total + (m - 1) * c.bottleneck - schedule::Makespan(s, costs, m, v);
+    double at = c.total + (m - 1) * c.bottleneck - schedule::Makespan(*orders_m, costs, m, s.placement);
     if (m > 1) at = std::min(at, one + c.bottleneck * (m - 1));  // Seconds non-decreasing in m
     c.saved_one = one;
     c.saved = m > 1 ? at : one;
     c.saved_at = m;
-    c.allreduce_hidden = p.cluster.local ? 0.0 : HiddenAllReduce(p, c, *schedule::Orders(s, costs, m, v), costs, m);
+    c.allreduce_hidden = p.cluster.local ? 0.0 : HiddenAllReduce(p, c, *orders_m, costs, m);
     const double time = c.total + (m - 1) * c.bottleneck - c.saved + StepTailSeconds(p, c);
     if (!best || time < best_time) best = std::move(c), best_time = time;
     break;  // the fastest mode that fits
@@ -201,11 +191,8 @@ uint64_t StageMemoryOf(const Problem& p, const Template& t, int i, int microbatc
     const StageShape& s = t.stages[static_cast<size_t>(i)];
     return StageMemoryBytes(p, s.first, s.last, s.tp, t.HeldBy(i), s.recompute);
   }
-  const schedule::Chain chain = t.chain();
-  std::vector<StageShape> mine;
-  for (int k = 0; k < t.chunks; ++k) mine.push_back(t.slices[static_cast<size_t>(chain.At(i, k))]);
   const auto orders = schedule::Orders(*t.schedule, t.OrderCosts(), std::max(1, microbatches), t.chunks);
-  return StageMemoryBytes(p, mine, (*orders)[static_cast<size_t>(i)]);
+  return StageMemoryBytes(p, t.ChunksOf(i), (*orders)[static_cast<size_t>(i)]);
 }
 
 }  // namespace ob::plan

@@ -52,9 +52,9 @@ class Evaluator {
       pipe.cross.assign(static_cast<size_t>(S), {});
       for (int k = 0; k < static_cast<int>(vs.size()); ++k) {
         const auto& st = vs[k];
-        const int i = t->chunks > 1 ? chain.StageOf(k) : k;
+        const int i = chain.StageOf(k);  // one chunk: k itself
         const bool last = k + 1 == static_cast<int>(vs.size());
-        const int to = last ? -1 : (t->chunks > 1 ? chain.StageOf(k + 1) : k + 1);
+        const int to = last ? -1 : chain.StageOf(k + 1);
         const bool crosses = !last && t->NodeOf(to) != t->NodeOf(i);
         pipe.base[i] += StageComputeSeconds(p, st);
         if (!crosses && to != i) pipe.base[i] += StageBoundarySeconds(p, st.last, false);

@@ -23,6 +23,17 @@ void SetOpCosts(const schedule::StageCosts& c, pb::Stage* st) {
   st->set_send_back_seconds(c.send_back);
 }
 
+// A stage's or slice's layers, degree and recomputation mode, and its
+// compute per micro-batch.
+void SetShape(const StageShape& s, double compute_seconds, pb::Stage* st) {
+  st->set_first_layer(s.first);
+  st->set_last_layer(s.last);
+  st->set_gpus(s.tp);
+  st->set_tensor_parallel(s.tp);
+  st->set_recompute(static_cast<pb::Recompute>(s.recompute));
+  st->set_compute_seconds(compute_seconds);
+}
+
 void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* out) {
   out->set_nodes(t.nodes);
   out->set_stages_per_node(t.stages_per_node);
@@ -42,13 +53,9 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
   for (int i = 0; i < S; ++i) {
     const StageShape& s = t.stages[i];
     auto* st = out->add_stages();
-    st->set_first_layer(s.first);
-    st->set_last_layer(s.last);
-    st->set_gpus(s.tp);
-    st->set_tensor_parallel(s.tp);
     double compute = 0;  // with chunks, all its slices'
-    for (const auto& [first, last] : t.LayersOf(i)) compute += StageComputeSeconds(p, first, last, s.tp, s.recompute);
-    st->set_compute_seconds(compute);
+    for (const StageShape& c : t.ChunksOf(i)) compute += StageComputeSeconds(p, c);
+    SetShape(s, compute, st);
     st->set_seconds(t.stage_seconds[i]);
     st->set_memory_bytes(t.stage_memory[i]);
     st->set_memory_capacity_bytes(p.cluster.gpu_memory);
@@ -56,9 +63,10 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     const schedule::Held held = t.HeldBy(i);
     st->set_in_flight(static_cast<uint32_t>(held.activations));
     st->set_weight_inputs(static_cast<uint32_t>(held.weight_inputs));
-    st->set_recompute(static_cast<pb::Recompute>(s.recompute));
-    uint64_t plain = StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
-    if (t.chunks > 1) plain = t.stage_memory[i];  // chunked stages run one mode: nothing to compare
+    // Chunked stages: no figure without recomputation (their memory is at
+    // their orders' peak), 0 saved.
+    const uint64_t plain = t.chunks > 1 ? t.stage_memory[i]
+                                        : StageMemoryBytes(p, s.first, s.last, s.tp, held, model::Recompute::kNone);
     st->set_recompute_saved_bytes(plain > t.stage_memory[i] ? plain - t.stage_memory[i] : 0);
     if (t.schedule != &schedule::OneFOneB() && t.chunks <= 1 && t.op_costs.size() == static_cast<size_t>(S))
       SetOpCosts(t.op_costs[static_cast<size_t>(i)], st);
@@ -69,13 +77,8 @@ void TemplateToProto(const Problem& p, const Template& t, pb::PipelineTemplate* 
     for (size_t k = 0; k < t.slices.size(); ++k) {
       const StageShape& s = t.slices[k];
       auto* sl = out->add_slices();
-      sl->set_first_layer(s.first);
-      sl->set_last_layer(s.last);
-      sl->set_gpus(s.tp);
-      sl->set_tensor_parallel(s.tp);
+      SetShape(s, StageComputeSeconds(p, s), sl);
       sl->set_node(static_cast<uint32_t>(s.node));
-      sl->set_recompute(static_cast<pb::Recompute>(s.recompute));
-      sl->set_compute_seconds(StageComputeSeconds(p, s));
       if (t.op_costs.size() == t.slices.size()) SetOpCosts(t.op_costs[k], sl);
     }
   }

@@ -73,13 +73,12 @@ std::vector<schedule::StageCosts> StageCostsOf(const Problem& p, const Template&
                                                const BandwidthMatrix* bw) {
   const std::vector<StageShape>& vs = t.Virtual();
   const int V = static_cast<int>(vs.size());
-  const schedule::Chain chain = t.chain();
-  auto stage_of = [&](int k) { return t.chunks > 1 ? chain.StageOf(k) : k; };
+  const schedule::Chain chain = t.chain();  // one chunk: virtual stage k is stage k
   std::vector<schedule::StageCosts> c(static_cast<size_t>(V));
   for (int k = 0; k < V; ++k) {
     c[k] = StageOps(p, vs[k]);
     if (k + 1 == V) continue;
-    const int i = stage_of(k), next = stage_of(k + 1);
+    const int i = chain.StageOf(k), next = chain.StageOf(k + 1);
     if (i == next) continue;  // the next chunk is on this stage: no transfer
     const int a = t.NodeOf(i), b = t.NodeOf(next);
     if (a == b) {  // the next stage is on the same node
@@ -289,8 +288,7 @@ PipelineTimes SharedCoresTimes(const Problem& p, const TemplateSet& ts, const In
         if (l.pc >= l.program.size() || l.left >= 0) continue;
         const schedule::StageInstr& in = l.program[l.pc];
         if (in.kind != schedule::StageInstr::kComm) {
-          const Template& t = *pipes[l.pipe].t;
-          const int k = t.chunks > 1 ? t.chain().At(l.stage, in.op.chunk) : l.stage;  // its slice
+          const int k = pipes[l.pipe].t->chain().At(l.stage, in.op.chunk);  // its slice
           l.left = pipes[l.pipe].c[k].Seconds(in.op.type) / measured_at;
           l.start = now;
           continue;

@@ -135,14 +135,17 @@ std::optional<Template> BestFromTables(const Problem& p, const std::vector<Stage
 
 }  // namespace
 
-std::vector<std::pair<int, int>> Template::LayersOf(int i) const {
-  if (chunks <= 1) return {{stages[static_cast<size_t>(i)].first, stages[static_cast<size_t>(i)].last}};
-  std::vector<std::pair<int, int>> out;
+std::vector<StageShape> Template::ChunksOf(int i) const {
+  if (chunks <= 1) return {stages[static_cast<size_t>(i)]};
+  std::vector<StageShape> out;
   const schedule::Chain c = chain();
-  for (int k = 0; k < chunks; ++k) {
-    const StageShape& s = slices[static_cast<size_t>(c.At(i, k))];
-    out.emplace_back(s.first, s.last);
-  }
+  for (int k = 0; k < chunks; ++k) out.push_back(slices[static_cast<size_t>(c.At(i, k))]);
+  return out;
+}
+
+std::vector<std::pair<int, int>> Template::LayersOf(int i) const {
+  std::vector<std::pair<int, int>> out;
+  for (const StageShape& s : ChunksOf(i)) out.emplace_back(s.first, s.last);
   return out;
 }
 

@@ -96,7 +96,9 @@ struct Template {
   schedule::Chain chain() const { return schedule->ChainOf(static_cast<int>(stages.size()), chunks); }
   // The shapes the op costs are per: the slices with chunks, else the stages.
   const std::vector<StageShape>& Virtual() const { return chunks > 1 ? slices : stages; }
-  // Stage i's layer ranges [first, last], in chunk order.
+  // Stage i's shapes in chunk order: its slices, or the stage itself with
+  // one chunk; and their layer ranges [first, last].
+  std::vector<StageShape> ChunksOf(int i) const;
   std::vector<std::pair<int, int>> LayersOf(int i) const;
 
   // Time of m micro-batches (without the data-parallel all-reduce): 1F1B's

@@ -1,40 +1,32 @@
 // Stage programs and the rendezvous check (program.h).
 #include "ob/schedule/program.h"
 
-#include "ob/schedule/timing.h"
-
 #include <algorithm>
 #include <cassert>
 #include <cstddef>
+
+#include "ob/schedule/timing.h"
 
 namespace ob::schedule {
 namespace {
 
 bool IsBackward(const Op& op) { return op.type == Op::kBackward || op.type == Op::kInputGrad; }
 
-// The stage `op` on `stage` needs an input from (a forward from virtual
-// stage k − 1's, a backward from k + 1's), or -1 when it needs none from
-// another stage.
-int InputPeer(const Op& op, int stage, const Chain& chain) {
-  if (chain.chunks == 1) {
-    if (op.type == Op::kForward) return stage > 0 ? stage - 1 : -1;
-    return IsBackward(op) && stage + 1 < chain.stages ? stage + 1 : -1;
-  }
-  const int k = chain.At(stage, op.chunk);
-  if (op.type == Op::kForward) return k > 0 && !chain.Local(k - 1) ? chain.StageOf(k - 1) : -1;
-  return IsBackward(op) && k < chain.size() - 1 && !chain.Local(k) ? chain.StageOf(k + 1) : -1;
+// The neighbour `op` on `stage` of a one-chunk pipeline needs an input
+// from (a forward from the previous stage, a backward from the next), or
+// -1 when it needs none.
+int InputPeer(const Op& op, int stage, int stages) {
+  if (op.type == Op::kForward) return stage > 0 ? stage - 1 : -1;
+  return IsBackward(op) && stage + 1 < stages ? stage + 1 : -1;
 }
-
-}  // namespace
-
-namespace {
 
 // One chunk a stage (program.h): each input's receive in a batch just
 // before its compute, a result's send held for it when the next compute's
-// input comes from the stage the result goes to.
-std::vector<StageInstr> PairedProgram(const std::vector<Op>& ops, int stage, const Chain& chain) {
-  assert(0 <= stage && stage < chain.stages);
-  const int V = chain.size();
+// input comes from the stage the result goes to. The link of a message is
+// the lower of the two stages.
+std::vector<StageInstr> PairedProgram(const std::vector<Op>& ops, int stage, int stages) {
+  assert(0 <= stage && stage < stages);
+  const bool first = stage == 0, last = stage == stages - 1;
   std::vector<StageInstr> program;
   std::vector<P2p> pending;  // messages to post in the next batch
   auto flush = [&] {
@@ -48,25 +40,22 @@ std::vector<StageInstr> PairedProgram(const std::vector<Op>& ops, int stage, con
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const int j = op.microbatch;
-    const int k = chain.chunks == 1 ? stage : chain.At(stage, op.chunk);
-    const bool from_prev = k > 0 && (chain.chunks == 1 || !chain.Local(k - 1));
-    const bool to_next = k + 1 < V && (chain.chunks == 1 || !chain.Local(k));
-    if (op.type == Op::kForward && from_prev) pending.push_back({false, true, chain.StageOf(k - 1), j, k - 1});
-    if (IsBackward(op) && to_next) pending.push_back({false, false, chain.StageOf(k + 1), j, k});
+    if (op.type == Op::kForward && !first) pending.push_back({false, true, stage - 1, j, stage - 1});
+    if (IsBackward(op) && !last) pending.push_back({false, false, stage + 1, j, stage});
     flush();  // the input's receive, with whatever was held for it
     StageInstr c;
     c.kind = StageInstr::kCompute;
     c.op = op;
     program.push_back(c);
-    if (op.type == Op::kForward && to_next) pending.push_back({true, true, chain.StageOf(k + 1), j, k});
-    if (IsBackward(op) && from_prev) pending.push_back({true, false, chain.StageOf(k - 1), j, k - 1});
+    if (op.type == Op::kForward && !last) pending.push_back({true, true, stage + 1, j, stage});
+    if (IsBackward(op) && !first) pending.push_back({true, false, stage - 1, j, stage - 1});
     // Hold the result for the next compute's receive when that compute
     // comes next and its input comes from the stage the result goes to (a
     // forward's output with the next backward's gradient, a backward's
     // with the next forward's input), the pairing that keeps neighbours
     // from both sending first; else post it alone now.
     const bool pair = i + 1 < ops.size() && !pending.empty() &&
-                      InputPeer(ops[i + 1], stage, chain) == pending.back().peer;
+                      InputPeer(ops[i + 1], stage, stages) == pending.back().peer;
     if (!pair) flush();
   }
   flush();
@@ -85,8 +74,7 @@ std::vector<std::vector<StageInstr>> TimedPrograms(const PipelineOrders& orders,
   std::vector<std::vector<double>> starts(static_cast<size_t>(S));
   struct Message {
     double at;
-    P2p send, receive;
-    int from, to;
+    P2p send, receive;  // on the sender (receive.peer) and the receiver (send.peer)
   };
   std::vector<Message> messages;
   for (const TimedOp& t : Simulate(orders, UnitCosts(V), m, chain.placement)) {
@@ -95,11 +83,11 @@ std::vector<std::vector<StageInstr>> TimedPrograms(const PipelineOrders& orders,
     const bool backward = t.op.type == Op::kBackward || t.op.type == Op::kInputGrad;
     if (t.op.type == Op::kForward && k + 1 < V && !chain.Local(k)) {
       const int to = chain.StageOf(k + 1);
-      messages.push_back({t.end, {true, true, to, j, k}, {false, true, t.stage, j, k}, t.stage, to});
+      messages.push_back({t.end, {true, true, to, j, k}, {false, true, t.stage, j, k}});
     }
     if (backward && k > 0 && !chain.Local(k - 1)) {
       const int to = chain.StageOf(k - 1);
-      messages.push_back({t.end, {true, false, to, j, k - 1}, {false, false, t.stage, j, k - 1}, t.stage, to});
+      messages.push_back({t.end, {true, false, to, j, k - 1}, {false, false, t.stage, j, k - 1}});
     }
   }
   // Batches: [stage][gap], gap g before compute g, the last after all.
@@ -112,8 +100,9 @@ std::vector<std::vector<StageInstr>> TimedPrograms(const PipelineOrders& orders,
     return static_cast<size_t>(std::lower_bound(st.begin(), st.end(), at) - st.begin());
   };
   for (const Message& msg : messages) {
-    batches[msg.from][gap(msg.from, msg.at)].push_back(msg.send);
-    batches[msg.to][gap(msg.to, msg.at)].push_back(msg.receive);
+    const int from = msg.receive.peer, to = msg.send.peer;
+    batches[from][gap(from, msg.at)].push_back(msg.send);
+    batches[to][gap(to, msg.at)].push_back(msg.receive);
   }
   std::vector<std::vector<StageInstr>> programs(static_cast<size_t>(S));
   for (int i = 0; i < S; ++i) {
@@ -139,13 +128,13 @@ std::vector<std::vector<StageInstr>> TimedPrograms(const PipelineOrders& orders,
 }  // namespace
 
 std::vector<StageInstr> StageProgram(const std::vector<Op>& ops, int stage, int stages) {
-  return PairedProgram(ops, stage, Chain{stages, 1, Placement::kLoop});
+  return PairedProgram(ops, stage, stages);
 }
 
 std::vector<std::vector<StageInstr>> Programs(const PipelineOrders& orders, const Chain& chain) {
   if (chain.chunks > 1) return TimedPrograms(orders, chain);
   std::vector<std::vector<StageInstr>> out;
-  for (int i = 0; i < chain.stages; ++i) out.push_back(PairedProgram(orders[i], i, chain));
+  for (int i = 0; i < chain.stages; ++i) out.push_back(PairedProgram(orders[i], i, chain.stages));
   return out;
 }
 

@@ -93,13 +93,12 @@ double RunOrders(const PipelineOrder& order, const std::vector<StageCosts>& c, i
   return makespan;
 }
 
-}  // namespace
-
-namespace {
+// Whether `c` has the same number of costs for every stage of `orders`.
 bool OrdersFitCosts(const PipelineOrders& orders, const std::vector<StageCosts>& c) {
   assert(!orders.empty() && c.size() % orders.size() == 0);
   return !orders.empty() && c.size() % orders.size() == 0;
 }
+
 }  // namespace
 
 std::vector<TimedOp> Simulate(const PipelineOrders& orders, const std::vector<StageCosts>& c, int m,
