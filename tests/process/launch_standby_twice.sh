@@ -13,6 +13,14 @@
 # master is lost while its run is still going, however fast this machine
 # trains (issue 72: term 2 once finished its 45 steps before its own
 # standby on the third host had started, and the test failed at random).
+# The fourth host is slow but alive through the first loss: every process
+# of its namespace is SIGSTOPped just before the master's host loses power
+# and resumed only once the standby, with a majority come, says it waits
+# for that host ("takeover-wait ... coming=" it), so term 2 takes over with
+# all five survivors (CI once saw a standby take over with the first
+# majority to come and lose two live hosts that held the only other
+# replicas of layers 0-1: the run ended). --agent-timeout 20 gives a host
+# that has not asked yet that long (after --master-timeout) to come.
 # Needs root, `ip netns` and python3; exit 77 (skipped) otherwise.
 NAME=launch_standby_twice
 source "$(dirname "$0")/../lib/launch.sh"
@@ -30,7 +38,7 @@ mapfile -t hosts < "$WORK/hosts.txt"
 netns_add "${hosts[@]}"
 netns_star_ready "${hosts[@]}"
 netns_rsh "$WORK/rsh"
-a=${hosts[0]} b=${hosts[1]} c=${hosts[2]}
+a=${hosts[0]} b=${hosts[1]} c=${hosts[2]} d=${hosts[3]}
 events_a="$WORK/run/events.log"
 events_b="$WORK/run/standby-$b/events.log"
 events_c="$WORK/run/standby-$b/standby-$c/events.log"
@@ -41,7 +49,7 @@ export OB_INJECT_RELEASE="$WORK/release"
 start=$(now_ms)
 ip netns exec "$a" "$OB_BIN/ob-launch" --rsh "$WORK/rsh" --bind "${NETNS_ADDR[$a]}" \
   --master-host "$a" --standby-master "$b" --secret-file "$WORK/secret" \
-  --run-dir "$WORK/run" --steps "$STEPS" --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
+  --run-dir "$WORK/run" --steps "$STEPS" --agent-timeout 20 --data "$OB_SOURCE_DIR/tests/data/corpus.txt" \
   --inject "${park%;}" --metrics "$WORK/run.pb" "$WORK/plan.pb" "$WORK/hosts.txt" 2> "$WORK/err" &
 MASTER_PID=$!
 err_tail() { tail -n "${1:-3}" "$WORK/err" | tr '\n' '|'; }
@@ -56,11 +64,21 @@ has() { grep -q "$2" "$1" 2>/dev/null; }
 wait_for 60 has "$events_a" " standby-master host=$b address=" || fail "no standby on $b: $(err_tail)"
 at() { [ "$(max_step "$WORK/run.pb")" -ge "$1" ]; }
 wait_for 90 at "$FIRST" || fail "no step $FIRST in 90 s: $(err_tail)"
+# shellcheck disable=SC2046
+kill -STOP $(ip netns pids "$d") || fail "cannot stop $d's processes"
 power_loss "$a"
 wait "$MASTER_PID" 2>/dev/null
 MASTER_PID=""
-echo "$NAME: $a (the master) lost at step $(max_step "$WORK/run.pb")"
+echo "$NAME: $a (the master) lost at step $(max_step "$WORK/run.pb"), $d stopped"
+decided() { grep -qE " (takeover-wait|takeover) " "$events_b" 2>/dev/null; }
+wait_for 60 decided || { kill -CONT $(ip netns pids "$d"); fail "no majority came to $b: $(err_tail 5)"; }
+# shellcheck disable=SC2046
+kill -CONT $(ip netns pids "$d")
+has "$events_b" " takeover-wait .*coming=.*$d" ||
+  fail "$b did not wait for $d, slow but alive: $(grep -E " takeover(-wait)? " "$events_b" | cut -d' ' -f3- | tr '\n' '|')"
 wait_for 60 has "$events_b" " takeover term=2 lost_master=$a " || fail "no takeover by $b: $(err_tail 5)"
+votes=$(grep -o " takeover term=2 .* votes=[0-9]*" "$events_b" | sed 's/.*votes=//')
+[ "${votes:-0}" -ge 5 ] || fail "term 2 took over with $votes hosts, not the five alive: $(grep " takeover " "$events_b")"
 wait_for 60 has "$events_b" " recovered generation=" || fail "no step under $b: $(err_tail 5)"
 wait_for 60 has "$events_b" " standby-master host=$c address=" || fail "$b started no standby on $c: $(err_tail 5)"
 second=$(( $(max_step "$WORK/run.pb") + 3 ))

@@ -57,6 +57,9 @@ struct AgentState {
   std::vector<std::string> gpu_names;
   std::string device;        // "cuda" or "cpu", as its Hello said
   std::string build;         // its ob-launch, as its Hello said
+  // A standby's: when this host's agent first and last asked it to take
+  // it (master_follow.cc), in this failover; -1 while it has not.
+  int64_t asked_first_ms = -1, asked_last_ms = -1;
   bool connected() const { return state == State::kConnected; }
 };
 

@@ -56,6 +56,12 @@ std::string Master::Admit(const pb::Hello& hello) {
   if (a == nullptr) return "unknown host '" + hello.host() + "'";
   if (!a->excluded.empty()) return "host '" + hello.host() + "' was excluded: " + a->excluded;
   if (state_ == State::kFollowing) {  // an agent that lost the master comes to its standby
+    // Alive, and failing over: a takeover waits for it (master_follow.cc).
+    const int64_t now = Now();
+    if (a->asked_last_ms < 0 || now - a->asked_last_ms > FailoverWindowMs(opt_.master_timeout_s)) {
+      a->asked_first_ms = now;
+    }
+    a->asked_last_ms = now;
     // Until we have lost the master too, it runs: the agent asks it next
     // (agent.h). (Taken earlier, an agent the master only evicted would
     // wait here, lost to the run.)

@@ -151,11 +151,22 @@ void Master::FollowTick() {
   }
   if (!leader_lost_) return;
   size_t votes = 0;
+  std::string coming;
   for (const std::string& h : followed_members_) {
     const AgentState* a = agents_.Find(h);
     votes += a != nullptr && a->connected() ? 1 : 0;
+    if (a != nullptr && !a->connected() && Coming(*a, now)) coming += (coming.empty() ? "" : ", ") + h;
   }
-  if (!followed_members_.empty() && votes >= Quorum(followed_members_.size())) return TakeOver();
+  const bool quorum = !followed_members_.empty() && votes >= Quorum(followed_members_.size());
+  if (quorum) {
+    if (coming.empty()) return TakeOver();
+    if (coming != takeover_waits_for_) {  // said once for each set of hosts waited for
+      takeover_waits_for_ = coming;
+      events_.Write("takeover-wait", "votes=" + std::to_string(votes) + "/" +
+                                         std::to_string(followed_members_.size()) + " coming=" + coming);
+      OB_LOG(Info) << "a majority has come; waiting for " << coming << ", alive and not here yet";
+    }
+  }
   // Is the master still there (we were stopped, or cut off alone)? If it
   // answers at all, it runs on: nothing to take over.
   if (!probing_ && now >= next_probe_ms_) {
@@ -183,6 +194,7 @@ void Master::FollowTick() {
       });
     }
   }
+  if (quorum) return;  // the rest are coming, each within its bound (Coming)
   // The master's process is gone (its address refuses): its hosts lost it
   // as we did and come within their failover window, or they never will
   // (the run ended while we were cut off, or they are gone too).
@@ -201,6 +213,26 @@ void Master::FollowTick() {
                      " s after the master was lost (it runs on without this standby, or they are gone)",
                  true);
   }
+}
+
+// Whether a member that has not come yet may still come, so that a takeover
+// waits for it rather than call it lost (slow is not dead; each host a
+// takeover loses costs the run a pipeline, and when it held the only other
+// replica of some layers, the run). One that asked us while we still heard
+// the master is alive and failing over: it asks for its failover window,
+// from its first ask. One that has not asked had the master's silence to
+// notice (--master-timeout from when we last heard the master) and then as
+// long as the master gives any agent to speak (--agent-timeout), unless it
+// is the master's own host, which the master's loss most likely took with
+// it. Our own stall postpones every judgement, as the master's does.
+bool Master::Coming(const AgentState& a, int64_t now) const {
+  if (!a.excluded.empty()) return false;
+  if (!grace_.MayJudge(now)) return true;
+  if (a.asked_first_ms >= 0 && a.asked_last_ms >= leader_heard_ms_ - FailoverWindowMs(opt_.master_timeout_s)) {
+    return now - a.asked_first_ms <= FailoverWindowMs(opt_.master_timeout_s) + kFailoverConnectMs;
+  }
+  if (a.host.name == followed_host_) return false;
+  return now - leader_heard_ms_ <= static_cast<int64_t>((opt_.master_timeout_s + opt_.agent_timeout_s) * 1e3);
 }
 
 void Master::StandbyStops(const std::string& msg, bool failed) {

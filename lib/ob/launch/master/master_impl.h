@@ -84,6 +84,7 @@ class Master {
   static size_t Quorum(size_t base) { return base / 2 + 1; }
   bool Fenced();
   bool QuorumInDoubt();
+  bool Coming(const AgentState& a, int64_t now) const;
   // Whether the standby was heard within `within_ms`; how many agents are
   // connected and (within_ms >= 0) were heard within it.
   bool StandbyHeard(int64_t within_ms);
@@ -281,6 +282,7 @@ class Master {
   bool leader_suspect_ = false;
   std::string followed_host_;               // the master's host
   std::vector<std::string> followed_members_;  // the hosts it heard at its last sync
+  std::string takeover_waits_for_;          // the members a takeover waits for, as last said
   int64_t takeover_ms_ = -1;
 };
 
