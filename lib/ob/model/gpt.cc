@@ -1,6 +1,7 @@
 // GPT planner layers: embed, pre-LN blocks, tied head (see gpt.h for shapes).
 #include "ob/model/gpt.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <unordered_set>
@@ -292,34 +293,75 @@ PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, Tp
 
 GptStageImpl::GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp,
                            bool init)
-    : cfg_(cfg), first_(first), last_(last), tp_(std::move(tp)) {
-  assert(0 <= first && first <= last && last < cfg.num_layers());
-  for (int i = first; i <= last; ++i) {
-    PlannerLayer layer;
-    if (i == cfg.num_layers() - 1 && first == 0 && cfg.tied) {
-      auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_.front());
-      layer = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_, init);
-    } else {
-      layer = MakeLayer(cfg, i, seed, tp_, init);
+    : GptStageImpl(cfg, std::vector<std::pair<int, int>>{{first, last}}, seed, std::move(tp), init) {}
+
+GptStageImpl::GptStageImpl(const GptConfig& cfg, const std::vector<std::pair<int, int>>& ranges, uint64_t seed,
+                           TpGroupPtr tp, bool init)
+    : cfg_(cfg), tp_(std::move(tp)), ranges_(ranges), position_(static_cast<size_t>(cfg.num_layers()), -1) {
+  assert(!ranges.empty());
+  first_ = cfg.num_layers();
+  std::vector<int> global;  // of layers_[i]
+  for (const auto& [first, last] : ranges) {
+    assert(0 <= first && first <= last && last < cfg.num_layers());
+    first_ = std::min(first_, first);
+    last_ = std::max(last_, last);
+    for (int i = first; i <= last; ++i) {
+      assert(position_[i] < 0);
+      position_[i] = static_cast<int>(layers_.size());
+      layers_.push_back(nullptr);
+      global.push_back(i);
     }
-    layers_.push_back(register_module(std::to_string(i), layer));
   }
+  // The embed first, wherever its chunk is: the head of a stage that holds
+  // it too reads its token table (one LM tensor).
+  if (holds(0)) layers_[position_[0]] = MakeLayer(cfg, 0, seed, tp_, init);
+  for (int i = 1; i < cfg.num_layers(); ++i) {
+    if (!holds(i)) continue;
+    if (i == cfg.num_layers() - 1 && holds(0) && cfg.tied) {
+      auto embed = std::static_pointer_cast<EmbedLayerImpl>(layers_[position_[0]]);
+      layers_[position_[i]] = std::make_shared<HeadLayerImpl>(cfg, seed, embed->token_table(), tp_, init);
+    } else {
+      layers_[position_[i]] = MakeLayer(cfg, i, seed, tp_, init);
+    }
+  }
+  for (size_t k = 0; k < layers_.size(); ++k) layers_[k] = register_module(std::to_string(global[k]), layers_[k]);
 }
 
 torch::Tensor GptStageImpl::forward(const torch::Tensor& input, const torch::Tensor& targets) {
+  assert(ranges_.size() == 1);
   torch::Tensor x = input;
   for (auto& layer : layers_) x = layer->forward(x, targets);
   return x;
+}
+
+torch::Tensor GptStageImpl::forward_chunk(int c, const torch::Tensor& input, const torch::Tensor& targets) {
+  torch::Tensor x = input;
+  for (auto& layer : chunk_layers(c)) x = layer->forward(x, targets);
+  return x;
+}
+
+std::vector<PlannerLayer> GptStageImpl::chunk_layers(int c) const {
+  const auto [first, last] = ranges_[static_cast<size_t>(c)];
+  std::vector<PlannerLayer> out;
+  for (int i = first; i <= last; ++i) out.push_back(layers_[position_[i]]);
+  return out;
+}
+
+int GptStageImpl::chunk_of(int global_index) const {
+  for (size_t c = 0; c < ranges_.size(); ++c) {
+    if (ranges_[c].first <= global_index && global_index <= ranges_[c].second) return static_cast<int>(c);
+  }
+  return -1;
 }
 
 std::vector<torch::Tensor> GptStageImpl::tied_weights() const {
   std::vector<torch::Tensor> out;
   if (!cfg_.tied) return out;
   if (has_embed()) {
-    out.push_back(std::static_pointer_cast<EmbedLayerImpl>(layers_.front())->token_table());
+    out.push_back(std::static_pointer_cast<EmbedLayerImpl>(layer(0))->token_table());
   }
   if (has_head() && !has_embed()) {
-    out.push_back(std::static_pointer_cast<HeadLayerImpl>(layers_.back())->lm_weight());
+    out.push_back(std::static_pointer_cast<HeadLayerImpl>(layer(cfg_.num_layers() - 1))->lm_weight());
   }
   return out;
 }

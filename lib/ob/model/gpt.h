@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ob/model.pb.h"
@@ -225,8 +226,10 @@ PlannerLayer MakeLayer(const GptConfig& cfg, int global_index, uint64_t seed, Tp
                        bool init = true);
 
 // The layers [first, last] (global indices, inclusive) a pipeline stage owns,
-// run in order. When it holds both embed and head they share one LM tensor.
-// Submodules are registered under their global index ("0", "1", ...), so
+// run in order; or, for a stage of several chunks (interleaved, zb-v:
+// design/schedule.md), several such ranges, each a chunk run on its own.
+// When it holds both embed and head they share one LM tensor. Submodules
+// are registered under their global index ("0", "1", ...), so
 // named_parameters() yields "<global index>.<layer parameter name>".
 class GptStageImpl : public torch::nn::Module {
  public:
@@ -235,19 +238,36 @@ class GptStageImpl : public torch::nn::Module {
   // `init` false: parameters uninitialised (see EmbedLayerImpl).
   GptStageImpl(const GptConfig& cfg, int first, int last, uint64_t seed, TpGroupPtr tp = nullptr,
                bool init = true);
+  // Chunks: `ranges` [first, last] in chunk order, none overlapping.
+  GptStageImpl(const GptConfig& cfg, const std::vector<std::pair<int, int>>& ranges, uint64_t seed,
+               TpGroupPtr tp = nullptr, bool init = true);
 
   // input: ids [b,t] if the stage holds the embed, else activations [b,t,h].
   // Returns activations [b,t,h], or the scalar loss if it holds the head
-  // (logits [b,t,V] if targets is undefined).
+  // (logits [b,t,V] if targets is undefined). Runs every layer in order:
+  // REQUIRES one chunk.
   torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets = {});
+  // The same through chunk c's layers alone.
+  torch::Tensor forward_chunk(int c, const torch::Tensor& input, const torch::Tensor& targets = {});
 
+  // The first and last layer it holds (with chunks, layers between may be
+  // others').
   int first() const { return first_; }
   int last() const { return last_; }
+  const std::vector<std::pair<int, int>>& ranges() const { return ranges_; }
+  int chunks() const { return static_cast<int>(ranges_.size()); }
+  // Its layers in chunk order, and chunk c's.
   const std::vector<PlannerLayer>& layers() const { return layers_; }
-  // REQUIRES: first() <= global_index <= last().
-  const PlannerLayer& layer(int global_index) const { return layers_[global_index - first_]; }
-  bool has_embed() const { return first_ == 0; }
-  bool has_head() const { return last_ == cfg_.num_layers() - 1; }
+  std::vector<PlannerLayer> chunk_layers(int c) const;
+  bool holds(int global_index) const {
+    return global_index >= 0 && global_index < static_cast<int>(position_.size()) && position_[global_index] >= 0;
+  }
+  // REQUIRES: holds(global_index).
+  const PlannerLayer& layer(int global_index) const { return layers_[position_[global_index]]; }
+  // The chunk holding it. REQUIRES: holds(global_index).
+  int chunk_of(int global_index) const;
+  bool has_embed() const { return holds(0); }
+  bool has_head() const { return holds(cfg_.num_layers() - 1); }
   // The LM weights whose gradients a pipeline sums between first and last
   // stage (design/model.md): the embed's wte.weight and/or the head's
   // lm_head.weight; none for a model whose head is untied (Llama's own
@@ -262,9 +282,11 @@ class GptStageImpl : public torch::nn::Module {
 
  private:
   GptConfig cfg_;
-  int first_, last_;
+  int first_ = 0, last_ = -1;
   TpGroupPtr tp_;
+  std::vector<std::pair<int, int>> ranges_;
   std::vector<PlannerLayer> layers_;
+  std::vector<int> position_;  // global index → index in layers_, -1 where not held
 };
 TORCH_MODULE(GptStage);
 

@@ -10,6 +10,12 @@
 namespace ob::model {
 namespace {
 
+// The scope of the thread that opened it: autograd runs a CPU graph's
+// backward on the thread that asked for it, so workers of one process (the
+// runtime tests' threads) each defer into their own. A device's backward
+// runs on autograd's thread for that device, which sees the process's one
+// scope (g_into: a worker process runs one at a time).
+thread_local WeightGradients* t_into = nullptr;
 std::atomic<WeightGradients*> g_into{nullptr};
 
 }  // namespace
@@ -51,14 +57,18 @@ uint64_t WeightGradients::bytes() const {
 }
 
 DeferWeightGradients::DeferWeightGradients(WeightGradients* into) {
+  assert(t_into == nullptr && "one DeferWeightGradients scope a thread at a time");
+  t_into = into;
   WeightGradients* none = nullptr;
-  const bool alone = g_into.compare_exchange_strong(none, into);
-  assert(alone && "one DeferWeightGradients scope at a time");
-  (void)alone;
+  g_into.compare_exchange_strong(none, into);  // taken: another thread's, which its own device threads read
 }
 
-DeferWeightGradients::~DeferWeightGradients() { g_into.store(nullptr); }
+DeferWeightGradients::~DeferWeightGradients() {
+  WeightGradients* mine = t_into;
+  g_into.compare_exchange_strong(mine, nullptr);
+  t_into = nullptr;
+}
 
-WeightGradients* DeferringWeightGradients() { return g_into.load(); }
+WeightGradients* DeferringWeightGradients() { return t_into != nullptr ? t_into : g_into.load(); }
 
 }  // namespace ob::model

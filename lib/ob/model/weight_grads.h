@@ -52,7 +52,10 @@ class WeightGradients {
   int unit_ = -1;
 };
 
-// Defers into `into` for its lifetime. REQUIRES: no other scope alive.
+// Defers into `into` for its lifetime: the backwards this thread runs, and
+// those autograd's device threads run while it is the process's only
+// scope. REQUIRES: no other scope alive on this thread; on a GPU, none in
+// the process (one worker a process).
 class DeferWeightGradients {
  public:
   explicit DeferWeightGradients(WeightGradients* into);

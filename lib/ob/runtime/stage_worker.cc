@@ -36,13 +36,19 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
   const RankInfo& me = topo_.ranks[rank_];
   if (!me.is_first_stage()) to_prev_ = topo_.Boundary(rank_, me.stage - 1);
   if (!me.is_last_stage()) to_next_ = topo_.Boundary(rank_, me.stage + 1);
+  peers_.resize(static_cast<size_t>(me.num_stages));
+  for (int s = 0; s < me.num_stages; ++s) {
+    if (s != me.stage) peers_[static_cast<size_t>(s)] = topo_.Boundary(rank_, s);
+  }
   model::TpGroupPtr tp;
   if (me.tp > 1) {  // its group is joined later (JoinGroups), before any forward
     tp = std::make_shared<model::TpGroup>();
     tp->rank = me.tp_rank;
     tp->size = me.tp;
   }
-  stage_ = model::GptStage(cfg_, me.first_layer, me.last_layer, opts_.seed, tp, init);
+  std::vector<std::pair<int, int>> ranges = me.ranges;
+  if (ranges.empty()) ranges = {{me.first_layer, me.last_layer}};
+  stage_ = model::GptStage(cfg_, ranges, opts_.seed, tp, init);
   for (const auto& layer : stage_->layers()) layer->set_recompute(me.recompute);  // the plan's (recompute.h)
   stage_->to(opts_.device);
   stage_->train();
@@ -51,7 +57,9 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
 
   auto tied = stage_->tied_weights();
   if (!tied.empty()) tied_ = tied.front();  // one per stage: wte, or the head's own copy
-  for (int l = me.first_layer; l <= me.last_layer; ++l) {
+  for (int l = 0; l < cfg_.num_layers(); ++l) {
+    if (!stage_->holds(l)) continue;
+    held_.push_back(l);
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
     for (const auto& p : stage_->layer(l)->named_parameters()) {

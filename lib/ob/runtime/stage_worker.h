@@ -320,12 +320,20 @@ class StageWorker {
   struct StepState;
   void ZeroGradients();
   void RunComm(const std::vector<schedule::P2p>& comm, StepState& s);
-  void RunForward(int j, StepState& s);
-  // The backward of micro-batch j; with `weights` false only its input
-  // gradient, its weight gradients kept for RunWeightGradients.
-  void RunBackward(int j, bool weights, StepState& s);
-  void RunWeightGradients(int j, StepState& s);
+  // Micro-batch j through chunk c (one chunk: c = 0, the stage).
+  void RunForward(int j, int c, StepState& s);
+  // The backward of micro-batch j through chunk c; with `weights` false
+  // only its input gradient, its weight gradients kept for
+  // RunWeightGradients.
+  void RunBackward(int j, int c, bool weights, StepState& s);
+  void RunWeightGradients(int j, int c, StepState& s);
+  // Chunk c's weight gradients of one more micro-batch are summed: with
+  // chunks, the buckets of every chunk done so far go on the wire, in
+  // bucket order.
+  void WeightsDone(int c, StepState& s);
   void IssueBucketsDownTo(int unit, StepState& s);
+  struct Bucket;
+  void IssueBucket(Bucket& bk, StepState& s);
   void ReduceGradients(StepState& s);
   void SumNormAndLoss(StepState& s);
   // Evaluate's steps: micro-batch j of evaluation batch k, its loss added
@@ -350,9 +358,10 @@ class StageWorker {
   // This rank's exchanges across its stage's boundaries (Topology::Boundary),
   // fixed for the worker's life; empty where there is no such neighbour.
   BoundaryPeers to_prev_, to_next_;
-  const BoundaryPeers& PeersOf(int peer_stage) const {
-    return peer_stage < topo_.ranks[static_cast<size_t>(rank_)].stage ? to_prev_ : to_next_;
-  }
+  // With every stage of its pipeline, by stage (chunks also talk across the
+  // loop's wrap; its own entry empty).
+  std::vector<BoundaryPeers> peers_;
+  const BoundaryPeers& PeersOf(int peer_stage) const { return peers_[static_cast<size_t>(peer_stage)]; }
   model::TrainOptions opts_;
   model::TokenSource data_;
   int seq_len_;
@@ -360,8 +369,10 @@ class StageWorker {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<model::ComputeCopies> copies_;  // bf16: the weights' compute copies
   std::unique_ptr<Groups> groups_;
-  // Parameters by owning layer (global index - first layer), the tied weight
-  // excluded; and the tied weight itself (undefined if this stage has none).
+  // Its layers, ascending (with chunks, several ranges); their parameters
+  // (layer_params_[i] are held_[i]'s), the tied weight excluded; and the
+  // tied weight itself (undefined if this stage has none).
+  std::vector<int> held_;
   std::vector<std::vector<torch::Tensor>> layer_params_;
   std::vector<std::vector<std::string>> layer_names_;  // their names within the layer
   torch::Tensor tied_;
@@ -385,6 +396,7 @@ class StageWorker {
     int group = 0;               // topology layer-group id (its piece's)
     int unit = 0;                // its lowest unit: ready once that unit's backward is done
     int layer = 0;               // that unit's layer
+    int chunk = 0;               // the chunk of its layers (a bucket never spans two)
     int64_t numel = 0;
     torch::Tensor flat;          // fp32, on the device
     std::vector<torch::Tensor> params;   // gradients bound to views of flat

@@ -24,9 +24,8 @@ void StageWorker::WaitAll(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
 
 std::pair<torch::Tensor, torch::Tensor> StageWorker::MicroBatch(const model::TokenSource& src, int64_t step,
                                                                  int g) const {
-  const RankInfo& me = topo_.ranks[rank_];
   torch::Tensor input, targets;
-  if (me.is_first_stage() || me.is_last_stage()) {
+  if (stage_->has_embed() || stage_->has_head()) {
     const int b = topo_.microbatch_size;
     auto [x, y] = model::MakeBatch(src, opts_.seed, step, int64_t{g} * b, b, seq_len_);
     // On CUDA through page-locked memory, without waiting: a pageable copy
@@ -36,8 +35,8 @@ std::pair<torch::Tensor, torch::Tensor> StageWorker::MicroBatch(const model::Tok
     auto to_device = [&](const torch::Tensor& h) {
       return cuda ? h.pin_memory().to(opts_.device, /*non_blocking=*/true) : h.to(opts_.device);
     };
-    if (me.is_first_stage()) input = to_device(x);
-    if (me.is_last_stage()) targets = to_device(y);
+    if (stage_->has_embed()) input = to_device(x);
+    if (stage_->has_head()) targets = to_device(y);
   }
   return {input, targets};
 }

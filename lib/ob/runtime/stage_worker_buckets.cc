@@ -35,7 +35,7 @@ void StageWorker::BuildBuckets() {
   LayOutBuckets();
   flops_per_microbatch_ = llmc_flops_per_microbatch_ = 0;
   const double tokens = static_cast<double>(topo_.microbatch_size) * seq_len_;
-  for (int l = me.first_layer; l <= me.last_layer; ++l) {
+  for (int l : held_) {
     const pb::LayerKind kind = stage_->layer(l)->kind();
     flops_per_microbatch_ += profile::TrainingFlopsPerToken(cfg_, kind, seq_len_) * tokens / me.tp;
     llmc_flops_per_microbatch_ += profile::LlmcFlopsPerToken(cfg_, kind, seq_len_) * tokens / me.tp;
@@ -43,13 +43,12 @@ void StageWorker::BuildBuckets() {
 }
 
 void StageWorker::AddPieceBuckets(int piece) {
-  const RankInfo& me = topo_.ranks[rank_];
   const int first_piece = topo_.FirstPieceOf(rank_), num_pieces = topo_.PiecesOf(rank_);
   const size_t first_bucket = buckets_.size();
   // Units from the top down: the order their last backward finishes in.
   int unit = 0;
-  for (int l = me.last_layer; l >= me.first_layer; --l) {
-    const size_t i = static_cast<size_t>(l - me.first_layer);
+  for (size_t i = held_.size(); i-- > 0;) {
+    const int l = held_[i];
     const int group = topo_.layer_group_of[l] + piece;  // the holders of this piece of l
     const model::PlannerLayer& layer = stage_->layer(l);
     for (int seg = layer->num_segments() - 1; seg >= 0; --seg, ++unit) {
@@ -76,6 +75,7 @@ void StageWorker::AddPieceBuckets(int piece) {
       if (numel == 0) continue;
       const bool join = buckets_.size() > first_bucket && buckets_.back().group == group &&
                         buckets_.back().unit == unit - 1 && buckets_.back().layer != l &&
+                        buckets_.back().chunk == stage_->chunk_of(l) &&
                         (buckets_.back().numel + numel) * 4 <= kBucketBytes;
       if (!join) {
         Bucket bk;
@@ -85,6 +85,7 @@ void StageWorker::AddPieceBuckets(int piece) {
       Bucket& bk = buckets_.back();
       bk.unit = unit;
       bk.layer = l;
+      bk.chunk = stage_->chunk_of(l);
       bk.numel += numel;
       // Within a bucket, lower units first: prepend this unit's.
       params.insert(params.end(), bk.params.begin(), bk.params.end());

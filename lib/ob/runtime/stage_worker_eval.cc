@@ -14,6 +14,10 @@ namespace ob::runtime {
 Result<double> StageWorker::Evaluate(const model::TokenSource& eval, int batches) {
   try {
     const RankInfo& me = topo_.ranks[rank_];
+    if (me.chunks() > 1) {  // CheckRunnable keeps chunked plans from the workers until they do
+      return Status::Config("rank " + std::to_string(rank_) + ": evaluation of a stage of " +
+                            std::to_string(me.chunks()) + " chunks is not built yet");
+    }
     const bool bf16 = opts_.precision == model::Precision::kBf16;
     const auto wire = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(opts_.device);
     torch::NoGradGuard no_grad;

@@ -36,23 +36,35 @@ struct StageWorker::Groups {
 };
 
 // What one RunSchedule's instructions hand each other: the micro-batches'
-// tensors in flight, the loss so far and the reductions issued.
+// tensors in flight, the loss so far and the reductions issued. With
+// chunks, every per-micro-batch slot is per (micro-batch, chunk): At(j, c).
 struct StageWorker::StepState {
-  StepState(const torch::Device& device, bool bf16, int microbatches, double weight)
+  StepState(const torch::Device& device, bool bf16, int microbatches, double weight, schedule::Chain chain,
+            int stage)
       : device(device),
         bf16(bf16),
         wire(torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat).device(device)),
         m(microbatches),
         weight(weight),
+        chain(chain),
+        stage(stage),
         forward_timer(device),
         backward_timer(device),
-        received(microbatches),
-        grads_in(microbatches),
-        inputs(microbatches),
-        outputs(microbatches),
-        sent(microbatches),
-        weights(microbatches),
+        received(Slots()),
+        grads_in(Slots()),
+        inputs(Slots()),
+        outputs(Slots()),
+        sent(Slots()),
+        weights(Slots()),
+        weights_done(static_cast<size_t>(chain.chunks), 0),
         loss_sum(torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device))) {}
+
+  size_t Slots() const { return static_cast<size_t>(m) * static_cast<size_t>(chain.chunks); }
+  size_t At(int j, int c) const { return static_cast<size_t>(c) * static_cast<size_t>(m) + static_cast<size_t>(j); }
+  // Chunk c's virtual stage, and whether it is the model's first or last.
+  int VirtualOf(int c) const { return chain.At(stage, c); }
+  bool First(int c) const { return VirtualOf(c) == 0; }
+  bool Last(int c) const { return VirtualOf(c) == chain.size() - 1; }
 
   StepResult r;
   const torch::Device device;
@@ -62,6 +74,8 @@ struct StageWorker::StepState {
   const torch::TensorOptions wire;
   const int m;            // this pipeline's micro-batches
   const double weight;    // each micro-batch's share of the loss
+  const schedule::Chain chain;  // its pipeline's virtual stages (one chunk: the stages)
+  const int stage;        // this rank's
   compat::DeviceTimer forward_timer, backward_timer;
   std::vector<torch::Tensor> received, grads_in;  // what comm batches deliver
   std::vector<torch::Tensor> inputs, outputs, sent;
@@ -73,6 +87,9 @@ struct StageWorker::StepState {
   // A split backward's weight gradients, per micro-batch, from its B to
   // its W (model/weight_grads.h).
   std::vector<model::WeightGradients> weights;
+  // Per chunk, the micro-batches whose weight gradients are summed: at m,
+  // the chunk's buckets may go on the wire.
+  std::vector<int> weights_done;
   torch::Tensor loss_sum;  // [1] double: this stage's weighted losses
   // Data-parallel reductions, issued in bucket order (highest layers first)
   // on every rank, then the tied weight's gradient and the loss: one global

@@ -84,8 +84,8 @@ void StageWorker::SumNormAndLoss(StepState& s) {
   auto add_pieces = [&](const std::string& name, const torch::Tensor& grad, int piece, int entry) {
     for (const auto& v : PieceOfGradient(name, grad, piece)) add_part(v, entry);
   };
-  for (int l = me.first_layer; l <= me.last_layer; ++l) {
-    const size_t i = static_cast<size_t>(l - me.first_layer);
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const int l = held_[i];
     for (int piece = first_piece; piece < first_piece + topo_.PiecesOf(rank_); ++piece) {
       const int entry = l * T + piece;
       for (size_t j = 0; j < layer_params_[i].size(); ++j) {
@@ -106,7 +106,7 @@ void StageWorker::SumNormAndLoss(StepState& s) {
     const double* n = norms.data_ptr<double>();
     for (size_t k = 0; k < parts.size(); ++k) entries[static_cast<size_t>(entry_of[k])] += n[k] * n[k];
   }
-  if (me.is_last_stage() && me.tp_rank == 0) entries.back() = s.loss_sum.item<double>();
+  if (stage_->has_head() && me.tp_rank == 0) entries.back() = s.loss_sum.item<double>();
   auto stats = torch::from_blob(entries.data(), {static_cast<int64_t>(entries.size())}, torch::kDouble).clone();
   if (groups_->tp || pipe) stats = stats.to(s.device);
   if (groups_->tp) {  // the shards' sums first, then the lane's: the same on every rank

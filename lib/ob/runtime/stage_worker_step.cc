@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,9 +26,13 @@ namespace ob::runtime {
 
 namespace {
 
-// Tags of the two messages micro-batch g sends across a stage boundary.
-int ActivationTag(int g) { return 2 * g; }
-int GradientTag(int g) { return 2 * g + 1; }
+// Tags of the two messages micro-batch g sends across virtual boundary
+// `link` of a pipeline of `chunks` chunks a stage: 2·(g·v + c) + kind, c the
+// chunk of the link's lower end. One chunk: 2g and 2g + 1. Unique per
+// ordered pair of ranks: two links between the same two stages in the
+// same direction belong to different chunks.
+int ActivationTag(int g, int chunk, int chunks) { return 2 * (g * chunks + chunk); }
+int GradientTag(int g, int chunk, int chunks) { return 2 * (g * chunks + chunk) + 1; }
 
 }  // namespace
 
@@ -80,7 +85,7 @@ StepResult StageWorker::RunSchedule(int64_t step) {
   if (device.is_cuda()) compat::CudaResetPeak(device.index());
   ZeroGradients();
   StepState s(device, opts_.precision == model::Precision::kBf16, me.num_microbatches,
-              1.0 / topo_.total_microbatches);  // each micro-batch's share
+              1.0 / topo_.total_microbatches, me.Chain(), me.stage);  // each micro-batch's share
   StepResult& r = s.r;
   r.step = step;
 
@@ -96,12 +101,12 @@ StepResult StageWorker::RunSchedule(int64_t step) {
       RunComm(in.comm, s);
       continue;
     }
-    const int j = in.op.microbatch;
+    const int j = in.op.microbatch, c = in.op.chunk;
     switch (in.op.type) {
-      case schedule::Op::kForward: RunForward(j, s); break;
-      case schedule::Op::kBackward: RunBackward(j, true, s); break;
-      case schedule::Op::kInputGrad: RunBackward(j, false, s); break;
-      case schedule::Op::kWeightGrad: RunWeightGradients(j, s); break;
+      case schedule::Op::kForward: RunForward(j, c, s); break;
+      case schedule::Op::kBackward: RunBackward(j, c, true, s); break;
+      case schedule::Op::kInputGrad: RunBackward(j, c, false, s); break;
+      case schedule::Op::kWeightGrad: RunWeightGradients(j, c, s); break;
     }
   }
   cast_once.reset();
@@ -143,15 +148,19 @@ void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) 
   for (const schedule::P2p& p : comm) {
     const int gj = me.first_microbatch + p.microbatch;
     const BoundaryPeers& peers = PeersOf(p.peer);
+    // The link joins virtual stages p.link and p.link + 1: an activation
+    // leaves the lower end's chunk and a gradient its upper end's.
+    const int lower = s.chain.ChunkOf(p.link), upper = s.chain.ChunkOf(p.link + 1);
+    const int c = p.activation == p.send ? lower : upper;  // this end's chunk
+    const size_t k = s.At(p.microbatch, c);
     compat::P2pMessage msg;
     msg.send = p.send;
-    msg.tag = p.activation ? ActivationTag(gj) : GradientTag(gj);
+    msg.tag = p.activation ? ActivationTag(gj, lower, s.chain.chunks) : GradientTag(gj, lower, s.chain.chunks);
     if (p.send) {
-      torch::Tensor whole = p.activation ? s.sent[p.microbatch]
-                                         : s.inputs[p.microbatch].grad().to(s.wire.dtype()).contiguous();
+      torch::Tensor whole = p.activation ? s.sent[k] : s.inputs[k].grad().to(s.wire.dtype()).contiguous();
       msg.tensor = peers.whole ? whole : ShareOf(whole);
-      if (!p.activation) s.inputs[p.microbatch] = torch::Tensor();
-      if (p.activation) s.sent[p.microbatch] = torch::Tensor();
+      if (!p.activation) s.inputs[k] = torch::Tensor();
+      if (p.activation) s.sent[k] = torch::Tensor();
       keep.push_back(msg.tensor);
       for (int to : peers.send_to) {  // none, where a wider stage's other ranks serve it
         msg.peer = topo_.LaneIndex(rank_, to);
@@ -160,7 +169,7 @@ void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) 
     } else {
       msg.peer = topo_.LaneIndex(rank_, peers.receive_from);
       msg.tensor = peers.whole ? WholeBuffer(s.wire) : BoundaryBuffer(s.wire);
-      torch::Tensor& slot = (p.activation ? s.received : s.grads_in)[p.microbatch];
+      torch::Tensor& slot = (p.activation ? s.received : s.grads_in)[k];
       slot = msg.tensor;
       if (t > 1 && !peers.whole) parts.push_back(&slot);
       batch.push_back(std::move(msg));
@@ -190,15 +199,23 @@ void StageWorker::RunComm(const std::vector<schedule::P2p>& comm, StepState& s) 
   s.r.comm_seconds += SecondsSince(t0);
 }
 
-void StageWorker::RunForward(int j, StepState& s) {
+void StageWorker::RunForward(int j, int c, StepState& s) {
   const RankInfo& me = topo_.ranks[rank_];
-  const bool overlap = opts_.overlap_allreduce;
+  const bool chunked = s.chain.chunks > 1;
+  const bool overlap = opts_.overlap_allreduce && !chunked;
   const int g = me.first_microbatch + j;
+  const int v = s.VirtualOf(c);
+  const size_t k = s.At(j, c);
   RECORD_USER_SCOPE("ob::forward");
-  auto [input, targets] = MicroBatch(data_, s.r.step, g);
-  if (!me.is_first_stage()) {
-    input = s.received[j].requires_grad_(true);
-    s.received[j] = torch::Tensor();
+  torch::Tensor input, targets;
+  if (s.First(c) || s.Last(c)) std::tie(input, targets) = MicroBatch(data_, s.r.step, g);
+  if (!s.First(c)) {
+    // From the previous virtual stage: a message, or (a V's turn) this
+    // stage's own other chunk, handed over in memory as a message would
+    // carry it (in the wire's dtype).
+    torch::Tensor& from = s.chain.Local(v - 1) ? s.sent[s.At(j, s.chain.ChunkOf(v - 1))] : s.received[k];
+    input = from.requires_grad_(true);
+    from = torch::Tensor();
   }
   const auto t0 = Clock::now();
   s.forward_timer.Start();
@@ -218,10 +235,10 @@ void StageWorker::RunForward(int j, StepState& s) {
       }
       out = x;
     } else {
-      out = stage_->forward(input, targets);
+      out = chunked ? stage_->forward_chunk(c, input, targets) : stage_->forward(input, targets);
     }
   }
-  if (me.is_last_stage()) {
+  if (s.Last(c)) {
     s.loss_sum += out.detach().to(torch::kDouble) * s.weight;
     out = out.to(torch::kFloat) * s.weight;
     if (!s.seg_out.empty()) s.seg_out.back() = out;
@@ -230,14 +247,15 @@ void StageWorker::RunForward(int j, StepState& s) {
   SlowDown(t0);
   s.r.forward_seconds += SecondsSince(t0);
   Tick();
-  if (!me.is_last_stage()) s.sent[j] = out.detach().to(s.wire.dtype()).contiguous();
-  s.inputs[j] = input;
-  s.outputs[j] = out;
+  if (!s.Last(c)) s.sent[k] = out.detach().to(s.wire.dtype()).contiguous();
+  s.inputs[k] = input;
+  s.outputs[k] = out;
 }
 
-void StageWorker::RunBackward(int j, bool weights, StepState& s) {
-  const RankInfo& me = topo_.ranks[rank_];
-  const bool overlap = opts_.overlap_allreduce;
+void StageWorker::RunBackward(int j, int c, bool weights, StepState& s) {
+  const bool overlap = opts_.overlap_allreduce && s.chain.chunks == 1;
+  const int v = s.VirtualOf(c);
+  const size_t k = s.At(j, c);
   RECORD_USER_SCOPE("ob::backward");
   if (stall_at_ == s.r.step) {  // fault injection: stop making progress, stay alive
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -245,57 +263,64 @@ void StageWorker::RunBackward(int j, bool weights, StepState& s) {
   const auto t0 = Clock::now();
   s.backward_timer.Start();
   torch::Tensor grad_out;
-  if (!me.is_last_stage()) {
-    grad_out = s.grads_in[j].to(s.outputs[j].scalar_type());
-    s.grads_in[j] = torch::Tensor();
+  if (!s.Last(c)) {
+    if (s.chain.Local(v)) {  // the next virtual stage is this stage's own chunk: its input's gradient
+      torch::Tensor& next_input = s.inputs[s.At(j, s.chain.ChunkOf(v + 1))];
+      grad_out = next_input.grad().to(s.wire.dtype()).to(s.outputs[k].scalar_type());
+      next_input = torch::Tensor();
+    } else {
+      grad_out = s.grads_in[k].to(s.outputs[k].scalar_type());
+      s.grads_in[k] = torch::Tensor();
+    }
   }
   // B alone: the weight gradients are kept for W (model/weight_grads.h).
   std::optional<model::DeferWeightGradients> defer;
-  if (!weights) defer.emplace(&s.weights[j]);
+  if (!weights) defer.emplace(&s.weights[k]);
   if (overlap && j == s.m - 1) {
     // Unit by unit (a layer's segments), highest first; a bucket's
     // all-reduce starts once its lowest unit is done (under B alone, once
     // W has summed the unit's weight gradients).
     torch::Tensor grad = grad_out;
     const int units = static_cast<int>(s.seg_out.size());
-    for (int k = units - 1; k >= 0; --k) {
-      s.weights[j].SetUnit(units - 1 - k);
+    for (int u = units - 1; u >= 0; --u) {
+      s.weights[k].SetUnit(units - 1 - u);
       if (grad.defined()) {
-        torch::autograd::backward({s.seg_out[k]}, {grad});
+        torch::autograd::backward({s.seg_out[u]}, {grad});
       } else {
-        s.seg_out[k].backward();
+        s.seg_out[u].backward();
       }
-      const torch::Tensor& xin = s.seg_in[k];
-      grad = k > 0 ? xin.grad() : torch::Tensor();
-      if (k == 0 && xin.requires_grad()) {
+      const torch::Tensor& xin = s.seg_in[u];
+      grad = u > 0 ? xin.grad() : torch::Tensor();
+      if (u == 0 && xin.requires_grad()) {
         // The stage input's gradient goes back to the previous stage.
-        s.inputs[j].mutable_grad() = xin.grad();
+        s.inputs[k].mutable_grad() = xin.grad();
       }
-      if (weights) IssueBucketsDownTo(units - 1 - k, s);
+      if (weights) IssueBucketsDownTo(units - 1 - u, s);
     }
     s.seg_units = units;
     s.seg_in.clear();
     s.seg_out.clear();
-  } else if (me.is_last_stage()) {
-    s.outputs[j].backward();
+  } else if (s.Last(c)) {
+    s.outputs[k].backward();
   } else {
-    torch::autograd::backward({s.outputs[j]}, {grad_out});
+    torch::autograd::backward({s.outputs[k]}, {grad_out});
   }
   defer.reset();
   s.backward_timer.Stop();
   SlowDown(t0);
   s.r.backward_seconds += SecondsSince(t0);
   Tick();
-  s.outputs[j] = torch::Tensor();
-  if (me.is_first_stage()) s.inputs[j] = torch::Tensor();
+  s.outputs[k] = torch::Tensor();
+  if (s.First(c)) s.inputs[k] = torch::Tensor();
+  if (weights) WeightsDone(c, s);
 }
 
-void StageWorker::RunWeightGradients(int j, StepState& s) {
+void StageWorker::RunWeightGradients(int j, int c, StepState& s) {
   RECORD_USER_SCOPE("ob::weight_grads");
   const auto t0 = Clock::now();
   s.backward_timer.Start();
-  model::WeightGradients& w = s.weights[j];
-  if (opts_.overlap_allreduce && j == s.m - 1) {
+  model::WeightGradients& w = s.weights[s.At(j, c)];
+  if (opts_.overlap_allreduce && s.chain.chunks == 1 && j == s.m - 1) {
     // The last micro-batch's, unit by unit from the top as its B kept
     // them: each bucket's all-reduce starts once its units are summed.
     for (int unit = 0; unit < s.seg_units; ++unit) {
@@ -308,19 +333,35 @@ void StageWorker::RunWeightGradients(int j, StepState& s) {
   SlowDown(t0);
   s.r.backward_seconds += SecondsSince(t0);
   Tick();
+  WeightsDone(c, s);
+}
+
+void StageWorker::WeightsDone(int c, StepState& s) {
+  if (++s.weights_done[static_cast<size_t>(c)] < s.m || s.chain.chunks == 1 || !opts_.overlap_allreduce) return;
+  // Every bucket of a chunk done, in bucket order (the same on every
+  // holder of a group): a chunk's gradients are final once its last
+  // micro-batch's weight gradients are summed.
+  for (; s.next_bucket < buckets_.size(); ++s.next_bucket) {
+    Bucket& bk = buckets_[s.next_bucket];
+    if (s.weights_done[static_cast<size_t>(bk.chunk)] < s.m) break;
+    IssueBucket(bk, s);
+  }
 }
 
 // Units 0..unit (from the top) are done: the all-reduces of the buckets
 // they complete, in bucket order.
 void StageWorker::IssueBucketsDownTo(int unit, StepState& s) {
   for (; s.next_bucket < buckets_.size() && buckets_[s.next_bucket].unit <= unit; ++s.next_bucket) {
-    Bucket& bk = buckets_[s.next_bucket];
-    for (size_t i = 0; i < bk.sources.size(); ++i) bk.views[bk.params.size() + i].copy_(bk.sources[i]);
-    for (auto& [id, group] : groups_->layers) {
-      if (id != bk.group) continue;
-      std::vector<torch::Tensor> buf{bk.flat};
-      s.reductions.push_back(group->allreduce(buf));
-    }
+    IssueBucket(buckets_[s.next_bucket], s);
+  }
+}
+
+void StageWorker::IssueBucket(Bucket& bk, StepState& s) {
+  for (size_t i = 0; i < bk.sources.size(); ++i) bk.views[bk.params.size() + i].copy_(bk.sources[i]);
+  for (auto& [id, group] : groups_->layers) {
+    if (id != bk.group) continue;
+    std::vector<torch::Tensor> buf{bk.flat};
+    s.reductions.push_back(group->allreduce(buf));
   }
 }
 

@@ -46,13 +46,15 @@ int Topology::FirstPieceOf(int rank) const {
 
 BoundaryPeers Topology::Boundary(int rank, int peer_stage) const {
   const RankInfo& me = ranks[static_cast<size_t>(rank)];
-  const bool next = peer_stage > me.stage;
-  const int peer_tp = next ? me.next_tp : me.prev_tp;
-  // The peer stage's TP rank 0: the rank we receive from, less its TP rank.
-  const int from = next ? me.next_rank : me.prev_rank;
-  const int peer_first = from - ranks[static_cast<size_t>(from)].tp_rank;
+  // The peer stage's TP rank 0 (its ranks follow ours in pipeline order).
+  int peer_first = -1;
+  for (const RankInfo& r : ranks) {
+    if (r.pipeline == me.pipeline && r.stage == peer_stage && r.tp_rank == 0) peer_first = r.rank;
+  }
   BoundaryPeers out;
-  out.receive_from = from;
+  if (peer_first < 0) return out;
+  const int peer_tp = ranks[static_cast<size_t>(peer_first)].tp;
+  out.receive_from = peer_first + me.tp_rank % peer_tp;
   out.whole = peer_tp != me.tp;
   for (int r = me.tp_rank; r < peer_tp; r += me.tp) out.send_to.push_back(peer_first + r);
   return out;
@@ -273,9 +275,9 @@ Result<Topology> BuildTopology(const plan::TemplateSet& ts, const plan::Instanti
 }
 
 std::vector<schedule::StageInstr> RankInfo::Program() const {
-  if (op_costs && static_cast<int>(op_costs->size()) == num_stages)
-    return schedule::StageProgram(*schedule, *op_costs, stage, num_microbatches);
-  return schedule::StageProgram(*schedule, stage, num_stages, num_microbatches);
+  if (op_costs && static_cast<int>(op_costs->size()) == num_stages * chunks())
+    return schedule::StageProgram(*schedule, *op_costs, stage, num_microbatches, chunks());
+  return schedule::StageProgram(*schedule, stage, num_stages, num_microbatches, chunks());
 }
 
 }  // namespace ob::runtime

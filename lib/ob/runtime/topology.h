@@ -77,9 +77,12 @@ struct RankInfo {
   int first_layer = 0;        // global planner layers [first_layer, last_layer]
   int last_layer = 0;         // (with chunks: its chunk 0's)
   // Its layer ranges in chunk order: [first_layer, last_layer] alone with
-  // one chunk; with chunks (interleaved, zb-v: planned, not yet run by the
-  // workers) each chunk's slice (plan::Template::LayersOf).
+  // one chunk; with chunks (interleaved, zb-v) each chunk's slice
+  // (plan::Template::LayersOf), chunk c being virtual stage
+  // Chain().At(stage, c).
   std::vector<std::pair<int, int>> ranges;
+  int chunks() const { return ranges.empty() ? 1 : static_cast<int>(ranges.size()); }
+  schedule::Chain Chain() const { return schedule->ChainOf(num_stages, chunks()); }
   bool Holds(int layer) const {
     for (const auto& [first, last] : ranges)
       if (first <= layer && layer <= last) return true;
@@ -152,7 +155,8 @@ struct Topology {
   bool InTied(int rank) const;
   // The TP group (stage) of `rank`; empty when its stage has t = 1.
   const std::vector<int>& TpGroupOf(int rank) const;
-  // `rank`'s exchange with stage `peer_stage` (its own ± 1) of its pipeline.
+  // `rank`'s exchange with stage `peer_stage` of its pipeline (its own ± 1;
+  // with chunks, also the loop's wrap between its first and last stages).
   BoundaryPeers Boundary(int rank, int peer_stage) const;
   // The index of `peer` (a rank of `rank`'s pipeline) in `rank`'s lane group.
   int LaneIndex(int rank, int peer) const;
