@@ -30,8 +30,9 @@ namespace {
 using namespace ob::runtime::testing;
 
 // `pipelines` pipelines of template t, m micro-batches each, trained for
-// kSteps on a thread a rank; every rank's results by step.
-std::vector<std::vector<StepResult>> TrainTemplate(const ob::plan::Template& t, int pipelines, int m,
+// kSteps on a thread a rank; every rank's results by step, and then each
+// rank's evaluation of two batches of the text (in `evals`).
+std::vector<std::vector<StepResult>> TrainTemplate(std::vector<double>* evals, const ob::plan::Template& t, int pipelines, int m,
                                                    const std::function<void(ob::model::TrainOptions*)>& tweak = {}) {
   torch::set_num_threads(1);
   ob::plan::TemplateSet ts;
@@ -55,6 +56,7 @@ std::vector<std::vector<StepResult>> TrainTemplate(const ob::plan::Template& t, 
   const int world = topo->world_size();
   std::vector<std::vector<StepResult>> results(static_cast<size_t>(world));
   std::vector<std::string> errors(static_cast<size_t>(world));
+  evals->assign(static_cast<size_t>(world), 0.0);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
@@ -71,6 +73,12 @@ std::vector<std::vector<StepResult>> TrainTemplate(const ob::plan::Template& t, 
         }
         results[rank].push_back(*r);
       }
+      auto e = (*w)->Evaluate(data, 2);
+      if (!e.ok()) {
+        errors[rank] = e.status().message();
+        return;
+      }
+      (*evals)[rank] = *e;
     });
   }
   for (auto& th : threads) th.join();
@@ -104,8 +112,12 @@ ob::plan::Template TwoStages(const char* schedule) {
 // loss difference to 1F1B.
 double CompareChunked(const char* schedule, int m, bool overlap, double tolerance = 1e-6) {
   auto tweak = [overlap](ob::model::TrainOptions* o) { o->overlap_allreduce = overlap; };
-  const auto base = TrainTemplate(TwoStages("1f1b"), 2, m, tweak);
-  const auto run = TrainTemplate(TwoStages(schedule), 2, m, tweak);
+  std::vector<double> base_evals, evals;
+  const auto base = TrainTemplate(&base_evals, TwoStages("1f1b"), 2, m, tweak);
+  const auto run = TrainTemplate(&evals, TwoStages(schedule), 2, m, tweak);
+  // Evaluation down the chunks: every rank the same mean loss, 1F1B's.
+  for (double e : evals) REQUIRE(e == evals[0]);
+  CHECK(std::abs(evals[0] - base_evals[0]) <= tolerance * base_evals[0]);
   ob::model::GptStage reference{nullptr};
   auto ref = ob::model::train_steps(Small(), Text(), Options(2 * m), &reference);
   REQUIRE(ref.ok());
@@ -126,8 +138,9 @@ double CompareChunked(const char* schedule, int m, bool overlap, double toleranc
     CHECK(std::abs(r0.loss - (*ref)[static_cast<size_t>(step)].loss) < 1e-4 * (*ref)[static_cast<size_t>(step)].loss);
   }
   CHECK(run[0].back().loss < run[0].front().loss);  // it learns
-  std::printf("# %s, 2 x 2 stages of 2 chunks, m = %d%s: max relative loss difference to 1F1B %.3g\n", schedule, m,
-              overlap ? ", overlapped all-reduces" : "", max_rel);
+  std::printf("# %s, 2 x 2 stages of 2 chunks, m = %d%s: max relative loss difference to 1F1B %.3g; "
+              "evaluation %.9g (1F1B %.9g)\n", schedule, m, overlap ? ", overlapped all-reduces" : "", max_rel, evals[0],
+              base_evals[0]);
   return max_rel;
 }
 

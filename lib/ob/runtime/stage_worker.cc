@@ -34,8 +34,6 @@ StageWorker::StageWorker(const model::GptConfig& cfg, const Topology& topo, int 
                          int seq_len, bool init)
     : cfg_(cfg), topo_(topo), rank_(rank), opts_(opts), data_(data), seq_len_(seq_len) {
   const RankInfo& me = topo_.ranks[rank_];
-  if (!me.is_first_stage()) to_prev_ = topo_.Boundary(rank_, me.stage - 1);
-  if (!me.is_last_stage()) to_next_ = topo_.Boundary(rank_, me.stage + 1);
   peers_.resize(static_cast<size_t>(me.num_stages));
   for (int s = 0; s < me.num_stages; ++s) {
     if (s != me.stage) peers_[static_cast<size_t>(s)] = topo_.Boundary(rank_, s);

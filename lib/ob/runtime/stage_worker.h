@@ -357,9 +357,8 @@ class StageWorker {
   int rank_;
   // This rank's exchanges across its stage's boundaries (Topology::Boundary),
   // fixed for the worker's life; empty where there is no such neighbour.
-  BoundaryPeers to_prev_, to_next_;
-  // With every stage of its pipeline, by stage (chunks also talk across the
-  // loop's wrap; its own entry empty).
+  // With every stage of its pipeline, by stage (its neighbours; with chunks
+  // also across the loop's wrap); its own entry empty.
   std::vector<BoundaryPeers> peers_;
   const BoundaryPeers& PeersOf(int peer_stage) const { return peers_[static_cast<size_t>(peer_stage)]; }
   model::TrainOptions opts_;
