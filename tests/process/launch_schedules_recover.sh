@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Recovery under every schedule (issue 68, acceptance 1): gpt-tiny, 2
-# pipelines x 2 stages (4 local hosts), f = 1, fp32. Under 1f1b, zb-h1 and
-# zb-h2, kill -9 of host h2 at step 15 (every worker parked before step 17,
+# pipelines x 2 stages (4 local hosts), f = 1, fp32. Under 1f1b, zb-h1,
+# zb-h2, interleaved and zb-v (2 chunks a stage: the survivors' snapshots
+# hold several layer ranges), kill -9 of host h2 at step 15 (every worker parked before step 17,
 # so the run is still going on any machine): recovered in place from the
 # replicas' snapshots, the new generation's workers run the schedule of
 # the template they were given, and every loss is the uninterrupted run's
@@ -15,7 +16,7 @@ STEPS=30
 "$OB_BIN/ob-profile" --model gpt-tiny --analytic --gpu h100 --dtype float32 --seq-len 32 -b 1 -q \
   -o "$WORK/tiny.pb" || fail "ob-profile"
 export OB_INJECT_RELEASE="$WORK/release"
-for sched in 1f1b zb-h1 zb-h2; do
+for sched in 1f1b zb-h1 zb-h2 interleaved zb-v; do
   plan_hosts "p-$sched" h1 h2 h3 h4 -- -g 1 -f 1 --pipelines 2,2 --gpu-memory 0.1 --schedule "$sched"
   export RUN_PLAN="$WORK/p-$sched.pb" RUN_HOSTS="$WORK/p-$sched.hosts"
   reference_run "$STEPS"

@@ -658,7 +658,7 @@ TEST_CASE("a worker restored from its arena keeps the lineage's older snapshots 
   REQUIRE(arena.ok());
   (*arena)->set_lineage(1);
   auto store = ob::compat::MakeHashStore();
-  const std::vector<StageWorker::Held> all{{0, 5, 1, 0}};
+  const std::vector<StageWorker::Held> all{{0, 5, 1, 0, {}}};
   StageSnapshot three;  // the state after step 3, to compare with its redo
   {
     auto w = StageWorker::Create(Small(), *topo, 0, store, Options(2), Text(), std::chrono::seconds(5),

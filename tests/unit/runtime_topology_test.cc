@@ -393,15 +393,18 @@ TEST_CASE("CheckRunnable: every template's tensor parallelism against the model"
   CHECK(st.message() ==
         "the template for 2 node(s), stage 2: tensor parallelism 3 does not divide the model's 4 attention heads");
 
-  // A template with chunks (planned by ob-plan --schedule zb-v): not run yet, said so.
+  // Templates with chunks (ob-plan --schedule zb-v): runnable up to 8 a
+  // stage (a snapshot arena's header holds 8 ranges), over one degree.
   auto chunked = ts;
   chunked.templates[1].schedule = ob::schedule::Find("zb-v");
   chunked.templates[1].chunks = 2;
+  CHECK(ob::runtime::CheckRunnable(chunked, inst, 1, cfg).ok());
+  chunked.templates[1].chunks = 9;
   st = ob::runtime::CheckRunnable(chunked, inst, 1, cfg);
   CHECK(st.code() == ob::Code::kConfig);
   CHECK(st.message() ==
-        "the template for 2 node(s) runs zb-v with 2 chunks a stage, which ob-launch does not run yet: plan with "
-        "--schedule auto, 1f1b, zb-h1 or zb-h2");
+        "the template for 2 node(s) runs zb-v with 9 chunks a stage, which ob-launch does not run: at most 8, over "
+        "stages of one degree");
 
   auto two = ts;  // every stage t = 2: runnable
   for (auto& t : two.templates) {

@@ -111,6 +111,7 @@ StageSnapshot GatherShards(const StageSnapshot& snap, const std::vector<int>& la
   whole.step = snap.step;
   whole.first_layer = snap.first_layer;
   whole.last_layer = snap.last_layer;
+  whole.ranges = snap.ranges;
   if (r != 0) return whole;
   for (auto& [key, p] : parts) {
     const std::string name = ShardName(key);
@@ -280,14 +281,27 @@ bool Checkpointer::Finish(StageWorker& worker, Done* finished) {
 
 Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, int last, bool tied, int tp,
                                         int tp_rank) {
+  return LoadStageSnapshot(ckpt_dir, LayerRanges{{first, last}}, tied, tp, tp_rank);
+}
+
+Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, const LayerRanges& ranges, bool tied, int tp,
+                                        int tp_rank) {
   StageSnapshot out;
-  out.first_layer = first;
-  out.last_layer = last;
+  out.first_layer = ranges.empty() ? 0 : ranges.front().first;
+  out.last_layer = -1;
+  for (const auto& [first, last] : ranges) {
+    out.first_layer = std::min(out.first_layer, first);
+    out.last_layer = std::max(out.last_layer, last);
+  }
+  if (ranges.size() > 1) out.ranges = ranges;
   out.tp = tp;
   out.tp_rank = tp_rank;
   std::vector<int> layers;
-  for (int l = first; l <= last; ++l) layers.push_back(l);
-  if (tied && first != 0) layers.insert(layers.begin(), 0);  // the tied weight lives with layer 0
+  for (const auto& [first, last] : ranges) {
+    for (int l = first; l <= last; ++l) layers.push_back(l);
+  }
+  std::sort(layers.begin(), layers.end());
+  if (tied && (layers.empty() || layers.front() != 0)) layers.insert(layers.begin(), 0);  // the tied weight lives with layer 0
   int64_t step = -2;
   for (int layer : layers) {
     const std::string path = ckpt_dir + "/" + ckpt::LayerFileName(layer);
@@ -302,7 +316,7 @@ Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt_dir, int first, 
       OB_RETURN_IF_ERROR(ckpt::ReadTensor(path, h, *it->second, t.data_ptr()));
       return t;
     };
-    const bool own_layer = first <= layer && layer <= last;
+    const bool own_layer = InRanges(ranges, layer);
     for (const auto& e : h.tensors) {
       const std::string& key = e.name;
       const bool is_value = key.find(".exp_avg") == std::string::npos;

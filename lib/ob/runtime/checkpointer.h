@@ -96,5 +96,8 @@ class Checkpointer {
 // naming the file when a layer or tensor is missing or damaged.
 Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt, int first, int last, bool tied,
                                         int tp = 1, int tp_rank = 0);
+// The same for a stage of several chunks: every layer of `ranges`.
+Result<StageSnapshot> LoadStageSnapshot(const std::string& ckpt, const LayerRanges& ranges, bool tied, int tp,
+                                        int tp_rank);
 
 }  // namespace ob::runtime

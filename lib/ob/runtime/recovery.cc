@@ -44,7 +44,7 @@ namespace {
 using Work = c10::intrusive_ptr<c10d::Work>;
 using Clock = std::chrono::steady_clock;
 
-bool Holds(const RankInfo& r, int layer) { return r.first_layer <= layer && layer <= r.last_layer; }
+bool Holds(const RankInfo& r, int layer) { return InRanges(RangesOf(r), layer); }
 
 bool HoldsTied(const RankInfo& r, int num_layers) {
   return Holds(r, 0) || Holds(r, num_layers - 1);
@@ -102,7 +102,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
     auto it = old_ranks_of.find(r.node);
     if (it == old_ranks_of.end() || slot >= it->second.size()) continue;
     const RankInfo& was = topo_.ranks[it->second[slot]];
-    held[r.rank] = {was.first_layer, was.last_layer, was.tp, was.tp_rank};
+    held[r.rank] = {was.first_layer, was.last_layer, was.tp, was.tp_rank, was.ranges};
   }
   if (new_rank < 0) return Status::Config(who + ": not in the new plan (idle)");
   return Restore(cfg_, next, new_rank, store, opts_, data_, step, own, held, fetches, timeout);
@@ -110,14 +110,13 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
 
 namespace {
 
-bool HoldsRange(const StageWorker::Held& h, int layer) {
-  return h.first_layer <= layer && layer <= h.last_layer;
-}
+bool HoldsRange(const StageWorker::Held& h, int layer) { return InRanges(RangesOf(h), layer); }
 
-// "layers 2-5", "layers 2-5 shard 1 of 2", for messages.
-std::string LayersText(int first, int last, int tp, int tp_rank) {
-  std::string s = "layers " + std::to_string(first) + "-" + std::to_string(last);
-  if (tp > 1) s += " shard " + std::to_string(tp_rank) + " of " + std::to_string(tp);
+// "layers 2-5", "layers 0-1+4-5 shard 1 of 2", for messages.
+template <typename Holding>
+std::string LayersText(const Holding& h) {
+  std::string s = "layers " + RangesText(RangesOf(h));
+  if (h.tp > 1) s += " shard " + std::to_string(h.tp_rank) + " of " + std::to_string(h.tp);
   return s;
 }
 
@@ -136,7 +135,7 @@ bool HoldsPiece(const StageWorker::Held& h, int layer, int piece, int T) {
 int CommonPieces(const Topology& next, const std::vector<StageWorker::Held>& held) {
   int T = next.pieces;
   for (const auto& h : held) {
-    if (h.first_layer <= h.last_layer) T = std::lcm(T, std::max(1, h.tp));
+    if (!RangesOf(h).empty()) T = std::lcm(T, std::max(1, h.tp));
   }
   return T;
 }
@@ -191,8 +190,8 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
   for (const auto& r : topo.ranks) {
     const StageWorker::Held& old = held[r.rank];
     bool tied_pending = tied && HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
-    for (int l = r.first_layer; l <= r.last_layer; ++l) {
-      if (HoldsShard(old, l, r)) continue;
+    for (int l = 0; l < L; ++l) {
+      if (!Holds(r, l) || HoldsShard(old, l, r)) continue;
       const bool with_tied = tied_pending && (l == 0 || l == L - 1);
       if (with_tied) tied_pending = false;
       const int whole = find(r, l, false, [&](int q) { return HoldsShard(held[q], l, r); });
@@ -213,7 +212,7 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
         for (size_t q = 0; q < held.size(); ++q) {
           const StageWorker::Held& h = held[q];
           holders += (q == 0 ? "" : ", ") + std::to_string(q) + ": " +
-                     (h.last_layer < h.first_layer ? "nothing" : LayersText(h.first_layer, h.last_layer, h.tp, h.tp_rank));
+                     (RangesOf(h).empty() ? "nothing" : LayersText(h));
         }
         return Status::Config("node " + std::to_string(r.node) + " " + what +
                               ": no rank of the new plan holds it (ranks hold " + holders + ")");
@@ -268,21 +267,20 @@ Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
       for (int s = 0; s < SnapshotArena::kSlots; ++s) {
         const auto& i = published[q][static_cast<size_t>(s)];
         if (!i.complete() || i.step != step) continue;
-        const int lo = std::max(i.first_layer, runs.first_layer), hi = std::min(i.last_layer, runs.last_layer);
-        const int own = i.tp == runs.tp && i.tp_rank == runs.tp_rank ? std::max(0, hi - lo + 1) : 0;
-        const int width = i.last_layer - i.first_layer + 1;
+        const int own = i.tp == runs.tp && i.tp_rank == runs.tp_rank ? RangesOverlap(RangesOf(i), RangesOf(runs)) : 0;
+        const int width = RangesWidth(RangesOf(i));
         if (own > best_own || (own == best_own && width > best_width)) {
           best_own = own;
           best_width = width;
           c.slot[q] = s;
-          c.held[q] = {i.first_layer, i.last_layer, i.tp, i.tp_rank};
+          c.held[q] = {i.first_layer, i.last_layer, i.tp, i.tp_rank, i.ranges};
         }
       }
     }
     bool complete = true;
     const int T = CommonPieces(next, c.held);
     for (const RankInfo& r : next.ranks) {
-      for (int l = r.first_layer; complete && l <= r.last_layer; ++l) complete = Covered(c.held, l, r, T);
+      for (int l = 0; complete && l < next.num_layers; ++l) complete = !Holds(r, l) || Covered(c.held, l, r, T);
     }
     if (complete) return c;
   }
@@ -292,8 +290,7 @@ Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
     bool any = false;
     for (const auto& i : published[q]) {
       if (!i.complete()) continue;
-      what += (any ? ", step " : " step ") + std::to_string(i.step) + " " +
-              LayersText(i.first_layer, i.last_layer, i.tp, i.tp_rank);
+      what += (any ? ", step " : " step ") + std::to_string(i.step) + " " + LayersText(i);
       any = true;
     }
     if (!any) what += " nothing";
@@ -316,7 +313,7 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
   }
   const int T = CommonPieces(next, held);
   for (const Held& h : held) {
-    if (h.first_layer <= h.last_layer && (h.tp < 1 || T % h.tp != 0 || cfg.n_head % T != 0 ||
+    if (!RangesOf(h).empty() && (h.tp < 1 || T % h.tp != 0 || cfg.n_head % T != 0 ||
                                           cfg.kv_heads() % T != 0 || cfg.mlp_width() % T != 0)) {
       return Status::Config(who + ": a snapshot of tensor parallelism " + std::to_string(h.tp) +
                             " cannot be cut into the " + std::to_string(T) + " pieces the new plan needs");
@@ -327,9 +324,8 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Restore(
   // Its own snapshot is its state only if it holds the shard it now runs;
   // otherwise it serves pieces (to itself, too) or the ranks of that shard.
   const bool own_shard = mine.tp == me.tp && mine.tp_rank == me.tp_rank;
-  if (mine.first_layer <= mine.last_layer && own == nullptr) {
-    return Status::Config(who + ": claims layers " + std::to_string(mine.first_layer) + "-" +
-                          std::to_string(mine.last_layer) + " but has no snapshot");
+  if (!RangesOf(mine).empty() && own == nullptr) {
+    return Status::Config(who + ": claims " + LayersText(mine) + " but has no snapshot");
   }
   static const StageSnapshot kNothing;
   if (own == nullptr) own = &kNothing;

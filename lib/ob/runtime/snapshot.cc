@@ -31,6 +31,7 @@ CopyJobs PlanCopies(const model::GptStage& stage, const torch::Tensor& tied,
   StageSnapshot live = LiveView(stage, tied, optimizer, -2);
   into->first_layer = live.first_layer;
   into->last_layer = live.last_layer;
+  into->ranges = live.ranges;
   into->tp = live.tp;
   into->tp_rank = live.tp_rank;
   CopyJobs jobs;
@@ -70,6 +71,7 @@ StageSnapshot LiveView(const model::GptStage& stage, const torch::Tensor& tied,
   out.step = step;
   out.first_layer = stage->first();
   out.last_layer = stage->last();
+  if (stage->chunks() > 1) out.ranges = stage->ranges();
   out.tp = stage->tp() ? stage->tp()->size : 1;
   out.tp_rank = stage->tp() ? stage->tp()->rank : 0;
   auto& state = optimizer.state();

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "ob/model/gpt.h"
+#include "ob/runtime/layer_ranges.h"
 #include "ob/torch_compat.h"
 
 namespace ob::runtime {
@@ -56,6 +57,7 @@ struct StageSnapshot {
   int64_t step = -2;       // state after global step `step`; -1: initial weights; -2: empty
   int first_layer = 0;     // the stage's layers [first_layer, last_layer]
   int last_layer = -1;
+  LayerRanges ranges;      // with chunks, its ranges (RangesOf: these, else [first, last])
   int tp = 1, tp_rank = 0; // shard tp_rank of tp of those layers (tensor_parallel.h)
   std::map<std::string, TensorSnapshot> tensors;
 

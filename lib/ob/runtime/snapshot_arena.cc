@@ -19,6 +19,17 @@ namespace ob::runtime {
 namespace arena_layout {
 
 enum SlotState : uint32_t { kEmpty = 0, kWriting = 1, kComplete = 2 };
+constexpr int kMaxRanges = 8;  // chunks a stage (ob-plan: at most 8)
+
+void PutRanges(const LayerRanges& r, int32_t* num, int32_t* pairs) {
+  *num = static_cast<int32_t>(r.size());
+  for (size_t k = 0; k < r.size(); ++k) pairs[2 * k] = r[k].first, pairs[2 * k + 1] = r[k].second;
+}
+LayerRanges GetRanges(int32_t num, const int32_t* pairs) {
+  LayerRanges r;
+  for (int k = 0; k < std::min<int32_t>(num, kMaxRanges); ++k) r.emplace_back(pairs[2 * k], pairs[2 * k + 1]);
+  return r;
+}
 
 struct SlotHeader {
   uint32_t state;
@@ -31,6 +42,8 @@ struct SlotHeader {
   uint64_t lineage;     // of the state captured (control.proto's WeightSource)
   int32_t tp;           // shard tp_rank of tp of the layers
   int32_t tp_rank;
+  int32_t num_ranges;   // with chunks: its layer ranges, [first, last] pairs; 0: [first_layer, last_layer]
+  int32_t ranges[2 * kMaxRanges];
 };
 
 }  // namespace arena_layout
@@ -239,6 +252,7 @@ SnapshotArena::SlotInfo SnapshotArena::info(int slot) const {
   i.step = s.step;
   i.first_layer = s.first_layer;
   i.last_layer = s.last_layer;
+  i.ranges = GetRanges(s.num_ranges, s.ranges);
   i.tp = s.tp;
   i.tp_rank = s.tp_rank;
   i.lineage = s.lineage;
@@ -264,6 +278,7 @@ Result<StageSnapshot> SnapshotArena::View(int slot) const {
   out.step = s.step;
   out.first_layer = s.first_layer;
   out.last_layer = s.last_layer;
+  out.ranges = GetRanges(s.num_ranges, s.ranges);
   out.tp = s.tp;
   out.tp_rank = s.tp_rank;
   char* region = base_ + s.offset;
@@ -298,6 +313,10 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
     if (t.value.dim() > kMaxDims) return Status::Internal("snapshot tensor of too many dims: " + key);
     needed += 3 * Align(static_cast<uint64_t>(t.value.nbytes()), 64);
   }
+  if (like.ranges.size() > static_cast<size_t>(kMaxRanges)) {
+    return Status::Internal("a snapshot of " + std::to_string(like.ranges.size()) + " layer ranges (at most " +
+                            std::to_string(kMaxRanges) + ")");
+  }
   SlotHeader& s = header()->slots[slot];
   __atomic_store_n(&s.state, kEmpty, __ATOMIC_RELEASE);
   if (needed > s.capacity) {  // a new region at the end; the old one is abandoned
@@ -309,6 +328,7 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
   s.step = -2;
   s.first_layer = like.first_layer;
   s.last_layer = like.last_layer;
+  PutRanges(like.ranges, &s.num_ranges, s.ranges);
   s.tp = like.tp;
   s.tp_rank = like.tp_rank;
   s.count = static_cast<int32_t>(like.tensors.size());
@@ -318,6 +338,7 @@ Status SnapshotArena::Prepare(int slot, const StageSnapshot& like, StageSnapshot
   out->step = -2;
   out->first_layer = like.first_layer;
   out->last_layer = like.last_layer;
+  out->ranges = like.ranges;
   out->tp = like.tp;
   out->tp_rank = like.tp_rank;
   out->tensors.clear();
@@ -359,6 +380,7 @@ void SnapshotArena::Commit(int slot, const StageSnapshot& snap) {
   }
   s.first_layer = snap.first_layer;
   s.last_layer = snap.last_layer;
+  if (snap.ranges.size() <= static_cast<size_t>(kMaxRanges)) PutRanges(snap.ranges, &s.num_ranges, s.ranges);
   s.tp = snap.tp;
   s.tp_rank = snap.tp_rank;
   s.step = snap.step;

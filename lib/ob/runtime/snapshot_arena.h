@@ -53,6 +53,7 @@ class SnapshotArena {
     int64_t step = -2;      // -2: not complete
     int first_layer = 0;
     int last_layer = -1;
+    LayerRanges ranges;     // with chunks (RangesOf)
     int tp = 1, tp_rank = 0;  // which shard of the layers
     uint64_t lineage = 0;   // set_lineage() at the time of the Commit
     bool complete() const { return step >= -1; }

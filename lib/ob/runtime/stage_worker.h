@@ -222,6 +222,7 @@ class StageWorker {
   struct Held {
     int first_layer = 0, last_layer = -1;   // none when first > last
     int tp = 1, tp_rank = 0;                // which shard of those layers
+    LayerRanges ranges;                     // with chunks, its ranges (RangesOf)
   };
   // Where a generation that restores from snapshots starts (launch/
   // worker.cc publishes every rank's arena slots and each rank derives the
@@ -376,8 +377,10 @@ class StageWorker {
   std::vector<std::vector<std::string>> layer_names_;  // their names within the layer
   torch::Tensor tied_;
   // The gradients of this rank's layers live in flat buffers, one per
-  // bucket: consecutive units of one layer group (those with one owner
-  // set), at most kBucketBytes unless one unit is larger, highest first. A
+  // bucket: consecutive units of adjacent layers of one layer group (those
+  // with one owner set), at most kBucketBytes unless one unit is larger,
+  // highest first (adjacent: every holder lays a group's buckets out alike
+  // whatever else it holds, with chunks too). A
   // unit is a segment of a layer (model::PlannerLayerImpl: a block's
   // attention half and its MLP half), numbered from the top of the stage
   // down, the order in which their last backward finishes; two segments of
@@ -395,7 +398,11 @@ class StageWorker {
     int group = 0;               // topology layer-group id (its piece's)
     int unit = 0;                // its lowest unit: ready once that unit's backward is done
     int layer = 0;               // that unit's layer
-    int chunk = 0;               // the chunk of its layers (a bucket never spans two)
+    // The chunks its units are of (bit c: chunk c): it goes on the wire
+    // once all are done. Buckets are laid out alike on every holder of a
+    // group, whatever chunks each cuts the layers into (a replica of one
+    // chunk beside a chunked one), so a bucket may span two.
+    uint32_t chunks = 0;
     int64_t numel = 0;
     torch::Tensor flat;          // fp32, on the device
     std::vector<torch::Tensor> params;   // gradients bound to views of flat

@@ -74,8 +74,7 @@ void StageWorker::AddPieceBuckets(int piece) {
       }
       if (numel == 0) continue;
       const bool join = buckets_.size() > first_bucket && buckets_.back().group == group &&
-                        buckets_.back().unit == unit - 1 && buckets_.back().layer != l &&
-                        buckets_.back().chunk == stage_->chunk_of(l) &&
+                        buckets_.back().unit == unit - 1 && buckets_.back().layer == l + 1 &&
                         (buckets_.back().numel + numel) * 4 <= kBucketBytes;
       if (!join) {
         Bucket bk;
@@ -85,7 +84,7 @@ void StageWorker::AddPieceBuckets(int piece) {
       Bucket& bk = buckets_.back();
       bk.unit = unit;
       bk.layer = l;
-      bk.chunk = stage_->chunk_of(l);
+      bk.chunks |= 1u << stage_->chunk_of(l);
       bk.numel += numel;
       // Within a bucket, lower units first: prepend this unit's.
       params.insert(params.end(), bk.params.begin(), bk.params.end());

@@ -26,7 +26,7 @@ namespace {
 
 // Whether `v` has the layers, shard, keys, dtypes and shapes of `like`.
 bool SameLayout(const StageSnapshot& v, const StageSnapshot& like) {
-  if (v.first_layer != like.first_layer || v.last_layer != like.last_layer || v.tp != like.tp ||
+  if (v.first_layer != like.first_layer || v.last_layer != like.last_layer || v.ranges != like.ranges || v.tp != like.tp ||
       v.tp_rank != like.tp_rank || v.tensors.size() != like.tensors.size()) {
     return false;
   }

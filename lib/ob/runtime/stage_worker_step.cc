@@ -338,13 +338,17 @@ void StageWorker::RunWeightGradients(int j, int c, StepState& s) {
 
 void StageWorker::WeightsDone(int c, StepState& s) {
   if (++s.weights_done[static_cast<size_t>(c)] < s.m || s.chain.chunks == 1 || !opts_.overlap_allreduce) return;
-  // Every bucket of a chunk done, in bucket order (the same on every
+  // Every bucket whose chunks are done, in bucket order (the same on every
   // holder of a group): a chunk's gradients are final once its last
   // micro-batch's weight gradients are summed.
-  for (; s.next_bucket < buckets_.size(); ++s.next_bucket) {
-    Bucket& bk = buckets_[s.next_bucket];
-    if (s.weights_done[static_cast<size_t>(bk.chunk)] < s.m) break;
-    IssueBucket(bk, s);
+  auto done = [&s](uint32_t chunks) {
+    for (int k = 0; k < s.chain.chunks; ++k) {
+      if ((chunks >> k & 1u) != 0 && s.weights_done[static_cast<size_t>(k)] < s.m) return false;
+    }
+    return true;
+  };
+  for (; s.next_bucket < buckets_.size() && done(buckets_[s.next_bucket].chunks); ++s.next_bucket) {
+    IssueBucket(buckets_[s.next_bucket], s);
   }
 }
 

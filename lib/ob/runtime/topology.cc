@@ -85,12 +85,13 @@ Status CheckRunnable(const plan::TemplateSet& ts, const plan::Instantiation& ins
   // Every template, not only those instantiated: a recovery may use any.
   int pieces = 1;  // the least common multiple of every template's degree
   for (const plan::Template& t : ts.templates) {
-    // A worker holds one layer range (issue 68: chunks are planned, not yet run).
-    if (t.chunks > 1)
+    // Chunks (interleaved, zb-v): a worker holds up to 8 layer ranges (its
+    // snapshot arena's header), over stages of one degree.
+    if (t.chunks > 8 || (t.chunks > 1 && t.mixed()))
       return Status::Config("the template for " + std::to_string(t.nodes) + " node(s) runs " +
-                            std::string(t.schedule->name) + " with " + std::to_string(t.chunks) +
-                            " chunks a stage, which ob-launch does not run yet: plan with --schedule auto, 1f1b, "
-                            "zb-h1 or zb-h2");
+                            std::string(t.schedule->name) + " with " + std::to_string(t.chunks) + " chunks a stage" +
+                            (t.mixed() ? " over stages of different degrees" : "") +
+                            ", which ob-launch does not run: at most 8, over stages of one degree");
     for (size_t s = 0; s < t.stages.size(); ++s) {
       const int tp = t.stages[s].tp;
       const std::string where = "the template for " + std::to_string(t.nodes) + " node(s), stage " +

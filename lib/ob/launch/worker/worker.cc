@@ -159,7 +159,7 @@ Status WorkerRun::Run() {
   OB_RETURN_IF_ERROR(Inject());
   const auto& me = worker_->info();
   OB_LOG(Info) << "generation " << o_.generation << ": pipeline " << me.pipeline << " stage "
-               << me.stage << " layers " << me.first_layer << "-" << me.last_layer << ", "
+               << me.stage << " layers " << runtime::RangesText(runtime::RangesOf(me)) << ", "
                << me.num_microbatches << " micro-batches per step, schedule " << me.schedule->name
                << (me.recompute != model::Recompute::kNone
                        ? std::string(", recomputation ") + model::RecomputeName(me.recompute)

@@ -51,17 +51,20 @@ Result<StartPoint> AgreeOnStart(const c10::intrusive_ptr<c10d::Store>& store,
   for (int s = 0; s < Arena::kSlots; ++s) {
     Arena::SlotInfo i = arena.info(s);
     if (i.lineage != source.lineage()) i = Arena::SlotInfo();  // another lineage's: never ours
-    mine << i.step << " " << i.first_layer << " " << i.last_layer << " " << i.tp << " " << i.tp_rank << " ";
+    mine << i.step << " " << i.first_layer << " " << i.last_layer << " " << i.tp << " " << i.tp_rank << " "
+         << runtime::RangesText(i.ranges) << " ";
   }
   StoreSet(store, HeldKey(rank), mine.str());
   OB_LOG(Debug) << "own snapshots of lineage " << source.lineage()
-                << " (step first last tp shard, per slot): " << mine.str();
+                << " (step first last tp shard ranges, per slot): " << mine.str();
   std::vector<runtime::StageWorker::PublishedSlots> all(static_cast<size_t>(topo.world_size()));
   int64_t newest = -2;
   for (int q = 0; q < topo.world_size(); ++q) {
     std::istringstream in(StoreGet(store, HeldKey(q)));
     for (auto& i : all[static_cast<size_t>(q)]) {
-      if (!(in >> i.step >> i.first_layer >> i.last_layer >> i.tp >> i.tp_rank)) {
+      std::string ranges;
+      if (!(in >> i.step >> i.first_layer >> i.last_layer >> i.tp >> i.tp_rank >> ranges) ||
+          !runtime::ParseRanges(ranges, &i.ranges)) {
         return Status::DataErr("rank " + std::to_string(q) + " published a malformed snapshot list");
       }
       newest = std::max(newest, i.step);
@@ -299,12 +302,12 @@ Status WorkerRun::RestoreWeights() {
       return Refuse(Status::DataErr("it holds step " + std::to_string(manifest->step())));
     }
     auto loaded_state = runtime::LoadStageSnapshot(
-        source.checkpoint(), me.first_layer, me.last_layer,
-        cfg_.tied && (me.first_layer == 0 || me.last_layer == topo_.num_layers - 1), me.tp, me.tp_rank);
+        source.checkpoint(), runtime::RangesOf(me), cfg_.tied && (me.Holds(0) || me.Holds(topo_.num_layers - 1)),
+        me.tp, me.tp_rank);
     if (!loaded_state.ok()) return Refuse(loaded_state.status());
     own = std::move(loaded_state).value();
     sp.step = source.step();
-    for (const auto& r : topo_.ranks) sp.held.push_back({r.first_layer, r.last_layer, r.tp, r.tp_rank});
+    for (const auto& r : topo_.ranks) sp.held.push_back({r.first_layer, r.last_layer, r.tp, r.tp_rank, r.ranges});
   } else {
     Result<StartPoint> agreed = Status::Internal("");
     try {
