@@ -66,6 +66,15 @@ TEST_CASE("measured gpt-tiny profile has every field for every layer") {
       CHECK(l.allreduce(3).seconds() > 0);
     }
   }
+  // Identical blocks share their pooled times (measure_chain.cc): one
+  // preempted repeat of one block must not make the planner cut around it.
+  for (int i = 2; i + 1 < c->num_layers(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      CHECK(p->layers(i).costs(k).forward_seconds() == p->layers(1).costs(k).forward_seconds());
+      CHECK(p->layers(i).costs(k).backward_seconds() == p->layers(1).costs(k).backward_seconds());
+      CHECK(p->layers(i).costs(k).weight_grad_seconds() == p->layers(1).costs(k).weight_grad_seconds());
+    }
+  }
   // Two micro-batches cost more than one.
   CHECK(p->layers(1).costs(1).activation_bytes() > p->layers(1).costs(0).activation_bytes());
   CHECK(p->layers(c->num_layers() - 1).tied_parameter_count() == static_cast<uint64_t>(V * h));

@@ -22,6 +22,7 @@
 #include "ob/io/records.h"
 #include "ob/launch/wire/devices.h"
 #include "ob/launch/worker/blas.h"
+#include "ob/launch/worker/heap.h"
 #include "ob/launch/agent/standby_seed.h"
 #include "ob/launch/worker/worker.h"
 #include "ob/log.h"
@@ -161,6 +162,8 @@ int RunSeed() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything allocates; a seed's forked workers inherit it.
+  ob::launch::KeepFreedMemory();
   if (argc == 2 && std::strcmp(argv[1], "--standby-worker") == 0) Exit(RunStandby());
   if (argc == 2 && std::strcmp(argv[1], ob::launch::kSeedFlag) == 0) Exit(RunSeed());
   Exit(ob::cli::Main(argc, argv, kTool));

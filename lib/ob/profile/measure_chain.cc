@@ -115,6 +115,24 @@ std::vector<pb::LayerCost> MeasureChain(const model::GptConfig& c, std::vector<m
       }
     }
   }
+  // Every block of a GptConfig is the same work (one shape, one kind of
+  // attention and MLP), so their samples are pooled and each block gets
+  // the pool's typical time. Timed apart, one of four identical GPT-2-sized
+  // blocks on the 2-core VM came out at 207 ms forward against 105 for the
+  // others (a mean of 3, one repeat preempted), and the planner cut stages
+  // by that: a 2-stage cut priced 783 and 593 ms a micro-batch ran 570 and
+  // 570.
+  Samples block_fwd, block_bwd, block_wgt;
+  for (size_t i = 0; i < n; ++i) {
+    if (layers[i]->kind() != pb::LAYER_BLOCK) continue;
+    block_fwd.v.insert(block_fwd.v.end(), fwd[i].v.begin(), fwd[i].v.end());
+    block_bwd.v.insert(block_bwd.v.end(), bwd[i].v.begin(), bwd[i].v.end());
+    block_wgt.v.insert(block_wgt.v.end(), wgt[i].v.begin(), wgt[i].v.end());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (layers[i]->kind() != pb::LAYER_BLOCK) continue;
+    fwd[i] = block_fwd, bwd[i] = block_bwd, wgt[i] = block_wgt;
+  }
   std::vector<pb::LayerCost> costs(n);
   for (size_t i = 0; i < n; ++i) {
     costs[i].set_microbatch(b);

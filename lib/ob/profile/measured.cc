@@ -16,6 +16,7 @@
 
 #include "ob/build_info.h"
 #include "ob/launch/worker/blas.h"
+#include "ob/launch/worker/heap.h"
 #include "ob/model/gpt.h"
 #include "ob/profile/analytic.h"
 #include "ob/profile/background_load.h"
@@ -338,6 +339,10 @@ Result<pb::Profile> MeasureProfile(const model::GptConfig& c, const MeasureOptio
   OB_RETURN_IF_ERROR(CheckMemoryFor(c, o, s, dev));
   if (o.concurrency > 1 && dev.is_cuda())
     return Status::Config("--concurrency is for workers sharing CPU cores; on CUDA each worker has its GPU");
+  // The heap as a worker keeps it (launch/worker/heap.h): with glibc's
+  // defaults a layer's tensors are fresh pages each pass, and the times a
+  // third longer than the workers' own. Before the load processes fork.
+  launch::KeepFreedMemory();
   // N − 1 train beside this process while it times the layers; one more
   // stands by (stopped) for the contention curve's k = N.
   BackgroundLoad load;
