@@ -77,6 +77,25 @@ expect 64 'plan.pb is a plan, which ob-plan prints .* but does not plan again: -
 "$PLAN" --nodes 6 -f 2 -B 64 --json "$TMP/tiny.pb" | grep -v created_unix_ms > "$TMP/b.json"
 cmp -s "$TMP/a.json" "$TMP/b.json" || fail "two runs gave different plans"
 
+# --shard-optimizer (design/shard.md): gpt3-175b on H100s needs 6 nodes a
+# pipeline with the whole state in each, 3 with it in S; every plan has
+# f + 1 rows of S pipelines, --explain shows them, and ob-launch refuses
+# the plan (the workers do not run it yet: issue 69).
+"$PROFILE" --model gpt3-175b --analytic --gpu h100 -o "$TMP/175b.pb" || fail "175b profile"
+expect 64 'shard-optimizer 0: not auto, on, off or a count from 1 to 64' -- "$PLAN" --nodes 16 -g 8 --shard-optimizer 0 "$TMP/175b.pb"
+"$PLAN" --nodes 64 -g 8 -f 1 -B 512 --explain "$TMP/175b.pb" > "$TMP/whole.txt" || fail "unsharded plan"
+"$PLAN" --nodes 64 -g 8 -f 1 -B 512 --shard-optimizer on --explain -o "$TMP/sharded.pb" "$TMP/175b.pb" > "$TMP/sharded.txt" || fail "sharded plan"
+n0_whole=$(sed -n 's/^# n0 = \([0-9]*\) nodes.*/\1/p' "$TMP/whole.txt")
+n0_sharded=$(sed -n 's/^# n0 = \([0-9]*\) nodes.*/\1/p' "$TMP/sharded.txt")
+[ "$n0_whole" = 6 ] && [ -n "$n0_sharded" ] && [ "$n0_sharded" -le 3 ] && pass || fail "n0 $n0_whole unsharded, $n0_sharded sharded"
+grep -Eq '^# optimizer state sharded .*: 2 rows of [0-9]+ to [0-9]+ pipelines' "$TMP/sharded.txt" && pass || fail "--explain shows no rows: $(grep -i shard "$TMP/sharded.txt")"
+read -r P least < <(sed -n 's/^# survives any 1 node failures: \([0-9]*\) pipelines (>= S(f+1) = \([0-9]*\)).*/\1 \2/p' "$TMP/sharded.txt")
+[ -n "${least:-}" ] && [ "$least" -ge 4 ] && [ "$P" -ge "$least" ] && pass || fail "pipelines ${P:-?} against S(f+1) = ${least:-?}"
+printf 'h%d\n' $(seq 0 63) > "$TMP/hosts64.txt"
+(umask 077; echo "plan-output-secret-0123456789" > "$TMP/secret")
+expect 78 'sharded.pb: the plan shards the optimizer state in [0-9]+ \(ob-plan --shard-optimizer\), which ob-launch does not run yet' \
+  -- "$OB_BIN/ob-launch" --rsh local --secret-file "$TMP/secret" --precision bf16 "$TMP/sharded.pb" "$TMP/hosts64.txt"
+
 # The schedule drawing.
 "$PLAN" --nodes 6 -f 1 -B 16 --schedule-svg "$TMP/s.svg" -o /dev/null "$TMP/tiny.pb" || fail "--schedule-svg"
 head -c 200 "$TMP/s.svg" | grep -q '<svg' && tail -c 20 "$TMP/s.svg" | grep -q '</svg>' || fail "not an SVG"

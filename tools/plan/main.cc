@@ -21,6 +21,7 @@
 #include "ob/schedule/schedule.h"
 #include "ob/plan/templates.h"
 #include "failure_flags.h"
+#include "plan_checks.h"
 
 namespace {
 
@@ -36,6 +37,9 @@ struct Options {
   bool always_mixed = false;   // ... and the plan keeps them even when one degree is predicted faster
   std::string recompute = "auto";  // none, selective, full, auto (each stage the fastest that fits)
   std::string schedule = "auto";   // a schedule's name, or auto (each template the fastest that fits)
+  // --shard-optimizer: auto, on, off or a count. off by default until
+  // ob-launch runs sharded plans (issue 69); then auto.
+  std::string shard = "off";
   std::vector<std::string> template_tp;  // "NODES=T"
   std::string pipelines;       // "2,3": the instantiation, fixed; "" = chosen
   bool local = false;          // the nodes are processes of this machine
@@ -148,37 +152,6 @@ ob::Result<ob::pb::NetworkMatrix> LoadMatrix(const std::vector<std::string>& hos
     l.set_dst(index_of[l.dst()]);
   }
   return out;
-}
-
-// Host memory per node: the workers' snapshots (design §4.6) hold, for every
-// stage on the node, 3 copies (the last two steps and one a checkpoint may
-// hold) of 12 bytes per parameter (the fp32 weight and both AdamW moments),
-// whatever the training precision. Checked for every template, since any
-// may be instantiated after failures.
-ob::Status CheckHostMemory(const ob::pb::Profile& profile, const ob::plan::TemplateSet& ts) {
-  const uint64_t have = static_cast<uint64_t>(g.host_memory_gib * (1ull << 30));
-  for (const auto& t : ts.templates) {
-    for (int q = 0; q < t.nodes; ++q) {
-      uint64_t params = 0;
-      for (int i = t.FirstStageOn(q); i <= t.LastStageOn(q); ++i) {
-        for (int l = t.stages[i].first; l <= t.stages[i].last; ++l) {
-          params += profile.layers(l).parameter_count();
-        }
-      }
-      const uint64_t need = ob::plan::kSnapshotBytesPerParameter * params;
-      if (need > have) {
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "--host-memory %.1f GiB: a node of the %d-node template holds stages with "
-                      "%.0f M parameters, whose snapshots need %.1f GiB of host memory "
-                      "(36 bytes per parameter)",
-                      g.host_memory_gib, t.nodes, params / 1e6,
-                      static_cast<double>(need) / (1ull << 30));
-        return ob::Status::Config(line);
-      }
-    }
-  }
-  return ob::Status::Ok();
 }
 
 ob::Result<int> ParseFaults() {
@@ -321,7 +294,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
   } else {
     OB_ASSIGN_OR_RETURN(templates, ob::plan::BuildTemplates(problem));
   }
-  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(CheckHostMemory(profile, templates));
+  if (g.host_memory_gib > 0) OB_RETURN_IF_ERROR(ob::plan_tool::CheckHostMemory(profile, templates, g.host_memory_gib));
   ob::plan::Instantiation inst;
   if (kept != planned.end() && g.pipelines.empty()) {  // the instantiation made while choosing f or tp
     inst = std::move(kept->second.inst);
@@ -342,7 +315,7 @@ ob::Status MakePlan(const ob::cli::CommonOptions& common, const ob::pb::Profile&
     if (made.ok()) one.tp = made->tp;
     ob::Result<ob::plan::TemplateSet> ts =
         made.ok() ? ob::Result<ob::plan::TemplateSet>(std::move(made->templates)) : ob::plan::BuildTemplates(one);
-    if (ts.ok() && (g.host_memory_gib <= 0 || CheckHostMemory(profile, *ts).ok())) {
+    if (ts.ok() && (g.host_memory_gib <= 0 || ob::plan_tool::CheckHostMemory(profile, *ts, g.host_memory_gib).ok())) {
       ob::Result<ob::plan::Instantiation> in =
           made.ok() && g.pipelines.empty() ? ob::Result<ob::plan::Instantiation>(std::move(made->inst)) : instantiate(one, *ts);
       if (in.ok()) {
@@ -401,8 +374,10 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     problem->recompute_modes = {mode};
   }
   if (g.schedule == "auto") {
-    // 1F1B first: it wins ties. Not the chunked ones, which ob-launch does
-    // not run yet (issue 68): they are planned when named.
+    // 1F1B first: it wins ties. Not the chunked ones, planned when named:
+    // the model priced interleaved at m = 8 7 points faster than it ran
+    // (bench/schedules.sh, docs/benchmarks.md), and auto must not pick a
+    // schedule for a saving it does not make.
     problem->schedules.clear();
     for (const ob::schedule::Schedule* s : ob::schedule::All())
       if (!s->chunked()) problem->schedules.push_back(s);
@@ -411,6 +386,7 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     if (s == nullptr) return ob::Status::Usage("--schedule " + g.schedule + ": not one of auto, " + ob::schedule::Names());
     problem->schedules = {s};
   }
+  OB_ASSIGN_OR_RETURN(problem->shards, ob::plan_tool::ChooseShards(*problem, g.shard));
   if (g.tp > 0) {
     if (c.gpus_per_node % g.tp != 0) {
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +
@@ -522,8 +498,15 @@ void Setup(CLI::App& app) {
                  "Pipeline schedule of each template: 1f1b, zb-h1 (backward split, weight gradients fill the "
                  "bubbles, 1F1B's memory), zb-h2 (near-zero bubble, more memory), interleaved (v model chunks a "
                  "stage, the fill divided by v) or zb-v (two chunks in a V, the backward split), or auto: each "
-                 "template the fastest that fits of 1f1b, zb-h1 and zb-h2 (design/schedule.md). Templates with "
-                 "chunks are planned, not yet run by ob-launch")
+                 "template the fastest that fits of 1f1b, zb-h1 and zb-h2 (design/schedule.md). The chunked ones "
+                 "(interleaved, zb-v) run when named; auto leaves them out while the model prices interleaved "
+                 "7 points faster than measured (docs/benchmarks.md)")
+      ->capture_default_str();
+  app.add_option("--shard-optimizer", g.shard,
+                 "Split the optimizer state (AdamW's moments; in bf16 the fp32 master weights too) across each "
+                 "layer's replicas in f+1 rows, so that any f failures leave every shard (design/shard.md): auto "
+                 "(where it lets a pipeline be shorter), on, off, or a count S (each rank 1/S of it; at least "
+                 "S(f+1) pipelines). Off by default: ob-launch does not run sharded plans yet (issue 69)")
       ->capture_default_str();
   app.add_option("--template-tp", g.template_tp,
                  "NODES=T: the template for NODES nodes runs degree T (g/T stages a node), the others "

@@ -74,7 +74,7 @@ void SetChunkFigures(const Problem& p, Template* t) {
       w[i] += StageBoundarySeconds(p, s.last, t->NodeOf(chain.StageOf(k + 1)) != t->NodeOf(i));
     for (int l = s.first; l <= s.last; ++l) {
       node_grad[static_cast<size_t>(t->NodeOf(i))] += p.layers[l].gradient_bytes;
-      update[i] += p.layers[l].update / s.tp;
+      update[i] += p.UpdateSeconds(p.layers[l]) / s.tp;
     }
   }
   t->stage_seconds = w;

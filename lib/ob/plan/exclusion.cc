@@ -36,10 +36,10 @@ Exclusion WeighExclusion(const Problem& p, const TemplateSet& ts, const Instanti
   }
   x.without_seconds = r.next.iteration_seconds;
   const int pipelines = static_cast<int>(r.next.pipelines.size());
-  if (pipelines < p.faults + 1) {
+  if (pipelines < p.MinPipelines()) {
     x.reason = "without it " + std::to_string(pipelines) + " pipeline" +
                (pipelines == 1 ? "" : "s") + " would remain, fewer than the " +
-               std::to_string(p.faults + 1) + " that survive f = " + std::to_string(p.faults) +
+               std::to_string(p.MinPipelines()) + " that survive f = " + std::to_string(p.faults) +
                " failures";
     return x;
   }

@@ -171,9 +171,17 @@ std::string ExplainPlan(const pb::Plan& plan) {
     out += Format("# on the measured links: %.4f s placed vs %.4f s in hosts-file order (%.1f%% better)\n",
                   in.placed_iteration_seconds(), in.identity_iteration_seconds(),
                   100.0 * (1.0 - in.placed_iteration_seconds() / in.identity_iteration_seconds()));
-  out += Format("# survives any %u node failures: %d pipelines (>= f+1 = %u), each holding every layer;\n"
+  const uint32_t shards = std::max<uint32_t>(1, plan.optimizer_shards());
+  if (shards > 1) {
+    const int P = in.pipelines_size(), rows = static_cast<int>(plan.faults()) + 1;
+    out += Format("# optimizer state sharded (design/shard.md): %d rows of %d to %d pipelines, each rank holding\n"
+                  "# 1/%d or less of its layers' moments%s; every shard on f+1 = %d nodes\n",
+                  rows, P / rows, (P + rows - 1) / rows, P / rows,
+                  plan.profile().dtype() == "bfloat16" ? " and fp32 master weights" : "", rows);
+  }
+  out += Format("# survives any %u node failures: %d pipelines (>= %s = %u), each holding every layer;\n"
                 "# the survivors re-instantiate from the templates above\n",
-                plan.faults(), in.pipelines_size(), plan.faults() + 1);
+                plan.faults(), in.pipelines_size(), shards > 1 ? "S(f+1)" : "f+1", shards * (plan.faults() + 1));
   out += ExplainStandby(plan);
   return out;
 }

@@ -61,7 +61,7 @@ Regime RegimeOf(const Problem& p, const std::vector<int>& sizes) {
     smallest = std::min(smallest, n);
     largest = std::max(largest, n);
   }
-  return {N / smallest <= p.microbatches, (N + largest - 1) / largest < p.faults + 1};
+  return {N / smallest <= p.microbatches, (N + largest - 1) / largest < p.MinPipelines()};
 }
 
 std::vector<int> SizesOf(const std::vector<Template>& templates) {
@@ -73,7 +73,7 @@ std::vector<int> SizesOf(const std::vector<Template>& templates) {
 class Knapsack {
  public:
   Knapsack(const Problem& p, const std::vector<Option>& options)
-      : options_(options), N_(p.cluster.nodes), M_(p.microbatches), need_(p.faults + 1) {
+      : options_(options), N_(p.cluster.nodes), M_(p.microbatches), need_(p.MinPipelines()) {
     std::vector<int> sizes;
     for (const Option& o : options_) sizes.push_back(o.t->nodes);
     const Regime r = RegimeOf(p, sizes);
@@ -335,16 +335,17 @@ Result<Instantiation> Number(const Problem& p, const TemplateSet& ts, const std:
 }  // namespace
 
 bool InstantiationIgnoresFaults(const Problem& p, const TemplateSet& ts) {
-  if (ts.templates.empty() || p.microbatches < p.faults + 1) return false;
+  if (ts.templates.empty() || p.microbatches < p.MinPipelines()) return false;
   const Regime r = RegimeOf(p, SizesOf(ts.templates));
   return !r.clipped && !r.floor_binds;
 }
 
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
-  const int N = p.cluster.nodes, M = p.microbatches, f = p.faults;
-  if (M < f + 1)
+  const int N = p.cluster.nodes, M = p.microbatches, f = p.faults, least = p.MinPipelines();
+  const std::string shards = p.shards > 1 ? ", optimizer state in " + std::to_string(p.shards) : "";
+  if (M < least)
     return Status::Config("a global batch of " + std::to_string(M) + " micro-batches cannot feed " +
-                          std::to_string(f + 1) + " pipelines (f=" + std::to_string(f) + ")");
+                          std::to_string(least) + " pipelines (f=" + std::to_string(f) + shards + ")");
   if (ts.templates.empty()) return Status::Config("no pipeline templates to instantiate");
   // Largest templates first: DP ties then favour fewer, larger pipelines.
   std::vector<Option> options;
@@ -363,7 +364,7 @@ Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   if (!dp.Feasible(hi))
     return Status::Config("no combination of templates (" + std::to_string(ts.min_nodes) + ".." +
                           std::to_string(ts.max_nodes()) + " nodes) covers " + std::to_string(N) +
-                          " nodes with at least " + std::to_string(f + 1) + " pipelines and " +
+                          " nodes with at least " + std::to_string(least) + " pipelines and " +
                           std::to_string(M) + " micro-batches");
   auto candidates_between = [&](double a, double b) {
     int64_t count = 0;
@@ -411,9 +412,10 @@ Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
   if (sum != N)
     return Status::Config("--pipelines: the pipelines hold " + std::to_string(sum) + " nodes, the cluster has " +
                           std::to_string(N));
-  if (P < f + 1)
+  if (P < p.MinPipelines())
     return Status::Config("--pipelines: " + std::to_string(P) + " pipeline(s) cannot survive -f " +
-                          std::to_string(f) + " (needs at least " + std::to_string(f + 1) + ")");
+                          std::to_string(f) + (p.shards > 1 ? " with the optimizer state in " + std::to_string(p.shards) : "") +
+                          " (needs at least " + std::to_string(p.MinPipelines()) + ")");
   std::sort(pipeline_nodes.begin(), pipeline_nodes.end(), std::greater<int>());
   return Number(p, ts, pipeline_nodes);
 }

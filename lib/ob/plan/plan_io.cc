@@ -267,6 +267,7 @@ pb::Plan ToProto(const Problem& p, const TemplateSet& ts, const Instantiation& i
   }
   if (meta.bandwidth) *plan.mutable_bandwidth() = *meta.bandwidth;
   plan.set_faults(p.faults);
+  if (p.shards > 1) plan.set_optimizer_shards(static_cast<uint32_t>(p.shards));
   plan.set_nodes(p.cluster.nodes);
   plan.set_gpus_per_node(p.cluster.gpus_per_node);
   plan.set_min_nodes(ts.min_nodes);
@@ -313,6 +314,7 @@ Result<LoadedPlan> FromProto(const pb::Plan& plan) {
   if (!problem.ok()) return problem.status().WithContext("plan's profile");
   LoadedPlan out;
   out.problem = std::move(problem).value();
+  out.problem.shards = std::max<int>(1, static_cast<int>(std::min<uint32_t>(plan.optimizer_shards(), 1u << 20)));
   const Problem& p = out.problem;
   out.hosts.assign(plan.hosts().begin(), plan.hosts().end());
   if (static_cast<int>(out.hosts.size()) != cluster.nodes)

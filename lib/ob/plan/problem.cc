@@ -93,7 +93,7 @@ uint64_t StageMemoryBytes(const Problem& p, int first, int last, int tp, int in_
   double state = 0, act = 0, again = 0;
   for (int l = first; l <= last; ++l) {
     const auto& c = p.layers[l];
-    state += static_cast<double>(c.state_bytes) / tp;
+    state += p.StateBytes(c) / tp;
     const double kept = KeptBytes(p, c, tp, r);
     act += kept;
     // A recomputing block's backward holds its activations in full again.
@@ -123,7 +123,7 @@ uint64_t StageMemoryBytes(const Problem& p, const std::vector<StageShape>& chunk
     double a = 0, w = 0;
     for (int l = ch.first; l <= ch.last; ++l) {
       const auto& c = p.layers[l];
-      state += static_cast<double>(c.state_bytes) / ch.tp;
+      state += p.StateBytes(c) / ch.tp;
       const double kept = KeptBytes(p, c, ch.tp, ch.recompute);
       a += kept;
       again = std::max(again, KeptBytes(p, c, ch.tp, model::Recompute::kNone) - kept);
@@ -181,6 +181,7 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
   p.n_head = static_cast<int>(profile.model().n_head());
   p.n_kv_head = static_cast<int>(profile.model().n_kv_head());
   p.mlp_width = static_cast<int>(profile.model().intermediate_size());
+  const bool bf16 = profile.dtype() == "bfloat16";
   for (int i = 0; i < profile.layers_size(); ++i) {
     const auto& l = profile.layers(i);
     const std::string who = "layer " + std::to_string(i) + " (" + l.name() + ")";
@@ -201,6 +202,9 @@ Result<Problem> MakeProblem(const pb::Profile& profile, const Cluster& cluster, 
     c.forward = cost->forward_seconds();
     c.backward = cost->backward_seconds();
     c.state_bytes = l.parameter_bytes() + l.gradient_bytes() + l.optimizer_state_bytes();
+    // bf16: parameter_bytes is the fp32 master (4 a parameter) and the
+    // compute copy (2); the master is sharded with the moments.
+    c.sharded_bytes = l.optimizer_state_bytes() + (bf16 ? l.parameter_bytes() / 6 * 4 : 0);
     c.gradient_bytes = l.gradient_bytes();
     c.activation_bytes = cost->activation_bytes();
     c.output_bytes = cost->output_bytes();

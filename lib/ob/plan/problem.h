@@ -7,6 +7,7 @@
 // functions are pure.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -26,6 +27,9 @@ struct LayerCost {
   double forward = 0;          // seconds per micro-batch, one GPU
   double backward = 0;
   uint64_t state_bytes = 0;    // weights + gradients + optimizer state
+  // Of state_bytes, what a sharded optimizer splits (design/shard.md):
+  // AdamW's moments, and in bf16 runs the fp32 master weights.
+  uint64_t sharded_bytes = 0;
   uint64_t gradient_bytes = 0; // what the data-parallel all-reduce moves
   uint64_t activation_bytes = 0;  // kept per in-flight micro-batch
   uint64_t output_bytes = 0;   // sent to the next stage per micro-batch (and its gradient back)
@@ -81,6 +85,21 @@ struct Problem {
   std::vector<LayerCost> layers;
   Cluster cluster;
   int faults = 0;                  // f
+  // The optimizer state split in S (ob-plan --shard-optimizer;
+  // design/shard.md): a layer's replicas stand in f + 1 rows of at least
+  // S pipelines, each member holding 1/S or less of the layer's
+  // sharded_bytes. 1: nothing sharded.
+  int shards = 1;
+  // The fewest pipelines an instantiation may have: f + 1 rows of S.
+  int MinPipelines() const { return (faults + 1) * std::max(1, shards); }
+  // Seconds of layer c's update on a rank holding all of it: AdamW over
+  // its share of the state.
+  double UpdateSeconds(const LayerCost& c) const { return c.update / std::max(1, shards); }
+  // What a rank holding all of layer c keeps of its state.
+  double StateBytes(const LayerCost& c) const {
+    return static_cast<double>(c.state_bytes) -
+           static_cast<double>(c.sharded_bytes) * (1.0 - 1.0 / std::max(1, shards));
+  }
   int microbatches = 0;            // M: global batch / micro-batch size
   int microbatch_size = 1;         // sequences per micro-batch
   int sequence_length = 0;

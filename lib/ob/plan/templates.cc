@@ -36,7 +36,7 @@ void SetFigures(const Problem& p, Template* out) {
     double update = 0;
     for (int l = s.first; l <= s.last; ++l) {
       node_grad[static_cast<size_t>(out->NodeOf(i))] += p.layers[l].gradient_bytes;
-      update += p.layers[l].update / s.tp;
+      update += p.UpdateSeconds(p.layers[l]) / s.tp;
     }
     out->update_seconds = std::max(out->update_seconds, update);
   }
@@ -180,9 +180,16 @@ double StepTailSeconds(const Problem& p, const Template& t) {
   // Every node runs a pipeline: a template over fewer nodes than the
   // cluster's has replicas to all-reduce with; one over all of them, none.
   const bool replicas = t.nodes < p.cluster.nodes;
-  if (!p.cluster.local)
-    return (replicas ? std::max(0.0, AllReduceSeconds(p, t.node_gradient_bytes) - t.allreduce_hidden) : 0.0) +
-           t.update_seconds;
+  if (!p.cluster.local) {
+    if (!replicas) return t.update_seconds;
+    const double all_reduce = AllReduceSeconds(p, t.node_gradient_bytes);
+    if (p.shards <= 1) return std::max(0.0, all_reduce - t.allreduce_hidden) + t.update_seconds;
+    // Sharded (design/shard.md): the backward hides the reduce-scatter,
+    // half a ring all-reduce's bytes; the all-gather after the update
+    // goes on under the next step's forward, all but its first bucket.
+    const uint64_t first = std::min<uint64_t>(t.node_gradient_bytes, kGradientBucketBytes);
+    return std::max(0.0, all_reduce / 2 - t.allreduce_hidden) + AllReduceSeconds(p, first) / 2 + t.update_seconds;
+  }
   const bool stages = t.stages.size() > 1;
   const uint64_t bytes = replicas ? t.node_gradient_bytes : 0;
   const double buckets = replicas ? std::ceil(static_cast<double>(bytes) / kGradientBucketBytes) : 0;
@@ -217,30 +224,55 @@ std::optional<Template> BestTemplate(const Problem& p, int nodes) {
   return BestFromTables(p, tables, minimax, nodes, &mixed);
 }
 
+namespace {
+
+// Each stages-per-node choice's table over all L layers, and its minimax.
+struct WholeTables {
+  std::vector<StageTable> tables;
+  std::vector<std::vector<double>> minimax;
+};
+
+WholeTables WholeTablesOf(const Problem& p) {
+  const int L = p.num_layers();
+  WholeTables w;
+  for (int k : StagesPerNodeChoices(p)) {
+    if (k > L) continue;
+    w.tables.push_back(MakeTable(p, k, L));
+    w.minimax.push_back(MinimaxFromBack(w.tables.back()));
+  }
+  return w;
+}
+
+// n0: the fewest nodes a template fits on (0: none does).
+int LeastNodesOf(const Problem& p, const WholeTables& w) {
+  const int L = p.num_layers();
+  auto has_template = [&](int n) {
+    auto at = p.tp_at.find(n);
+    const int want = at != p.tp_at.end() ? at->second : p.tp;
+    for (size_t i = 0; i < w.tables.size(); ++i) {
+      if (want > 0 && p.cluster.gpus_per_node / w.tables[i].k != want) continue;
+      const int S = n * w.tables[i].k;
+      if (S <= L && w.minimax[i][static_cast<size_t>(S) * (L + 1)] != kInf) return true;
+    }
+    return false;
+  };
+  for (int n = 1; n <= L; ++n)
+    if (has_template(n)) return n;
+  return 0;
+}
+
+}  // namespace
+
+int LeastNodes(const Problem& p) { return p.num_layers() == 0 ? 0 : LeastNodesOf(p, WholeTablesOf(p)); }
+
 Result<TemplateSet> BuildTemplatesForAnyFaults(const Problem& p) {
   const int L = p.num_layers();
   const int N = p.cluster.nodes;
   if (L == 0) return Status::Config("the model has no layers");
-  std::vector<StageTable> tables;
-  std::vector<std::vector<double>> minimax;
-  for (int k : StagesPerNodeChoices(p)) {
-    if (k > L) continue;
-    tables.push_back(MakeTable(p, k, L));
-    minimax.push_back(MinimaxFromBack(tables.back()));
-  }
-  auto has_template = [&](int n) {
-    auto at = p.tp_at.find(n);
-    const int want = at != p.tp_at.end() ? at->second : p.tp;
-    for (size_t i = 0; i < tables.size(); ++i) {
-      if (want > 0 && p.cluster.gpus_per_node / tables[i].k != want) continue;
-      const int S = n * tables[i].k;
-      if (S <= L && minimax[i][static_cast<size_t>(S) * (L + 1)] != kInf) return true;
-    }
-    return false;
-  };
-  int n0 = 0;
-  for (int n = 1; n <= L && n0 == 0; ++n)
-    if (has_template(n)) n0 = n;
+  WholeTables whole = WholeTablesOf(p);
+  std::vector<StageTable>& tables = whole.tables;
+  std::vector<std::vector<double>>& minimax = whole.minimax;
+  const int n0 = LeastNodesOf(p, whole);
   if (n0 == 0) return NothingFits(p);
   TemplateSet set;
   set.min_nodes = n0;
@@ -254,12 +286,14 @@ Result<TemplateSet> BuildTemplatesForAnyFaults(const Problem& p) {
 }
 
 Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& any) {
-  const int N = p.cluster.nodes, f = p.faults, n0 = any.min_nodes;
-  if (static_cast<int64_t>(N) < static_cast<int64_t>(n0) * (f + 1)) {
-    std::string msg = "needs at least " + std::to_string(n0 * (f + 1)) + " nodes for f=" +
-                      std::to_string(f) + ", n0=" + std::to_string(n0) + " (have " +
-                      std::to_string(N) + ")";
-    const int allowed = N / (f + 1);
+  // At least f + 1 pipelines (design/plan.md), f + 1 rows of S with the
+  // optimizer state in S (design/shard.md).
+  const int N = p.cluster.nodes, f = p.faults, n0 = any.min_nodes, least = p.MinPipelines();
+  if (static_cast<int64_t>(N) < static_cast<int64_t>(n0) * least) {
+    std::string msg = "needs at least " + std::to_string(n0 * least) + " nodes for f=" + std::to_string(f) +
+                      (p.shards > 1 ? " with the optimizer state in " + std::to_string(p.shards) : "") +
+                      ", n0=" + std::to_string(n0) + " (have " + std::to_string(N) + ")";
+    const int allowed = N / least;
     if (allowed >= 1) {
       if (const uint64_t need = LeastMemoryFor(p, allowed); need > 0)
         msg += "; with " + GiBText(need) + " per GPU n0 would be at most " + std::to_string(allowed);
@@ -269,7 +303,7 @@ Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& a
   TemplateSet set;
   set.min_nodes = n0;
   for (const Template& t : any.templates) {
-    if (t.nodes > N - f * n0) break;
+    if (t.nodes > N - (least - 1) * n0) break;
     set.templates.push_back(t);
   }
   return set;

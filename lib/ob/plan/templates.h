@@ -181,6 +181,10 @@ Result<TemplateSet> BuildTemplates(const Problem& p);
 Result<TemplateSet> BuildTemplatesForAnyFaults(const Problem& p);
 Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& any);
 
+// n0 alone: the fewest nodes a template of p fits on (0: none), as
+// BuildTemplatesForAnyFaults finds it, without the templates.
+int LeastNodes(const Problem& p);
+
 // Mixed templates (ob-plan --mixed-stages, design/plan.md): stages of the
 // given degrees in any number per node, every GPU of a node used, no
 // stage across nodes, each fitting with its 1F1B in-flight count. The

@@ -60,6 +60,12 @@ Status Master::Prepare() {
   if (!loaded.ok()) return loaded.status().WithContext(io::DisplayName(opt_.plan_path));
   loaded_ = std::move(loaded).value();
   // A plan the workers cannot run is refused here, before any host starts.
+  if (loaded_.problem.shards > 1) {
+    return Status::Config(io::DisplayName(opt_.plan_path) + ": the plan shards the optimizer state in " +
+                          std::to_string(loaded_.problem.shards) +
+                          " (ob-plan --shard-optimizer), which ob-launch does not run yet (issue 69): plan with "
+                          "--shard-optimizer off");
+  }
   OB_RETURN_IF_ERROR(runtime::CheckRunnable(loaded_.templates, loaded_.instantiation,
                                             loaded_.problem.microbatch_size,
                                             model::GptConfig::FromProto(plan.model()))
