@@ -168,6 +168,19 @@ reference_run() {
 }
 # run_wait: waits for the master; RC is its exit status.
 run_wait() { wait "$MASTER_PID"; RC=$?; MASTER_PID=""; }
+# run_resumed RUN PLAN HOSTS STEPS CHECKPOINT REF REL: run RUN of PLAN on
+# HOSTS (--standby off) resumed from CHECKPOINT, to step STEPS; fails
+# unless it exits 0 and every loss it reports equals the metrics file
+# REF's within REL relative. Sets RESUMED to the comparison's line.
+run_resumed() {
+  local run=$1 plan=$2 hosts=$3 steps=$4 checkpoint=$5 ref=$6 rel=$7
+  RUN_PLAN="$plan" RUN_HOSTS="$hosts" run_start "$run" "$steps" --standby off --resume "$checkpoint"
+  run_wait
+  [ "$RC" = 0 ] || fail "$run, resumed from $checkpoint: exit $RC: $(tail -3 "$WORK/$run.err")"
+  python3 "$METRICS_PY" compare "$WORK/$run.pb" "$ref" "$rel" > "$WORK/$run.cmp" \
+    || fail "$run, resumed from $checkpoint: $(cat "$WORK/$run.cmp")"
+  RESUMED=$(cat "$WORK/$run.cmp")
+}
 # max_step FILE: metrics.py max-step, compiled (tests/tools/max_step.cc):
 # wait_step runs it 20 times a second while the workers under test train.
 max_step() { if [ -s "$1" ]; then "$OB_BIN/max_step" "$1"; else echo -1; fi; }

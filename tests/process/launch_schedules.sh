@@ -67,13 +67,9 @@ run_wait
 [ "$RC" = 0 ] || fail "interleaved with checkpoints: exit $RC: $(tail -3 "$WORK/ck.err")"
 [ -d "$WORK/ckpts/step-000000000009" ] || fail "no checkpoint of step 9: $(ls "$WORK/ckpts")"
 for sched in zb-v 1f1b; do
-  RUN_PLAN="$WORK/pp-$sched.pb" RUN_HOSTS="$WORK/pp-$sched.hosts" run_start "res-$sched" "$STEPS" --standby off \
-    --resume "$WORK/ckpts/step-000000000009"
-  run_wait
-  [ "$RC" = 0 ] || fail "resume under $sched: exit $RC: $(tail -3 "$WORK/res-$sched.err")"
-  python3 "$METRICS_PY" compare "$WORK/res-$sched.pb" "$WORK/ck.pb" 1e-6 > "$WORK/res-$sched.cmp" \
-    || fail "interleaved's step 9 resumed under $sched: $(cat "$WORK/res-$sched.cmp")"
-  echo "$NAME: interleaved's checkpoint of step 9 resumed under $sched: $(cat "$WORK/res-$sched.cmp")"
+  run_resumed "res-$sched" "$WORK/pp-$sched.pb" "$WORK/pp-$sched.hosts" "$STEPS" "$WORK/ckpts/step-000000000009" \
+    "$WORK/ck.pb" 1e-6
+  echo "$NAME: interleaved's checkpoint of step 9 resumed under $sched: $RESUMED"
 done
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: ok"

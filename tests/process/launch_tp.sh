@@ -139,12 +139,8 @@ unset RUN_PLAN RUN_HOSTS
 [ -f "$WORK/ck/step-000000000009/manifest.pb" ] || fail "no checkpoint of step 9: $(ls "$WORK/ck")"
 "$OB_BIN/ob-ckpt" verify "$WORK/ck/step-000000000009" > /dev/null || fail "ob-ckpt verify step 9"
 for to in p-one p-c; do
-  RUN_PLAN="$WORK/$to.pb" RUN_HOSTS="$WORK/$to.hosts" run_start "resume-$to" 20 --resume "$WORK/ck/step-000000000009" --standby off
-  run_wait
-  [ "$RC" = 0 ] || fail "resumed on $to: exit $RC: $(tail -3 "$WORK/resume-$to.err")"
-  python3 "$METRICS_PY" compare "$WORK/resume-$to.pb" "$WORK/b.pb" 1e-5 > "$WORK/resume-$to.cmp" \
-    || fail "resumed on $to: $(cat "$WORK/resume-$to.cmp")"
-  echo "$NAME: tp 2 checkpoint of step 9 resumed on $to: $(cat "$WORK/resume-$to.cmp")"
+  run_resumed "resume-$to" "$WORK/$to.pb" "$WORK/$to.hosts" 20 "$WORK/ck/step-000000000009" "$WORK/b.pb" 1e-5
+  echo "$NAME: tp 2 checkpoint of step 9 resumed on $to: $RESUMED"
 done
 wait_for 3 no_tagged || fail "processes left behind: $(tagged)"
 echo "$NAME: ok"

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "ob/cli/cli.h"
 #include "ob/cluster/hosts.h"
@@ -101,6 +102,7 @@ ob::Status Emit(const ob::cli::CommonOptions& common, const ob::pb::Plan& plan,
   return ob::io::WriteMessage(common.output, plan, ob::io::kPlanFormatVersion, common.json);
 }
 
+std::optional<int> g_shards;  // --shard-optimizer's S, once chosen (BuildProblem)
 int g_host_slots = 0;  // the hosts file's slots= (GPUs per node), when all agree
 
 // Host names: --hosts FILE, else Slurm's allocation, else --nodes N anonymous.
@@ -386,7 +388,13 @@ ob::Result<ob::plan::Problem> BuildProblem(const ob::pb::Profile& profile, const
     if (s == nullptr) return ob::Status::Usage("--schedule " + g.schedule + ": not one of auto, " + ob::schedule::Names());
     problem->schedules = {s};
   }
-  OB_ASSIGN_OR_RETURN(problem->shards, ob::plan_tool::ChooseShards(*problem, g.shard));
+  // S depends on neither f nor the node count (plan_checks.h): -f auto's
+  // problems, one for each f and cluster it weighs, choose it once.
+  if (!g_shards) {
+    OB_ASSIGN_OR_RETURN(const int shards, ob::plan_tool::ChooseShards(*problem, g.shard));
+    g_shards = shards;
+  }
+  problem->shards = *g_shards;
   if (g.tp > 0) {
     if (c.gpus_per_node % g.tp != 0) {
       return ob::Status::Usage("--tp " + std::to_string(g.tp) + " does not divide the " +

@@ -16,8 +16,10 @@ namespace ob::plan_tool {
 // is named (kConfig).
 Status CheckHostMemory(const pb::Profile& profile, const plan::TemplateSet& ts, double host_memory_gib);
 
-// --shard-optimizer MODE: the S of p's optimizer state (design/shard.md);
-// kUsage for a MODE that is not off, on, auto or a count from 1 to 64.
+// --shard-optimizer MODE: the S of p's optimizer state (design/shard.md),
+// from n0 alone: the same for every f and node count of one profile and
+// set of flags. kUsage for a MODE that is not off, on, auto or a count
+// from 1 to 64.
 Result<int> ChooseShards(plan::Problem p, const std::string& mode);
 
 }  // namespace ob::plan_tool

@@ -342,10 +342,9 @@ bool InstantiationIgnoresFaults(const Problem& p, const TemplateSet& ts) {
 
 Result<Instantiation> Instantiate(const Problem& p, const TemplateSet& ts) {
   const int N = p.cluster.nodes, M = p.microbatches, f = p.faults, least = p.MinPipelines();
-  const std::string shards = p.shards > 1 ? ", optimizer state in " + std::to_string(p.shards) : "";
   if (M < least)
     return Status::Config("a global batch of " + std::to_string(M) + " micro-batches cannot feed " +
-                          std::to_string(least) + " pipelines (f=" + std::to_string(f) + shards + ")");
+                          std::to_string(least) + " pipelines (f=" + std::to_string(f) + p.ShardsText() + ")");
   if (ts.templates.empty()) return Status::Config("no pipeline templates to instantiate");
   // Largest templates first: DP ties then favour fewer, larger pipelines.
   std::vector<Option> options;
@@ -414,7 +413,7 @@ Result<Instantiation> InstantiateGiven(const Problem& p, const TemplateSet& ts,
                           std::to_string(N));
   if (P < p.MinPipelines())
     return Status::Config("--pipelines: " + std::to_string(P) + " pipeline(s) cannot survive -f " +
-                          std::to_string(f) + (p.shards > 1 ? " with the optimizer state in " + std::to_string(p.shards) : "") +
+                          std::to_string(f) + p.ShardsText() +
                           " (needs at least " + std::to_string(p.MinPipelines()) + ")");
   std::sort(pipeline_nodes.begin(), pipeline_nodes.end(), std::greater<int>());
   return Number(p, ts, pipeline_nodes);

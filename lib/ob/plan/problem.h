@@ -92,6 +92,11 @@ struct Problem {
   int shards = 1;
   // The fewest pipelines an instantiation may have: f + 1 rows of S.
   int MinPipelines() const { return (faults + 1) * std::max(1, shards); }
+  // " with the optimizer state in S" where sharded, for messages on the
+  // pipelines it takes; "" otherwise.
+  std::string ShardsText() const {
+    return shards > 1 ? " with the optimizer state in " + std::to_string(shards) : std::string();
+  }
   // Seconds of layer c's update on a rank holding all of it: AdamW over
   // its share of the state.
   double UpdateSeconds(const LayerCost& c) const { return c.update / std::max(1, shards); }

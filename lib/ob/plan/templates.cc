@@ -291,7 +291,7 @@ Result<TemplateSet> CutTemplatesForFaults(const Problem& p, const TemplateSet& a
   const int N = p.cluster.nodes, f = p.faults, n0 = any.min_nodes, least = p.MinPipelines();
   if (static_cast<int64_t>(N) < static_cast<int64_t>(n0) * least) {
     std::string msg = "needs at least " + std::to_string(n0 * least) + " nodes for f=" + std::to_string(f) +
-                      (p.shards > 1 ? " with the optimizer state in " + std::to_string(p.shards) : "") +
+                      p.ShardsText() +
                       ", n0=" + std::to_string(n0) + " (have " + std::to_string(N) + ")";
     const int allowed = N / least;
     if (allowed >= 1) {

@@ -28,6 +28,14 @@ inline bool InRanges(const LayerRanges& r, int layer) {
   return std::any_of(r.begin(), r.end(), [layer](const auto& x) { return x.first <= layer && layer <= x.second; });
 }
 
+// Whether a holding holds `layer`: InRanges(RangesOf(h), layer) without
+// copying its ranges (the recovery asks it of every rank for every layer).
+template <typename Holding>
+bool HoldsLayer(const Holding& h, int layer) {
+  if (!h.ranges.empty()) return InRanges(h.ranges, layer);
+  return h.first_layer <= layer && layer <= h.last_layer;
+}
+
 // How many layers they hold, and how many of them both do.
 inline int RangesWidth(const LayerRanges& r) {
   int n = 0;

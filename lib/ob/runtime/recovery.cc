@@ -44,10 +44,8 @@ namespace {
 using Work = c10::intrusive_ptr<c10d::Work>;
 using Clock = std::chrono::steady_clock;
 
-bool Holds(const RankInfo& r, int layer) { return InRanges(RangesOf(r), layer); }
-
 bool HoldsTied(const RankInfo& r, int num_layers) {
-  return Holds(r, 0) || Holds(r, num_layers - 1);
+  return HoldsLayer(r, 0) || HoldsLayer(r, num_layers - 1);
 }
 
 struct Transfer {
@@ -110,8 +108,6 @@ Result<std::unique_ptr<StageWorker>> StageWorker::Rebuild(
 
 namespace {
 
-bool HoldsRange(const StageWorker::Held& h, int layer) { return InRanges(RangesOf(h), layer); }
-
 // "layers 2-5", "layers 0-1+4-5 shard 1 of 2", for messages.
 template <typename Holding>
 std::string LayersText(const Holding& h) {
@@ -122,13 +118,13 @@ std::string LayersText(const Holding& h) {
 
 // Whether `h` holds the shard of `layer` that `r` runs.
 bool HoldsShard(const StageWorker::Held& h, int layer, const RankInfo& r) {
-  return HoldsRange(h, layer) && h.tp == r.tp && h.tp_rank == r.tp_rank;
+  return HoldsLayer(h, layer) && h.tp == r.tp && h.tp_rank == r.tp_rank;
 }
 
 // Whether `h` holds piece `piece` of T of `layer`.
 bool HoldsPiece(const StageWorker::Held& h, int layer, int piece, int T) {
   const int first = model::FirstPiece(h.tp, h.tp_rank, T);
-  return HoldsRange(h, layer) && first <= piece && piece < first + T / h.tp;
+  return HoldsLayer(h, layer) && first <= piece && piece < first + T / h.tp;
 }
 
 // The pieces every degree of `next` and of the holdings meets in.
@@ -191,7 +187,7 @@ Result<std::vector<Transfer>> PlanTransfers(const Topology& topo,
     const StageWorker::Held& old = held[r.rank];
     bool tied_pending = tied && HoldsTied(r, L) && !HoldsShard(old, 0, r) && !HoldsShard(old, L - 1, r);
     for (int l = 0; l < L; ++l) {
-      if (!Holds(r, l) || HoldsShard(old, l, r)) continue;
+      if (!HoldsLayer(r, l) || HoldsShard(old, l, r)) continue;
       const bool with_tied = tied_pending && (l == 0 || l == L - 1);
       if (with_tied) tied_pending = false;
       const int whole = find(r, l, false, [&](int q) { return HoldsShard(held[q], l, r); });
@@ -280,7 +276,7 @@ Result<StageWorker::StartChoice> StageWorker::ChooseStart(const Topology& next,
     bool complete = true;
     const int T = CommonPieces(next, c.held);
     for (const RankInfo& r : next.ranks) {
-      for (int l = 0; complete && l < next.num_layers; ++l) complete = !Holds(r, l) || Covered(c.held, l, r, T);
+      for (int l = 0; complete && l < next.num_layers; ++l) complete = !HoldsLayer(r, l) || Covered(c.held, l, r, T);
     }
     if (complete) return c;
   }
